@@ -1,0 +1,3 @@
+from ltbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""Backbones with one uniform API: ``forward(images) -> features`` and ``feature_dim``.
+
+Heads belong to methods, so a backbone never has a classifier. The CIFAR ResNets follow kaidic/LDAM-DRW
+``models/resnet_cifar.py`` exactly (option-A shortcuts, widths 16/32/64, Kaiming-normal init of every
+conv and linear weight); ResNet-32 plus a 10-class linear head has 464,154 parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ltbench.registry import BACKBONES
+
+
+class Backbone(nn.Module):
+    feature_dim: int
+
+
+def kaiming_init(module: nn.Module) -> None:
+    if isinstance(module, (nn.Linear, nn.Conv2d)):
+        nn.init.kaiming_normal_(module.weight)
+
+
+class ShortcutA(nn.Module):
+    """Parameter-free shortcut: subsample by 2 and zero-pad planes//4 channels on each side."""
+
+    def __init__(self, planes: int):
+        super().__init__()
+        self.pad = planes // 4
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad, self.pad))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, in_planes: int, planes: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.shortcut = ShortcutA(planes) if stride != 1 or in_planes != planes else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class CifarResNet(Backbone):
+    """3 stages of ``blocks`` BasicBlocks (widths 16, 32, 64), global average pooling: 64-d features."""
+
+    def __init__(self, blocks: int, in_channels: int = 3, widths: tuple[int, int, int] = (16, 32, 64)):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        layers, in_planes = [], widths[0]
+        for stage, planes in enumerate(widths):
+            for b in range(blocks):
+                stride = 2 if stage > 0 and b == 0 else 1
+                layers.append(BasicBlock(in_planes, planes, stride))
+                in_planes = planes
+        self.layers = nn.Sequential(*layers)
+        self.feature_dim = widths[-1]
+        self.apply(kaiming_init)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.layers(out)
+        return F.adaptive_avg_pool2d(out, 1).flatten(1)
+
+
+@dataclass
+class NoOptions:
+    pass
+
+
+def _cifar_resnet(name: str, blocks: int, doc: str):
+    @BACKBONES.register(name)
+    def build(cfg: NoOptions, in_channels: int) -> Backbone:
+        return CifarResNet(blocks, in_channels)
+
+    build.Config = NoOptions
+    build.__doc__ = doc
+    build.__qualname__ = f"build_{name}"
+    return build
+
+
+resnet32 = _cifar_resnet("resnet32", 5, "CIFAR ResNet-32 (LDAM-DRW), 64-d features.")
+resnet20 = _cifar_resnet("resnet20", 3, "CIFAR ResNet-20, same family, 64-d features.")
+resnet8 = _cifar_resnet("resnet8", 1, "CIFAR ResNet-8, same family, for quick CPU runs.")
+
+
+class TorchvisionFeatures(Backbone):
+    """A torchvision ImageNet network from scratch (no weight download), classifier removed."""
+
+    def __init__(self, net: nn.Module, in_channels: int):
+        super().__init__()
+        if in_channels != 3:
+            old = net.conv1
+            net.conv1 = nn.Conv2d(in_channels, old.out_channels, old.kernel_size, old.stride, old.padding, bias=False)
+            nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
+        self.feature_dim = net.fc.in_features
+        net.fc = nn.Identity()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@BACKBONES.register("resnet50")
+def resnet50(cfg: NoOptions, in_channels: int) -> Backbone:
+    """torchvision ResNet-50 from scratch, 2048-d features."""
+    from torchvision.models import resnet50 as tv_resnet50
+
+    return TorchvisionFeatures(tv_resnet50(weights=None), in_channels)
+
+
+@BACKBONES.register("resnext50_32x4d")
+def resnext50_32x4d(cfg: NoOptions, in_channels: int) -> Backbone:
+    """torchvision ResNeXt-50 (32x4d) from scratch, 2048-d features."""
+    from torchvision.models import resnext50_32x4d as tv_resnext
+
+    return TorchvisionFeatures(tv_resnext(weights=None), in_channels)
+
+
+resnet50.Config = NoOptions
+resnext50_32x4d.Config = NoOptions

@@ -1,0 +1,180 @@
+"""Command line: ``ltbench run | list | data | table | status``.
+
+A problem the user can fix is printed as one line on stderr with a non-zero exit and no traceback
+(``--debug`` shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ltbench.errors import LtbenchError
+
+EXIT_USER_ERROR = 2
+
+
+def _recipe_root(path: str, results: str | None) -> Path:
+    """A results folder, or a recipe file whose results folder is wanted."""
+    p = Path(path)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        from ltbench.recipe import load_recipe
+
+        return load_recipe(p, results_dir=results).root
+    if not p.exists():
+        raise LtbenchError(f"{p}: no such results directory or recipe file")
+    return p
+
+
+def cmd_run(args) -> int:
+    from ltbench import launch
+    from ltbench.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides, results_dir=args.results)
+    if args.launcher:
+        recipe.launcher.name = args.launcher
+    if args.jobs:
+        recipe.launcher.jobs = args.jobs
+    if args.dry_run:
+        return launch.print_plan(recipe)
+    summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait)
+    return 0 if summary.get("failed", 0) == 0 else 1
+
+
+def cmd_list(args) -> int:
+    from ltbench import registry
+
+    registry.add_plugin_paths(args.plugins or [])
+    reg = registry.REGISTRIES[args.kind]
+    entries = reg.entries()
+    width = max((len(e.name) for e in entries), default=4)
+    for e in entries:
+        doc = (getattr(e.obj, "__doc__", None) or "").strip().splitlines()
+        print(f"{e.name:<{width}}  {e.source}  [{e.module}]" + (f"  {doc[0]}" if doc else ""))
+    return 0
+
+
+def cmd_data(args) -> int:
+    from ltbench import engine
+    from ltbench.evaluation import group_of
+    from ltbench.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    seen, reports = set(), []
+    for spec in recipe.runs:
+        key = json.dumps(spec["config"]["data"], sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        data = engine.load_data(spec["config"])
+        e = spec["config"]["eval"]
+        groups = group_of(data.class_counts, e["many_threshold"], e["few_threshold"])
+        reports.append({
+            "data": spec["config"]["data"],
+            "num_classes": data.num_classes,
+            "train_total": int(data.class_counts.sum()),
+            "test_total": int(data.test_counts.sum()),
+            "subset_hash": data.subset_hash,
+            "classes": [{"class": c, "name": (data.class_names or [None] * data.num_classes)[c],
+                         "train": int(data.class_counts[c]), "test": int(data.test_counts[c]), "group": str(groups[c])}
+                        for c in range(data.num_classes)],
+            "groups": {g: int((groups == g).sum()) for g in ("many", "medium", "few")},
+        })
+    if args.json:
+        print(json.dumps(reports, indent=2))
+        return 0
+    from tabulate import tabulate
+
+    for r in reports:
+        opts = ", ".join(f"{k}={v}" for k, v in r["data"].items() if k != "root")
+        print(f"{opts}\ntrain {r['train_total']} images, test {r['test_total']}, subset sha1 {r['subset_hash'][:12]}; "
+              f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}")
+        rows = [[c["class"], c["name"] or "", c["train"], c["test"], c["group"]] for c in r["classes"]]
+        if len(rows) > 40:
+            rows = rows[:20] + [["...", "", "", "", ""]] + rows[-20:]
+        print(tabulate(rows, headers=["class", "name", "train", "test", "group"], tablefmt="github"))
+        print()
+    return 0
+
+
+def cmd_table(args) -> int:
+    from ltbench import report
+
+    root = _recipe_root(args.path, args.results)
+    print(report.table(report.collect(root), fmt=args.format, digits=args.digits))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from ltbench import launch
+
+    root = _recipe_root(args.path, args.results)
+    return launch.print_status(root)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ltbench", description="Benchmark harness for long-tailed recognition")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="expand a recipe into runs and execute the unfinished ones")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
+    p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
+    p.add_argument("--launcher", choices=["local", "slurm", "debug"])
+    p.add_argument("--jobs", type=int, help="local launcher: worker processes")
+    p.add_argument("--rerun-failed", action="store_true", help="run again the runs whose status is failed")
+    p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("list", help="registered methods, datasets or backbones and where they come from")
+    p.add_argument("kind", choices=["methods", "datasets", "backbones"])
+    p.add_argument("--plugins", nargs="*", help="extra plugin folders")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("data", help="per-class train/test counts and shot groups of a recipe's datasets")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("table", help="paper-style table (Many/Medium/Few/All, mean ± std over seeds)")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("--format", choices=["markdown", "latex", "csv"], default="markdown")
+    p.add_argument("--digits", type=int, default=2)
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("status", help="state of each run, read from disk")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except LtbenchError as exc:
+        if args.debug:
+            raise
+        print(f"ltbench: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("ltbench: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, not bad input: still one line unless --debug
+        if args.debug:
+            raise
+        print(f"ltbench: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

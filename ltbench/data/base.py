@@ -1,0 +1,95 @@
+"""The one shape every dataset takes once loaded, and the dataset plugin interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ltbench.config import EmptyConfig
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """What augmentation pipelines need to know about the images."""
+
+    size: int  # side of the (square) training crop
+    channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    kind: str = "small"  # "small": CIFAR-like arrays; "large": ImageNet-like files (resize/crop 224)
+
+
+@dataclass
+class LTData:
+    """A loaded long-tailed dataset: training split, balanced (or given) test split, metadata."""
+
+    name: str
+    num_classes: int
+    image: ImageSpec
+    train: Dataset  # items: (image, label); image a uint8 CHW tensor
+    train_labels: np.ndarray
+    test: Dataset
+    test_labels: np.ndarray
+    subset_hash: str  # sha1 of the training indices (or of the split list)
+    # named pipelines this dataset uses for the aliases methods ask for ("default", "strong", "sim", "eval")
+    pipelines: dict[str, str] = field(default_factory=dict)
+    class_names: list[str] | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # recorded in the result (files, checksums, ...)
+
+    @property
+    def class_counts(self) -> np.ndarray:
+        return np.bincount(self.train_labels, minlength=self.num_classes)
+
+    @property
+    def test_counts(self) -> np.ndarray:
+        return np.bincount(self.test_labels, minlength=self.num_classes)
+
+
+class DatasetBuilder:
+    """Plugin interface: ``Config`` holds the recipe's ``data:`` options; ``load`` returns LTData.
+
+    ``load`` raises DataMissingError (listing the expected files and how to get them) when the
+    data are not on disk.
+    """
+
+    Config: ClassVar[type] = EmptyConfig
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def load(self) -> LTData:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ArrayImages(Dataset):
+    """Images held in memory as a uint8 tensor (N, C, H, W)."""
+
+    def __init__(self, images: torch.Tensor, labels: np.ndarray):
+        assert images.dtype == torch.uint8 and images.ndim == 4
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return self.images[i], int(self.labels[i])
+
+
+class MultiView(Dataset):
+    """Applies several transforms to the same image: item = (tuple of views, label)."""
+
+    def __init__(self, base: Dataset, transforms: Sequence[Callable]):
+        self.base = base
+        self.transforms = list(transforms)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int):
+        image, label = self.base[i]
+        return tuple(t(image) for t in self.transforms), label

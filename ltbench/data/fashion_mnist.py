@@ -1,0 +1,125 @@
+"""Fashion-MNIST-LT: the real Fashion-MNIST IDX files, long-tailed with the LDAM-DRW procedure.
+
+The files are read directly (gzipped or not) rather than through torchvision's downloader: the
+Debian package ``dataset-fashion-mnist`` ships them re-gzipped, so their checksums differ from the
+ones torchvision expects, though the images are the same.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData
+from ltbench.data.idx import read_idx
+from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
+from ltbench.errors import DataMissingError
+from ltbench.registry import DATASETS
+
+FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
+CLASS_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+MEAN, STD = (0.2860,), (0.3530,)
+
+
+@dataclass
+class FashionMNISTLTConfig:
+    imb_factor: float = 100.0  # rho = n_max / n_min
+    max_per_class: int = 6000  # n_max; 500 gives the CIFAR-100-LT profile with all three shot groups
+    data_seed: int = 0  # seed of the legacy global NumPy RNG that picks the subset (LDAM-DRW: 0)
+    root: str | None = None  # folder with the IDX files; default: search (see candidate_roots)
+
+    def validate(self) -> None:
+        if not 1 <= self.max_per_class <= 6000:
+            raise ValueError("max_per_class must be between 1 and 6000 (Fashion-MNIST has 6000 per class)")
+        if self.imb_factor < 1:
+            raise ValueError("imb_factor must be >= 1")
+
+
+def candidate_roots(root: str | None) -> list[Path]:
+    if root:
+        return [Path(root).expanduser()]
+    out = []
+    if os.environ.get("LTBENCH_DATA"):
+        out.append(Path(os.environ["LTBENCH_DATA"]) / "fashion-mnist")
+    out += [Path("data/fashion-mnist"), Path(DEBIAN_DIR)]
+    return out
+
+
+def find_file(folder: Path, stem: str) -> Path | None:
+    for sub in (folder, folder / "FashionMNIST" / "raw"):
+        for name in (stem, stem + ".gz"):
+            if (sub / name).is_file():
+                return sub / name
+    return None
+
+
+def locate(root: str | None) -> dict[str, Path]:
+    for folder in candidate_roots(root):
+        found = {key: find_file(folder, stem) for key, stem in FILES.items()}
+        if all(found.values()):
+            return found  # type: ignore[return-value]
+    searched = ", ".join(str(p) for p in candidate_roots(root))
+    raise DataMissingError(
+        f"Fashion-MNIST not found (searched {searched}); expected {', '.join(s + '[.gz]' for s in FILES.values())}. "
+        f"Get them with 'apt-get install dataset-fashion-mnist' (Debian, puts them in {DEBIAN_DIR}) or "
+        f"'python -m ltbench.data.fashion_mnist --download data/fashion-mnist' when online, or set data.root"
+    )
+
+
+@DATASETS.register("fashion_mnist_lt")
+class FashionMNISTLT(DatasetBuilder):
+    Config = FashionMNISTLTConfig
+
+    def check(self) -> None:
+        locate(self.cfg.root)
+
+    def load(self) -> LTData:
+        cfg = self.cfg
+        files = locate(cfg.root)
+        arrays = {key: read_idx(path) for key, path in files.items()}
+        train_y = arrays["train_labels"].astype(np.int64)
+        counts = exponential_counts(cfg.max_per_class, 10, cfg.imb_factor)
+        idx = ldam_subset(train_y, counts, cfg.data_seed)
+        train_x = torch.from_numpy(arrays["train_images"][idx].copy()).unsqueeze(1)
+        test_x = torch.from_numpy(arrays["test_images"].copy()).unsqueeze(1)
+        test_y = arrays["test_labels"].astype(np.int64)
+        return LTData(
+            name="fashion_mnist_lt",
+            num_classes=10,
+            image=ImageSpec(size=28, channels=1, mean=MEAN, std=STD),
+            train=ArrayImages(train_x, train_y[idx]),
+            train_labels=train_y[idx],
+            test=ArrayImages(test_x, test_y),
+            test_labels=test_y,
+            subset_hash=subset_hash(idx),
+            pipelines={"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"},
+            class_names=CLASS_NAMES,
+            info={"files": {k: str(v) for k, v in files.items()}, "counts_profile": counts},
+        )
+
+
+def download(folder: str) -> None:
+    """Fetch the files with torchvision's downloader (needs internet) into ``folder``."""
+    from torchvision.datasets import FashionMNIST
+
+    for train in (True, False):
+        FashionMNIST(folder, train=train, download=True)
+    print(f"Fashion-MNIST is in {Path(folder) / 'FashionMNIST' / 'raw'}; ltbench finds it with data.root={folder}")
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Download Fashion-MNIST with torchvision")
+    parser.add_argument("--download", metavar="FOLDER", required=True)
+    download(parser.parse_args().download)

@@ -1,0 +1,146 @@
+"""Named augmentation pipelines, built on torchvision.transforms.v2.
+
+A method asks for views by name; a name is either a pipeline below or an alias the dataset maps to
+one (``default``, ``strong``, ``sim``, ``eval``), so the same method runs on CIFAR and ImageNet.
+Only Cutout is written here: torchvision has no DeVries-style Cutout (RandomErasing keeps its patch
+inside the image; Cutout's centre is uniform over the image and the square is clipped at borders).
+Inputs are uint8 CHW tensors (or PIL images for file datasets); outputs are normalised float tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torchvision.transforms import v2
+
+from ltbench.data.base import ImageSpec
+from ltbench.errors import ConfigError
+
+PIPELINES: dict[str, Callable[[ImageSpec], Callable]] = {}
+
+
+def pipeline(name: str):
+    def deco(fn):
+        PIPELINES[name] = fn
+        return fn
+
+    return deco
+
+
+class Cutout(torch.nn.Module):
+    """DeVries & Taylor (2017): zero one square of side ``length`` centred uniformly in the image."""
+
+    def __init__(self, n_holes: int = 1, length: int = 16):
+        super().__init__()
+        self.n_holes, self.length = n_holes, length
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        h, w = img.shape[-2:]
+        mask = torch.ones((h, w), dtype=img.dtype)
+        for _ in range(self.n_holes):
+            y = int(torch.randint(h, ()))
+            x = int(torch.randint(w, ()))
+            y1, y2 = max(0, y - self.length // 2), min(h, y + self.length // 2)
+            x1, x2 = max(0, x - self.length // 2), min(w, x + self.length // 2)
+            mask[y1:y2, x1:x2] = 0
+        return img * mask
+
+
+def _to_float(spec: ImageSpec) -> list:
+    return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(spec.mean, spec.std)]
+
+
+def _color(spec: ImageSpec, p: float = 0.8) -> list:
+    """ColorJitter(0.4, 0.4, 0.4, 0.1) with p, then grayscale with p=0.2 (colour images only)."""
+    if spec.channels == 1:
+        return [v2.RandomApply([v2.ColorJitter(0.4, 0.4)], p=p)]
+    return [v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=p), v2.RandomGrayscale(p=0.2)]
+
+
+def _crop(spec: ImageSpec) -> list:
+    if spec.kind == "large":
+        return [v2.RandomResizedCrop(spec.size, antialias=True)]
+    return [v2.RandomCrop(spec.size, padding=4)]
+
+
+@pipeline("eval")
+def eval_pipeline(spec: ImageSpec):
+    """Small images: as they are. Large: resize 256 (short side) and centre crop 224."""
+    pre = [v2.ToImage()]
+    if spec.kind == "large":
+        pre += [v2.Resize(int(round(spec.size * 256 / 224)), antialias=True), v2.CenterCrop(spec.size)]
+    return v2.Compose(pre + _to_float(spec))
+
+
+@pipeline("standard")
+def standard(spec: ImageSpec):
+    """Random crop with 4-pixel padding and horizontal flip (LDAM-DRW); RRC + flip for large images."""
+    return v2.Compose([v2.ToImage()] + _crop(spec) + [v2.RandomHorizontalFlip()] + _to_float(spec))
+
+
+@pipeline("autoaug_cutout")
+def autoaug_cutout(spec: ImageSpec):
+    """Crop + flip + AutoAugment (CIFAR10 policy) + Cutout(1, 16): the 'regular' view of PaCo/ProCo/BAPE.
+
+    torchvision's AutoAugment uses the same 25 CIFAR sub-policies but is not bit-identical to the
+    DeepVoltaire code (fill, interpolation); see docs.
+    """
+    cut = max(1, round(16 * spec.size / 32))
+    return v2.Compose(
+        [v2.ToImage()]
+        + _crop(spec)
+        + [v2.RandomHorizontalFlip(), v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)]
+        + _to_float(spec)
+        + [Cutout(1, cut)]
+    )
+
+
+@pipeline("randaugment")
+def randaugment(spec: ImageSpec):
+    """Crop + flip + colour jitter + torchvision RandAugment (2 ops, magnitude 10)."""
+    return v2.Compose(
+        [v2.ToImage()]
+        + _crop(spec)
+        + [v2.RandomHorizontalFlip()]
+        + _color(spec, p=1.0)[:1]
+        + [v2.RandAugment(num_ops=2, magnitude=10)]
+        + _to_float(spec)
+    )
+
+
+@pipeline("simaug")
+def simaug(spec: ImageSpec):
+    """SimCLR-style view (ProCo augmentation_sim_cifar): RRC, flip, jitter p=0.8, grayscale p=0.2."""
+    return v2.Compose(
+        [v2.ToImage(), v2.RandomResizedCrop(spec.size, antialias=True), v2.RandomHorizontalFlip()]
+        + _color(spec)
+        + _to_float(spec)
+    )
+
+
+@pipeline("imagenet_train")
+def imagenet_train(spec: ImageSpec):
+    """Random resized crop 224, flip, ColorJitter(0.4, 0.4, 0.4, 0) (Decoupling's ImageNet-LT recipe)."""
+    return v2.Compose(
+        [v2.ToImage(), v2.RandomResizedCrop(spec.size, antialias=True), v2.RandomHorizontalFlip()]
+        + ([v2.ColorJitter(0.4, 0.4, 0.4, 0.0)] if spec.channels == 3 else [])
+        + _to_float(spec)
+    )
+
+
+@pipeline("imagenet_eval")
+def imagenet_eval(spec: ImageSpec):
+    return eval_pipeline(ImageSpec(spec.size, spec.channels, spec.mean, spec.std, kind="large"))
+
+
+def resolve(name: str, aliases: dict[str, str]) -> str:
+    return aliases.get(name, name)
+
+
+def build(name: str, spec: ImageSpec, aliases: dict[str, str] | None = None) -> Callable:
+    concrete = resolve(name, aliases or {})
+    if concrete not in PIPELINES:
+        known = sorted(set(PIPELINES) | set(aliases or {}))
+        raise ConfigError(f"unknown augmentation pipeline '{name}'; known: {', '.join(known)}")
+    return PIPELINES[concrete](spec)

@@ -1,0 +1,351 @@
+"""The training loop every method shares, readable top to bottom.
+
+Determinism and resume: the sample order of epoch e comes from a generator seeded with (seed, e) and
+the augmentation randomness of step s from torch's global RNG reseeded with (seed, e, s). So a run
+restarted from a checkpoint taken at (e, s) replays exactly the batches an uninterrupted run would
+have seen, and ends with the same weights on CPU; no RNG state needs to be checkpointed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ltbench import store
+from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
+from ltbench.data import transforms
+from ltbench.data.base import LTData, MultiView
+from ltbench.errors import NonFiniteLossError
+from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
+from ltbench.method import Method, MethodContext, create_method
+from ltbench.registry import BACKBONES, DATASETS
+
+CHECKPOINT_FORMAT = 1
+
+
+def derive_seed(*parts) -> int:
+    return int(hashlib.sha1(repr(parts).encode()).hexdigest()[:8], 16) % (2**31)
+
+
+def set_threads(train: TrainConfig) -> int:
+    threads = train.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", "0") or 0)
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+# ------------------------------------------------------------------------------------------------
+# Building the pieces of a run
+
+
+@dataclass
+class Run:
+    data: LTData
+    backbone: nn.Module
+    method: Method
+    model: nn.ModuleDict  # {'backbone', 'method'}: what is optimised and checkpointed
+    optim: OptimConfig
+    train: TrainConfig
+    eval: EvalConfig
+
+
+def load_data(config: dict) -> LTData:
+    options = dict(config["data"])
+    builder = DATASETS.get(options.pop("name"))
+    return builder(from_dict(builder.Config, options, "data")).load()
+
+
+def build_run(config: dict, data: LTData | None = None) -> Run:
+    data = data if data is not None else load_data(config)
+    bb_options = dict(config["backbone"])
+    bb_builder = BACKBONES.get(bb_options.pop("name"))
+    backbone = bb_builder(from_dict(bb_builder.Config, bb_options, "backbone"), in_channels=data.image.channels)
+    optim = from_dict(OptimConfig, config["optim"], "optim")
+    ctx = MethodContext(
+        num_classes=data.num_classes,
+        class_counts=torch.as_tensor(data.class_counts, dtype=torch.long),
+        feature_dim=backbone.feature_dim,
+        epochs=optim.epochs,
+    )
+    method = create_method(config["method"], ctx)
+    model = nn.ModuleDict({"backbone": backbone, "method": method})
+    return Run(data, backbone, method, model, optim,
+               from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
+
+
+def make_optimizer(run: Run) -> torch.optim.Optimizer:
+    o = run.optim
+    groups = run.method.param_groups() or []
+    grouped = {id(p) for g in groups for p in g["params"]}
+    rest = [p for p in run.model.parameters() if id(p) not in grouped and p.requires_grad]
+    return torch.optim.SGD([{"params": rest}, *groups], lr=o.lr, momentum=o.momentum,
+                           nesterov=o.nesterov, weight_decay=o.weight_decay)
+
+
+def lr_factor(o: OptimConfig, iteration: int, iters_per_epoch: int) -> float:
+    """Learning-rate multiplier at a global iteration: linear warm-up, then cosine / step / constant."""
+    warmup = int(round(o.warmup_epochs * iters_per_epoch))
+    total = o.epochs * iters_per_epoch
+    if iteration < warmup:
+        return (iteration + 1) / warmup
+    if o.schedule == "cosine":
+        progress = (iteration - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    if o.schedule == "step":
+        epoch = iteration // iters_per_epoch
+        return o.gamma ** sum(epoch >= m for m in o.milestones)
+    return 1.0
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The sample order of one epoch, cut into batches (a final batch of 1 is dropped: BatchNorm)."""
+    gen = torch.Generator().manual_seed(derive_seed(seed, "order", epoch))
+    order = torch.randperm(n, generator=gen).numpy()
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches.pop()
+    return batches
+
+
+def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
+    views, labels = zip(*items)
+    return [torch.stack(v) for v in zip(*views)], torch.as_tensor(labels)
+
+
+def iterate_batches(dataset: MultiView, batches: list[np.ndarray], start: int, seed: int, epoch: int, workers: int):
+    """Yield (step, views, labels) from ``start``; each step's augmentations are seeded by (seed, epoch, step)."""
+    if workers == 0:
+        for step in range(start, len(batches)):
+            torch.manual_seed(derive_seed(seed, "augment", epoch, step))
+            yield (step, *collate([dataset[int(i)] for i in batches[step]]))
+        return
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_sampler=[b.tolist() for b in batches[start:]], num_workers=workers, collate_fn=collate,
+        generator=torch.Generator().manual_seed(derive_seed(seed, "workers", epoch, start)), persistent_workers=False,
+    )
+    for step, (views, labels) in enumerate(loader, start):
+        yield step, views, labels
+
+
+# ------------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def save_checkpoint(path: Path, run: Run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
+                    log_lines: int) -> None:
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "run_id": run_id,
+        "epoch": epoch,  # the epoch in progress (== epochs done when step == 0)
+        "step": step,  # next step to run inside that epoch
+        "iteration": iteration,
+        "log_lines": log_lines,
+        "model": run.model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "method_extra": run.method.extra_state(),
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    store.atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict | None:
+    """The checkpoint's state, or None (with a message) when it is absent, unreadable or foreign."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError("unknown checkpoint format")
+        if state.get("run_id") != run_id:
+            raise ValueError(f"it belongs to run {state.get('run_id')}")
+        for key in ("epoch", "step", "iteration", "model", "optimizer"):
+            if key not in state:
+                raise ValueError(f"missing '{key}'")
+        return state
+    except Exception as exc:  # truncated zip, pickle errors, wrong content: all mean "start over"
+        say(f"checkpoint {path} is unusable ({type(exc).__name__}: {exc}); starting this run over")
+        return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
+
+
+@torch.no_grad()
+def test_features(run: Run, device: torch.device, batch_size: int = 512) -> torch.Tensor:
+    run.model.eval()
+    tf = transforms.build("eval", run.data.image, run.data.pipelines)
+    feats = []
+    for i in range(0, len(run.data.test), batch_size):
+        x = torch.stack([tf(run.data.test[j][0]) for j in range(i, min(i + batch_size, len(run.data.test)))])
+        feats.append(run.backbone(x.to(device)).float())
+    return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim)
+
+
+@torch.no_grad()
+def evaluate(run: Run, device: torch.device) -> dict:
+    """Metrics on the test set under the uniform target prior, per head, and under shifted priors."""
+    feats = test_features(run, device)
+    labels, counts, e = run.data.test_labels, run.data.class_counts, run.eval
+    k = run.data.num_classes
+    uniform = torch.full((k,), 1.0 / k, device=device)
+    method = run.method
+    out = summarize(method.predict(feats, target_prior=uniform).argmax(1).cpu().numpy(), labels, counts,
+                    e.many_threshold, e.few_threshold)
+    heads = method.head_predictions(feats, target_prior=uniform)
+    if heads:
+        out["heads"] = {}
+        for name, scores in heads.items():
+            s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
+            out["heads"][name] = {g: s[g] for g in ("all", "many", "medium", "few")}
+    if e.target_priors:
+        out["target_priors"] = {}
+        for name in e.target_priors:
+            direction, rho = parse_prior_name(name)
+            prior = longtail_prior(counts, rho, direction)
+            scores = method.predict(feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
+            s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
+            out["target_priors"][name] = {"all": accuracy_under_prior(s["per_class"], prior),
+                                          **{g: s[g] for g in ("many", "medium", "few")}}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The loop
+
+
+def progress_bar(total: int, initial: int, enabled: bool, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, disable=not (enabled and sys.stderr.isatty()),
+                leave=False, dynamic_ncols=True, unit="batch")
+
+
+def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict:
+    """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run."""
+    config, run_id, seed = spec["config"], spec["run_id"], spec["config"]["seed"]
+    ckpt_path, log_path = run_dir / store.CHECKPOINT, run_dir / store.LOG
+    train_cfg = from_dict(TrainConfig, config["train"], "train")
+    threads = set_threads(train_cfg)
+    device = pick_device()
+
+    torch.manual_seed(derive_seed(seed, "init"))
+    run = build_run(config)
+    run.model.to(device)
+    optimizer = make_optimizer(run)
+    dataset = MultiView(run.data.train, [transforms.build(v, run.data.image, run.data.pipelines)
+                                         for v in run.method.views()])
+    o = run.optim
+    iters_per_epoch = len(epoch_batches(len(dataset), o.batch_size, seed, 0))
+    base_lrs = [g["lr"] for g in optimizer.param_groups]
+
+    epoch, start_step, iteration = 0, 0, 0
+    state = load_checkpoint(ckpt_path, run_id, say)
+    if state is not None:
+        run.model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        run.method.load_extra_state(state.get("method_extra", {}))
+        epoch, start_step, iteration = state["epoch"], state["step"], state["iteration"]
+        say(f"resuming from checkpoint: epoch {epoch}, step {start_step}")
+        rows = store.read_jsonl(log_path)[: state.get("log_lines", 0)]
+        store.atomic_write_bytes(log_path, "".join(store.canonical_line(r) for r in rows).encode())
+    elif log_path.exists():
+        log_path.unlink()
+
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=train_cfg.precision == "bf16")
+    last_save = time.monotonic()
+    started = time.time()
+    while epoch < o.epochs:
+        run.model.train()
+        run.method.on_epoch_start(epoch)
+        batches = epoch_batches(len(dataset), o.batch_size, seed, epoch)
+        sums = {"loss": 0.0, "correct": 0, "seen": 0}
+        extra_sums: dict[str, float] = {}
+        t0 = time.perf_counter()
+        bar = progress_bar(len(batches), start_step, train_cfg.progress, f"epoch {epoch + 1}/{o.epochs}")
+        for step, views, labels in iterate_batches(dataset, batches, start_step, seed, epoch, train_cfg.num_workers):
+            for group, base in zip(optimizer.param_groups, base_lrs):
+                group["lr"] = base * lr_factor(o, iteration, iters_per_epoch)
+            views, labels = [v.to(device, non_blocking=True) for v in views], labels.to(device)
+            with autocast:
+                # One backbone pass over all views concatenated, so BatchNorm sees them together.
+                features = run.backbone(torch.cat(views)).float().split(len(labels))
+                out = run.method.loss(list(features), labels, epoch=epoch)
+            loss = out["loss"]
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}; "
+                                         f"try a lower optim.lr or train.precision=fp32")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            iteration += 1
+
+            n = len(labels)
+            sums["loss"] += loss.item() * n
+            sums["seen"] += n
+            if "logits" in out:
+                sums["correct"] += int((out["logits"].argmax(1) == labels).sum())
+            for key, value in out.items():
+                if key not in ("loss", "logits") and value.numel() == 1:
+                    extra_sums[key] = extra_sums.get(key, 0.0) + float(value) * n
+            rate = sums["seen"] / max(time.perf_counter() - t0, 1e-9)
+            bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
+                            acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}")
+            bar.update(1)
+            if train_cfg.checkpoint_minutes and time.monotonic() - last_save > 60 * train_cfg.checkpoint_minutes \
+                    and step + 1 < len(batches):
+                save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=step + 1,
+                                iteration=iteration, log_lines=len(store.read_jsonl(log_path)))
+                last_save = time.monotonic()
+        bar.close()
+
+        seconds = time.perf_counter() - t0
+        row = {"epoch": epoch + 1, "loss": sums["loss"] / max(sums["seen"], 1),
+               "train_acc": sums["correct"] / max(sums["seen"], 1), "lr": optimizer.param_groups[0]["lr"],
+               "seconds": seconds, "images_per_s": sums["seen"] / max(seconds, 1e-9)}
+        row.update({k: v / max(sums["seen"], 1) for k, v in extra_sums.items()})
+        if train_cfg.eval_every and (epoch + 1) % train_cfg.eval_every == 0 and epoch + 1 < o.epochs:
+            m = evaluate(run, device)
+            row["test"] = {g: m[g] for g in ("all", "many", "medium", "few")}
+        store.append_jsonl(log_path, row)
+        say(f"epoch {epoch + 1}/{o.epochs} loss {row['loss']:.4f} train_acc {row['train_acc']:.3f} "
+            f"lr {row['lr']:.4g} {row['images_per_s']:.0f} img/s"
+            + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
+        epoch, start_step = epoch + 1, 0
+        save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=0, iteration=iteration,
+                        log_lines=len(store.read_jsonl(log_path)))
+        last_save = time.monotonic()
+
+    metrics = evaluate(run, device)
+    return {
+        "metrics": metrics,
+        "method_extras": run.method.result_extras(),
+        "data": {
+            "num_classes": run.data.num_classes,
+            "class_counts_train": [int(c) for c in run.data.class_counts],
+            "class_counts_test": [int(c) for c in run.data.test_counts],
+            "subset_hash": run.data.subset_hash,
+            "class_names": run.data.class_names,
+            "info": run.data.info,
+        },
+        "train_seconds_this_session": time.time() - started,
+        "threads": threads,
+        "device": str(device),
+        "views": run.method.views(),
+    }

@@ -1,0 +1,125 @@
+"""The method interface: the long-tail-specific part of a run, and nothing else.
+
+The engine owns data, backbone, optimiser, schedule, checkpoints and evaluation. A method owns its
+head(s) (as submodules), its loss, the augmented views it needs per image, and a prediction that takes
+a target class prior. See docs/adding-a-method.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from ltbench.config import EmptyConfig, from_dict, to_dict
+from ltbench.registry import METHODS
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What a method may know about the run: training-set facts only, never the test set."""
+
+    num_classes: int
+    class_counts: torch.Tensor  # training images per class (int64)
+    feature_dim: int  # backbone feature size
+    epochs: int  # length of the schedule, for epoch-switched methods (DRW)
+
+    @property
+    def train_prior(self) -> torch.Tensor:
+        counts = self.class_counts.double()
+        return (counts / counts.sum()).float()
+
+
+class Method(nn.Module):
+    """Base class of every method. Subclasses set ``Config`` and implement ``loss`` and ``predict``."""
+
+    Config: ClassVar[type] = EmptyConfig
+    registered_name: ClassVar[str] = "?"
+
+    def __init__(self, cfg: Any, ctx: MethodContext):
+        super().__init__()
+        self.cfg = cfg
+        self.ctx = ctx
+        self.num_classes = ctx.num_classes
+        self.register_buffer("log_train_prior", torch.log(ctx.train_prior.clamp_min(1e-12)), persistent=False)
+
+    # -- training ------------------------------------------------------------------------------
+    def views(self) -> list[str]:
+        """Pipeline names (or dataset aliases) of the views the method wants per training image."""
+        return list(getattr(self.cfg, "views", None) or ["default"])
+
+    def loss(self, features: list[torch.Tensor], labels: torch.Tensor, *, epoch: int) -> dict[str, torch.Tensor]:
+        """Backbone features of each view -> {'loss': scalar, optional 'logits' (for train accuracy), scalars to log}."""
+        raise NotImplementedError
+
+    def on_epoch_start(self, epoch: int) -> None:
+        """Called before each training epoch (e.g. DRW switches its class weights here)."""
+
+    def param_groups(self) -> list[dict] | None:
+        """Optimizer parameter groups for the method's own parameters; None: one group, default settings."""
+        return None
+
+    # -- prediction ----------------------------------------------------------------------------
+    def predict(self, features: torch.Tensor, *, target_prior: torch.Tensor | None = None) -> torch.Tensor:
+        """Class scores for clean test features; ``target_prior`` (None: uniform) is the test class prior."""
+        raise NotImplementedError
+
+    def head_predictions(
+        self, features: torch.Tensor, *, target_prior: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Scores of individual heads, when the prediction combines several (reported separately)."""
+        return {}
+
+    def log_target_prior(self, target_prior: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        if target_prior is None:
+            return torch.full((self.num_classes,), -torch.log(torch.tensor(float(self.num_classes))).item(),
+                              device=like.device, dtype=like.dtype)
+        return torch.log(target_prior.to(like).clamp_min(1e-12))
+
+    # -- state ---------------------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        """Non-tensor state to checkpoint (tensors registered as buffers are saved already)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def result_extras(self) -> dict:
+        """JSON-able data to add to the run's result (e.g. per-class statistics)."""
+        return {}
+
+    # -- distributed ---------------------------------------------------------------------------
+    @staticmethod
+    def all_gather(t: torch.Tensor) -> torch.Tensor:
+        """Concatenate ``t`` from every process along dim 0 (identity when not distributed).
+
+        Methods with global state (class statistics) call this on what they accumulate, so that
+        every process keeps the same state.
+        """
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return t
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts, 0)
+
+
+def method_config(name: str, options: dict, where: str) -> Any:
+    cls = METHODS.get(name)
+    return from_dict(cls.Config, options, where)
+
+
+def create_method(spec: dict, ctx: MethodContext, where: str = "method") -> Method:
+    """Build a method from ``{'name': ..., **hyper-parameters}`` (also used to build auxiliary methods)."""
+    options = dict(spec)
+    name = options.pop("name")
+    cls = METHODS.get(name)
+    return cls(method_config(name, options, where), ctx)
+
+
+def resolved_method_spec(spec: dict, where: str = "method") -> dict:
+    options = dict(spec)
+    name = options.pop("name")
+    return {"name": name, **to_dict(method_config(name, options, where))}

@@ -1,0 +1,236 @@
+"""One registry type for methods, datasets and backbones, and the discovery that fills them.
+
+Names are found in three places, always in this order:
+1. the core's own modules (datasets and backbones shipped in ``ltbench``);
+2. Python entry points (groups ``ltbench.methods``, ``ltbench.datasets``, ``ltbench.backbones``);
+   the built-in ``methods/`` package is registered this way too, so it is loaded exactly like a
+   third-party plugin;
+3. plugin folders, from a recipe's ``plugins:`` list and the ``LTBENCH_PLUGIN_PATH`` environment
+   variable. A folder is imported as a real package (its parent goes on ``sys.path``), so its
+   modules have stable names that a fresh worker process can import again.
+
+A name registered twice by different objects is an error (not a warning): two plugins silently
+shadowing each other would make results depend on import order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import importlib.metadata
+import os
+import pkgutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ltbench.errors import LtbenchError
+
+PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
+CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.backbones")
+
+
+class RegistryError(LtbenchError):
+    pass
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    obj: Any
+    module: str
+    source: str  # human-readable: where discovery found it
+
+
+_current_source: str | None = None
+
+
+@contextlib.contextmanager
+def _source(label: str) -> Iterator[None]:
+    global _current_source
+    previous, _current_source = _current_source, label
+    try:
+        yield
+    finally:
+        _current_source = previous
+
+
+class Registry:
+    """A name -> object table filled by the ``@REGISTRY.register(name)`` decorator."""
+
+    def __init__(self, kind: str, group: str):
+        self.kind = kind  # "method", "dataset", "backbone"
+        self.group = group  # entry-point group
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        def decorator(obj: Any) -> Any:
+            module = getattr(obj, "__module__", "?")
+            source = _current_source or f"module {module}"
+            old = self._entries.get(name)
+            same = old is not None and old.module == module and (
+                getattr(old.obj, "__qualname__", None) == getattr(obj, "__qualname__", None)
+            )
+            if old is not None and not same:
+                raise RegistryError(
+                    f"{self.kind} name '{name}' is registered twice: by {old.module} ({old.source}) "
+                    f"and by {module} ({source}); rename one of them"
+                )
+            if hasattr(obj, "__dict__") and not isinstance(obj, type(sys)):
+                with contextlib.suppress(AttributeError, TypeError):
+                    obj.registered_name = name
+            self._entries[name] = Entry(name, obj, module, source)
+            return obj
+
+        return decorator
+
+    def get(self, name: str) -> Any:
+        discover()
+        if name not in self._entries:
+            raise RegistryError(self.unknown_message(name))
+        return self._entries[name].obj
+
+    def entry(self, name: str) -> Entry:
+        self.get(name)
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        discover()
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry]:
+        discover()
+        return [self._entries[n] for n in sorted(self._entries)]
+
+    def unknown_message(self, name: str) -> str:
+        known = sorted(self._entries)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        return (
+            f"unknown {self.kind} '{name}'.{hint} Known: {', '.join(known) or '(none)'}. "
+            f"Searched: {searched_locations()}"
+        )
+
+    def __contains__(self, name: str) -> bool:
+        discover()
+        return name in self._entries
+
+
+METHODS = Registry("method", "ltbench.methods")
+DATASETS = Registry("dataset", "ltbench.datasets")
+BACKBONES = Registry("backbone", "ltbench.backbones")
+REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES}
+
+# --------------------------------------------------------------------------------------------
+# Discovery
+
+_core_done = False
+_entry_points_done = False
+_plugin_paths: list[Path] = []
+_entry_point_labels: list[str] = []
+
+
+def _import_package_modules(module_name: str) -> None:
+    """Import a module and, if it is a package, every public submodule in it."""
+    module = importlib.import_module(module_name)
+    paths = getattr(module, "__path__", None)
+    if paths is None:
+        return
+    for info in sorted(pkgutil.iter_modules(paths), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{module_name}.{info.name}")
+
+
+def _plugin_error(what: str, exc: BaseException) -> RegistryError:
+    if isinstance(exc, RegistryError):
+        return exc
+    return RegistryError(f"could not load {what}: {type(exc).__name__}: {exc}")
+
+
+def _load_entry_points() -> None:
+    global _entry_points_done
+    if _entry_points_done:
+        return
+    _entry_points_done = True
+    for registry in REGISTRIES.values():
+        for ep in sorted(importlib.metadata.entry_points(group=registry.group), key=lambda e: e.name):
+            dist = getattr(ep, "dist", None)
+            dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
+            label = f"entry point '{ep.name}' ({registry.group}) of {dist_label}"
+            _entry_point_labels.append(label)
+            try:
+                with _source(label):
+                    _import_package_modules(ep.value.split(":")[0])
+            except Exception as exc:  # a broken plugin names itself
+                raise _plugin_error(label, exc) from exc
+
+
+def _env_plugin_paths() -> list[Path]:
+    raw = os.environ.get(PLUGIN_PATH_ENV, "")
+    return [Path(p) for p in raw.split(os.pathsep) if p.strip()]
+
+
+def add_plugin_paths(paths: list[str | Path]) -> None:
+    """Import plugin folders (each a package of plugin modules) that are not imported yet."""
+    discover()
+    for raw in paths:
+        _import_plugin_folder(Path(raw))
+
+
+def _import_plugin_folder(folder: Path) -> None:
+    folder = folder.expanduser().resolve()
+    if folder in _plugin_paths:
+        return
+    if not folder.is_dir():
+        raise RegistryError(f"plugin folder {folder} does not exist or is not a directory")
+    name = folder.name
+    if not name.isidentifier():
+        raise RegistryError(f"plugin folder {folder}: '{name}' is not a valid Python package name; rename it")
+    existing = sys.modules.get(name)
+    if existing is not None:
+        existing_paths = [Path(p).resolve() for p in getattr(existing, "__path__", [])]
+        if folder not in existing_paths:
+            where = existing_paths[0] if existing_paths else getattr(existing, "__file__", "?")
+            raise RegistryError(
+                f"plugin folder {folder}: a module named '{name}' is already imported from {where}; "
+                f"rename the folder"
+            )
+    _plugin_paths.append(folder)
+    parent = str(folder.parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    label = f"plugin folder {folder}"
+    try:
+        with _source(label):
+            _import_package_modules(name)
+    except Exception as exc:
+        raise _plugin_error(label, exc) from exc
+
+
+def discover() -> None:
+    """Fill the registries from core modules, entry points and LTBENCH_PLUGIN_PATH (idempotent)."""
+    global _core_done
+    if not _core_done:
+        _core_done = True
+        with _source("ltbench core"):
+            for module in CORE_MODULES:
+                importlib.import_module(module)
+    _load_entry_points()
+    for folder in _env_plugin_paths():
+        _import_plugin_folder(folder)
+
+
+def plugin_paths() -> list[str]:
+    """Plugin folders imported so far (absolute), to hand to a worker process."""
+    return [str(p) for p in _plugin_paths]
+
+
+def searched_locations() -> str:
+    eps = "; ".join(_entry_point_labels) or "none installed"
+    folders = ", ".join(str(p) for p in _plugin_paths) or "none"
+    return (
+        f"core modules ({', '.join(CORE_MODULES)}); entry points: {eps}; plugin folders: {folders} "
+        f"(add one with the recipe key 'plugins:' or ${PLUGIN_PATH_ENV})"
+    )
