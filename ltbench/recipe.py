@@ -120,7 +120,7 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
     grids = grid if isinstance(grid, list) else [grid]
     points = []
     for i, g in enumerate(grids):
-        gwhere = f"{where}.grid" + (f"[{i}]" if isinstance(grid, list) else "")
+        gwhere = _join(where, "grid") + (f"[{i}]" if isinstance(grid, list) else "")
         if not isinstance(g, dict):
             raise ConfigError(f"{gwhere}: expected a mapping of dotted keys to lists of values")
         for key, values in g.items():
@@ -132,18 +132,23 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
     return points
 
 
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
 def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> dict:
+    where = _join(where, section)
     if not isinstance(spec, dict) or "name" not in spec:
-        raise ConfigError(f"{where}.{section}: expected a mapping with a 'name' key (known: {', '.join(reg.names())})")
+        raise ConfigError(f"{where}: expected a mapping with a 'name' key (known: {', '.join(reg.names())})")
     options = dict(spec)
     name = options.pop("name")
     if not isinstance(name, str):
-        raise ConfigError(f"{where}.{section}.name: expected a string, got {name!r}")
+        raise ConfigError(f"{where}.name: expected a string, got {name!r}")
     try:
         cls = reg.get(name)
     except RegistryError as exc:
-        raise ConfigError(f"{where}.{section}.name: {exc}") from None
-    return {"name": name, **to_dict(from_dict(cls.Config, options, f"{where}.{section}"))}
+        raise ConfigError(f"{where}.name: {exc}") from None
+    return {"name": name, **to_dict(from_dict(cls.Config, options, where))}
 
 
 def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
@@ -151,19 +156,20 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     from ltbench.method import resolved_method_spec
 
     method = raw.get("method")
+    mwhere = _join(where, "method")
     if not isinstance(method, dict) or "name" not in method:
-        raise ConfigError(f"{where}.method: expected a mapping with a 'name' key")
+        raise ConfigError(f"{mwhere}: expected a mapping with a 'name' key")
     try:
-        method_resolved = resolved_method_spec(method, f"{where}.method")
+        method_resolved = resolved_method_spec(method, mwhere)
     except RegistryError as exc:
-        raise ConfigError(f"{where}.method.name: {exc}") from None
+        raise ConfigError(f"{mwhere}.name: {exc}") from None
     return {
         "data": _component("data", raw.get("data"), DATASETS, where),
         "backbone": _component("backbone", raw.get("backbone"), BACKBONES, where),
         "method": method_resolved,
-        "optim": to_dict(from_dict(OptimConfig, raw.get("optim"), f"{where}.optim")),
-        "train": to_dict(from_dict(TrainConfig, raw.get("train"), f"{where}.train")),
-        "eval": to_dict(from_dict(EvalConfig, raw.get("eval"), f"{where}.eval")),
+        "optim": to_dict(from_dict(OptimConfig, raw.get("optim"), _join(where, "optim"))),
+        "train": to_dict(from_dict(TrainConfig, raw.get("train"), _join(where, "train"))),
+        "eval": to_dict(from_dict(EvalConfig, raw.get("eval"), _join(where, "eval"))),
         "seed": seed,
     }
 
@@ -195,9 +201,9 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
     for text in overrides:
         key, value = parse_override(text)
         set_dotted(raw, key, value, f"{where}: override '{text}'")
-    top = from_dict(RecipeConfig, raw, "")
-    # Errors from here on carry the file name in front of the dotted field.
+    # Errors carry the file name in front of the dotted field.
     try:
+        top = from_dict(RecipeConfig, raw, "")
         return _expand(path, raw, top, results_dir)
     except ConfigError as exc:
         msg = str(exc)

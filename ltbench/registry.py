@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 from ltbench.errors import LtbenchError
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
-CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.backbones")
+CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones")
 
 
 class RegistryError(LtbenchError):

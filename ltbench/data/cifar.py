@@ -1,0 +1,279 @@
+"""CIFAR-10-LT and CIFAR-100-LT from the standard CIFAR python pickle batches (LDAM-DRW protocol).
+
+On-disk layout (torchvision's, i.e. the extracted "python version" archives from
+https://www.cs.toronto.edu/~kriz/cifar.html)::
+
+    <root>/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}
+    <root>/cifar-100-python/{train, test, meta}
+
+Each batch is a pickle of a dict with ``data`` (uint8, N x 3072, channel-planar RGB) and ``labels``
+(CIFAR-10) or ``fine_labels`` (CIFAR-100); the keys are byte strings in the original (Python 2)
+files. The training array is the batches concatenated in order, exactly as torchvision builds it,
+because the LDAM-DRW subset is defined on indices of that array.
+
+The long-tailed training subset is LDAM-DRW's (``imbalance_cifar.py``): ``img_max = len(train) / C``
+(5000 / 500 on the real files), ``n_i = int(img_max * (1/rho) ** (i / (C - 1)))`` ('exp') or img_max
+for the first C/2 classes and ``int(img_max / rho)`` for the rest ('step'), picked with the legacy
+global NumPy RNG seeded with ``data_seed`` (see ``profile.ldam_subset``). Because img_max is computed
+from the data, as LDAM-DRW does, a smaller balanced file set in the same format gives a proportionally
+smaller profile; the real files give the counts of LT_PROTOCOLS section 1. The test split is the full
+balanced CIFAR test set. Nothing is downloaded unless ``download: true``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData
+from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
+from ltbench.errors import DataMissingError, LtbenchError
+from ltbench.registry import DATASETS
+
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2023, 0.1994, 0.2010)
+PIPELINES = {"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"}
+ARCHIVES_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one CIFAR variant's files are and what their keys are called."""
+
+    name: str  # registered dataset name
+    title: str
+    num_classes: int
+    folder: str  # sub-folder of root created by extracting the archive
+    archive: str
+    train_files: tuple[str, ...]
+    test_file: str
+    meta_file: str
+    label_key: str
+    names_key: str
+    full_train: int = 50000
+    full_test: int = 10000
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (*self.train_files, self.test_file, self.meta_file)
+
+
+CIFAR10 = Layout(
+    name="cifar10_lt", title="CIFAR-10", num_classes=10, folder="cifar-10-batches-py",
+    archive="cifar-10-python.tar.gz", train_files=tuple(f"data_batch_{i}" for i in range(1, 6)),
+    test_file="test_batch", meta_file="batches.meta", label_key="labels", names_key="label_names",
+)
+CIFAR100 = Layout(
+    name="cifar100_lt", title="CIFAR-100", num_classes=100, folder="cifar-100-python",
+    archive="cifar-100-python.tar.gz", train_files=("train",), test_file="test", meta_file="meta",
+    label_key="fine_labels", names_key="fine_label_names",
+)
+
+
+@dataclass
+class CIFARLTConfig:
+    imb_factor: float = 100.0  # rho = n_max / n_min (LDAM-DRW passes 1/rho: 0.01 here is 100)
+    imb_type: Literal["exp", "step"] = "exp"
+    data_seed: int = 0  # seed of the legacy global NumPy RNG that picks the subset (LDAM-DRW rand_number: 0)
+    root: str | None = None  # folder holding cifar-10-batches-py/ or cifar-100-python/; default: search
+    download: bool = False  # fetch the archive with torchvision when missing (needs internet); never by default
+
+    def validate(self) -> None:
+        if self.imb_factor < 1:
+            raise ValueError(f"imb_factor must be >= 1 (rho = n_max / n_min), got {self.imb_factor}")
+
+
+def candidate_roots(root: str | None) -> list[Path]:
+    """``root`` if given, else $LTBENCH_DATA/cifar and ./data/cifar."""
+    if root:
+        return [Path(root).expanduser()]
+    out = []
+    if os.environ.get("LTBENCH_DATA"):
+        out.append(Path(os.environ["LTBENCH_DATA"]) / "cifar")
+    out.append(Path("data/cifar"))
+    return out
+
+
+def _folder_with_files(layout: Layout, root: Path) -> Path | None:
+    # <root>/<folder>/... (torchvision layout), or root pointing at the extracted folder itself
+    for folder in (root / layout.folder, root):
+        if all((folder / f).is_file() for f in layout.files):
+            return folder
+    return None
+
+
+def missing_message(layout: Layout, roots: list[Path]) -> str:
+    searched = ", ".join(str(r / layout.folder) for r in roots)
+    return (
+        f"{layout.title} not found (searched {searched}); expected {layout.folder}/{{{','.join(layout.files)}}} "
+        f"under data.root. Get them with data.download=true (needs internet; torchvision fetches {layout.archive}), "
+        f"or download {layout.archive} (python version) from {ARCHIVES_URL} and extract it under data.root "
+        f"(or $LTBENCH_DATA/cifar)"
+    )
+
+
+def locate(layout: Layout, root: str | None, download: bool = False) -> Path:
+    roots = candidate_roots(root)
+    for r in roots:
+        found = _folder_with_files(layout, r)
+        if found is not None:
+            return found
+    if download:
+        target = roots[0]
+        fetch(layout, target)
+        found = _folder_with_files(layout, target)
+        if found is not None:
+            return found
+    raise DataMissingError(missing_message(layout, roots))
+
+
+def fetch(layout: Layout, root: Path) -> None:
+    """Download and extract the archive with torchvision (only called when data.download is true)."""
+    from torchvision.datasets import CIFAR10 as TV10, CIFAR100 as TV100
+
+    cls = TV10 if layout.num_classes == 10 else TV100
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        for train in (True, False):
+            cls(str(root), train=train, download=True)
+    except Exception as exc:  # no network, bad checksum, ...
+        raise DataMissingError(
+            f"could not download {layout.archive} into {root} ({type(exc).__name__}: {exc}); "
+            f"download it from {ARCHIVES_URL} and extract it there"
+        ) from exc
+
+
+def _text(x: Any) -> Any:
+    return x.decode("latin1") if isinstance(x, bytes) else x
+
+
+def read_batch(path: Path) -> dict[str, Any]:
+    """One pickled batch as a dict with str keys (the original files have byte-string keys)."""
+    try:
+        with open(path, "rb") as f:
+            raw = pickle.load(f, encoding="latin1")
+    except Exception as exc:
+        raise LtbenchError(f"{path}: not a readable CIFAR pickle batch ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(raw, dict):
+        raise LtbenchError(f"{path}: not a CIFAR batch (expected a pickled dict, got {type(raw).__name__})")
+    return {_text(k): v for k, v in raw.items()}
+
+
+def read_split(layout: Layout, paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of the batches, concatenated in order."""
+    xs, ys = [], []
+    for path in paths:
+        batch = read_batch(path)
+        if "data" not in batch or layout.label_key not in batch:
+            raise LtbenchError(f"{path}: missing key 'data' or '{layout.label_key}' (keys: {sorted(batch)})")
+        x = np.asarray(batch["data"])
+        y = np.asarray(batch[layout.label_key], dtype=np.int64)
+        if x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != 3072 or len(x) != len(y):
+            raise LtbenchError(f"{path}: expected data uint8 (N, 3072) and N labels, got data {x.dtype} "
+                               f"{x.shape} and {len(y)} labels")
+        if len(y) and (y.min() < 0 or y.max() >= layout.num_classes):
+            raise LtbenchError(f"{path}: labels must be in 0..{layout.num_classes - 1}, found {y.min()}..{y.max()}")
+        xs.append(x)
+        ys.append(y)
+    return np.concatenate(xs).reshape(-1, 3, 32, 32), np.concatenate(ys)
+
+
+def class_names(layout: Layout, folder: Path) -> list[str]:
+    meta = read_batch(folder / layout.meta_file)
+    names = [_text(n) for n in meta.get(layout.names_key, [])]
+    if len(names) != layout.num_classes:
+        raise LtbenchError(f"{folder / layout.meta_file}: expected {layout.num_classes} names under "
+                           f"'{layout.names_key}', found {len(names)}")
+    return names
+
+
+def lt_counts(num_classes: int, img_max: float, imb_factor: float, imb_type: str = "exp") -> list[int]:
+    """LDAM-DRW ``get_img_num_per_cls`` with rho = imb_factor (n_max / n_min)."""
+    if imb_type == "exp":
+        return exponential_counts(img_max, num_classes, imb_factor)  # type: ignore[arg-type]
+    if imb_type == "step":
+        half = num_classes // 2
+        return [int(img_max)] * half + [int(img_max * (1.0 / imb_factor))] * half
+    raise ValueError(f"imb_type must be 'exp' or 'step', got {imb_type!r}")
+
+
+def ldam_img_max(train_labels: np.ndarray, num_classes: int) -> float:
+    """LDAM-DRW: ``img_max = len(data) / cls_num`` (5000.0 / 500.0 for the real CIFAR train sets)."""
+    return len(train_labels) / num_classes
+
+
+class CIFARLT(DatasetBuilder):
+    Config = CIFARLTConfig
+    layout: Layout = CIFAR10
+
+    def check(self) -> None:
+        locate(self.layout, self.cfg.root, self.cfg.download)
+
+    def load(self) -> LTData:
+        cfg, lay = self.cfg, self.layout
+        folder = locate(lay, cfg.root, cfg.download)
+        train_x, train_y = read_split(lay, [folder / f for f in lay.train_files])
+        test_x, test_y = read_split(lay, [folder / lay.test_file])
+        img_max = ldam_img_max(train_y, lay.num_classes)
+        counts = lt_counts(lay.num_classes, img_max, cfg.imb_factor, cfg.imb_type)
+        try:
+            idx = ldam_subset(train_y, counts, cfg.data_seed)
+        except ValueError as exc:
+            raise LtbenchError(f"{folder}: {exc}") from exc
+        standard = len(train_y) == lay.full_train and len(test_y) == lay.full_test and bool(
+            (np.bincount(train_y, minlength=lay.num_classes) == lay.full_train // lay.num_classes).all())
+        sub_y = train_y[idx]
+        return LTData(
+            name=lay.name,
+            num_classes=lay.num_classes,
+            image=ImageSpec(size=32, channels=3, mean=MEAN, std=STD, kind="small"),
+            train=ArrayImages(torch.from_numpy(train_x[idx]), sub_y),
+            train_labels=sub_y,
+            test=ArrayImages(torch.from_numpy(test_x), test_y),
+            test_labels=test_y,
+            subset_hash=subset_hash(idx),
+            pipelines=dict(PIPELINES),
+            class_names=class_names(lay, folder),
+            info={
+                "folder": str(folder),
+                "files": list(lay.files),
+                "img_max": img_max,
+                "counts_profile": counts,
+                "full_train_size": int(len(train_y)),
+                "standard_files": standard,  # False: a reduced file set (e.g. tests), not the benchmark
+                "train_labels_sha1": hashlib.sha1(train_y.astype(np.int64).tobytes()).hexdigest(),
+            },
+        )
+
+
+@DATASETS.register("cifar10_lt")
+class CIFAR10LT(CIFARLT):
+    """CIFAR-10-LT (LDAM-DRW subset of the CIFAR-10 python batches; balanced 10k test set)."""
+
+    layout = CIFAR10
+
+
+@DATASETS.register("cifar100_lt")
+class CIFAR100LT(CIFARLT):
+    """CIFAR-100-LT (LDAM-DRW subset of the CIFAR-100 python batches; balanced 10k test set)."""
+
+    layout = CIFAR100
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Download CIFAR-10/100 (python version) with torchvision")
+    parser.add_argument("--download", metavar="FOLDER", required=True)
+    parser.add_argument("--which", choices=["10", "100", "both"], default="both")
+    args = parser.parse_args()
+    for lay in {"10": [CIFAR10], "100": [CIFAR100], "both": [CIFAR10, CIFAR100]}[args.which]:
+        fetch(lay, Path(args.download))
+        print(f"{lay.title} is in {Path(args.download) / lay.folder}; ltbench finds it with data.root={args.download}")

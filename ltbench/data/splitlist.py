@@ -1,0 +1,330 @@
+"""ImageNet-LT, Places-LT and iNaturalist 2018 from the published split lists and an image folder.
+
+A split list has one sample per line, ``<relative image path> <integer label>``, the path relative to
+the image root (``train/n01440764/n01440764_762.JPEG 0``). The lists are the standard published
+ones (OLTR / classifier-balancing; LT_PROTOCOLS section 2), found by their standard file names:
+
+    ImageNet_LT_{train,val,test}.txt, Places_LT_{train,val,test}.txt,
+    iNaturalist18_{train,val}.txt (the iNat val list is the test set)
+
+in ``split_dir`` if given, else in ``root`` and then in ``$LTBENCH_SPLITS`` (each folder directly or
+in a sub-folder named ImageNet_LT / Places_LT / iNaturalist18, as the reference repositories keep
+them). ``test_split`` selects the test list: 'test' (default), 'val', or any other list name such
+as 'forward50' -> ImageNet_LT_forward50.txt for the shifted-test protocol (LT_PROTOCOLS section 6).
+
+Class counts and shot groups come from the lists alone; images are opened lazily, one file at a time,
+as uint8 CHW RGB tensors. ``check()`` (run before training starts) verifies the lists in full and
+that the first few images of each list exist; ``load()`` needs only the lists, so ``ltbench data``
+works without the images.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from ltbench.data.base import DatasetBuilder, ImageSpec, LTData
+from ltbench.errors import DataMissingError, LtbenchError
+from ltbench.registry import DATASETS
+
+SPLITS_ENV = "LTBENCH_SPLITS"
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+INAT_MEAN, INAT_STD = (0.466, 0.471, 0.380), (0.195, 0.194, 0.192)
+PIPELINES = {"default": "imagenet_train", "strong": "randaugment", "sim": "simaug", "eval": "eval"}
+OLTR = "https://github.com/zhmiao/OpenLongTailRecognition-OLTR (Google-Drive folder linked in its README)"
+CLS_BAL = "https://github.com/facebookresearch/classifier-balancing"
+IMAGES_CHECKED = 3  # images per list whose existence check() verifies
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    title: str
+    prefix: str  # list file names: <prefix><split>.txt
+    subfolder: str  # where the reference repositories keep the lists (data/<subfolder>/)
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    test_list: str  # the list used as the test set when test_split == 'test'
+    published: str  # where the lists are published
+    images: str  # what the image root must contain
+    # line counts of the published lists ([V] or [R] in LT_PROTOCOLS section 2/6), recorded and checked
+    known_lines: dict[str, int]
+
+    def list_name(self, split: str) -> str:
+        if split == "test":
+            split = self.test_list
+        return f"{self.prefix}{split}.txt"
+
+
+IMAGENET_LT = Benchmark(
+    name="imagenet_lt", title="ImageNet-LT", prefix="ImageNet_LT_", subfolder="ImageNet_LT", num_classes=1000,
+    mean=IMAGENET_MEAN, std=IMAGENET_STD, test_list="test",
+    published=f"OLTR ({OLTR}) and classifier-balancing ({CLS_BAL}, data/ImageNet_LT/)",
+    images="the ILSVRC-2012 images as train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (val sorted into wnid folders)",
+    known_lines={"train": 115846, "val": 20000, "test": 50000, "forward50": 12058, "backward50": 12058,
+                 "forward2": 35574},
+)
+PLACES_LT = Benchmark(
+    name="places_lt", title="Places-LT", prefix="Places_LT_", subfolder="Places_LT", num_classes=365,
+    mean=IMAGENET_MEAN, std=IMAGENET_STD, test_list="test",
+    published=f"OLTR ({OLTR}) and classifier-balancing ({CLS_BAL}, data/Places_LT/)",
+    images="the Places365-Standard images as the list paths say (train/<scene>/..., val/...)",
+    known_lines={"train": 62500, "test": 36500},
+)
+INAT2018 = Benchmark(
+    name="inat2018", title="iNaturalist 2018", prefix="iNaturalist18_", subfolder="iNaturalist18", num_classes=8142,
+    mean=INAT_MEAN, std=INAT_STD, test_list="val",
+    published=f"classifier-balancing ({CLS_BAL}, data/iNaturalist18/, made by gen_lists.py from train2018.json/"
+              f"val2018.json)",
+    images="the extracted iNaturalist 2018 train_val2018/ folder",
+    known_lines={"train": 437513, "val": 24426, "forward3": 11147, "backward3": 11137},
+)
+BENCHMARKS = {b.name: b for b in (IMAGENET_LT, PLACES_LT, INAT2018)}
+
+
+@dataclass
+class SplitListConfig:
+    root: str | None = None  # image root the list paths are relative to (required for training)
+    split_dir: str | None = None  # folder with the split lists; default: root, then $LTBENCH_SPLITS
+    test_split: str = "test"  # 'test', 'val', or a shifted list such as 'forward50' / 'backward50'
+    check_images: bool = True  # check() verifies that the first few images of each list exist
+    # default: the benchmark's (1000 / 365 / 8142), and the train list must span exactly that many labels;
+    # set it only for a reduced or custom list (labels must then be < num_classes)
+    num_classes: int | None = None
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", self.test_split):
+            raise ValueError(f"test_split must be a list name such as test, val or forward50, got {self.test_split!r}")
+        if self.test_split == "train":
+            raise ValueError("test_split must not be the training list")
+        if self.num_classes is not None and self.num_classes < 1:
+            raise ValueError("num_classes must be positive")
+
+
+# --------------------------------------------------------------------------------------------
+# Split lists
+
+
+@dataclass
+class SplitList:
+    path: Path  # the list file
+    paths: list[str]  # relative image paths
+    labels: np.ndarray  # int64
+    lines: np.ndarray  # 1-based line number of each sample, for messages
+    sha1: str  # of the file's bytes
+
+
+def read_split_list(path: Path) -> SplitList:
+    """Parse a ``<relative path> <int label>`` list; a malformed line is an error naming file and line."""
+    data = Path(path).read_bytes()
+    paths: list[str] = []
+    labels: list[int] = []
+    lines: list[int] = []
+    for n, raw in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2 or not re.fullmatch(r"-?\d+", parts[1]):
+            raise LtbenchError(f"{path}:{n}: malformed line {raw[:80]!r}; "
+                               f"expected '<relative image path> <integer label>'")
+        paths.append(parts[0])
+        labels.append(int(parts[1]))
+        lines.append(n)
+    if not paths:
+        raise LtbenchError(f"{path}: the split list is empty")
+    return SplitList(Path(path), paths, np.asarray(labels, dtype=np.int64), np.asarray(lines, dtype=np.int64),
+                     hashlib.sha1(data).hexdigest())
+
+
+def check_labels(lst: SplitList, num_classes: int) -> None:
+    bad = np.flatnonzero((lst.labels < 0) | (lst.labels >= num_classes))
+    if len(bad):
+        i = int(bad[0])
+        raise LtbenchError(f"{lst.path}:{lst.lines[i]}: label {lst.labels[i]} out of range 0..{num_classes - 1} "
+                           f"({len(bad)} such line(s))")
+
+
+def split_dirs(cfg: SplitListConfig) -> list[Path]:
+    """Folders searched for the lists, in order."""
+    if cfg.split_dir:
+        bases = [Path(cfg.split_dir).expanduser()]
+    else:
+        bases = [Path(cfg.root).expanduser()] if cfg.root else []
+        if os.environ.get(SPLITS_ENV):
+            bases += [Path(p).expanduser() for p in os.environ[SPLITS_ENV].split(os.pathsep) if p.strip()]
+    return bases
+
+
+def find_list(bench: Benchmark, cfg: SplitListConfig, split: str) -> Path:
+    name = bench.list_name(split)
+    bases = split_dirs(cfg)
+    for base in bases:
+        for folder in (base, base / bench.subfolder):
+            if (folder / name).is_file():
+                return folder / name
+    where = ", ".join(str(b) for b in bases) or "nowhere: data.root, data.split_dir and $LTBENCH_SPLITS are all unset"
+    raise DataMissingError(
+        f"{bench.title} split list {name} not found (searched {where}); the lists are published by "
+        f"{bench.published}; put them in data.split_dir, data.root or ${SPLITS_ENV}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Images
+
+
+class FileImages(Dataset):
+    """Images read lazily from files: item = (uint8 CHW RGB tensor, label)."""
+
+    def __init__(self, root: str | Path | None, paths: list[str], labels: np.ndarray, source: str = "",
+                 lines: np.ndarray | None = None):
+        self.root = Path(root) if root is not None else None
+        self.paths = list(paths)
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.source = source  # the list file, for messages
+        self.lines = lines
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def file(self, i: int) -> Path:
+        if self.root is None:
+            raise DataMissingError(
+                f"data.root is not set: images of {self.source or 'the split list'} cannot be opened")
+        return self.root / self.paths[i]
+
+    def where(self, i: int) -> str:
+        if not self.source:
+            return ""
+        line = f":{self.lines[i]}" if self.lines is not None else ""
+        return f" (listed at {self.source}{line})"
+
+    def __getitem__(self, i: int):
+        from torchvision.io import ImageReadMode, decode_image
+
+        path = self.file(i)
+        if not path.is_file():
+            raise DataMissingError(f"image {path} not found{self.where(i)}")
+        try:
+            image = decode_image(str(path), mode=ImageReadMode.RGB)
+        except Exception as exc:
+            raise LtbenchError(f"image {path} cannot be decoded ({type(exc).__name__}: {exc}){self.where(i)}") from exc
+        return image, int(self.labels[i])
+
+
+# --------------------------------------------------------------------------------------------
+# The dataset plugin
+
+
+class SplitListDataset(DatasetBuilder):
+    Config = SplitListConfig
+    bench: Benchmark = IMAGENET_LT
+
+    def lists(self) -> tuple[SplitList, SplitList, int]:
+        """(train list, test list, num_classes), validated."""
+        cfg, bench = self.cfg, self.bench
+        train = read_split_list(find_list(bench, cfg, "train"))
+        test = read_split_list(find_list(bench, cfg, cfg.test_split))
+        k = int(train.labels.max()) + 1
+        if cfg.num_classes is None:
+            check_labels(train, bench.num_classes)
+            if k != bench.num_classes:
+                raise LtbenchError(
+                    f"{train.path}: labels span 0..{k - 1} ({k} classes) but {bench.title} has {bench.num_classes}; "
+                    f"use the published list, or set data.num_classes for a reduced one"
+                )
+        else:
+            k = cfg.num_classes
+            check_labels(train, k)
+        check_labels(test, k)
+        return train, test, k
+
+    def root(self) -> Path:
+        cfg, bench = self.cfg, self.bench
+        if not cfg.root:
+            raise DataMissingError(
+                f"{bench.title}: data.root (the image folder) is not set; it must hold {bench.images}")
+        root = Path(cfg.root).expanduser()
+        if not root.is_dir():
+            raise DataMissingError(f"{bench.title}: image root {root} does not exist; it must hold {bench.images}")
+        return root
+
+    def check(self) -> None:
+        train, test, _ = self.lists()
+        root = self.root()
+        if not self.cfg.check_images:
+            return
+        for lst in (train, test):
+            for i in range(min(IMAGES_CHECKED, len(lst.paths))):
+                if not (root / lst.paths[i]).is_file():
+                    raise DataMissingError(
+                        f"image {root / lst.paths[i]} not found (listed at {lst.path}:{lst.lines[i]}); "
+                        f"{self.bench.title} needs {self.bench.images} under data.root"
+                    )
+
+    def load(self) -> LTData:
+        cfg, bench = self.cfg, self.bench
+        train, test, k = self.lists()
+        root = Path(cfg.root).expanduser() if cfg.root else None
+        info_lists = {}
+        for split, lst in (("train", train), (cfg.test_split, test)):
+            known = bench.known_lines.get(bench.test_list if split == "test" else split)
+            info_lists[split] = {"file": str(lst.path), "lines": len(lst.paths), "sha1": lst.sha1,
+                                 "published_lines": known}
+            if cfg.num_classes is None and known is not None and known != len(lst.paths):
+                warnings.warn(f"{lst.path}: {len(lst.paths)} samples, the published list has {known}", stacklevel=2)
+        return LTData(
+            name=bench.name,
+            num_classes=k,
+            image=ImageSpec(size=224, channels=3, mean=bench.mean, std=bench.std, kind="large"),
+            train=FileImages(root, train.paths, train.labels, str(train.path), train.lines),
+            train_labels=train.labels,
+            test=FileImages(root, test.paths, test.labels, str(test.path), test.lines),
+            test_labels=test.labels,
+            subset_hash=train.sha1,  # the training split is the list itself
+            pipelines=dict(PIPELINES),
+            class_names=None,
+            info={"root": str(root) if root else None, "test_split": cfg.test_split, "lists": info_lists},
+        )
+
+
+@DATASETS.register("imagenet_lt")
+class ImageNetLT(SplitListDataset):
+    """ImageNet-LT (OLTR split lists, 1000 classes; test = the 50k ILSVRC-2012 val images)."""
+
+    bench = IMAGENET_LT
+
+
+@DATASETS.register("places_lt")
+class PlacesLT(SplitListDataset):
+    """Places-LT (OLTR split lists, 365 classes; test 100 per class)."""
+
+    bench = PLACES_LT
+
+
+@DATASETS.register("inat2018")
+class INat2018(SplitListDataset):
+    """iNaturalist 2018 (classifier-balancing lists, 8142 classes; the val list is the test set)."""
+
+    bench = INAT2018
+
+
+def list_counts(name: str, split_dir: str, split: str = "train", num_classes: int | None = None) -> np.ndarray:
+    """Per-class counts of one published list, without any image (e.g. list_counts('places_lt', dir))."""
+    bench = BENCHMARKS[name]
+    lst = read_split_list(find_list(bench, SplitListConfig(split_dir=split_dir), split))
+    k = num_classes or bench.num_classes
+    check_labels(lst, k)
+    return np.bincount(lst.labels, minlength=k)
+
+
+__all__ = ["BENCHMARKS", "FileImages", "SplitListConfig", "list_counts", "read_split_list"]

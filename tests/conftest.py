@@ -1,0 +1,58 @@
+"""Shared fixtures: a tiny synthetic recipe and a CLI runner in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "data": {"name": "synthetic_lt", "num_classes": 4, "max_per_class": 24, "imb_factor": 6, "test_per_class": 8,
+             "image_size": 12},
+    "backbone": {"name": "resnet8"},
+    "method": {"name": "ce"},
+    "optim": {"lr": 0.05, "batch_size": 16, "epochs": 2, "warmup_epochs": 0, "weight_decay": 5.0e-4},
+    "train": {"progress": False},
+    "seeds": [0],
+}
+
+
+def deep_update(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and v.get("name", out[k].get("name")) != out[k].get("name"):
+            out[k] = v  # another plugin: its options replace the old ones
+            continue
+        out[k] = deep_update(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+@pytest.fixture
+def write_recipe(tmp_path):
+    """write_recipe(name, **sections) -> path of a tiny synthetic recipe in tmp_path."""
+
+    def make(name: str = "tiny", extra: dict | None = None) -> Path:
+        recipe = deep_update(TINY, {"results_dir": str(tmp_path / "results"), **(extra or {})})
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(recipe))
+        return path
+
+    return make
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 300):
+    """Run ``python -m ltbench ARGS`` in a fresh process, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ltbench", *map(str, args)], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or ROOT, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

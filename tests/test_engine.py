@@ -1,0 +1,186 @@
+"""The training loop: schedule, determinism, resume after a kill, bad checkpoints, NaN, skipping."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ltbench import store
+from ltbench.config import OptimConfig
+from ltbench.engine import epoch_batches, lr_factor
+from tests.conftest import ROOT
+
+
+def test_lr_schedule_warmup_then_cosine_and_step():
+    o = OptimConfig(lr=1.0, epochs=10, warmup_epochs=2, schedule="cosine")
+    f = [lr_factor(o, i, 10) for i in range(100)]
+    assert f[0] == pytest.approx(0.05) and f[19] == pytest.approx(1.0)
+    assert f[20] == pytest.approx(1.0) and f[-1] < 0.01
+    assert all(a >= b for a, b in zip(f[20:], f[21:]))
+    s = OptimConfig(lr=1.0, epochs=200, warmup_epochs=5, schedule="step", milestones=[160, 180], gamma=0.01)
+    assert lr_factor(s, 159 * 10, 10) == 1.0
+    assert lr_factor(s, 160 * 10, 10) == pytest.approx(0.01)
+    assert lr_factor(s, 180 * 10, 10) == pytest.approx(1e-4)
+
+
+def test_epoch_order_depends_on_seed_and_epoch_only():
+    a = epoch_batches(50, 16, seed=0, epoch=3)
+    assert [b.tolist() for b in a] == [b.tolist() for b in epoch_batches(50, 16, seed=0, epoch=3)]
+    assert a[0].tolist() != epoch_batches(50, 16, seed=0, epoch=4)[0].tolist()
+    assert sorted(x for b in a for x in b) == list(range(50))
+    assert [len(b) for b in epoch_batches(33, 16, 0, 0)] == [16, 16]  # a last batch of one is dropped
+
+
+def _only_result(results: Path) -> dict:
+    files = list(results.rglob(store.RESULT))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+LONGER = {"data": {"max_per_class": 120}, "optim": {"epochs": 4, "batch_size": 8}}
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, write_recipe, cli):
+    recipe = write_recipe(extra=LONGER)
+    reference = cli("run", recipe, "--results", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    expected = _only_result(tmp_path / "reference")
+
+    results = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "ltbench", "run", str(recipe), "--results", str(results)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 240
+    logs = []
+    while time.time() < deadline and proc.poll() is None:
+        logs = list(results.rglob(store.LOG))
+        if logs and len(store.read_jsonl(logs[0])) >= 2:
+            time.sleep(0.3)  # land inside epoch 3
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run_dir = logs[0].parent
+    assert not (run_dir / store.RESULT).exists()
+    assert (run_dir / store.CHECKPOINT).exists()
+
+    status = cli("status", results / "tiny")
+    assert "running" in status.stdout
+
+    resumed = cli("run", recipe, "--results", results)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from checkpoint: epoch" in resumed.stdout
+    got = _only_result(results)
+    assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]
+    assert got["metrics"]["all"] == expected["metrics"]["all"]
+    log = store.read_jsonl(run_dir / store.LOG)
+    assert [row["epoch"] for row in log] == [1, 2, 3, 4]
+    ref_log = store.read_jsonl(next((tmp_path / "reference").rglob(store.LOG)))
+    assert [r["loss"] for r in log] == [r["loss"] for r in ref_log]
+
+
+def test_corrupt_checkpoint_starts_the_run_over(tmp_path, write_recipe, cli):
+    recipe = write_recipe()
+    from ltbench.recipe import load_recipe
+
+    spec = load_recipe(recipe).runs[0]
+    run_dir = Path(spec["run_dir"])
+    run_dir.mkdir(parents=True)
+    (run_dir / store.CHECKPOINT).write_bytes(b"PK\x03\x04 truncated zip")
+    out = cli("run", recipe)
+    assert out.returncode == 0, out.stderr
+    assert "is unusable" in out.stdout and "starting this run over" in out.stdout
+    assert _only_result(tmp_path / "results")["status"] == "done"
+
+
+NAN_PLUGIN = '''
+from dataclasses import dataclass
+import torch
+import torch.nn as nn
+from ltbench.method import Method
+from ltbench.registry import METHODS
+
+@METHODS.register("nan_loss")
+class NanLoss(Method):
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
+
+    def loss(self, features, labels, *, epoch):
+        return {"loss": self.head(features[0]).sum() * float("nan")}
+
+    def predict(self, features, *, target_prior=None):
+        return self.head(features)
+'''
+
+
+def test_nan_loss_fails_that_run_and_the_grid_goes_on(tmp_path, write_recipe, cli):
+    (tmp_path / "nan_plugins").mkdir()
+    (tmp_path / "nan_plugins" / "nan_method.py").write_text(NAN_PLUGIN)
+    recipe = write_recipe(extra={"plugins": ["./nan_plugins"], "grid": {"method": [{"name": "nan_loss"}, {"name": "ce"}]}})
+    out = cli("run", recipe)
+    assert out.returncode == 1
+    results = sorted((json.loads(p.read_text()) for p in (tmp_path / "results").rglob(store.RESULT)),
+                     key=lambda r: r["config"]["method"]["name"])
+    assert [r["status"] for r in results] == ["done", "failed"]
+    assert "non-finite loss" in results[1]["error"] and results[1]["error_type"] == "NonFiniteLossError"
+    status = cli("status", tmp_path / "results" / "tiny")
+    assert "failed" in status.stdout and "non-finite loss" in status.stdout
+    # Relaunching skips both: the finished one and the failed one (unless asked).
+    again = cli("run", recipe)
+    assert "0 to run, 2 already finished" in again.stdout
+
+
+def test_finished_runs_are_skipped(tmp_path, write_recipe, cli):
+    recipe = write_recipe()
+    first = cli("run", recipe)
+    assert first.returncode == 0, first.stderr
+    assert "| ce " in first.stdout and "Many" in first.stdout
+    mtime = next((tmp_path / "results").rglob(store.RESULT)).stat().st_mtime
+    second = cli("run", recipe)
+    assert "0 to run, 1 already finished" in second.stdout
+    assert next((tmp_path / "results").rglob(store.RESULT)).stat().st_mtime == mtime
+
+
+def test_result_is_self_describing(tmp_path, write_recipe):
+    from ltbench.launch import run_local
+    from ltbench.recipe import load_recipe
+
+    spec = load_recipe(write_recipe()).runs[0]
+    run_local([spec])
+    r = _only_result(tmp_path / "results")
+    assert r["status"] == "done" and r["run_id"] == spec["run_id"]
+    for key in ("ltbench_version", "git_commit", "git_dirty", "python", "torch", "torchvision", "hostname"):
+        assert key in r["provenance"]
+    assert r["data"]["class_counts_train"] == [24, 13, 7, 4]
+    assert len(r["data"]["subset_hash"]) == 40
+    assert len(r["metrics"]["per_class"]) == 4
+    assert r["wall_seconds"] > 0 and r["seed"] == 0
+    run_dir = Path(spec["run_dir"])
+    for name in (store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT):
+        assert (run_dir / name).exists(), name
+    assert not list(run_dir.glob(".*tmp*"))
+
+
+def test_unwritable_results_directory_is_one_clear_line(tmp_path, write_recipe, cli):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the results directory should be")
+    out = cli("run", write_recipe(), "--results", blocker / "sub")
+    assert out.returncode == 2
+    assert "not writable" in out.stderr and "--results" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_missing_dataset_says_which_files_and_how(tmp_path, write_recipe, cli):
+    recipe = write_recipe(extra={"data": {"name": "fashion_mnist_lt", "root": str(tmp_path / "nowhere")}})
+    out = cli("run", recipe)
+    assert out.returncode == 2
+    assert "train-images-idx3-ubyte" in out.stderr and "apt-get install dataset-fashion-mnist" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "results").rglob(store.RESULT))

@@ -1,0 +1,109 @@
+import pytest
+import yaml
+
+from ltbench.errors import ConfigError
+from ltbench.recipe import load_recipe, run_id_of
+
+
+def test_grid_and_seeds_expand_into_runs(write_recipe):
+    path = write_recipe(extra={"seeds": [0, 1], "grid": {"optim.lr": [0.1, 0.05], "data.imb_factor": [5, 10, 20]}})
+    recipe = load_recipe(path)
+    assert len(recipe.runs) == 12
+    assert len({r["run_id"] for r in recipe.runs}) == 12
+    lrs = sorted({r["config"]["optim"]["lr"] for r in recipe.runs})
+    assert lrs == [0.05, 0.1]
+
+
+def test_list_of_grids_is_a_union_and_method_values_replace_the_subtree(write_recipe):
+    path = write_recipe(extra={"grid": [{"method": [{"name": "ce"}]}, {"optim.lr": [0.2, 0.3]}]})
+    recipe = load_recipe(path)
+    assert len(recipe.runs) == 3
+
+
+def test_run_id_is_stable_and_ignores_paths(write_recipe, tmp_path):
+    a = load_recipe(write_recipe("a"))
+    b = load_recipe(write_recipe("b", {"train": {"threads": 1, "progress": True}}), results_dir=tmp_path / "other")
+    assert a.runs[0]["run_id"] == b.runs[0]["run_id"]
+    fm = {"data": {"name": "fashion_mnist_lt"}}
+    d = load_recipe(write_recipe("d", fm))
+    e = load_recipe(write_recipe("e", {"data": {"name": "fashion_mnist_lt", "root": "/elsewhere"}}))
+    assert d.runs[0]["run_id"] == e.runs[0]["run_id"] != a.runs[0]["run_id"]
+    assert a.runs[0]["run_id"] == run_id_of(a.runs[0]["config"])
+    c = load_recipe(write_recipe("c", {"optim": {"lr": 0.01}}))
+    assert c.runs[0]["run_id"] != a.runs[0]["run_id"]
+
+
+def test_overrides_are_parsed_as_yaml(write_recipe):
+    recipe = load_recipe(write_recipe(), ["optim.lr=0.5", "seeds=[3, 4]", "method.name=ce"])
+    assert [r["config"]["seed"] for r in recipe.runs] == [3, 4]
+    assert recipe.runs[0]["config"]["optim"]["lr"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "extra, field, words",
+    [
+        ({"optim": {"lrr": 0.1}}, "optim.lrr", "did you mean 'lr'"),
+        ({"optim": {"lr": "fast"}}, "optim.lr", "expected a number"),
+        ({"optim": {"epochs": 2.5}}, "optim.epochs", "expected an integer"),
+        ({"method": {"name": "ce", "tau": 1}}, "method.tau", "unknown key"),
+        ({"method": {"name": "crossentropy"}}, "method.name", "unknown method 'crossentropy'"),
+        ({"data": {"name": "synthetic"}}, "data.name", "Did you mean 'synthetic_lt'"),
+        ({"backbone": {"name": "resnet33"}}, "backbone.name", "Known: "),
+        ({"colour": "red"}, "colour", "unknown key"),
+        ({"train": {"precision": "fp16"}}, "train.precision", "one of 'fp32', 'bf16'"),
+        ({"grid": {"optim.lr": 0.1}}, "grid.optim.lr", "non-empty list"),
+    ],
+)
+def test_bad_recipes_name_the_file_and_the_dotted_field(write_recipe, extra, field, words):
+    path = write_recipe(extra=extra)
+    with pytest.raises(ConfigError) as info:
+        load_recipe(path)
+    msg = str(info.value)
+    assert msg.startswith(str(path)), msg
+    assert f" {field}:" in msg or f": {field}:" in msg, msg
+    assert words in msg, msg
+    assert "\n" not in msg
+
+
+def test_unknown_registry_name_lists_known_names_and_searched_places(write_recipe):
+    with pytest.raises(ConfigError) as info:
+        load_recipe(write_recipe(extra={"method": {"name": "cee"}}))
+    msg = str(info.value)
+    assert "Did you mean 'ce'" in msg and "Known: " in msg and "Searched: " in msg and "entry point" in msg
+
+
+def test_invalid_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_recipe(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_recipe(tmp_path / "none.yaml")
+
+
+def test_dry_run_lists_runs_with_ids(cli, write_recipe):
+    path = write_recipe(extra={"seeds": [0, 1, 2]})
+    out = cli("run", path, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    ids = [r["run_id"] for r in load_recipe(path).runs]
+    for run_id in ids:
+        assert run_id in out.stdout
+    assert "3 run(s)" in out.stdout
+    assert not (path.parent / "results").exists()
+
+
+def test_cli_bad_recipe_is_one_line_without_traceback(cli, write_recipe):
+    out = cli("run", write_recipe(extra={"optim": {"lr": "fast"}}))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "optim.lr: expected a number" in out.stderr
+
+
+def test_recipes_in_the_repo_validate():
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).parents[1].joinpath("recipes").glob("*.yaml")):
+        recipe = load_recipe(path)
+        assert recipe.runs, path
+        assert yaml.safe_load(path.read_text())
