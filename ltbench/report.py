@@ -133,12 +133,12 @@ def table(df: pd.DataFrame, fmt: str = "markdown", digits: int = 2, metrics=METR
     text = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
     failed = int((df["status"] == "failed").sum())
     running = int((~df["status"].isin(["done", "failed"])).sum())
-    notes = []
+    notes = ["Top-1 accuracy (%), mean ± sample std (ddof=1) over n seeds"]
     if failed:
         notes.append(f"{failed} failed run(s) left out")
     if running:
         notes.append(f"{running} unfinished run(s) left out")
-    return text + ("\n\n" + "; ".join(notes) + "." if notes else "")
+    return text + "\n\n" + "; ".join(notes) + "."
 
 
 def _booktabs(body: str) -> str:

@@ -42,6 +42,11 @@ OLTR = "https://github.com/zhmiao/OpenLongTailRecognition-OLTR (Google-Drive fol
 CLS_BAL = "https://github.com/facebookresearch/classifier-balancing"
 IMAGES_CHECKED = 3  # images per list whose existence check() verifies
 
+# torchvision 0.29 deprecates its image codecs in favour of TorchCodec and warns on every call; the
+# decoder is still the one pinned here, so keep that one message from flooding logs (nothing else).
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision are deprecated",
+                        category=DeprecationWarning)
+
 
 @dataclass(frozen=True)
 class Benchmark:
