@@ -22,12 +22,22 @@
 #   LTBENCH_SLURMD_PORT        slurmd port (default 6818)
 #   LTBENCH_SLURM_DEF_MEM_PER_CPU  DefMemPerCPU in MB (default min(1024, RealMemory/CPUs))
 #
+# `status` exits 0 when up, 3 when down, 1 when only some daemons run.
+#
 # up/down must run as root (slurmd launches jobs as the submitting user and
 # SlurmUser=root); status/env do not.
 #
-# Known limitation: there is no accounting storage, so `sacct` fails
-# ("Slurm accounting storage is disabled"); use squeue/scontrol show job
-# (completed jobs stay visible for MinJobAge=300 s).
+# Known limitations / timings:
+#   - no accounting storage, so `sacct` fails ("Slurm accounting storage is
+#     disabled"); use `squeue -t all` / `scontrol show job` (finished jobs stay
+#     visible for MinJobAge=300 s).  submitit therefore reports every job as
+#     UNKNOWN; result() still works (it reads the result pickle), but a job
+#     that dies without writing one (scancel, SIGKILL) never counts as done.
+#   - `up` takes well under a second once the packages are installed, but
+#     slurmctld only makes its first scheduling pass ~3 s after it starts.
+#   - `scontrol requeue` of a running job: it becomes eligible again
+#     cred_expire+1 = 11 s later and starts at the next scheduling pass
+#     (sched_interval=5), so it reruns ~11-16 s after the requeue.
 
 set -euo pipefail
 
@@ -228,9 +238,10 @@ LaunchType=launch/slurm
 
 # Nodes are shared: array tasks / small jobs run side by side.
 SchedulerType=sched/backfill
-# Backfill every 5 s (default 30): a requeued job becomes eligible
-# cred_expire+1 s after the requeue and is started by the next backfill pass.
-SchedulerParameters=bf_interval=5
+# Scheduling passes every 5 s (defaults: main 60 s, backfill 30 s): a requeued
+# job becomes eligible cred_expire+1 s after the requeue but only starts at the
+# next periodic pass (measured: ~45 s with the defaults, ~13 s with these).
+SchedulerParameters=sched_interval=5,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$defmem
@@ -288,7 +299,7 @@ start_munged() {
         --pid-file="$MUNGE_PID" \
         --log-file="$DIR/log/munged.log" \
         --seed-file="$MUNGE_DIR/munged.seed" \
-        || { show_logs; die "munged failed to start"; }
+        || fail_up "munged failed to start"
     local i
     for i in $(seq 1 50); do
         if munge -S "$MUNGE_SOCKET" -n 2>/dev/null | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1; then
@@ -296,22 +307,31 @@ start_munged() {
         fi
         sleep 0.1
     done
-    show_logs
-    die "munged started but 'munge -n | unmunge' fails on $MUNGE_SOCKET"
+    fail_up "munged started but 'munge -n | unmunge' fails on $MUNGE_SOCKET"
 }
 
 start_slurmctld() {
     if pid_alive "$CTLD_PID" slurmctld >/dev/null; then return 0; fi
     log "starting slurmctld"
     # Daemonizes itself and writes SlurmctldPidFile.
-    slurmctld -f "$CONF" || { show_logs; die "slurmctld failed to start"; }
+    slurmctld -f "$CONF" || fail_up "slurmctld failed to start"
 }
 
 start_slurmd() {
     if pid_alive "$SLURMD_PID" slurmd >/dev/null; then return 0; fi
     log "starting slurmd"
     # -N: our NodeName is 'localhost', not the machine's hostname.
-    slurmd -f "$CONF" -N "$NODE" || { show_logs; die "slurmd failed to start"; }
+    slurmd -f "$CONF" -N "$NODE" || fail_up "slurmd failed to start"
+}
+
+# port_busy PORT: something already listens on 127.0.0.1:PORT.
+port_busy() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+fail_up() {
+    show_logs
+    die "$* -- '$PROG down' stops whatever was started"
 }
 
 wait_pidfile() {
@@ -320,8 +340,7 @@ wait_pidfile() {
         pid_alive "$pidfile" "$name" >/dev/null && return 0
         sleep 0.1
     done
-    show_logs
-    die "$name did not write a live pid to $pidfile"
+    fail_up "$name did not start (no live pid in $pidfile)"
 }
 
 # --------------------------------------------------------------- commands
@@ -352,7 +371,6 @@ cmd_up() {
         command -v "$c" >/dev/null 2>&1 || die "$c not found (install slurm-wlm and munge)"
     done
 
-
     mkdir -p "$DIR"/{state,spool/slurmd,log,run}
     # munged wants the socket dir searchable by all (users run sbatch too);
     # the key itself is 0400 root.
@@ -362,6 +380,14 @@ cmd_up() {
     # Only rewrite the config while slurmctld/slurmd are not running.
     if ! pid_alive "$CTLD_PID" slurmctld >/dev/null && ! pid_alive "$SLURMD_PID" slurmd >/dev/null; then
         write_config
+    fi
+
+    # Fail early (before starting anything) if another Slurm holds our ports.
+    if ! pid_alive "$CTLD_PID" slurmctld >/dev/null && port_busy "$CTLD_PORT"; then
+        die "port $CTLD_PORT is already in use (another slurmctld?); set LTBENCH_SLURMCTLD_PORT and LTBENCH_SLURMD_PORT to free ports"
+    fi
+    if ! pid_alive "$SLURMD_PID" slurmd >/dev/null && port_busy "$SLURMD_PORT"; then
+        die "port $SLURMD_PORT is already in use (another slurmd?); set LTBENCH_SLURMCTLD_PORT and LTBENCH_SLURMD_PORT to free ports"
     fi
 
     start_munged
@@ -382,8 +408,8 @@ cmd_up() {
             idle | mixed | allocated)
                 [ "$(slurmd_start_time)" -ge "$slurmd_t0" ] && break ;;
         esac
-        pid_alive "$CTLD_PID" slurmctld >/dev/null || { show_logs; die "slurmctld exited"; }
-        pid_alive "$SLURMD_PID" slurmd >/dev/null || { show_logs; die "slurmd exited"; }
+        pid_alive "$CTLD_PID" slurmctld >/dev/null || fail_up "slurmctld exited"
+        pid_alive "$SLURMD_PID" slurmd >/dev/null || fail_up "slurmd exited"
         sleep 0.5
     done
     case $state in
@@ -393,8 +419,7 @@ cmd_up() {
     case $state in
         idle | mixed | allocated) ;;
         *)
-            show_logs
-            die "node $NODE did not become idle within ${TIMEOUT}s (state: '${state:-no answer from slurmctld}'); run '$0 down' to clean up"
+            fail_up "node $NODE did not become idle within ${TIMEOUT}s (state: '${state:-no answer from slurmctld}')"
             ;;
     esac
     # After an unclean stop (daemons killed, machine rebooted) slurmctld
@@ -411,12 +436,12 @@ cmd_up() {
         fi
     fi
     log "up in $((SECONDS - t0))s: node $NODE is $state; state dir $DIR"
-    log "to use it: eval \"\$($0 env)\""
+    log "to use it: export SLURM_CONF=$CONF"
     export_line
 }
 
 cmd_down() {
-    local purge=0 arg p
+    local purge=0 arg
     for arg in "$@"; do
         case $arg in
             --purge) purge=1 ;;
@@ -428,10 +453,11 @@ cmd_down() {
 
     # Cancel jobs first: job steps outlive slurmd otherwise.
     if pid_alive "$CTLD_PID" slurmctld >/dev/null && [ -f "$CONF" ]; then
-        if [ -n "$(SLURM_CONF=$CONF timeout 10 squeue -h -o %i 2>/dev/null)" ]; then
-            log "cancelling all jobs"
-            SLURM_CONF=$CONF timeout 10 scancel --full --quiet \
-                $(SLURM_CONF=$CONF timeout 10 squeue -h -o %A 2>/dev/null) 2>/dev/null || true
+        local jobs
+        mapfile -t jobs < <(SLURM_CONF=$CONF timeout 10 squeue -h -o %A 2>/dev/null | sort -u)
+        if [ "${#jobs[@]}" -gt 0 ]; then
+            log "cancelling ${#jobs[@]} job(s): ${jobs[*]}"
+            SLURM_CONF=$CONF timeout 10 scancel --quiet "${jobs[@]}" 2>/dev/null || true
             local i
             for i in $(seq 1 30); do
                 [ -z "$(SLURM_CONF=$CONF timeout 10 squeue -h -t R,CG,S -o %i 2>/dev/null)" ] && break
@@ -459,9 +485,10 @@ cmd_down() {
     fi
 
     if [ "$purge" -eq 1 ]; then
-        case $DIR in
-            "" | / | /tmp | /root | /home) die "refusing to remove '$DIR'" ;;
-        esac
+        # Only ever delete a directory this script set up.
+        if [ -e "$DIR" ] && ! grep -qs '^# Generated by scripts/slurm-local.sh' "$CONF"; then
+            die "refusing to remove $DIR: no slurm.conf generated by this script in it"
+        fi
         rm -rf -- "$DIR"
         log "down; removed $DIR"
     else

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test command behind `make test` (and so .ci/run): the whole suite, then the Slurm tests
+# against a real one-node cluster when this machine can run one (root with apt-get). The cluster is
+# brought down afterwards even when tests fail.
+set -uo pipefail
+PYTHON=${PYTHON:-.venv/bin/python}
+cd "$(dirname "$0")/.."
+
+"$PYTHON" -m pytest -q -m "not slurm" "$@"
+status=$?
+
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && [[ -z "${LTBENCH_SKIP_SLURM:-}" ]]; then
+  echo "== Slurm tests: bringing up a one-node cluster (scripts/slurm-local.sh)"
+  if conf=$(scripts/slurm-local.sh up); then
+    trap 'scripts/slurm-local.sh down >/dev/null 2>&1 || true' EXIT
+    eval "$conf"
+    export SLURM_CONF
+    "$PYTHON" -m pytest -q -m slurm "$@"
+    slurm_status=$?
+    [[ $slurm_status -eq 5 ]] && slurm_status=0  # no slurm test collected under a -k filter
+    [[ $status -eq 0 ]] && status=$slurm_status
+  else
+    echo "== Slurm tests FAILED: the local cluster did not come up" >&2
+    [[ $status -eq 0 ]] && status=1
+  fi
+else
+  echo "== Slurm tests SKIPPED: they need root and apt-get to start a local cluster (or LTBENCH_SKIP_SLURM is set)"
+fi
+exit $status
