@@ -110,8 +110,13 @@ def cmd_table(args) -> int:
 def cmd_status(args) -> int:
     from ltbench import launch
 
-    root = _recipe_root(args.path, args.results)
-    return launch.print_status(root)
+    p = Path(args.path)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        from ltbench.recipe import load_recipe
+
+        recipe = load_recipe(p, results_dir=args.results)
+        return launch.print_status(recipe.root, recipe.runs)
+    return launch.print_status(_recipe_root(args.path, args.results))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ltbench import store
+from ltbench import distributed, store
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import transforms
 from ltbench.data.base import LTData, MultiView
@@ -46,7 +46,9 @@ def set_threads(train: TrainConfig) -> int:
 
 
 def pick_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -127,16 +129,23 @@ def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
     return [torch.stack(v) for v in zip(*views)], torch.as_tensor(labels)
 
 
-def iterate_batches(dataset: MultiView, batches: list[np.ndarray], start: int, seed: int, epoch: int, workers: int):
-    """Yield (step, views, labels) from ``start``; each step's augmentations are seeded by (seed, epoch, step)."""
+def iterate_batches(dataset: MultiView, batches: list[np.ndarray], start: int, seed: int, epoch: int, workers: int,
+                    rank: int = 0, world: int = 1):
+    """Yield (step, views, labels) from ``start``; each step's augmentations are seeded by (seed, epoch, step).
+
+    With several processes, process ``rank`` takes every ``world``-th sample of each global batch.
+    """
+    batches = [b[rank::world] for b in batches]
     if workers == 0:
         for step in range(start, len(batches)):
-            torch.manual_seed(derive_seed(seed, "augment", epoch, step))
+            torch.manual_seed(derive_seed(seed, "augment", epoch, step) if world == 1
+                              else derive_seed(seed, "augment", epoch, step, rank))
             yield (step, *collate([dataset[int(i)] for i in batches[step]]))
         return
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=[b.tolist() for b in batches[start:]], num_workers=workers, collate_fn=collate,
-        generator=torch.Generator().manual_seed(derive_seed(seed, "workers", epoch, start)), persistent_workers=False,
+        generator=torch.Generator().manual_seed(derive_seed(seed, "workers", epoch, start, rank)),
+        persistent_workers=False,
     )
     for step, (views, labels) in enumerate(loader, start):
         yield step, views, labels
@@ -243,6 +252,10 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
     ckpt_path, log_path = run_dir / store.CHECKPOINT, run_dir / store.LOG
     train_cfg = from_dict(TrainConfig, config["train"], "train")
     threads = set_threads(train_cfg)
+    rank, world = distributed.init_from_env()
+    main = rank == 0
+    if not main:
+        say = lambda msg: None  # noqa: E731 - only rank 0 talks and writes
     device = pick_device()
 
     torch.manual_seed(derive_seed(seed, "init"))
@@ -252,6 +265,8 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
     dataset = MultiView(run.data.train, [transforms.build(v, run.data.image, run.data.pipelines)
                                          for v in run.method.views()])
     o = run.optim
+    if o.batch_size < world:
+        raise ValueError(f"optim.batch_size ({o.batch_size}) must be at least the number of processes ({world})")
     iters_per_epoch = len(epoch_batches(len(dataset), o.batch_size, seed, 0))
     base_lrs = [g["lr"] for g in optimizer.param_groups]
 
@@ -263,10 +278,12 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         run.method.load_extra_state(state.get("method_extra", {}))
         epoch, start_step, iteration = state["epoch"], state["step"], state["iteration"]
         say(f"resuming from checkpoint: epoch {epoch}, step {start_step}")
-        rows = store.read_jsonl(log_path)[: state.get("log_lines", 0)]
-        store.atomic_write_bytes(log_path, "".join(store.canonical_line(r) for r in rows).encode())
-    elif log_path.exists():
+        if main:
+            rows = store.read_jsonl(log_path)[: state.get("log_lines", 0)]
+            store.atomic_write_bytes(log_path, "".join(store.canonical_line(r) for r in rows).encode())
+    elif main and log_path.exists():
         log_path.unlink()
+    distributed.barrier()
 
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=train_cfg.precision == "bf16")
     last_save = time.monotonic()
@@ -278,8 +295,9 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         sums = {"loss": 0.0, "correct": 0, "seen": 0}
         extra_sums: dict[str, float] = {}
         t0 = time.perf_counter()
-        bar = progress_bar(len(batches), start_step, train_cfg.progress, f"epoch {epoch + 1}/{o.epochs}")
-        for step, views, labels in iterate_batches(dataset, batches, start_step, seed, epoch, train_cfg.num_workers):
+        bar = progress_bar(len(batches), start_step, train_cfg.progress and main, f"epoch {epoch + 1}/{o.epochs}")
+        for step, views, labels in iterate_batches(dataset, batches, start_step, seed, epoch, train_cfg.num_workers,
+                                                   rank, world):
             for group, base in zip(optimizer.param_groups, base_lrs):
                 group["lr"] = base * lr_factor(o, iteration, iters_per_epoch)
             views, labels = [v.to(device, non_blocking=True) for v in views], labels.to(device)
@@ -288,11 +306,16 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
                 features = run.backbone(torch.cat(views)).float().split(len(labels))
                 out = run.method.loss(list(features), labels, epoch=epoch)
             loss = out["loss"]
-            if not torch.isfinite(loss):
+            finite = bool(torch.isfinite(loss))
+            if world > 1:  # every process stops together, or the others would wait forever
+                finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
+            if not finite:
                 raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}; "
                                          f"try a lower optim.lr or train.precision=fp32")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if world > 1:
+                distributed.average_gradients(run.model.parameters())
             optimizer.step()
             iteration += 1
 
@@ -309,11 +332,17 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
                             acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}")
             bar.update(1)
             if train_cfg.checkpoint_minutes and time.monotonic() - last_save > 60 * train_cfg.checkpoint_minutes \
-                    and step + 1 < len(batches):
+                    and step + 1 < len(batches) and world == 1:
                 save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=step + 1,
                                 iteration=iteration, log_lines=len(store.read_jsonl(log_path)))
                 last_save = time.monotonic()
         bar.close()
+        if world > 1:
+            extra_keys = sorted(extra_sums)
+            totals = distributed.all_reduce_sum([sums["loss"], sums["correct"], sums["seen"]]
+                                                + [extra_sums[k] for k in extra_keys])
+            sums = {"loss": totals[0], "correct": int(totals[1]), "seen": int(totals[2])}
+            extra_sums = dict(zip(extra_keys, totals[3:]))
 
         seconds = time.perf_counter() - t0
         row = {"epoch": epoch + 1, "loss": sums["loss"] / max(sums["seen"], 1),
@@ -323,13 +352,16 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         if train_cfg.eval_every and (epoch + 1) % train_cfg.eval_every == 0 and epoch + 1 < o.epochs:
             m = evaluate(run, device)
             row["test"] = {g: m[g] for g in ("all", "many", "medium", "few")}
-        store.append_jsonl(log_path, row)
+        if main:
+            store.append_jsonl(log_path, row)
         say(f"epoch {epoch + 1}/{o.epochs} loss {row['loss']:.4f} train_acc {row['train_acc']:.3f} "
             f"lr {row['lr']:.4g} {row['images_per_s']:.0f} img/s"
             + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
         epoch, start_step = epoch + 1, 0
-        save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=0, iteration=iteration,
-                        log_lines=len(store.read_jsonl(log_path)))
+        if main:
+            save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=0, iteration=iteration,
+                            log_lines=len(store.read_jsonl(log_path)))
+        distributed.barrier()
         last_save = time.monotonic()
 
     metrics = evaluate(run, device)
@@ -347,5 +379,6 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         "train_seconds_this_session": time.time() - started,
         "threads": threads,
         "device": str(device),
+        "world_size": world,
         "views": run.method.views(),
     }

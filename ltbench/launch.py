@@ -77,6 +77,9 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False) -> di
 
 
 def run_local(specs: list[dict], jobs: int = 1) -> None:
+    """Run specs one after another in this process, or in ``jobs`` worker processes."""
+    if jobs > 1 and len(specs) > 1:
+        return run_pool(specs, jobs)
     from ltbench.runner import run_one
 
     for i, spec in enumerate(specs, 1):
@@ -86,6 +89,61 @@ def run_local(specs: list[dict], jobs: int = 1) -> None:
         if status == "failed":
             result = store.read_result(Path(spec["run_dir"])) or {}
             print(f"  FAILED: {result.get('error', '?')}")
+
+
+def run_pool(specs: list[dict], jobs: int) -> None:
+    """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), each pinned to
+    one GPU when there are GPUs and given its share of the CPU threads; output in the run directory."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ltbench.runner import prepare_run_dir
+
+    gpus = _visible_gpus()
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    queue = list(specs)
+    running: list[tuple[subprocess.Popen, dict, object]] = []
+    free_slots = list(range(jobs))
+    while queue or running:
+        while queue and free_slots:
+            slot = free_slots.pop(0)
+            spec = queue.pop(0)
+            run_dir = prepare_run_dir(spec)
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+            if gpus:
+                env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+            env["LTBENCH_WORKER_SLOT"] = str(slot)
+            log = open(run_dir / "worker.log", "a")
+            proc = subprocess.Popen([sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env)
+            running.append((proc, spec, log, slot))
+            print(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}")
+        time.sleep(0.5)
+        for item in list(running):
+            proc, spec, log, slot = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            log.close()
+            free_slots.append(slot)
+            status = store.run_status(Path(spec["run_dir"]))
+            print(f"finished {spec['run_id']}: {status}")
+
+
+def _visible_gpus() -> list[str]:
+    import os
+
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g for g in env.split(",") if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        return []
 
 
 def summarize(recipe: Recipe) -> dict[str, int]:
@@ -106,22 +164,31 @@ def summarize(recipe: Recipe) -> dict[str, int]:
     return counts
 
 
-def print_status(root: Path) -> int:
+def print_status(root: Path, specs: list[dict] | None = None) -> int:
+    """Each run's state read from disk, and a summary line. ``specs``: the runs of a recipe (so runs
+    never launched show as pending); otherwise every run directory under ``root``."""
     root = Path(root)
-    if not root.exists():
-        raise DataMissingError(f"{root}: no such results directory")
+    if specs is None:
+        if not root.exists():
+            raise DataMissingError(f"{root}: no such results directory")
+        run_dirs = sorted(p for p in root.iterdir() if p.is_dir() and (p / store.SPEC).exists())
+    else:
+        run_dirs = [Path(s["run_dir"]) for s in specs]
     counts: dict[str, int] = {}
-    for run_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / store.SPEC).exists()):
+    for run_dir in run_dirs:
         status = store.run_status(run_dir)
         counts[status] = counts.get(status, 0) + 1
-        line = f"{run_dir.name}  {status}"
+        line = f"{run_dir.name}  {status:<8}"
         if status == "failed":
-            err = (store.read_result(run_dir) or {}).get("error", "")
-            line += f"  {err.strip().splitlines()[-1] if err.strip() else ''}"
+            err = (store.read_result(run_dir) or {}).get("error", "").strip()
+            line += f"  {err.splitlines()[-1] if err else ''}"
         elif status == "running":
             rows = store.read_jsonl(run_dir / store.LOG)
-            if rows:
-                line += f"  epoch {rows[-1].get('epoch')}"
+            line += f"  epoch {rows[-1].get('epoch')} done" if rows else "  started"
+        if status in ("pending", "running") and (run_dir / store.SUBMITTED).exists():
+            import json
+
+            line += f"  job {json.loads((run_dir / store.SUBMITTED).read_text()).get('job_id')}"
         print(line)
     print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no runs")
     return 0

@@ -24,7 +24,8 @@ from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, fr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
 
 # Configuration fields that do not change what a run computes (paths, local resources).
-NOT_IN_RUN_ID = {("data", "root"), ("train", "threads"), ("train", "progress")}
+NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
+                 ("train", "threads"), ("train", "progress")}
 
 
 @dataclass

@@ -6,6 +6,8 @@ Layout (``results/<recipe name>/<run id>/``):
   log.jsonl      one line per epoch (appended; a reader ignores a torn last line)
   checkpoint.pt  the last epoch-end (or timed) checkpoint
   result.json    the final record; status 'done' or 'failed'
+  started.json   written by the worker when it starts (host, pid, Slurm job id, requeue count)
+  submitted.json written by a cluster launcher (job ids), so status can say 'pending'
 
 Every file a reader may open whole is written to a temporary file in the same directory, fsynced
 and renamed over the target, so a crash leaves the old version or the new one, never half of one.
@@ -23,6 +25,7 @@ from typing import Any
 from ltbench.errors import LtbenchError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
+STARTED, SUBMITTED = "started.json", "submitted.json"  # worker start (host, pid, Slurm ids); launcher job ids
 SCHEMA_VERSION = 1
 
 
@@ -110,11 +113,12 @@ def read_result(run_dir: Path) -> dict | None:
 
 
 def run_status(run_dir: Path) -> str:
-    """'done', 'failed', 'running' (started, no result yet) or 'pending' (nothing on disk)."""
+    """'done' / 'failed' (result.json), 'running' (a worker started it, no result yet; it may also
+    have been interrupted: launching again resumes it) or 'pending' (submitted or never started)."""
     result = read_result(run_dir)
     if result is not None:
         return result.get("status", "failed")
-    if (Path(run_dir) / SPEC).exists():
+    if (Path(run_dir) / STARTED).exists():
         return "running"
     return "pending"
 

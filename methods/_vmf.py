@@ -301,7 +301,7 @@ def spread_directions(
     lr: float = 0.1,
     temperature: float = 0.07,
     chunk_size: int = 2048,
-    flop_budget: float = 2.4e12,
+    flop_budget: float = 1.5e12,
     dtype: torch.dtype = _F64,
 ) -> Tensor:
     """K well-spread unit vectors in R^p, for K-1 > p where no simplex ETF exists.
@@ -311,20 +311,24 @@ def spread_directions(
         L = mean_i logsumexp_{j != i}(x_i^T x_j / temperature).
     Return the normalised iterate with the lowest L seen.
 
-    Cost: each step costs about 3 K^2 p multiply-adds (float32, rows in chunks of
-    ``chunk_size``, so memory is O(chunk_size K + K p)). The TSC reference runs 10k
-    steps at lr 1e-3 on a GPU, which is far too slow on a CPU for K=8142, p=1024
-    (~2.5 s per step on 2 cores). So ``steps=None`` picks
-    ``min(2000, max(10, flop_budget / (3 K^2 p)))``, which is deterministic and about
-    14 steps (≈40 s) for iNat, and we use a larger default lr (1e-2) so that those few
-    steps still move the vectors. For a better spread, pass ``steps`` explicitly (and
-    cache the result: it only has to be computed once per (K, p, seed)).
+    Cost: each step costs about 2 K^2 p multiply-adds, in float32, with the K x K
+    similarity formed in chunk_size x chunk_size blocks (memory O(chunk_size^2 + K p),
+    about 16 MB plus 33 MB of vectors for iNat). The TSC reference runs 10k steps at
+    lr 1e-3 on a GPU. That is far too slow on a CPU for K=8142, p=1024: one step takes
+    about 2.2 s on 2 cores. So ``steps=None`` picks
+    ``min(2000, max(10, flop_budget / (2 K^2 p)))``, which is deterministic and gives
+    11 steps (about 25-35 s) for iNat and 2000 steps for small problems. The default lr
+    (0.1, on N(0, I)-initialised W) is larger than TSC's so that those few steps still
+    move the vectors. Measured for iNat with 11 steps: mean nearest-neighbour cosine
+    0.118 -> 0.096, max 0.166 -> 0.122 (the Welch bound is 0.029). For a better
+    spread, pass ``steps`` explicitly and cache the result: it only has to be computed
+    once per (K, p, seed).
     """
     K, p = int(num_classes), int(dim)
     if K < 2 or p < 1:
         raise ValueError(f"spread_directions needs num_classes >= 2 and dim >= 1, got K={K}, p={p}")
     if steps is None:
-        steps = int(min(2000, max(10, flop_budget / (3.0 * K * K * p))))
+        steps = int(min(2000, max(10, flop_budget / (2.0 * K * K * p))))
     w = torch.randn(K, p, generator=generator, dtype=_F64).to(torch.float32)
     w.requires_grad_(True)
     opt = torch.optim.Adam([w], lr=lr)
@@ -361,7 +365,8 @@ def sample_vmf(mu: Tensor, kappa: float, n: int, generator: Optional[torch.Gener
       b      = (p-1) / (2 kappa + sqrt(4 kappa^2 + (p-1)^2)),
       1 - x0 = 2b/(1+b),   1 - x0^2 = 4b/(1+b)^2,   1 - w = 2bZ / (1 - (1-b)Z).
     Beta variates come from numpy, seeded from ``generator``, because torch's Beta
-    sampler does not accept a generator. Acceptance is high (> ~0.6) for every (p, kappa).
+    sampler does not accept a generator. Acceptance is at least 0.70 (measured for p in
+    [2, 2048] and kappa in [0.01, 1e5]), so one or two rounds of proposals suffice.
     """
     mu = _as_f64(mu).flatten()
     mu = mu / mu.norm()
@@ -392,10 +397,10 @@ def sample_vmf(mu: Tensor, kappa: float, n: int, generator: Optional[torch.Gener
         ws.append(w[accept])
         one_minus_ws.append(one_minus_w[accept])
         have += int(accept.sum())
-    w = torch.from_numpy(np.concatenate(ws)[:n])
-    one_minus_w = torch.from_numpy(np.concatenate(one_minus_ws)[:n])
+    w = torch.from_numpy(np.concatenate(ws)[:n]).to(mu.device)
+    one_minus_w = torch.from_numpy(np.concatenate(one_minus_ws)[:n]).to(mu.device)
 
-    v = torch.randn(n, p, generator=generator, dtype=_F64)
+    v = torch.randn(n, p, generator=generator, dtype=_F64).to(mu.device)  # CPU generator
     v = v - (v @ mu)[:, None] * mu[None, :]
     v = v / v.norm(dim=1, keepdim=True)
     sin = torch.sqrt(one_minus_w * (1.0 + w))

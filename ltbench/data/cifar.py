@@ -41,6 +41,11 @@ MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2023, 0.1994, 0.2010)
 PIPELINES = {"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"}
 ARCHIVES_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
+# LT_PROTOCOLS section 1: training-set totals of the 'exp' profile on the real files, asserted at load time
+KNOWN_TOTALS = {
+    10: {10.0: 20431, 50.0: 13996, 100.0: 12406, 200.0: 11203},
+    100: {10.0: 19573, 50.0: 12608, 100.0: 10847, 200.0: 9502},
+}
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,9 @@ class CIFARLT(DatasetBuilder):
             raise LtbenchError(f"{folder}: {exc}") from exc
         standard = len(train_y) == lay.full_train and len(test_y) == lay.full_test and bool(
             (np.bincount(train_y, minlength=lay.num_classes) == lay.full_train // lay.num_classes).all())
+        known = KNOWN_TOTALS[lay.num_classes].get(float(cfg.imb_factor)) if cfg.imb_type == "exp" else None
+        if standard and known is not None and len(idx) != known:  # would be a floating-point regression
+            raise LtbenchError(f"{lay.name} rho={cfg.imb_factor}: {len(idx)} training images, the protocol has {known}")
         sub_y = train_y[idx]
         return LTData(
             name=lay.name,

@@ -38,7 +38,7 @@ SPLITS_ENV = "LTBENCH_SPLITS"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 INAT_MEAN, INAT_STD = (0.466, 0.471, 0.380), (0.195, 0.194, 0.192)
 PIPELINES = {"default": "imagenet_train", "strong": "randaugment", "sim": "simaug", "eval": "eval"}
-OLTR = "https://github.com/zhmiao/OpenLongTailRecognition-OLTR (Google-Drive folder linked in its README)"
+OLTR = "https://github.com/zhmiao/OpenLongTailRecognition-OLTR, Google-Drive folder linked in its README"
 CLS_BAL = "https://github.com/facebookresearch/classifier-balancing"
 IMAGES_CHECKED = 3  # images per list whose existence check() verifies
 
@@ -148,6 +148,17 @@ def read_split_list(path: Path) -> SplitList:
         raise LtbenchError(f"{path}: the split list is empty")
     return SplitList(Path(path), paths, np.asarray(labels, dtype=np.int64), np.asarray(lines, dtype=np.int64),
                      hashlib.sha1(data).hexdigest())
+
+
+def folder_class_names(lst: SplitList, num_classes: int) -> list[str] | None:
+    """Class names from the paths' folders ('train/n01440764/x.JPEG' -> 'n01440764'), when consistent."""
+    names: dict[int, str] = {}
+    for path, label in zip(lst.paths, lst.labels.tolist()):
+        parts = path.split("/")
+        name = "/".join(parts[1:-1]) if len(parts) > 2 else ""
+        if names.setdefault(label, name) != name or not name:
+            return None
+    return [names.get(c, "") for c in range(num_classes)]
 
 
 def check_labels(lst: SplitList, num_classes: int) -> None:
@@ -297,7 +308,7 @@ class SplitListDataset(DatasetBuilder):
             test_labels=test.labels,
             subset_hash=train.sha1,  # the training split is the list itself
             pipelines=dict(PIPELINES),
-            class_names=None,
+            class_names=folder_class_names(train, k),
             info={"root": str(root) if root else None, "test_split": cfg.test_split, "lists": info_lists},
         )
 

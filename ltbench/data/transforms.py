@@ -90,9 +90,9 @@ def autoaug_cutout(spec: ImageSpec):
     return v2.Compose(
         [v2.ToImage()]
         + _crop(spec)
-        + [v2.RandomHorizontalFlip(), v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)]
-        + _to_float(spec)
-        + [Cutout(1, cut)]
+        + [v2.RandomHorizontalFlip(), v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10),
+           v2.ToDtype(torch.float32, scale=True), Cutout(1, cut),  # black square in [0, 1], as DeVries
+           v2.Normalize(spec.mean, spec.std)]
     )
 
 

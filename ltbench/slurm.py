@@ -1,0 +1,120 @@
+"""Grids on Slurm through submitit: job arrays of plain-data run specs.
+
+Each array task calls ``runner.run_one(spec)``, the same function the local launcher calls. The
+callable is submitit-Checkpointable and its ``checkpoint()`` only resubmits: all state lives in the
+engine's atomic per-epoch (and timed) checkpoint, so a requeued or preempted task resumes from disk.
+Run states are read from the results directory, never from ``sacct`` (a one-node cluster without
+accounting has none, and submitit then reports every state as UNKNOWN).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import submitit
+
+from ltbench import store
+from ltbench.errors import LtbenchError
+from ltbench.recipe import LauncherConfig, Recipe
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """What a Slurm task executes: one run spec (plain data), resumed from its checkpoint if any."""
+
+    def __call__(self, spec: dict) -> str:
+        from ltbench.runner import run_one
+
+        return run_one(spec, say=lambda msg: print(msg, flush=True))
+
+    def checkpoint(self, spec: dict) -> submitit.helpers.DelayedSubmission:
+        # Called inside submitit's signal handler: no I/O here, the engine's checkpoint is on disk.
+        return submitit.helpers.DelayedSubmission(RunJob(), spec)
+
+
+def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:
+    c: LauncherConfig = recipe.launcher
+    folder = recipe.root / "_submitit" / "%j"
+    ex = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=c.max_requeues)
+    params = dict(name=f"ltbench-{recipe.name}", timeout_min=c.time_min, cpus_per_task=c.cpus_per_task,
+                  mem_gb=c.mem_gb, nodes=c.nodes)
+    if cluster == "slurm":
+        tasks = max(1, c.gpus_per_node)
+        params.update(gpus_per_node=c.gpus_per_node, tasks_per_node=tasks,
+                      slurm_array_parallelism=c.array_parallelism, slurm_setup=list(c.setup),
+                      slurm_additional_parameters=dict(c.additional), slurm_signal_delay_s=120)
+        for key in ("partition", "account", "qos", "constraint"):
+            value = getattr(c, key)
+            if value:
+                params["slurm_" + key] = value
+    ex.update_parameters(**params)
+    return ex
+
+
+def submit(recipe: Recipe, specs: list[dict], wait: bool = False) -> list[str]:
+    """Submit ``specs`` as job arrays of at most ``launcher.max_array_size``; returns the job ids."""
+    from ltbench.runner import prepare_run_dir
+
+    cluster = recipe.launcher.name
+    if cluster == "slurm" and shutil.which("sbatch") is None:
+        raise LtbenchError("launcher slurm: 'sbatch' is not on PATH; run on a Slurm login node "
+                           "(or start a local cluster: scripts/slurm-local.sh up) or use --launcher local")
+    if not specs:
+        return []
+    ex = make_executor(recipe, cluster)
+    for spec in specs:
+        prepare_run_dir(spec)
+    size = max(1, recipe.launcher.max_array_size)
+    job_ids = []
+    for start in range(0, len(specs), size):
+        chunk = specs[start : start + size]
+        with submitit.helpers.clean_env():
+            jobs = ex.map_array(RunJob(), chunk)
+        for job, spec in zip(jobs, chunk):
+            store.atomic_write_json(Path(spec["run_dir"]) / store.SUBMITTED,
+                                    {"job_id": job.job_id, "cluster": cluster, "time": time.time(),
+                                     "logs": str(recipe.root / "_submitit" / str(job.job_id).split("_")[0])})
+            job_ids.append(str(job.job_id))
+        print(f"submitted {len(chunk)} run(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
+    if cluster == "debug":
+        for job in jobs:  # the debug executor runs a job when its result is asked for
+            job.result()
+    elif wait:
+        wait_for(recipe, specs, job_ids)
+    return job_ids
+
+
+def queued(job_ids: list[str]) -> set[str]:
+    """Job ids (array ids like 12_3 or plain ids) that squeue still lists, pending or running."""
+    if not job_ids or shutil.which("squeue") is None:
+        return set()
+    bases = sorted({j.split("_")[0] for j in job_ids})
+    out = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(bases)], capture_output=True, text=True)
+    return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+
+
+def wait_for(recipe: Recipe, specs: list[dict], job_ids: list[str], poll_s: float = 2.0) -> None:
+    """Block until every run has a result on disk, or its job has left the queue without one."""
+    last = ""
+    gone_since: float | None = None
+    while True:
+        states = [store.run_status(Path(s["run_dir"])) for s in specs]
+        left = [s for s, st in zip(specs, states) if st not in ("done", "failed")]
+        line = ", ".join(f"{states.count(k)} {k}" for k in ("pending", "running", "done", "failed") if states.count(k))
+        if line != last:
+            print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+            last = line
+        if not left:
+            return
+        if queued(job_ids):
+            gone_since = None
+        else:
+            gone_since = gone_since or time.time()
+            if time.time() - gone_since > 20:  # results are written before a job leaves the queue
+                ids = ", ".join(s["run_id"] for s in left)
+                print(f"{len(left)} run(s) left the queue without a result ({ids}); see their logs under "
+                      f"{recipe.root / '_submitit'}; launch the recipe again to resume them", flush=True)
+                return
+        time.sleep(poll_s)

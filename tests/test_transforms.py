@@ -1,0 +1,83 @@
+"""Every named augmentation pipeline on small and large images; Cutout's border clipping."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ltbench.data import transforms
+from ltbench.data.base import ImageSpec
+from ltbench.data.transforms import PIPELINES, Cutout
+from ltbench.errors import ConfigError
+
+CASES = {
+    "gray28": (ImageSpec(size=28, channels=1, mean=(0.286,), std=(0.353,), kind="small"), (1, 28, 28)),
+    "rgb32": (ImageSpec(size=32, channels=3, mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
+                        kind="small"), (3, 32, 32)),
+    "large": (ImageSpec(size=224, channels=3, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), kind="large"),
+              (3, 300, 260)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_every_pipeline_runs(name, case):
+    spec, shape = CASES[case]
+    torch.manual_seed(0)
+    image = torch.randint(0, 256, shape, dtype=torch.uint8)
+    tf = transforms.build(name, spec)
+    for _ in range(2):
+        out = tf(image)
+        assert out.dtype == torch.float32
+        assert tuple(out.shape) == (spec.channels, spec.size, spec.size)
+        assert torch.isfinite(out).all()
+
+
+def test_eval_is_deterministic_and_normalises():
+    spec, shape = CASES["rgb32"]
+    image = torch.full(shape, 255, dtype=torch.uint8)
+    out = transforms.build("eval", spec)(image)
+    expected = torch.tensor([(1 - m) / s for m, s in zip(spec.mean, spec.std)]).view(3, 1, 1).expand(3, 32, 32)
+    assert torch.allclose(out, expected, atol=1e-5)
+
+
+def test_aliases_and_unknown_names():
+    spec = CASES["rgb32"][0]
+    aliases = {"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"}
+    assert transforms.resolve("strong", aliases) == "autoaug_cutout"
+    assert transforms.build("sim", spec, aliases)(torch.zeros(3, 32, 32, dtype=torch.uint8)).shape == (3, 32, 32)
+    with pytest.raises(ConfigError, match="unknown augmentation pipeline 'nope'"):
+        transforms.build("nope", spec, aliases)
+
+
+def _seed_with_centre_near_corner(h: int, w: int, near: int) -> tuple[int, int, int]:
+    """A seed whose first Cutout centre (y, x) lies within ``near`` pixels of the top-left corner."""
+    for seed in range(100000):
+        torch.manual_seed(seed)
+        y, x = int(torch.randint(h, ())), int(torch.randint(w, ()))
+        if y < near and x < near:
+            return seed, y, x
+    raise AssertionError("no seed found")
+
+
+def test_cutout_square_is_clipped_at_the_border():
+    h = w = 32
+    length = 16
+    seed, y, x = _seed_with_centre_near_corner(h, w, near=4)
+    torch.manual_seed(seed)
+    out = Cutout(n_holes=1, length=length)(torch.ones(3, h, w))
+    zero = (out == 0).all(0)
+    assert ((out == 0) | (out == 1)).all() and (zero == (out[0] == 0)).all()  # same mask on every channel
+    rows, cols = torch.nonzero(zero, as_tuple=True)
+    # the square [y-8, y+8) x [x-8, x+8) clipped to the image: starts at the corner, smaller than 16 x 16
+    assert rows.min() == 0 and cols.min() == 0
+    assert rows.max() == y + length // 2 - 1 and cols.max() == x + length // 2 - 1
+    assert int(zero.sum()) == (y + length // 2) * (x + length // 2) < length * length
+    # a centre away from the borders zeroes the full square
+    for seed in range(1000):
+        torch.manual_seed(seed)
+        cy, cx = int(torch.randint(h, ())), int(torch.randint(w, ()))
+        if 8 <= cy <= 24 and 8 <= cx <= 24:
+            break
+    torch.manual_seed(seed)
+    assert int((Cutout(1, length)(torch.ones(1, h, w)) == 0).sum()) == length * length
