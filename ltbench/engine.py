@@ -1,9 +1,10 @@
 """The training loop every method shares, readable top to bottom.
 
 Determinism and resume: the sample order of epoch e comes from a generator seeded with (seed, e) and
-the augmentation randomness of step s from torch's global RNG reseeded with (seed, e, s). So a run
-restarted from a checkpoint taken at (e, s) replays exactly the batches an uninterrupted run would
-have seen, and ends with the same weights on CPU; no RNG state needs to be checkpointed.
+the augmentations of sample i in epoch e from torch's RNG reseeded with (seed, e, i). So a run
+restarted from a checkpoint taken at (e, step) replays exactly the batches an uninterrupted run would
+have seen, and ends with the same weights on CPU; no RNG state needs to be checkpointed. The same
+holds with DataLoader workers and, up to BatchNorm statistics, with several processes.
 """
 
 from __future__ import annotations
@@ -129,24 +130,35 @@ def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
     return [torch.stack(v) for v in zip(*views)], torch.as_tensor(labels)
 
 
+class SeededSamples(torch.utils.data.Dataset):
+    """Seeds torch's RNG with (seed, epoch, sample index) before building a sample's views, so a
+    sample's augmentations do not depend on batch composition, process count or worker count."""
+
+    def __init__(self, dataset: MultiView, seed: int, epoch: int):
+        self.dataset, self.seed, self.epoch = dataset, seed, epoch
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        torch.manual_seed(derive_seed(self.seed, "augment", self.epoch, int(i)))
+        return self.dataset[int(i)]
+
+
 def iterate_batches(dataset: MultiView, batches: list[np.ndarray], start: int, seed: int, epoch: int, workers: int,
                     rank: int = 0, world: int = 1):
-    """Yield (step, views, labels) from ``start``; each step's augmentations are seeded by (seed, epoch, step).
+    """Yield (step, views, labels) from step ``start`` on.
 
     With several processes, process ``rank`` takes every ``world``-th sample of each global batch.
     """
-    batches = [b[rank::world] for b in batches]
+    samples = SeededSamples(dataset, seed, epoch)
+    batches = [b[rank::world].tolist() for b in batches]
     if workers == 0:
         for step in range(start, len(batches)):
-            torch.manual_seed(derive_seed(seed, "augment", epoch, step) if world == 1
-                              else derive_seed(seed, "augment", epoch, step, rank))
-            yield (step, *collate([dataset[int(i)] for i in batches[step]]))
+            yield (step, *collate([samples[i] for i in batches[step]]))
         return
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_sampler=[b.tolist() for b in batches[start:]], num_workers=workers, collate_fn=collate,
-        generator=torch.Generator().manual_seed(derive_seed(seed, "workers", epoch, start, rank)),
-        persistent_workers=False,
-    )
+    loader = torch.utils.data.DataLoader(samples, batch_sampler=batches[start:], num_workers=workers,
+                                         collate_fn=collate, persistent_workers=False)
     for step, (views, labels) in enumerate(loader, start):
         yield step, views, labels
 

@@ -9,6 +9,7 @@ accounting has none, and submitit then reports every state as UNKNOWN).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -70,8 +71,7 @@ def submit(recipe: Recipe, specs: list[dict], wait: bool = False) -> list[str]:
     job_ids = []
     for start in range(0, len(specs), size):
         chunk = specs[start : start + size]
-        with submitit.helpers.clean_env():
-            jobs = ex.map_array(RunJob(), chunk)
+        jobs = _submit_array(ex, chunk)
         for job, spec in zip(jobs, chunk):
             store.atomic_write_json(Path(spec["run_dir"]) / store.SUBMITTED,
                                     {"job_id": job.job_id, "cluster": cluster, "time": time.time(),
@@ -84,6 +84,20 @@ def submit(recipe: Recipe, specs: list[dict], wait: bool = False) -> list[str]:
     elif wait:
         wait_for(recipe, specs, job_ids)
     return job_ids
+
+
+def _submit_array(ex: submitit.AutoExecutor, chunk: list[dict]) -> list:
+    """map_array outside any enclosing Slurm job's environment (submitit's clean_env), but keeping
+    SLURM_CONF, which says which cluster to talk to."""
+    conf = os.environ.get("SLURM_CONF")
+    try:
+        with submitit.helpers.clean_env():
+            if conf:
+                os.environ["SLURM_CONF"] = conf
+            return ex.map_array(RunJob(), chunk)
+    except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
+        lines = [l for l in str(exc).splitlines() if l.strip()]
+        raise LtbenchError(f"sbatch failed: {lines[-1] if lines else exc}") from None
 
 
 def queued(job_ids: list[str]) -> set[str]:

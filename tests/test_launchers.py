@@ -1,0 +1,99 @@
+"""Launchers: submitit's debug executor and the local worker pool produce the same results as the
+in-process launcher; a grid on a real (local) Slurm cluster survives a requeue mid-run."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ltbench import store
+from ltbench.recipe import load_recipe
+from tests.conftest import ROOT
+
+
+def results_by_id(root: Path) -> dict:
+    return {json.loads(p.read_text())["run_id"]: json.loads(p.read_text()) for p in root.rglob(store.RESULT)}
+
+
+def test_debug_executor_and_worker_pool_match_in_process_runs(tmp_path, write_recipe, cli):
+    recipe = write_recipe(extra={"seeds": [0, 1]})
+    outs = {}
+    for name, args in {"inproc": [], "debug": ["--launcher", "debug"], "pool": ["--jobs", "2"]}.items():
+        out = cli("run", recipe, "--results", tmp_path / name, *args)
+        assert out.returncode == 0, out.stdout + out.stderr
+        outs[name] = results_by_id(tmp_path / name)
+        assert len(outs[name]) == 2 and all(r["status"] == "done" for r in outs[name].values())
+    for run_id, r in outs["inproc"].items():
+        for other in ("debug", "pool"):
+            assert outs[other][run_id]["metrics"]["per_class"] == r["metrics"]["per_class"], other
+    status = cli("status", recipe, "--results", tmp_path / "pool")
+    assert "2 done" in status.stdout
+
+
+def test_slurm_launcher_without_sbatch_says_so(write_recipe, cli):
+    if shutil.which("sbatch"):
+        pytest.skip("sbatch is installed here")
+    out = cli("run", write_recipe(), "--launcher", "slurm")
+    assert out.returncode == 2 and "'sbatch' is not on PATH" in out.stderr
+
+
+@pytest.mark.slurm
+def test_slurm_grid_with_a_requeued_run(tmp_path, write_recipe, cli):
+    if not shutil.which("sbatch") or not os.environ.get("SLURM_CONF"):
+        pytest.skip("needs a running cluster: eval $(scripts/slurm-local.sh up)")
+    recipe = write_recipe(extra={
+        "seeds": [0, 1, 2],
+        "data": {"max_per_class": 400},  # ~100 steps an epoch, so a run can be caught mid-training
+        "optim": {"epochs": 5, "batch_size": 8},
+        "launcher": {"name": "slurm", "cpus_per_task": 1, "mem_gb": 1, "time_min": 20},
+    })
+    t0 = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "ltbench", "run", str(recipe), "--wait"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Requeue the first run that has finished an epoch, while it is running.
+    target, deadline = None, time.time() + 300
+    while target is None and time.time() < deadline and proc.poll() is None:
+        for log in (tmp_path / "results").rglob(store.LOG):
+            rows = store.read_jsonl(log)
+            if 1 <= len(rows) < 4 and not (log.parent / store.RESULT).exists():
+                target = log.parent
+                break
+        time.sleep(0.2)
+    if target is None:
+        proc.kill()
+        raise AssertionError("no run was caught mid-training:\n" + proc.communicate()[0])
+    epochs_before = len(store.read_jsonl(target / store.LOG))
+    job_id = json.loads((target / store.SUBMITTED).read_text())["job_id"]
+    requeue = subprocess.run(["scontrol", "requeue", str(job_id)], capture_output=True, text=True)
+    assert requeue.returncode == 0, requeue.stderr
+    out, _ = proc.communicate(timeout=600)
+    elapsed = time.time() - t0
+    assert proc.returncode == 0, out
+    results = results_by_id(tmp_path / "results")
+    assert len(results) == 3 and all(r["status"] == "done" for r in results.values()), out
+    requeued = json.loads((target / store.RESULT).read_text())
+    assert requeued["provenance"]["requeue_count"] == 1
+    assert requeued["provenance"]["slurm_job_id"]
+    assert [r["epoch"] for r in store.read_jsonl(target / store.LOG)] == [1, 2, 3, 4, 5]
+    assert "Many" in out  # --wait prints the table
+    # The resumed run ends exactly where an uninterrupted run of the same spec ends.
+    spec = next(s for s in load_recipe(recipe).runs if s["run_id"] == requeued["run_id"])
+    from ltbench.runner import run_one
+
+    import torch
+
+    threads = torch.get_num_threads()
+    config = {**spec["config"], "train": {**spec["config"]["train"], "threads": 1}}  # as the Slurm task had
+    try:
+        run_one({**spec, "config": config, "run_dir": str(tmp_path / "uninterrupted")}, say=lambda m: None)
+    finally:
+        torch.set_num_threads(threads)
+    reference = json.loads((tmp_path / "uninterrupted" / store.RESULT).read_text())
+    assert requeued["metrics"]["per_class"] == reference["metrics"]["per_class"]
+    print(f"\nslurm grid: {elapsed:.1f}s; requeued {requeued['run_id']} after {epochs_before} epoch(s); "
+          f"all={requeued['metrics']['all']:.4f} (uninterrupted {reference['metrics']['all']:.4f})")
