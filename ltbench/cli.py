@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"ltbench: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("ltbench: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
