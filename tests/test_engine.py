@@ -184,3 +184,26 @@ def test_missing_dataset_says_which_files_and_how(tmp_path, write_recipe, cli):
     assert "train-images-idx3-ubyte" in out.stderr and "apt-get install dataset-fashion-mnist" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not list((tmp_path / "results").rglob(store.RESULT))
+
+
+def test_bf16_autocast_trains(tmp_path, write_recipe):
+    from ltbench.launch import run_local
+    from ltbench.recipe import load_recipe
+
+    spec = load_recipe(write_recipe(extra={"train": {"precision": "bf16"}})).runs[0]
+    run_local([spec])
+    r = _only_result(tmp_path / "results")
+    assert r["status"] == "done", r.get("error")
+    assert r["config"]["train"]["precision"] == "bf16"
+
+
+def test_data_command_prints_counts_and_groups(write_recipe, cli):
+    out = cli("data", write_recipe(extra={"data": {"num_classes": 4, "max_per_class": 200, "imb_factor": 20}}),
+              "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)[0]
+    assert [c["train"] for c in report["classes"]] == [200, 73, 27, 10]
+    assert [c["group"] for c in report["classes"]] == ["many", "medium", "medium", "few"]
+    assert report["groups"] == {"many": 1, "medium": 2, "few": 1}
+    text = cli("data", write_recipe())
+    assert "groups: many 0, medium 0, few 4" in text.stdout and "class" in text.stdout
