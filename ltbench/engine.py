@@ -141,7 +141,8 @@ class SeededSamples(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, i: int):
-        torch.manual_seed(derive_seed(self.seed, "augment", self.epoch, int(i)))
+        # The CPU generator only: torch.manual_seed would also queue a CUDA reseed with a stack trace.
+        torch.random.default_generator.manual_seed(derive_seed(self.seed, "augment", self.epoch, int(i)))
         return self.dataset[int(i)]
 
 
