@@ -103,7 +103,10 @@ def cmd_table(args) -> int:
     from ltbench import report
 
     root = _recipe_root(args.path, args.results)
-    print(report.table(report.collect(root), fmt=args.format, digits=args.digits))
+    df = report.collect(root)
+    if args.heads:
+        df = report.with_heads(df, args.heads)
+    print(report.table(df, fmt=args.format, digits=args.digits))
     return 0
 
 
@@ -150,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("--format", choices=["markdown", "latex", "csv"], default="markdown")
     p.add_argument("--digits", type=int, default=2)
+    p.add_argument("--heads", help="also rows for these prediction heads (fnmatch patterns, comma-separated), "
+                                   "e.g. 'sum_da_*' for every BAPE distribution-adjustment mode")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)
 

@@ -32,8 +32,10 @@ def method_label(result: dict) -> str:
 
 
 def _short(v) -> str:
+    """Compact rendering of a grid value: a method mapping as name[key=value,...]."""
     if isinstance(v, dict):
-        return v.get("name", str(v))
+        rest = ",".join(f"{k}={_short(x)}" for k, x in v.items() if k != "name")
+        return f"{v.get('name', '?')}[{rest}]" if rest else str(v.get("name", v))
     return str(v)
 
 
@@ -64,6 +66,26 @@ def collect(root: Path) -> pd.DataFrame:
             row[f"prior:{prior}"] = values.get("all")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def with_heads(df: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    """Add one row per run and per head whose name matches ``pattern`` (fnmatch, comma-separated
+    alternatives allowed), labelled 'method · head': e.g. every distribution-adjustment mode of BAPE."""
+    import fnmatch
+
+    patterns = [p.strip() for p in pattern.split(",") if p.strip()]
+    heads = sorted({c.split(":", 1)[0] for c in df.columns if ":" in c and not c.startswith("prior:")})
+    chosen = [h for h in heads if any(fnmatch.fnmatch(h, p) for p in patterns)]
+    if not chosen:
+        raise LtbenchError(f"no head matches '{pattern}'; heads in these results: {', '.join(heads) or '(none)'}")
+    parts = [df]
+    for head in chosen:
+        part = df[df[f"{head}:all"].notna()].copy()
+        for m in METRICS:
+            part[m] = part.get(f"{head}:{m}")
+        part["method"] = part["method"] + " · " + head
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
 
 
 def aggregate(df: pd.DataFrame, metrics=METRICS) -> pd.DataFrame:

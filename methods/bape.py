@@ -373,10 +373,20 @@ class BAPE(Method):
         return self.aux.predict(features, target_prior=self._uniform(features)).float() + bape
 
     def head_predictions(self, features, *, target_prior=None):
+        """'aux', 'bape' (the configured DA mode), and the ensemble and BAPE head under *every* DA mode
+        ('sum_da_<mode>', 'bape_da_<mode>'): DA is test-time only, so one trained model compares them all."""
         heads = {"aux": self.aux.predict(features, target_prior=target_prior).float(),
                  "bape": self.bape_scores(features, target_prior)}
         for name, scores in self.aux.head_predictions(features, target_prior=target_prior).items():
             heads[f"aux_{name}"] = scores
+        aux_balanced = self.aux.predict(features, target_prior=self._uniform(features)).float()
+        z = self.project(features)
+        shift = _log_shift(target_prior, self.num_classes, z)
+        for mode in DA_MODES:
+            mu, kappa = self.class_params(mode, target_prior)
+            bape = self.log_likelihoods(z, mu, kappa) + shift
+            heads[f"bape_da_{mode}"] = bape
+            heads[f"sum_da_{mode}"] = aux_balanced + bape
         return heads
 
     # -- state and results ---------------------------------------------------------------------

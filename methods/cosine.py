@@ -23,7 +23,7 @@ from ltbench.method import Method
 from ltbench.registry import METHODS
 
 from .la import log_prior_adjustment, log_target_shift
-from .ldam import NormedLinear
+from ._heads import NormedLinear
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn as nn
@@ -25,6 +26,8 @@ import torch.nn.functional as F
 
 from ltbench.method import Method
 from ltbench.registry import METHODS
+
+from ._heads import NormedLinear
 
 
 def log_prior_adjustment(prior: torch.Tensor, tau: float) -> torch.Tensor:
@@ -52,6 +55,16 @@ def log_target_shift(method: Method, target_prior: torch.Tensor | None, like: to
 class LAConfig:
     tau: float = 1.0  # temperature of the prior adjustment
     views: list[str] | None = None  # default: one 'default' view
+    head: Literal["linear", "cosine"] = "linear"  # cosine: s * cos(h, w_y), as BAPE/ProCo use on ImageNet-LT
+    s: float = 30.0  # scale of the cosine head
+    # Test-time weight and feature normalisation of a linear head (BAPE Table 5, "LA, test only"):
+    # predict with c * cos(h, w_y), c = mean_y ||w_y|| * (running mean of ||h|| over training features),
+    # so the logits keep their average magnitude but lose the per-class and per-sample norms.
+    test_normalize: bool = False
+
+    def validate(self) -> None:
+        if self.s <= 0:
+            raise ValueError(f"s must be positive, got {self.s}")
 
 
 class _LinearHeadMethod(Method):
@@ -62,12 +75,50 @@ class _LinearHeadMethod(Method):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.tau = float(cfg.tau)  # a plain attribute: post-hoc τ can be changed after training
-        self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
-        nn.init.kaiming_normal_(self.head.weight)
+        if cfg.head == "cosine":
+            self.head = _ScaledCosine(ctx.feature_dim, ctx.num_classes, cfg.s)
+        else:
+            self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
+            nn.init.kaiming_normal_(self.head.weight)
+        # running mean of training feature norms, for test_normalize (a buffer: saved in checkpoints)
+        self.register_buffer("feature_norm", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("feature_count", torch.zeros((), dtype=torch.float64))
+
+    def train_logits(self, h: torch.Tensor) -> torch.Tensor:
+        if self.cfg.test_normalize:
+            with torch.no_grad():
+                norms = h.detach().double().norm(dim=1)
+                total = self.feature_count + len(norms)
+                self.feature_norm.mul_(self.feature_count / total).add_(norms.sum() / total)
+                self.feature_count.copy_(total)
+        return self.head(h)
+
+    def test_logits(self, h: torch.Tensor) -> torch.Tensor:
+        if not self.cfg.test_normalize or self.cfg.head == "cosine":
+            return self.head(h)
+        w = self.head.weight.float()
+        scale = w.norm(dim=1).mean() * self.feature_norm.float()
+        return scale * (F.normalize(h.float(), dim=1) @ F.normalize(w, dim=1).T)
 
     def adjustment(self) -> torch.Tensor:
         """log(π_train**τ + 1e-12) on the head's device."""
         return log_prior_adjustment(self.ctx.train_prior, self.tau).to(self.head.weight.device)
+
+
+class _ScaledCosine(nn.Module):
+    """s · cos(h, w_y) with LDAM's NormedLinear (no bias)."""
+
+    def __init__(self, in_features: int, out_features: int, s: float):
+        super().__init__()
+        self.cos = NormedLinear(in_features, out_features)
+        self.s = s
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.cos.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.s * self.cos(x)
 
 
 @METHODS.register("la")
@@ -75,12 +126,12 @@ class LogitAdjustedLoss(_LinearHeadMethod):
     """Logit-adjusted loss CE(z + τ·log π, y). Predicts z + log(K·p_t): z is already balanced (see module doc)."""
 
     def loss(self, features, labels, *, epoch):
-        logits = self.head(features[0])
+        logits = self.train_logits(features[0])
         loss = F.cross_entropy(logits + self.adjustment().to(logits.dtype), labels)
         return {"loss": loss, "logits": logits.detach()}
 
     def predict(self, features, *, target_prior=None):
-        z = self.head(features)
+        z = self.test_logits(features)
         return z + log_target_shift(self, target_prior, z)
 
 
@@ -92,11 +143,11 @@ class PostHocLogitAdjustment(_LinearHeadMethod):
     """
 
     def loss(self, features, labels, *, epoch):
-        logits = self.head(features[0])
+        logits = self.train_logits(features[0])
         return {"loss": F.cross_entropy(logits, labels), "logits": logits.detach()}
 
     def predict(self, features, *, target_prior=None):
-        z = self.head(features)
+        z = self.test_logits(features)
         return z - self.adjustment().to(z.dtype) + log_target_shift(self, target_prior, z)
 
     def head_predictions(self, features, *, target_prior=None):

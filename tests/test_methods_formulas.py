@@ -332,3 +332,34 @@ def test_cosine_learnable_scale_gets_gradient():
     groups = m.param_groups()
     assert groups and groups[0]["params"][0] is m.scale and groups[0]["weight_decay"] == 0.0
     assert "scale" in m.state_dict()
+
+
+def test_la_test_normalize_predicts_with_a_rescaled_cosine():
+    from ltbench.method import MethodContext, create_method
+
+    torch.manual_seed(0)
+    ctx = MethodContext(num_classes=3, class_counts=torch.tensor([100, 10, 1]), feature_dim=4, epochs=2)
+    la = create_method({"name": "la", "test_normalize": True}, ctx)
+    h = torch.randn(6, 4, dtype=torch.float32) * 3
+    la.loss([h], torch.tensor([0, 1, 2, 0, 1, 2]), epoch=0)
+    assert float(la.feature_norm) == pytest.approx(h.double().norm(dim=1).mean().item(), rel=1e-6)
+    w = la.head.weight.detach().double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    expected = (w.norm(dim=1).mean() * h.double().norm(dim=1).mean()) * (
+        (x / x.norm(dim=1, keepdim=True)) @ (w / w.norm(dim=1, keepdim=True)).T)
+    got = la.predict(x.float())
+    assert torch.allclose(got.double(), expected, atol=1e-4)
+    plain = create_method({"name": "la"}, ctx)
+    plain.load_state_dict(la.state_dict())
+    assert not torch.allclose(plain.predict(x.float()), got)
+
+
+def test_la_cosine_head():
+    from ltbench.method import MethodContext, create_method
+
+    ctx = MethodContext(num_classes=3, class_counts=torch.tensor([100, 10, 1]), feature_dim=4, epochs=2)
+    la = create_method({"name": "la", "head": "cosine", "s": 10.0}, ctx)
+    x = torch.randn(5, 4)
+    w = la.head.weight.detach()
+    expected = 10.0 * (x / x.norm(dim=1, keepdim=True)) @ (w / w.norm(dim=0, keepdim=True))
+    assert torch.allclose(la.predict(x), expected, atol=1e-5)

@@ -41,3 +41,17 @@ def test_report_and_store_never_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     out = subprocess.run([sys.executable, "-c", code, str(GOLDEN / "results" / "demo")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_head_rows():
+    import pandas as pd
+
+    df = pd.DataFrame([{"status": "done", "dataset": "d", "imb_factor": 1, "backbone": "b", "method": "bape",
+                        "seed": s, "all": 0.5, "many": 0.6, "medium": 0.5, "few": 0.4,
+                        "sum_da_none:all": 0.45 + s / 100, "sum_da_none:many": 0.7, "sum_da_none:medium": 0.4,
+                        "sum_da_none:few": 0.2, "aux:all": 0.3, "aux:many": 0.3, "aux:medium": 0.3,
+                        "aux:few": 0.3} for s in (0, 1)])
+    text = report.table(report.with_heads(df, "sum_da_*"))
+    assert "bape · sum_da_none" in text and "45.50 ± 0.71" in text and "aux" not in text
+    with pytest.raises(Exception, match="heads in these results: aux, sum_da_none"):
+        report.with_heads(df, "nothing*")
