@@ -7,6 +7,7 @@ a target class prior. See docs/adding-a-method.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -73,11 +74,20 @@ class Method(nn.Module):
         """Scores of individual heads, when the prediction combines several (reported separately)."""
         return {}
 
-    def log_target_prior(self, target_prior: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    def target_shift(self, target_prior: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        """log(K * p_t) per class: the Bayes correction from balanced scores to target prior p_t.
+
+        Exactly zero for None or a uniform prior (so balanced scores are returned unchanged); otherwise
+        ``p_t`` is normalised and clamped at 1e-12. Add it to scores that estimate log p(x|y) + const.
+        """
+        k = self.num_classes
         if target_prior is None:
-            return torch.full((self.num_classes,), -torch.log(torch.tensor(float(self.num_classes))).item(),
-                              device=like.device, dtype=like.dtype)
-        return torch.log(target_prior.to(like).clamp_min(1e-12))
+            return torch.zeros(k, device=like.device, dtype=like.dtype)
+        p = target_prior.to(device=like.device, dtype=torch.float64)
+        if bool((p == p[0]).all()):
+            return torch.zeros(k, device=like.device, dtype=like.dtype)
+        p = p / p.sum()
+        return (torch.log(p.clamp_min(1e-12)) + math.log(k)).to(like.dtype)
 
     # -- state ---------------------------------------------------------------------------------
     def extra_state(self) -> dict:

@@ -85,7 +85,6 @@ buffer, so a mid-epoch resume (which calls ``on_epoch_start`` again for the same
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -162,17 +161,6 @@ class BAPEConfig:
             raise ValueError("bape_views must name at least one view")
         if not self.max_kappa > 1e-6:
             raise ValueError(f"max_kappa must be > 1e-6, got {self.max_kappa}")
-
-
-def _log_shift(target_prior: torch.Tensor | None, k: int, like: torch.Tensor) -> torch.Tensor:
-    """log(K·p_t) per class (p_t normalised, clamped at 1e-12); exact zeros for None or a uniform prior."""
-    if target_prior is None:
-        return torch.zeros(k, device=like.device, dtype=like.dtype)
-    p = target_prior.to(device=like.device, dtype=torch.float64)
-    if bool((p == p[0]).all()):
-        return torch.zeros(k, device=like.device, dtype=like.dtype)
-    p = p / p.sum()
-    return (torch.log(p.clamp_min(1e-12)) + math.log(k)).to(like.dtype)
 
 
 @METHODS.register("bape")
@@ -359,7 +347,7 @@ class BAPE(Method):
         """BAPE's own prediction: s(z) after DA, + log(K p_t)."""
         z = self.project(features)
         mu, kappa = self.class_params(self.cfg.da_mode, target_prior)
-        return self.log_likelihoods(z, mu, kappa) + _log_shift(target_prior, self.num_classes, z)
+        return self.log_likelihoods(z, mu, kappa) + self.target_shift(target_prior, z)
 
     def _uniform(self, like: torch.Tensor) -> torch.Tensor:
         return torch.full((self.num_classes,), 1.0 / self.num_classes, device=like.device, dtype=torch.float32)
@@ -381,7 +369,7 @@ class BAPE(Method):
             heads[f"aux_{name}"] = scores
         aux_balanced = self.aux.predict(features, target_prior=self._uniform(features)).float()
         z = self.project(features)
-        shift = _log_shift(target_prior, self.num_classes, z)
+        shift = self.target_shift(target_prior, z)
         for mode in DA_MODES:
             mu, kappa = self.class_params(mode, target_prior)
             bape = self.log_likelihoods(z, mu, kappa) + shift

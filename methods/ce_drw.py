@@ -21,7 +21,6 @@ from ltbench.method import Method
 from ltbench.registry import METHODS
 
 from ._drw import DRW
-from .la import log_target_shift
 
 
 @dataclass
@@ -53,4 +52,4 @@ class CrossEntropyDRW(Method):
 
     def predict(self, features, *, target_prior=None):
         z = self.head(features)
-        return z + log_target_shift(self, target_prior, z)
+        return z + self.target_shift(target_prior, z)

@@ -22,7 +22,7 @@ from ltbench.errors import ConfigError
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
-from .la import log_prior_adjustment, log_target_shift
+from .la import log_prior_adjustment
 from ._heads import NormedLinear
 
 
@@ -73,4 +73,4 @@ class CosineClassifier(Method):
         if self.posthoc_tau == 0:
             return z
         adjustment = log_prior_adjustment(self.ctx.train_prior, self.posthoc_tau).to(z)
-        return z - adjustment + log_target_shift(self, target_prior, z)
+        return z - adjustment + self.target_shift(target_prior, z)

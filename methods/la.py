@@ -16,7 +16,6 @@ passed.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,22 +32,6 @@ from ._heads import NormedLinear
 def log_prior_adjustment(prior: torch.Tensor, tau: float) -> torch.Tensor:
     """log(π**τ + 1e-12), as google-research computes it (float64 internally, float32 out)."""
     return torch.log(prior.double() ** tau + 1e-12).float()
-
-
-def log_target_shift(method: Method, target_prior: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """log(K·p_t) per class: the Bayes correction from uniform to target prior p_t, zero for the uniform prior.
-
-    ``target_prior`` None, or with all entries equal, gives exact zeros. Otherwise it is normalised to sum to 1
-    (a constant shift either way) and clamped at 1e-12 before the log.
-    """
-    k = method.num_classes
-    if target_prior is None:
-        return torch.zeros(k, device=like.device, dtype=like.dtype)
-    p = target_prior.to(device=like.device, dtype=torch.float64)
-    if bool((p == p[0]).all()):
-        return torch.zeros(k, device=like.device, dtype=like.dtype)
-    p = p / p.sum()
-    return (torch.log(p.clamp_min(1e-12)) + math.log(k)).to(like.dtype)
 
 
 @dataclass
@@ -132,7 +115,7 @@ class LogitAdjustedLoss(_LinearHeadMethod):
 
     def predict(self, features, *, target_prior=None):
         z = self.test_logits(features)
-        return z + log_target_shift(self, target_prior, z)
+        return z + self.target_shift(target_prior, z)
 
 
 @METHODS.register("la_posthoc")
@@ -148,7 +131,7 @@ class PostHocLogitAdjustment(_LinearHeadMethod):
 
     def predict(self, features, *, target_prior=None):
         z = self.test_logits(features)
-        return z - self.adjustment().to(z.dtype) + log_target_shift(self, target_prior, z)
+        return z - self.adjustment().to(z.dtype) + self.target_shift(target_prior, z)
 
     def head_predictions(self, features, *, target_prior=None):
         return {"erm": self.head(features)}

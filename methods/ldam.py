@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from ltbench.errors import ConfigError
@@ -31,7 +30,6 @@ from ltbench.registry import METHODS
 
 from ._drw import DRW
 from ._heads import NormedLinear
-from .la import log_target_shift
 
 
 def ldam_margins(class_counts: torch.Tensor, max_m: float) -> torch.Tensor:
@@ -84,7 +82,7 @@ class LDAM(Method):
 
     def predict(self, features, *, target_prior=None):
         logits = self.s * self.head(features)
-        return logits + log_target_shift(self, target_prior, logits)
+        return logits + self.target_shift(target_prior, logits)
 
 
 @METHODS.register("ldam_drw")
