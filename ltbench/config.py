@@ -195,6 +195,9 @@ class EvalConfig:
     many_threshold: int = 100  # many-shot: more than this many training images
     few_threshold: int = 20  # few-shot: fewer than this many training images
     target_priors: list[str] = field(default_factory=list)  # e.g. forward50, backward10 (shifted tests)
+    # Extra test sets by name (e.g. forward50): the dataset's published shifted list, or the SADE subset of
+    # the balanced test split; predicted with their (known) class prior.
+    test_sets: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if self.few_threshold > self.many_threshold:

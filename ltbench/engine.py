@@ -58,6 +58,7 @@ def pick_device() -> torch.device:
 
 @dataclass
 class Run:
+    builder: object  # the dataset plugin instance (for extra test sets)
     data: LTData
     backbone: nn.Module
     method: Method
@@ -67,14 +68,19 @@ class Run:
     eval: EvalConfig
 
 
-def load_data(config: dict) -> LTData:
+def dataset_builder(config: dict):
     options = dict(config["data"])
     builder = DATASETS.get(options.pop("name"))
-    return builder(from_dict(builder.Config, options, "data")).load()
+    return builder(from_dict(builder.Config, options, "data"))
+
+
+def load_data(config: dict) -> LTData:
+    return dataset_builder(config).load()
 
 
 def build_run(config: dict, data: LTData | None = None) -> Run:
-    data = data if data is not None else load_data(config)
+    builder = dataset_builder(config)
+    data = data if data is not None else builder.load()
     bb_options = dict(config["backbone"])
     bb_builder = BACKBONES.get(bb_options.pop("name"))
     backbone = bb_builder(from_dict(bb_builder.Config, bb_options, "backbone"), in_channels=data.image.channels)
@@ -87,7 +93,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     )
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
-    return Run(data, backbone, method, model, optim,
+    return Run(builder, data, backbone, method, model, optim,
                from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
 
 
@@ -210,12 +216,13 @@ def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict
 
 
 @torch.no_grad()
-def test_features(run: Run, device: torch.device, batch_size: int = 512) -> torch.Tensor:
+def test_features(run: Run, device: torch.device, batch_size: int = 512, dataset=None) -> torch.Tensor:
     run.model.eval()
+    dataset = run.data.test if dataset is None else dataset
     tf = transforms.build("eval", run.data.image, run.data.pipelines)
     feats = []
-    for i in range(0, len(run.data.test), batch_size):
-        x = torch.stack([tf(run.data.test[j][0]) for j in range(i, min(i + batch_size, len(run.data.test)))])
+    for i in range(0, len(dataset), batch_size):
+        x = torch.stack([tf(dataset[j][0]) for j in range(i, min(i + batch_size, len(dataset)))])
         feats.append(run.backbone(x.to(device)).float())
     return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim)
 
@@ -245,6 +252,15 @@ def evaluate(run: Run, device: torch.device) -> dict:
             s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
             out["target_priors"][name] = {"all": accuracy_under_prior(s["per_class"], prior),
                                           **{g: s[g] for g in ("many", "medium", "few")}}
+    if e.test_sets:
+        out["test_sets"] = {}
+        for name in e.test_sets:
+            dataset, set_labels = run.builder.test_set(name, run.data)
+            set_feats = test_features(run, device, dataset=dataset)
+            prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
+            scores = method.predict(set_feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
+            s = summarize(scores.argmax(1).cpu().numpy(), set_labels, counts, e.many_threshold, e.few_threshold)
+            out["test_sets"][name] = {"size": int(len(set_labels)), **{g: s[g] for g in ("all", "many", "medium", "few")}}
     return out
 
 

@@ -64,6 +64,8 @@ def collect(root: Path) -> pd.DataFrame:
                 row[f"{head}:{m}"] = values.get(m)
         for prior, values in (metrics.get("target_priors") or {}).items():
             row[f"prior:{prior}"] = values.get("all")
+        for name, values in (metrics.get("test_sets") or {}).items():
+            row[f"set:{name}"] = values.get("all")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -74,7 +76,7 @@ def with_heads(df: pd.DataFrame, pattern: str) -> pd.DataFrame:
     import fnmatch
 
     patterns = [p.strip() for p in pattern.split(",") if p.strip()]
-    heads = sorted({c.split(":", 1)[0] for c in df.columns if ":" in c and not c.startswith("prior:")})
+    heads = sorted({c.split(":", 1)[0] for c in df.columns if ":" in c and not c.startswith(("prior:", "set:"))})
     chosen = [h for h in heads if any(fnmatch.fnmatch(h, p) for p in patterns)]
     if not chosen:
         raise LtbenchError(f"no head matches '{pattern}'; heads in these results: {', '.join(heads) or '(none)'}")

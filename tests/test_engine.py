@@ -207,3 +207,20 @@ def test_data_command_prints_counts_and_groups(write_recipe, cli):
     assert report["groups"] == {"many": 1, "medium": 2, "few": 1}
     text = cli("data", write_recipe())
     assert "groups: many 0, medium 1, few 3" in text.stdout and "class" in text.stdout
+
+
+def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, write_recipe):
+    from ltbench.data.shift import shifted_counts
+    from ltbench.launch import run_local
+    from ltbench.recipe import load_recipe
+
+    spec = load_recipe(write_recipe(extra={"method": {"name": "la"}, "eval": {
+        "target_priors": ["forward5", "uniform", "backward5"], "test_sets": ["forward5", "backward5"]}})).runs[0]
+    run_local([spec])
+    m = _only_result(tmp_path / "results")["metrics"]
+    assert set(m["target_priors"]) == {"forward5", "uniform", "backward5"}
+    assert m["target_priors"]["uniform"]["all"] == pytest.approx(m["all"])
+    assert m["test_sets"]["forward5"]["size"] == sum(shifted_counts(4, 8, 5, "forward"))
+    assert m["test_sets"]["backward5"]["size"] == sum(shifted_counts(4, 8, 5, "backward"))
+    for name in ("forward5", "backward5"):
+        assert 0.0 <= m["test_sets"][name]["all"] <= 1.0

@@ -64,6 +64,18 @@ class DatasetBuilder:
     def load(self) -> LTData:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def test_set(self, name: str, data: LTData) -> tuple[Dataset, np.ndarray]:
+        """An extra test set by name, for ``eval.test_sets`` (the test-agnostic protocol).
+
+        Default: the SADE construction (LT_PROTOCOLS section 6): 'forward<rho>' / 'backward<rho>' /
+        'uniform' subsets of the balanced test split, drawn with the legacy global NumPy RNG seeded 0.
+        Datasets with published shifted lists override this to read them.
+        """
+        from ltbench.data.shift import shifted_test
+
+        shifted = shifted_test(data, name)
+        return shifted.test, shifted.test_labels
+
 
 class ArrayImages(Dataset):
     """Images held in memory as a uint8 tensor (N, C, H, W)."""

@@ -287,6 +287,13 @@ class SplitListDataset(DatasetBuilder):
                         f"{self.bench.title} needs {self.bench.images} under data.root"
                     )
 
+    def test_set(self, name: str, data: LTData):
+        """A published shifted list (e.g. ImageNet_LT_forward50.txt, from SADE) when it can be found."""
+        lst = read_split_list(find_list(self.bench, self.cfg, name))
+        check_labels(lst, data.num_classes)
+        root = Path(self.cfg.root).expanduser() if self.cfg.root else None
+        return FileImages(root, lst.paths, lst.labels, str(lst.path), lst.lines), lst.labels
+
     def load(self) -> LTData:
         cfg, bench = self.cfg, self.bench
         train, test, k = self.lists()
