@@ -24,7 +24,7 @@ import hashlib
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +62,7 @@ class Benchmark:
     images: str  # what the image root must contain
     # line counts of the published lists ([V] or [R] in LT_PROTOCOLS section 2/6), recorded and checked
     known_lines: dict[str, int]
+    pipelines: dict[str, str] = field(default_factory=dict)  # overrides of the PIPELINES aliases
 
     def list_name(self, split: str) -> str:
         if split == "test":
@@ -91,6 +92,7 @@ INAT2018 = Benchmark(
               f"val2018.json)",
     images="the extracted iNaturalist 2018 train_val2018/ folder",
     known_lines={"train": 437513, "val": 24426, "forward3": 11147, "backward3": 11137},
+    pipelines={"default": "standard"},  # Decoupling's iNat recipe: random resized crop + flip, no colour jitter
 )
 BENCHMARKS = {b.name: b for b in (IMAGENET_LT, PLACES_LT, INAT2018)}
 
@@ -314,7 +316,7 @@ class SplitListDataset(DatasetBuilder):
             test=FileImages(root, test.paths, test.labels, str(test.path), test.lines),
             test_labels=test.labels,
             subset_hash=train.sha1,  # the training split is the list itself
-            pipelines=dict(PIPELINES),
+            pipelines={**PIPELINES, **bench.pipelines},
             class_names=folder_class_names(train, k),
             info={"root": str(root) if root else None, "test_split": cfg.test_split, "lists": info_lists},
         )
