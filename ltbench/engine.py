@@ -394,8 +394,17 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         last_save = time.monotonic()
 
     metrics = evaluate(run, device)
+    # Model selection is the last epoch (common LT practice). When test accuracy was logged during
+    # training (train.eval_every), the best epoch is recorded too, labelled as the oracle it is.
+    selection: dict = {"strategy": "last", "epoch": o.epochs}
+    logged = [r for r in store.read_jsonl(log_path) if "test" in r] if main else []
+    if logged:
+        best = max(logged + [{"epoch": o.epochs, "test": {g: metrics[g] for g in ("all", "many", "medium", "few")}}],
+                   key=lambda r: r["test"]["all"] if r["test"]["all"] is not None else -1)
+        selection["oracle_best_on_test"] = {"epoch": best["epoch"], **best["test"]}
     return {
         "metrics": metrics,
+        "selection": selection,
         "method_extras": run.method.result_extras(),
         "data": {
             "num_classes": run.data.num_classes,

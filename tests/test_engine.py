@@ -190,11 +190,12 @@ def test_bf16_autocast_trains(tmp_path, write_recipe):
     from ltbench.launch import run_local
     from ltbench.recipe import load_recipe
 
-    spec = load_recipe(write_recipe(extra={"train": {"precision": "bf16"}})).runs[0]
+    spec = load_recipe(write_recipe(extra={"train": {"precision": "bf16", "eval_every": 1}})).runs[0]
     run_local([spec])
     r = _only_result(tmp_path / "results")
     assert r["status"] == "done", r.get("error")
     assert r["config"]["train"]["precision"] == "bf16"
+    assert r["selection"]["strategy"] == "last" and r["selection"]["oracle_best_on_test"]["epoch"] in (1, 2)
 
 
 def test_data_command_prints_counts_and_groups(write_recipe, cli):
