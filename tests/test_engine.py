@@ -225,3 +225,51 @@ def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, wri
     assert m["test_sets"]["backward5"]["size"] == sum(shifted_counts(4, 8, 5, "backward"))
     for name in ("forward5", "backward5"):
         assert 0.0 <= m["test_sets"][name]["all"] <= 1.0
+
+
+CRASH_PLUGIN = '''
+import os
+import torch.nn as nn
+import torch.nn.functional as F
+from ltbench.method import Method
+from ltbench.registry import METHODS
+
+@METHODS.register("ce_crash_once")
+class CECrashOnce(Method):
+    """Cross-entropy that kills its process at epoch 2, step 3 while LTBENCH_TEST_CRASH is set."""
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
+        self.steps = 0
+
+    def on_epoch_start(self, epoch):
+        self.epoch, self.steps = epoch, 0
+
+    def loss(self, features, labels, *, epoch):
+        self.steps += 1
+        if os.environ.get("LTBENCH_TEST_CRASH") and epoch == 1 and self.steps == 4:
+            os._exit(17)  # like a node failure: no cleanup, no result
+        logits = self.head(features[0])
+        return {"loss": F.cross_entropy(logits, labels), "logits": logits.detach()}
+
+    def predict(self, features, *, target_prior=None):
+        return self.head(features)
+'''
+
+
+def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli):
+    (tmp_path / "crash_plugins").mkdir()
+    (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
+    recipe = write_recipe(extra={"plugins": ["./crash_plugins"], "method": {"name": "ce_crash_once"},
+                                 "data": {"max_per_class": 60}, "optim": {"epochs": 3, "batch_size": 8},
+                                 "train": {"checkpoint_minutes": 1.0e-9}})  # a checkpoint after every step
+    reference = cli("run", recipe, "--results", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    crashed = cli("run", recipe, env={"LTBENCH_TEST_CRASH": "1"})
+    assert crashed.returncode == 17
+    resumed = cli("run", recipe)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from checkpoint: epoch 1, step 3" in resumed.stdout
+    got = _only_result(tmp_path / "results")["metrics"]
+    assert got["per_class"] == _only_result(tmp_path / "reference")["metrics"]["per_class"]
