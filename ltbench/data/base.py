@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
@@ -75,6 +77,15 @@ class DatasetBuilder:
 
         shifted = shifted_test(data, name)
         return shifted.test, shifted.test_labels
+
+
+def data_roots(root: str | None, folder: str, *extra: str) -> list[Path]:
+    """Where to look for a dataset: ``root`` when given, else $LTBENCH_DATA/<folder>, ./data/<folder>
+    and any ``extra`` system locations, in that order."""
+    if root:
+        return [Path(root).expanduser()]
+    out = [Path(os.environ["LTBENCH_DATA"]) / folder] if os.environ.get("LTBENCH_DATA") else []
+    return out + [Path("data") / folder] + [Path(e) for e in extra]
 
 
 class ArrayImages(Dataset):

@@ -23,7 +23,6 @@ balanced CIFAR test set. Nothing is downloaded unless ``download: true``.
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, data_roots
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
@@ -97,13 +96,7 @@ class CIFARLTConfig:
 
 def candidate_roots(root: str | None) -> list[Path]:
     """``root`` if given, else $LTBENCH_DATA/cifar and ./data/cifar."""
-    if root:
-        return [Path(root).expanduser()]
-    out = []
-    if os.environ.get("LTBENCH_DATA"):
-        out.append(Path(os.environ["LTBENCH_DATA"]) / "cifar")
-    out.append(Path("data/cifar"))
-    return out
+    return data_roots(root, "cifar")
 
 
 def _folder_with_files(layout: Layout, root: Path) -> Path | None:

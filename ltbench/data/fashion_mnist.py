@@ -7,14 +7,13 @@ ones torchvision expects, though the images are the same.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, data_roots
 from ltbench.data.idx import read_idx
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.errors import DataMissingError
@@ -46,13 +45,8 @@ class FashionMNISTLTConfig:
 
 
 def candidate_roots(root: str | None) -> list[Path]:
-    if root:
-        return [Path(root).expanduser()]
-    out = []
-    if os.environ.get("LTBENCH_DATA"):
-        out.append(Path(os.environ["LTBENCH_DATA"]) / "fashion-mnist")
-    out += [Path("data/fashion-mnist"), Path(DEBIAN_DIR)]
-    return out
+    """``root`` if given, else $LTBENCH_DATA/fashion-mnist, ./data/fashion-mnist, Debian's folder."""
+    return data_roots(root, "fashion-mnist", DEBIAN_DIR)
 
 
 def find_file(folder: Path, stem: str) -> Path | None:
