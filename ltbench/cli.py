@@ -59,15 +59,11 @@ def cmd_list(args) -> int:
 def cmd_data(args) -> int:
     from ltbench import engine
     from ltbench.evaluation import group_of
-    from ltbench.recipe import load_recipe
+    from ltbench.recipe import distinct_data, load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)
-    seen, reports = set(), []
-    for spec in recipe.runs:
-        key = json.dumps(spec["config"]["data"], sort_keys=True)
-        if key in seen:
-            continue
-        seen.add(key)
+    reports = []
+    for spec in distinct_data(recipe.runs):
         data = engine.load_data(spec["config"])
         e = spec["config"]["eval"]
         groups = group_of(data.class_counts, e["many_threshold"], e["few_threshold"])

@@ -9,23 +9,16 @@ from pathlib import Path
 
 from ltbench import store
 from ltbench.errors import DataMissingError
-from ltbench.recipe import Recipe, run_label
+from ltbench.recipe import Recipe, distinct_data, run_label
 
 
 def preflight(recipe: Recipe) -> None:
     """Stop before any run starts when a dataset is missing (one message, not one per run)."""
-    import json
-
     from ltbench.config import from_dict
     from ltbench.registry import DATASETS
 
-    seen = set()
-    for spec in recipe.runs:
+    for spec in distinct_data(recipe.runs):
         data = dict(spec["config"]["data"])
-        key = json.dumps(data, sort_keys=True)
-        if key in seen:
-            continue
-        seen.add(key)
         builder = DATASETS.get(data.pop("name"))
         check = getattr(builder(from_dict(builder.Config, data, "data")), "check", None)
         if callable(check):

@@ -250,12 +250,30 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
     return Recipe(name, path, raw, runs, launcher, out_dir, plugins)
 
 
-def run_label(spec: dict) -> str:
-    """Short human label of a run: method name plus the method.* grid values that vary."""
-    method = spec["config"]["method"]["name"]
-    extras = [f"{k.split('.', 1)[1]}={v}" for k, v in spec.get("grid", {}).items()
+def run_label(run: dict) -> str:
+    """Short human label of a run spec or result: the method name plus the method values the grid varies,
+    a method mapping rendered as name[key=value,...]."""
+    grid = run.get("grid") or {}
+    extras = [f"{k.split('.', 1)[1]}={_short(v)}" for k, v in grid.items()
               if k.startswith("method.") and k != "method.name"]
-    grid_method = spec.get("grid", {}).get("method")
-    if isinstance(grid_method, dict):
-        extras += [f"{k}={v}" for k, v in grid_method.items() if k != "name"]
-    return method + (f" ({', '.join(extras)})" if extras else "")
+    if isinstance(grid.get("method"), dict):
+        extras += [f"{k}={_short(v)}" for k, v in grid["method"].items() if k != "name"]
+    return run["config"]["method"]["name"] + (f" ({', '.join(extras)})" if extras else "")
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, dict):
+        rest = ",".join(f"{k}={_short(x)}" for k, x in v.items() if k != "name")
+        return f"{v.get('name', '?')}[{rest}]" if rest else str(v.get("name", v))
+    return str(v)
+
+
+def distinct_data(runs: list[dict]) -> list[dict]:
+    """One run spec per distinct data configuration (to check or describe each dataset once)."""
+    seen, out = set(), []
+    for spec in runs:
+        key = canonical_json(spec["config"]["data"])
+        if key not in seen:
+            seen.add(key)
+            out.append(spec)
+    return out

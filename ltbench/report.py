@@ -15,28 +15,11 @@ from tabulate import tabulate
 
 from ltbench import store
 from ltbench.errors import LtbenchError
+from ltbench.recipe import run_label
 
 METRICS = ("many", "medium", "few", "all")
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 ROW_KEYS = ("dataset", "imb_factor", "backbone", "method")
-
-
-def method_label(result: dict) -> str:
-    method = result["config"]["method"]["name"]
-    grid = result.get("grid", {}) or {}
-    extras = [f"{k.split('.', 1)[1]}={_short(v)}" for k, v in grid.items()
-              if k.startswith("method.") and k != "method.name"]
-    if isinstance(grid.get("method"), dict):
-        extras += [f"{k}={_short(v)}" for k, v in grid["method"].items() if k != "name"]
-    return method + (f" ({', '.join(extras)})" if extras else "")
-
-
-def _short(v) -> str:
-    """Compact rendering of a grid value: a method mapping as name[key=value,...]."""
-    if isinstance(v, dict):
-        rest = ",".join(f"{k}={_short(x)}" for k, x in v.items() if k != "name")
-        return f"{v.get('name', '?')}[{rest}]" if rest else str(v.get("name", v))
-    return str(v)
 
 
 def collect(root: Path) -> pd.DataFrame:
@@ -52,7 +35,7 @@ def collect(root: Path) -> pd.DataFrame:
             "dataset": data.get("name"),
             "imb_factor": data.get("imb_factor"),
             "backbone": r.get("config", {}).get("backbone", {}).get("name"),
-            "method": method_label(r),
+            "method": run_label(r),
             "seed": r.get("seed"),
             "subset_hash": (r.get("data") or {}).get("subset_hash"),
             "wall_seconds": r.get("wall_seconds"),
