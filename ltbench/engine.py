@@ -30,6 +30,7 @@ from ltbench.data.base import LTData, MultiView
 from ltbench.errors import NonFiniteLossError
 from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
 from ltbench.method import Method, MethodContext, create_method
+from ltbench.predictions import save_predictions
 from ltbench.registry import BACKBONES, DATASETS
 
 CHECKPOINT_FORMAT = 1
@@ -228,20 +229,24 @@ def test_features(run: Run, device: torch.device, batch_size: int = 512, dataset
 
 
 @torch.no_grad()
-def evaluate(run: Run, device: torch.device) -> dict:
-    """Metrics on the test set under the uniform target prior, per head, and under shifted priors."""
+def evaluate(run: Run, device: torch.device, keep: dict | None = None) -> dict:
+    """Metrics on the test set under the uniform target prior, per head, and under shifted priors.
+
+    ``keep``, when given, receives the argmax arrays behind the metrics (keys of ltbench.predictions)."""
+    keep = {} if keep is None else keep
     feats = test_features(run, device)
     labels, counts, e = run.data.test_labels, run.data.class_counts, run.eval
     k = run.data.num_classes
     uniform = torch.full((k,), 1.0 / k, device=device)
     method = run.method
-    out = summarize(method.predict(feats, target_prior=uniform).argmax(1).cpu().numpy(), labels, counts,
-                    e.many_threshold, e.few_threshold)
+    keep["labels"], keep["head:main"] = labels, method.predict(feats, target_prior=uniform).argmax(1).cpu().numpy()
+    out = summarize(keep["head:main"], labels, counts, e.many_threshold, e.few_threshold)
     heads = method.head_predictions(feats, target_prior=uniform)
     if heads:
         out["heads"] = {}
         for name, scores in heads.items():
-            s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
+            keep[f"head:{name}"] = scores.argmax(1).cpu().numpy()
+            s = summarize(keep[f"head:{name}"], labels, counts, e.many_threshold, e.few_threshold)
             out["heads"][name] = {g: s[g] for g in ("all", "many", "medium", "few")}
     if e.target_priors:
         out["target_priors"] = {}
@@ -259,7 +264,8 @@ def evaluate(run: Run, device: torch.device) -> dict:
             set_feats = test_features(run, device, dataset=dataset)
             prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
             scores = method.predict(set_feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
-            s = summarize(scores.argmax(1).cpu().numpy(), set_labels, counts, e.many_threshold, e.few_threshold)
+            keep[f"set:{name}:labels"], keep[f"set:{name}:head:main"] = set_labels, scores.argmax(1).cpu().numpy()
+            s = summarize(keep[f"set:{name}:head:main"], set_labels, counts, e.many_threshold, e.few_threshold)
             out["test_sets"][name] = {"size": int(len(set_labels)), **{g: s[g] for g in ("all", "many", "medium", "few")}}
     return out
 
@@ -393,7 +399,10 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         distributed.barrier()
         last_save = time.monotonic()
 
-    metrics = evaluate(run, device)
+    kept: dict = {}
+    metrics = evaluate(run, device, keep=kept)
+    if main:
+        save_predictions(run_dir, kept, run.data.num_classes)
     # Model selection is the last epoch (common LT practice). When test accuracy was logged during
     # training (train.eval_every), the best epoch is recorded too, labelled as the oracle it is.
     selection: dict = {"strategy": "last", "epoch": o.epochs}
