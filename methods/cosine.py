@@ -68,6 +68,12 @@ class CosineClassifier(Method):
             out["scale"] = self.scale.detach().clone()
         return out
 
+    @torch.no_grad()
+    def result_extras(self) -> dict:
+        """Per-class norms of the raw class weights (they do not enter s·cos, but show how training moved each
+        class) and the logit scale s, the one norm the prediction uses (learned when learn_scale)."""
+        return {"weight_norm": self.head.weight.float().norm(dim=0).cpu().tolist(), "scale": float(self.scale)}
+
     def predict(self, features, *, target_prior=None):
         z = self.logits(features)
         if self.posthoc_tau == 0:

@@ -87,6 +87,17 @@ class _LinearHeadMethod(Method):
         """log(π_train**τ + 1e-12) on the head's device."""
         return log_prior_adjustment(self.ctx.train_prior, self.tau).to(self.head.weight.device)
 
+    @torch.no_grad()
+    def result_extras(self) -> dict:
+        """Per-class norms of the class weights, the quantity BAPE's Figure 3 sets beside κ: under plain CE
+        they grow with class frequency, the bias logit adjustment removes. (Cosine head: weights of unit
+        direction only matter, so these raw norms show training dynamics, not the logits' scale s.)"""
+        weight = self.head.weight.float()
+        extras = {"weight_norm": weight.norm(dim=0 if self.cfg.head == "cosine" else 1).cpu().tolist()}
+        if self.feature_count > 0:
+            extras["feature_norm_mean"] = float(self.feature_norm)
+        return extras
+
 
 class _ScaledCosine(nn.Module):
     """s · cos(h, w_y) with LDAM's NormedLinear (no bias)."""
