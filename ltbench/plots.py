@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ltbench.errors import LtbenchError
 from ltbench.evaluation import GROUPS, parse_prior_name
@@ -66,6 +67,15 @@ def _draw_rows(ax: Axes, df: pd.DataFrame, x: str, y: str, scale: float = 1.0, b
             ax.fill_between(xs, mean - std, mean + std, color=styles[row]["color"], alpha=0.15, linewidth=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="best")
+
+
+def _log_x(ax: Axes) -> None:
+    """Log x axis labelled 5, 10, 200 (not 2x10^1); minor ticks labelled only within one decade."""
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain if high / max(low, 1e-12) < 10 else NullFormatter())
 
 
 def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
@@ -126,7 +136,7 @@ def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None =
     bounds = shot_boundaries_from_groups(df) if shot_boundaries is None else list(shot_boundaries)
     for bound in bounds:
         ax.axvline(bound, color="0.4", linestyle=":", linewidth=1)
-    ax.set_xscale("log")
+    _log_x(ax)
     _name_shot_groups(ax, bounds, [g for g in reversed(GROUPS) if (df["group"] == g).any()])
     ax.set_xlabel("training images in the class (log scale; dotted: shot-group boundaries)")
     ax.set_ylabel("test accuracy of the class (%)")
@@ -139,8 +149,29 @@ def plot_per_class(df: pd.DataFrame, out_base, shot_boundaries: Sequence[float] 
     return save_figure(figure_per_class(df, shot_boundaries), out_base)
 
 
-STAT_LABELS = {"kappa": "vMF concentration kappa (BAPE)", "weight_norm": "classifier weight norm",
-               "cosine_scale": "cosine classifier scale"}
+STAT_LABELS = {"kappa": "vMF concentration kappa (BAPE)", "kappa_da_uniform": "kappa after distribution adjustment",
+               "weight_norm": "classifier weight norm", "aux.weight_norm": "auxiliary classifier weight norm",
+               "mean_norm": "norm of the class's mean embedding (BAPE)"}
+
+
+def class_statistics(method_extras: dict, num_classes: int, prefix: str = "") -> dict[str, list[float]]:
+    """The per-class statistics a run recorded in ``method_extras`` (result.json), by name.
+
+    A statistic is any list of ``num_classes`` numbers: BAPE's ``kappa``, ``kappa_da_uniform``,
+    ``mean_norm``, ``n``; LA's and the cosine classifier's ``weight_norm``.  Nested mappings (BAPE's
+    auxiliary method under ``aux``) are flattened with a dotted prefix: ``aux.weight_norm``.  The
+    report loader builds the ``class_stats`` frame from this, so every method that records a list
+    gets plotted without the core knowing the method.
+    """
+    found: dict[str, list[float]] = {}
+    for key, value in (method_extras or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            found.update(class_statistics(value, num_classes, prefix=f"{name}."))
+        elif isinstance(value, list) and len(value) == num_classes and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            found[name] = [float(v) for v in value]
+    return found
 
 
 def figure_class_stat(df: pd.DataFrame, stat: str = "kappa") -> Figure:
@@ -152,7 +183,7 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa") -> Figure:
     figure = Figure(figsize=SIZE)
     ax = figure.add_subplot()
     _draw_rows(ax, _class_means(chosen, "value"), "train_count", "value", band=False, marker="o")
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel("training images in the class (log scale)")
     ax.set_ylabel(STAT_LABELS.get(stat, stat))
     ax.set_title(f"{STAT_LABELS.get(stat, stat)} per class (mean over seeds)")

@@ -141,8 +141,11 @@ def test_the_data_file_ships_with_the_package():
     assert (ROOT / "ltbench" / "published.yaml").is_file()
 
 
-def test_literature_imports_no_torch():
+def test_evidence_modules_import_no_torch():
+    """Tables, reports and figures run on a login node: none of these may pull in torch."""
     import subprocess
 
-    code = "import sys, ltbench.literature; ltbench.literature.load_published(); assert 'torch' not in sys.modules"
-    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    code = ("import sys, ltbench.literature, ltbench.significance, ltbench.predictions, ltbench.plots; "
+            "ltbench.literature.load_published(); assert 'torch' not in sys.modules, 'torch imported'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

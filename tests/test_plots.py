@@ -9,7 +9,7 @@ import pytest
 from matplotlib.image import imread
 
 from ltbench.errors import LtbenchError
-from ltbench.plots import (figure_class_stat, figure_curves, figure_per_class, figure_shift, plot_class_stat,
+from ltbench.plots import (class_statistics, figure_class_stat, figure_curves, figure_per_class, figure_shift, plot_class_stat,
                            plot_curves, plot_per_class, plot_shift, prior_position)
 from tests.conftest import ROOT
 
@@ -133,3 +133,12 @@ def test_plotting_needs_no_display_and_no_pyplot(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "c.png").is_file() and (tmp_path / "c.pdf").is_file()
+
+
+def test_class_statistics_finds_per_class_lists_at_any_depth():
+    extras = {"kappa": [1.0, 2.0, 3.0], "n": [10, 5, 1], "kappa0": 4.0, "da_mode": "none", "prior_dirs": "fixed",
+              "notes": ["a", "b", "c"], "flags": [True, False, True], "short": [1.0, 2.0],
+              "aux": {"weight_norm": [0.5, 0.4, 0.3], "aux": {"weight_norm": [1, 1, 1]}}}
+    assert class_statistics(extras, 3) == {"kappa": [1.0, 2.0, 3.0], "n": [10.0, 5.0, 1.0],
+                                           "aux.weight_norm": [0.5, 0.4, 0.3], "aux.aux.weight_norm": [1.0, 1.0, 1.0]}
+    assert class_statistics({}, 3) == {} and class_statistics(None, 3) == {}
