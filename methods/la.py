@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
-from ._heads import NormedLinear
+from ._heads import NormedLinear, class_weight_norms
 
 
 def log_prior_adjustment(prior: torch.Tensor, tau: float) -> torch.Tensor:
@@ -89,11 +89,9 @@ class _LinearHeadMethod(Method):
 
     @torch.no_grad()
     def result_extras(self) -> dict:
-        """Per-class norms of the class weights, the quantity BAPE's Figure 3 sets beside κ: under plain CE
-        they grow with class frequency, the bias logit adjustment removes. (Cosine head: weights of unit
-        direction only matter, so these raw norms show training dynamics, not the logits' scale s.)"""
-        weight = self.head.weight.float()
-        extras = {"weight_norm": weight.norm(dim=0 if self.cfg.head == "cosine" else 1).cpu().tolist()}
+        """Per-class weight norms (``class_weight_norms``; with the cosine head only their directions enter the
+        logits), and the mean training feature norm that ``test_normalize`` uses."""
+        extras = {"weight_norm": class_weight_norms(self.head.cos if self.cfg.head == "cosine" else self.head)}
         if self.feature_count > 0:
             extras["feature_norm_mean"] = float(self.feature_norm)
         return extras

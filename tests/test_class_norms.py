@@ -14,8 +14,8 @@ def extras(method) -> dict:
     return json.loads(json.dumps(method.result_extras(), allow_nan=False))  # what result.json will hold
 
 
-def test_la_records_linear_weight_norms_per_class():
-    for name in ("la", "la_posthoc"):
+def test_linear_heads_record_weight_norms_per_class():
+    for name in ("la", "la_posthoc", "ce", "ce_drw"):
         method = create_method({"name": name}, CTX)
         with torch.no_grad():
             method.head.weight.copy_(torch.tensor([[3.0, 4, 0, 0], [0, 0, 1, 0], [1, 1, 1, 1]]))
