@@ -124,6 +124,8 @@ def test_a_custom_file_loads(tmp_path):
     ({"shared": {"dataset": "cifar10_lt", "backbone": "resnet32", "epochs": 2.5}}, "epochs must be"),
     ({"shared": {"backbone": "resnet32"}}, "'dataset' must be"),
     ({"colums": []}, "expected keys"),
+    ({"columns": ["all", "all"]}, "each with a 'metric'"),
+    ({"shared": ["cifar10_lt"]}, "'shared' must be a mapping"),
 ])
 def test_bad_entries_are_rejected_with_the_block_named(tmp_path, change, message):
     with pytest.raises(LtbenchError, match="block 1") as error:
