@@ -84,7 +84,8 @@ def expand_block(block: Any, where: str) -> list[Published]:
     shared, columns = block.get("shared") or {}, block.get("columns") or []
     if not isinstance(shared, dict) or not isinstance(columns, list) \
             or not all(isinstance(c, dict) and "metric" in c for c in columns):
-        raise LtbenchError(f"{where}: 'shared' must be a mapping and 'columns' a list of mappings, each with a 'metric'")
+        raise LtbenchError(f"{where}: 'shared' must be a mapping and 'columns' a list of mappings, "
+                           f"each with a 'metric'")
     merged: dict[tuple, dict] = {}
     for row_number, row in enumerate(block.get("rows") or [], 1):
         row_where = f"{where}, row {row_number}"
