@@ -79,6 +79,14 @@ def correct(run_dir: Path, head: str = MAIN_HEAD, test_set: str | None = None) -
     return None if found is None else found[1]
 
 
+def correct_by_seed(run_dirs: Mapping[int, Path], head: str = MAIN_HEAD,
+                    test_set: str | None = None) -> dict[int, np.ndarray]:
+    """``correct`` of each seed's run, leaving out runs without stored predictions: the input of
+    ``ltbench.significance.bootstrap_not_different_from_best``."""
+    found = {seed: correct(run_dir, head, test_set) for seed, run_dir in run_dirs.items()}
+    return {seed: c for seed, c in found.items() if c is not None}
+
+
 def paired_correct(dirs_a: Sequence[Path], dirs_b: Sequence[Path], head: str = MAIN_HEAD,
                    test_set: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """Stack ``correct`` of two rows' runs into ``(n_pairs, n_images)`` arrays for the bootstrap.

@@ -95,3 +95,29 @@ def not_different_from_best(values_by_row: dict[str, list[float]], higher_is_bet
         p = welch_pvalue(values, eligible[best])
         verdict[row] = row == best or math.isnan(p) or p >= alpha
     return verdict
+
+
+def bootstrap_not_different_from_best(correct_by_row: dict[str, dict[int, np.ndarray]], alpha: float = ALPHA,
+                                      n_resamples: int = 10_000, seed: int = 0) -> dict[str, bool]:
+    """``not_different_from_best`` with the paired bootstrap: ``correct_by_row[row][seed]`` is a
+    boolean array per test image (``ltbench.predictions.correct``), rows on the same test set.
+
+    The best row has the highest accuracy over all its stored images; every other row is paired
+    with it on the seeds both have.  Rows with no stored predictions, or no seed in common with the
+    best row, or evaluated on a different number of images, are absent (no claim).
+    """
+    rows = {row: {s: np.asarray(c, dtype=bool) for s, c in by_seed.items() if c is not None}
+            for row, by_seed in correct_by_row.items()}
+    rows = {row: by_seed for row, by_seed in rows.items() if by_seed}
+    if not rows:
+        return {}
+    best = max(rows, key=lambda row: np.mean([c.mean() for c in rows[row].values()]))
+    verdict = {best: True}
+    for row, by_seed in rows.items():
+        common = sorted(set(by_seed) & set(rows[best]))
+        if row == best or not common or any(by_seed[s].shape != rows[best][s].shape for s in common):
+            continue
+        p = paired_bootstrap_pvalue(np.stack([by_seed[s] for s in common]),
+                                    np.stack([rows[best][s] for s in common]), n_resamples, seed)
+        verdict[row] = p >= alpha
+    return verdict

@@ -7,7 +7,7 @@ import pytest
 
 from ltbench import store
 from ltbench.evaluation import summarize
-from ltbench.predictions import (PREDICTIONS, compact, correct, load_predictions, paired_correct,
+from ltbench.predictions import (PREDICTIONS, compact, correct, correct_by_seed, load_predictions, paired_correct,
                                  save_predictions)
 from ltbench.significance import paired_bootstrap_pvalue
 
@@ -53,6 +53,8 @@ def test_two_runs_pair_for_the_bootstrap(la_run):
     assert 0.0 < paired_bootstrap_pvalue(a, b, n_resamples=500) <= 1.0
     assert paired_correct(la_run, la_run[:1]) is None  # unequal numbers of runs
     assert paired_correct(la_run[:1], la_run[1:], head="no_such_head") is None
+    by_seed = correct_by_seed({0: la_run[0], 1: la_run[1], 7: la_run[0].parent / "missing"})
+    assert sorted(by_seed) == [0, 1] and by_seed[0].tolist() == correct(la_run[0]).tolist()
 
 
 def test_runs_on_different_test_labels_do_not_pair(tmp_path):

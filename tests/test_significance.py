@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ltbench.significance import ALPHA, not_different_from_best, paired_bootstrap_pvalue, welch_pvalue
+from ltbench.significance import (ALPHA, bootstrap_not_different_from_best, not_different_from_best,
+                                  paired_bootstrap_pvalue, welch_pvalue)
 
 
 def test_welch_matches_a_hand_computed_value():
@@ -107,3 +108,18 @@ def test_not_different_from_best_lower_is_better_and_alpha():
 def test_not_different_from_best_identical_rows_tie():
     assert not_different_from_best({"a": [5.0, 5.0], "b": [5.0, 5.0]}) == {"a": True, "b": True}
     assert not_different_from_best({"a": [5.0]}) == {}
+
+
+def test_bootstrap_not_different_from_best_pairs_common_seeds():
+    rng = np.random.default_rng(4)
+    truth = rng.random(2000)
+    best = {0: truth < 0.70, 1: truth < 0.71}
+    swapped = best[0].copy()
+    swapped[np.flatnonzero(swapped)[:12]] = False  # 12 images now wrong, 10 others now right
+    swapped[np.flatnonzero(~best[0])[:10]] = True
+    tied = {0: swapped, 2: truth < 0.5}  # only seed 0 in common with the best row
+    worse = {0: truth < 0.55, 1: truth < 0.56}
+    verdict = bootstrap_not_different_from_best({"best": best, "tied": tied, "worse": worse,
+                                                 "other seeds": {5: truth < 0.7}, "none": {}}, n_resamples=2000)
+    assert verdict == {"best": True, "tied": True, "worse": False}
+    assert bootstrap_not_different_from_best({}) == {}
