@@ -30,7 +30,7 @@ from ltbench.data.base import LTData, MultiView
 from ltbench.errors import NonFiniteLossError
 from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
 from ltbench.method import Method, MethodContext, create_method
-from ltbench.predictions import save_predictions
+from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.registry import BACKBONES, DATASETS
 
 CHECKPOINT_FORMAT = 1
@@ -229,24 +229,20 @@ def test_features(run: Run, device: torch.device, batch_size: int = 512, dataset
 
 
 @torch.no_grad()
-def evaluate(run: Run, device: torch.device, keep: dict | None = None) -> dict:
-    """Metrics on the test set under the uniform target prior, per head, and under shifted priors.
-
-    ``keep``, when given, receives the argmax arrays behind the metrics (keys of ltbench.predictions)."""
-    keep = {} if keep is None else keep
+def evaluate(run: Run, device: torch.device) -> dict:
+    """Metrics on the test set under the uniform target prior, per head, and under shifted priors."""
     feats = test_features(run, device)
     labels, counts, e = run.data.test_labels, run.data.class_counts, run.eval
     k = run.data.num_classes
     uniform = torch.full((k,), 1.0 / k, device=device)
     method = run.method
-    keep["labels"], keep["head:main"] = labels, method.predict(feats, target_prior=uniform).argmax(1).cpu().numpy()
-    out = summarize(keep["head:main"], labels, counts, e.many_threshold, e.few_threshold)
+    out = summarize(method.predict(feats, target_prior=uniform).argmax(1).cpu().numpy(), labels, counts,
+                    e.many_threshold, e.few_threshold)
     heads = method.head_predictions(feats, target_prior=uniform)
     if heads:
         out["heads"] = {}
         for name, scores in heads.items():
-            keep[f"head:{name}"] = scores.argmax(1).cpu().numpy()
-            s = summarize(keep[f"head:{name}"], labels, counts, e.many_threshold, e.few_threshold)
+            s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
             out["heads"][name] = {g: s[g] for g in ("all", "many", "medium", "few")}
     if e.target_priors:
         out["target_priors"] = {}
@@ -257,6 +253,12 @@ def evaluate(run: Run, device: torch.device, keep: dict | None = None) -> dict:
             s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
             out["target_priors"][name] = {"all": accuracy_under_prior(s["per_class"], prior),
                                           **{g: s[g] for g in ("many", "medium", "few")}}
+    # The argmax per test image behind these metrics, for paired tests (ltbench.predictions); train()
+    # takes it out of the metrics and saves it. predict() is deterministic, so recomputing it here
+    # keeps this bookkeeping apart from the metric code.
+    arrays = out[PREDICTION_ARRAYS] = {"labels": labels, "head:main": method.predict(feats, target_prior=uniform)
+                                       .argmax(1).cpu().numpy()}
+    arrays.update({f"head:{head}": scores.argmax(1).cpu().numpy() for head, scores in (heads or {}).items()})
     if e.test_sets:
         out["test_sets"] = {}
         for name in e.test_sets:
@@ -264,8 +266,8 @@ def evaluate(run: Run, device: torch.device, keep: dict | None = None) -> dict:
             set_feats = test_features(run, device, dataset=dataset)
             prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
             scores = method.predict(set_feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
-            keep[f"set:{name}:labels"], keep[f"set:{name}:head:main"] = set_labels, scores.argmax(1).cpu().numpy()
-            s = summarize(keep[f"set:{name}:head:main"], set_labels, counts, e.many_threshold, e.few_threshold)
+            arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, scores.argmax(1).cpu().numpy()
+            s = summarize(arrays[f"set:{name}:head:main"], set_labels, counts, e.many_threshold, e.few_threshold)
             out["test_sets"][name] = {"size": int(len(set_labels)), **{g: s[g] for g in ("all", "many", "medium", "few")}}
     return out
 
@@ -399,10 +401,7 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         distributed.barrier()
         last_save = time.monotonic()
 
-    kept: dict = {}
-    metrics = evaluate(run, device, keep=kept)
-    if main:
-        save_predictions(run_dir, kept, run.data.num_classes)
+    metrics = evaluate(run, device)
     # Model selection is the last epoch (common LT practice). When test accuracy was logged during
     # training (train.eval_every), the best epoch is recorded too, labelled as the oracle it is.
     selection: dict = {"strategy": "last", "epoch": o.epochs}
@@ -411,6 +410,9 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         best = max(logged + [{"epoch": o.epochs, "test": {g: metrics[g] for g in ("all", "many", "medium", "few")}}],
                    key=lambda r: r["test"]["all"] if r["test"]["all"] is not None else -1)
         selection["oracle_best_on_test"] = {"epoch": best["epoch"], **best["test"]}
+    predictions = metrics.pop(PREDICTION_ARRAYS)
+    if main:
+        save_predictions(run_dir, predictions, run.data.num_classes)
     return {
         "metrics": metrics,
         "selection": selection,

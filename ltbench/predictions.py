@@ -28,6 +28,7 @@ import numpy as np
 from ltbench.store import atomic_write_bytes
 
 PREDICTIONS = "predictions.npz"
+PREDICTION_ARRAYS = "_prediction_arrays"  # where engine.evaluate hands the arrays to engine.train
 MAIN_HEAD = "main"
 
 
