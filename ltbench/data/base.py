@@ -66,6 +66,17 @@ class DatasetBuilder:
     def load(self) -> LTData:  # pragma: no cover - interface
         raise NotImplementedError
 
+    @classmethod
+    def check_test_set_name(cls, name: str) -> None:
+        """Raise ValueError when ``name`` cannot name an extra test set of this dataset.
+
+        Called when a recipe is loaded, so an unknown ``eval.test_sets`` name stops the recipe before
+        any run trains (not after the whole training, at evaluation). Default: the SADE names below.
+        """
+        from ltbench.config import check_prior_name
+
+        check_prior_name(name, "")
+
     def test_set(self, name: str, data: LTData) -> tuple[Dataset, np.ndarray]:
         """An extra test set by name, for ``eval.test_sets`` (the test-agnostic protocol).
 

@@ -247,6 +247,12 @@ class SplitListDataset(DatasetBuilder):
     Config = SplitListConfig
     bench: Benchmark = IMAGENET_LT
 
+    @classmethod
+    def check_test_set_name(cls, name: str) -> None:
+        """Any list name (a published shifted list such as forward50); the file is looked up at load."""
+        if not re.fullmatch(r"[A-Za-z0-9_]+", name) or name == "train":
+            raise ValueError(f"{name!r} is not a test list name such as forward50 or val")
+
     def lists(self) -> tuple[SplitList, SplitList, int]:
         """(train list, test list, num_classes), validated."""
         cfg, bench = self.cfg, self.bench
