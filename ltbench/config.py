@@ -280,6 +280,17 @@ class EvalConfig:
                 raise ValueError(f"{what} names a prior twice: {short_repr(names)}")
 
 
+def check_views(views: list[str] | None, what: str = "views") -> None:
+    """A method's view list: None (the default view) or 1-8 pipeline / alias names."""
+    if views is None:
+        return
+    if not 1 <= len(views) <= 8:
+        raise ValueError(f"{what} must name 1 to 8 views (e.g. [default] or [strong, sim]), got {len(views)}")
+    for v in views:
+        if not v or not v.replace("_", "").isalnum():
+            raise ValueError(f"{what}: {short_repr(v)} is not a view name such as default, strong or sim")
+
+
 def check_prior_name(name: str, where: str) -> tuple[str, float]:
     """'forward50' -> ('forward', 50.0), checked: uniform, forward<rho> or backward<rho> with 1 <= rho <= 1e6."""
     hint = "use uniform, forward<rho> or backward<rho> with rho >= 1, e.g. forward50"

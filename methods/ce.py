@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ltbench.config import check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -14,6 +15,9 @@ from ltbench.registry import METHODS
 @dataclass
 class CEConfig:
     views: list[str] | None = None  # default: one 'default' view
+
+    def validate(self) -> None:
+        check_views(self.views)
 
 
 @METHODS.register("ce")

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from ltbench.config import check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, data_roots
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.errors import DataMissingError, LtbenchError
@@ -90,8 +91,9 @@ class CIFARLTConfig:
     download: bool = False  # fetch the archive with torchvision when missing (needs internet); never by default
 
     def validate(self) -> None:
-        if self.imb_factor < 1:
-            raise ValueError(f"imb_factor must be >= 1 (rho = n_max / n_min), got {self.imb_factor}")
+        check_range("imb_factor", self.imb_factor, 1, 500,
+                    unit=" (rho = n_max / n_min; above 500 the rarest CIFAR-100 class has no image)")
+        check_range("data_seed", self.data_seed, 0, 2**32 - 1)
 
 
 def candidate_roots(root: str | None) -> list[Path]:
