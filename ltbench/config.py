@@ -76,6 +76,9 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
             return value
         raise _fail(path, "true or false", value)
     if tp is int:
+        if isinstance(value, str) and len(value) < 100 and "e" in value.lower():  # YAML 1.1: "1e12" is a string
+            number = _as_float(value)
+            value = value if number is None or not math.isfinite(number) else number
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -153,14 +156,23 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
     try:
         obj = cls(**kwargs)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigError(_field_message(path, str(exc), fields)) from exc
     validate = getattr(obj, "validate", None)
     if callable(validate):
         try:
             validate()
         except ValueError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise ConfigError(_field_message(path, str(exc), fields)) from None
     return obj
+
+
+def _field_message(path: str, message: str, fields: dict) -> str:
+    """'optim' + 'lr must be > 0' -> 'optim.lr: must be > 0', so every message starts with the dotted field."""
+    head, _, rest = message.partition(" ")
+    name = head.rstrip(":").split("[")[0]
+    if name in fields and rest:
+        return f"{_join(path, head.rstrip(':'))}: {rest}"
+    return f"{path}: {message}" if path else message
 
 
 def check_range(name: str, value: float | int | None, low: float | None = None, high: float | None = None, *,

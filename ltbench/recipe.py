@@ -196,7 +196,8 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
 def check_grid_key(key: Any, where: str) -> None:
     """A grid key is a dotted path into a run's configuration; anything else would be silently ignored."""
     if not isinstance(key, str) or not DOTTED_KEY.fullmatch(key) or key.split(".")[0] not in RUN_SECTIONS:
-        raise ConfigError(f"{where}.{short_repr(key)}: not a configuration key; a grid key is a dotted path under "
+        shown = key if isinstance(key, str) and len(key) < 100 else short_repr(key, 60)
+        raise ConfigError(f"{where}.{shown}: not a configuration key; a grid key is a dotted path under "
                           f"{', '.join(RUN_SECTIONS)} (e.g. optim.lr); seeds go under 'seeds:', not the grid")
 
 
@@ -284,15 +285,37 @@ def parse_yaml(text: str, where: str) -> Any:
     MAX_YAML_VALUES) refuses it in bounded time and memory, before anything copies it.
     """
     try:
-        data = yaml.load(text, Loader=yaml.SafeLoader)  # noqa: S506 - the safe loader
+        data = yaml.load(text, Loader=_DepthLimitedLoader)  # noqa: S506 - a SafeLoader
+    except _TooDeep:
+        raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)") from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(f"{where}: not valid YAML: character {exc.character!r} at position {exc.position} "
+                          f"is not allowed in YAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{where}: not valid YAML{at}: {short_repr(getattr(exc, 'problem', None) or exc)}") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)") from None
     _check_yaml_size(data, where)
     return data
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class _DepthLimitedLoader(yaml.SafeLoader):
+    """The safe loader, stopping at MAX_YAML_DEPTH nested collections (the composer is recursive)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _TooDeep
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _check_yaml_size(data: Any, where: str) -> None:
