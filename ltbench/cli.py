@@ -58,11 +58,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from ltbench import engine
-    from ltbench.evaluation import group_of
     from ltbench.recipe import distinct_data, load_recipe
 
-    recipe = load_recipe(args.recipe, args.overrides)
+    recipe = load_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
+    from ltbench import engine
+    from ltbench.evaluation import group_of
+
     reports = []
     for spec in distinct_data(recipe.runs):
         data = engine.load_data(spec["config"])

@@ -228,6 +228,8 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     mwhere = _join(where, "method")
     if not isinstance(method, dict) or "name" not in method:
         raise ConfigError(f"{mwhere}: expected a mapping with a 'name' key")
+    if not isinstance(method["name"], str):
+        raise ConfigError(f"{mwhere}.name: expected a string, got {short_repr(method['name'])}")
     try:
         method_resolved = resolved_method_spec(method, mwhere)
     except RegistryError as exc:

@@ -88,6 +88,8 @@ class Registry:
 
     def get(self, name: str) -> Any:
         discover()
+        if not isinstance(name, str):
+            raise RegistryError(f"a {self.kind} name must be a string, got {short_repr(name, 60)}")
         if name not in self._entries:
             raise RegistryError(self.unknown_message(name))
         return self._entries[name].obj
@@ -210,6 +212,7 @@ def _import_plugin_folder(folder: Path) -> None:
         with _source(label):
             _import_package_modules(name)
     except (Exception, SystemExit) as exc:
+        _plugin_paths.remove(folder)  # never handed to a worker as if it had loaded
         raise _plugin_error(label, exc) from exc
 
 
