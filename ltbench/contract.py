@@ -49,12 +49,13 @@ def default_config(cls: Any, what: str) -> Any:
     config_cls = getattr(cls, "Config", None)
     _expect(config_cls is not None and dataclasses.is_dataclass(config_cls),
             f"{what}: 'Config' must be a dataclass of options (use ltbench.config.EmptyConfig for none)")
-    cfg = from_dict(config_cls, {}, what)
-    before = copy.deepcopy(dataclasses.asdict(cfg))
-    validate = getattr(cfg, "validate", None)
+    cfg = from_dict(config_cls, {}, what)  # the recipe's path: types, then validate()
+    probe = config_cls()
+    before = copy.deepcopy(dataclasses.asdict(probe))
+    validate = getattr(probe, "validate", None)
     if callable(validate):
         validate()
-    _expect(dataclasses.asdict(cfg) == before,
+    _expect(dataclasses.asdict(probe) == before,
             f"{what}: Config.validate() changed the config; validate must only check "
             f"(fill in derived values in __post_init__)")
     return cfg

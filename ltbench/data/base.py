@@ -52,7 +52,8 @@ class LTData:
 
 
 class DatasetBuilder:
-    """Plugin interface: ``Config`` holds the recipe's ``data:`` options; ``load`` returns LTData.
+    """Plugin interface: ``Config`` holds the recipe's ``data:`` options; ``load`` returns LTData
+    (see docs/adding-a-dataset.md).
 
     ``load`` raises DataMissingError (listing the expected files and how to get them) when the
     data are not on disk.
@@ -62,6 +63,10 @@ class DatasetBuilder:
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
+
+    def check(self) -> None:
+        """Called once per distinct data config before any run starts: raise DataMissingError when the
+        files are missing, so a grid stops with one message instead of failing in every run. Keep it cheap."""
 
     def load(self) -> LTData:  # pragma: no cover - interface
         raise NotImplementedError
