@@ -237,7 +237,7 @@ class OptimConfig:
         if self.nesterov and self.momentum == 0:
             raise ValueError("nesterov: true needs momentum > 0")
         check_range("weight_decay", self.weight_decay, 0, 1)
-        check_range("batch_size", self.batch_size, 1, MAX_BATCH)
+        check_range("batch_size", self.batch_size, 2, MAX_BATCH, unit=" (BatchNorm needs 2 images per batch)")
         check_range("epochs", self.epochs, 1, MAX_EPOCHS)
         check_range("warmup_epochs", self.warmup_epochs, 0, self.epochs, unit=" (at most epochs)")
         check_range("gamma", self.gamma, 0, 1e6, low_open=True)

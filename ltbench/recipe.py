@@ -243,6 +243,7 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         "eval": to_dict(from_dict(EvalConfig, raw.get("eval"), _join(where, "eval"))),
         "seed": seed,
     }
+    _check_view_names(method_resolved, mwhere)
     builder = DATASETS.get(config["data"]["name"])
     for i, name in enumerate(config["eval"]["test_sets"]):
         try:
@@ -250,6 +251,27 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         except ValueError as exc:
             raise ConfigError(f"{_join(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
     return config
+
+
+STANDARD_VIEW_ALIASES = ("default", "strong", "sim", "eval")  # what every built-in dataset maps to a pipeline
+
+
+def _check_view_names(method: dict, where: str) -> None:
+    """Names in a method's ``views`` / ``*_views`` options (and an auxiliary method's) must be a dataset alias
+    or a pipeline, or every run would fail when it builds its augmentations."""
+    for key, value in method.items():
+        if isinstance(value, dict) and "name" in value:
+            _check_view_names(value, _join(where, key))
+        if not (key == "views" or key.endswith("_views")) or not isinstance(value, list):
+            continue
+        unknown = [v for v in value if v not in STANDARD_VIEW_ALIASES]
+        if unknown:
+            from ltbench.data.transforms import PIPELINES  # torchvision: imported only when needed
+
+            bad = [v for v in unknown if v not in PIPELINES]
+            if bad:
+                known = ", ".join([*STANDARD_VIEW_ALIASES, *sorted(PIPELINES)])
+                raise ConfigError(f"{_join(where, key)}: unknown view {short_repr(bad[0])}; known: {known}")
 
 
 def load_yaml(path: Path) -> dict:

@@ -48,7 +48,11 @@ RECIPE_CASES = [
     ("epochs-1e12", {"optim": {"epochs": 10**12}}, [], "optim.epochs: must be >= 1 and <= 10000"),
     ("epochs-1e12-string", {"optim": {"epochs": "1e12"}}, [], "optim.epochs: must be >= 1 and <= 10000"),
     ("epochs-huge-int", {"optim": {"epochs": 10**400}}, [], "optim.epochs: expected an integer of at most"),
-    ("batch-zero", {"optim": {"batch_size": 0}}, [], "optim.batch_size: must be >= 1"),
+    ("batch-zero", {"optim": {"batch_size": 0}}, [], "optim.batch_size: must be >= 2"),
+    ("batch-one", {"optim": {"batch_size": 1}}, [], "BatchNorm needs 2 images per batch"),
+    ("view-unknown", {"method": {"name": "ce", "views": ["sharp"]}}, [], "method.views: unknown view 'sharp'"),
+    ("bape-view-unknown", {"method": {"name": "bape", "bape_views": ["sim", "simm"]}}, [],
+     "method.bape_views: unknown view 'simm'"),
     ("momentum-1.5", {"optim": {"momentum": 1.5}}, [], "optim.momentum: must be >= 0 and < 1"),
     ("warmup-beyond-epochs", {"optim": {"warmup_epochs": 5}}, [], "optim.warmup_epochs: must be >= 0 and <= 2"),
     ("nesterov-no-momentum", {"optim": {"nesterov": True, "momentum": 0}}, [], "nesterov: true needs momentum > 0"),
@@ -148,6 +152,7 @@ def snapshot(root: Path) -> set[str]:
 @pytest.fixture(scope="module", autouse=True)
 def warm_registry():
     registry.discover()  # import torch and the plugins once, so the time limit measures the input alone
+    import ltbench.data.transforms  # noqa: F401 - torchvision, imported by the view-name checks
 
 
 @pytest.fixture
