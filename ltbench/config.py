@@ -33,6 +33,8 @@ def _type_name(tp: Any) -> str:
         return "a string"
     if tp is Any:
         return "any value"
+    if tp is type(None):
+        return "null"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
     if origin is Literal:
@@ -175,6 +177,10 @@ def _field_message(path: str, message: str, fields: dict) -> str:
     return f"{path}: {message}" if path else message
 
 
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def check_range(name: str, value: float | int | None, low: float | None = None, high: float | None = None, *,
                 low_open: bool = False, high_open: bool = False, unit: str = "") -> None:
     """Raise ValueError('NAME must be ...') when ``value`` is outside [low, high] (or an open side).
@@ -187,8 +193,8 @@ def check_range(name: str, value: float | int | None, low: float | None = None, 
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if too_low or too_high:
-        left = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
-        right = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+        left = "" if low is None else f"{'>' if low_open else '>='} {_number(low)}"
+        right = "" if high is None else f"{'<' if high_open else '<='} {_number(high)}"
         want = " and ".join(x for x in (left, right) if x)
         raise ValueError(f"{name} must be {want}{unit}, got {short_repr(value)}")
 

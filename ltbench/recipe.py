@@ -171,6 +171,8 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
     if grid is None:
         return [{}]
     grids = grid if isinstance(grid, list) else [grid]
+    if not grids:
+        raise ConfigError(f"{_join(where, 'grid')}: an empty list of grids gives no run; remove 'grid:' or add a grid")
     checked = []
     for i, g in enumerate(grids):
         gwhere = _join(where, "grid") + (f"[{i}]" if isinstance(grid, list) else "")
@@ -212,7 +214,7 @@ def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> d
     options = dict(spec)
     name = options.pop("name")
     if not isinstance(name, str):
-        raise ConfigError(f"{where}.name: expected a string, got {name!r}")
+        raise ConfigError(f"{where}.name: expected a string, got {short_repr(name)}")
     try:
         cls = reg.get(name)
     except RegistryError as exc:
@@ -371,7 +373,7 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
     where = str(path)
     for text in overrides:
         key, value = parse_override(text)
-        set_dotted(raw, key, value, f"{where}: override '{text}'")
+        set_dotted(raw, key, value, f"{where}: override {short_repr(text, 80)}")
     # Errors carry the file name in front of the dotted field.
     try:
         top = from_dict(RecipeConfig, raw, "")
