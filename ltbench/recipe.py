@@ -310,6 +310,8 @@ def parse_yaml(text: str, where: str) -> Any:
     but explodes when copied, hashed or printed; counting values with aliases expanded (and stopping at
     MAX_YAML_VALUES) refuses it in bounded time and memory, before anything copies it.
     """
+    if _OPENERS_IN_A_ROW.search(text):  # PyYAML's scanner is quadratic in the depth of such a run: refuse it first
+        raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)")
     try:
         data = yaml.load(text, Loader=_DepthLimitedLoader)  # noqa: S506 - a SafeLoader
     except _TooDeep:
@@ -323,6 +325,9 @@ def parse_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: not valid YAML{at}: {short_repr(getattr(exc, 'problem', None) or exc)}") from None
     _check_yaml_size(data, where)
     return data
+
+
+_OPENERS_IN_A_ROW = re.compile(r"[\[{](?:\s*[\[{]){%d}" % MAX_YAML_DEPTH)
 
 
 class _TooDeep(Exception):
