@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn as nn
 import yaml
 
 from conftest import ROOT, TINY
