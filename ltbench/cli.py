@@ -209,9 +209,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if not argv or argv[0] not in subparsers.choices:
         return parser.parse_args(argv)  # --help, or an unknown command: argparse's own message
-    args = subparsers.choices[argv[0]].parse_intermixed_args(argv[1:])
+    command = subparsers.choices[argv[0]]
+    try:
+        args = command.parse_intermixed_args(argv[1:])
+    except TypeError:  # a command whose arguments argparse cannot intermix (e.g. nargs=REMAINDER)
+        args = command.parse_args(argv[1:])
     args.command = argv[0]
-    args.debug = args.debug or top_debug
+    args.debug = getattr(args, "debug", False) or top_debug
     return args
 
 

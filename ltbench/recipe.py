@@ -197,7 +197,8 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
 
 def check_grid_key(key: Any, where: str) -> None:
     """A grid key is a dotted path into a run's configuration; anything else would be silently ignored."""
-    if not isinstance(key, str) or not DOTTED_KEY.fullmatch(key) or key.split(".")[0] not in RUN_SECTIONS:
+    if not isinstance(key, str) or len(key) > 200 or not DOTTED_KEY.fullmatch(key) \
+            or key.split(".")[0] not in RUN_SECTIONS:
         shown = key if isinstance(key, str) and len(key) < 100 else short_repr(key, 60)
         raise ConfigError(f"{where}.{shown}: not a configuration key; a grid key is a dotted path under "
                           f"{', '.join(RUN_SECTIONS)} (e.g. optim.lr); seeds go under 'seeds:', not the grid")
