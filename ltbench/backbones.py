@@ -1,5 +1,9 @@
 """Backbones with one uniform API: ``forward(images) -> features`` and ``feature_dim``.
 
+A backbone plugin has the shape of a method plugin: a registered ``nn.Module`` class with a ``Config``
+dataclass (the recipe's ``backbone:`` options), built as ``cls(cfg, in_channels=...)``; see
+docs/adding-a-backbone.md.
+
 Heads belong to methods, so a backbone never has a classifier. The CIFAR ResNets follow kaidic/LDAM-DRW
 ``models/resnet_cifar.py`` exactly (option-A shortcuts, widths 16/32/64, Kaiming-normal init of every
 conv and linear weight); ResNet-32 plus a 10-class linear head has 464,154 parameters.
@@ -7,16 +11,20 @@ conv and linear weight); ResNet-32 plus a 10-class linear head has 464,154 param
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ltbench.config import EmptyConfig
 from ltbench.registry import BACKBONES
 
 
 class Backbone(nn.Module):
+    """Base class of backbones: ``Config`` options, ``feature_dim``, ``forward(images (N, C, H, W)) -> (N, feature_dim)``."""
+
+    Config: ClassVar[type] = EmptyConfig
     feature_dim: int
 
 
@@ -74,25 +82,31 @@ class CifarResNet(Backbone):
         return F.adaptive_avg_pool2d(out, 1).flatten(1)
 
 
-@dataclass
-class NoOptions:
-    pass
+NoOptions = EmptyConfig  # the built-in backbones take no options
 
 
-def _cifar_resnet(name: str, blocks: int, doc: str):
-    @BACKBONES.register(name)
-    def build(cfg: NoOptions, in_channels: int) -> Backbone:
-        return CifarResNet(blocks, in_channels)
+@BACKBONES.register("resnet32")
+class ResNet32(CifarResNet):
+    """CIFAR ResNet-32 (LDAM-DRW), 64-d features."""
 
-    build.Config = NoOptions
-    build.__doc__ = doc
-    build.__qualname__ = f"build_{name}"
-    return build
+    def __init__(self, cfg: EmptyConfig | None = None, in_channels: int = 3):
+        super().__init__(5, in_channels)
 
 
-resnet32 = _cifar_resnet("resnet32", 5, "CIFAR ResNet-32 (LDAM-DRW), 64-d features.")
-resnet20 = _cifar_resnet("resnet20", 3, "CIFAR ResNet-20, same family, 64-d features.")
-resnet8 = _cifar_resnet("resnet8", 1, "CIFAR ResNet-8, same family, for quick CPU runs.")
+@BACKBONES.register("resnet20")
+class ResNet20(CifarResNet):
+    """CIFAR ResNet-20, same family, 64-d features."""
+
+    def __init__(self, cfg: EmptyConfig | None = None, in_channels: int = 3):
+        super().__init__(3, in_channels)
+
+
+@BACKBONES.register("resnet8")
+class ResNet8(CifarResNet):
+    """CIFAR ResNet-8, same family, for quick CPU runs."""
+
+    def __init__(self, cfg: EmptyConfig | None = None, in_channels: int = 3):
+        super().__init__(1, in_channels)
 
 
 class TorchvisionFeatures(Backbone):
@@ -113,20 +127,20 @@ class TorchvisionFeatures(Backbone):
 
 
 @BACKBONES.register("resnet50")
-def resnet50(cfg: NoOptions, in_channels: int) -> Backbone:
+class ResNet50(TorchvisionFeatures):
     """torchvision ResNet-50 from scratch, 2048-d features."""
-    from torchvision.models import resnet50 as tv_resnet50
 
-    return TorchvisionFeatures(tv_resnet50(weights=None), in_channels)
+    def __init__(self, cfg: EmptyConfig | None = None, in_channels: int = 3):
+        from torchvision.models import resnet50 as tv_resnet50
+
+        super().__init__(tv_resnet50(weights=None), in_channels)
 
 
 @BACKBONES.register("resnext50_32x4d")
-def resnext50_32x4d(cfg: NoOptions, in_channels: int) -> Backbone:
+class ResNeXt50(TorchvisionFeatures):
     """torchvision ResNeXt-50 (32x4d) from scratch, 2048-d features."""
-    from torchvision.models import resnext50_32x4d as tv_resnext
 
-    return TorchvisionFeatures(tv_resnext(weights=None), in_channels)
+    def __init__(self, cfg: EmptyConfig | None = None, in_channels: int = 3):
+        from torchvision.models import resnext50_32x4d as tv_resnext
 
-
-resnet50.Config = NoOptions
-resnext50_32x4d.Config = NoOptions
+        super().__init__(tv_resnext(weights=None), in_channels)

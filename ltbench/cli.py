@@ -11,9 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from ltbench.errors import LtbenchError
+from ltbench.errors import LtbenchError, shorten
 
 EXIT_USER_ERROR = 2
+MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; echoed values are cut at 200
 
 
 def _recipe_root(path: str, results: str | None) -> Path:
@@ -57,11 +58,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from ltbench import engine
-    from ltbench.evaluation import group_of
     from ltbench.recipe import distinct_data, load_recipe
 
-    recipe = load_recipe(args.recipe, args.overrides)
+    recipe = load_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
+    from ltbench import engine
+    from ltbench.evaluation import group_of
+
     reports = []
     for spec in distinct_data(recipe.runs):
         data = engine.load_data(spec["config"])
@@ -106,6 +108,12 @@ def cmd_table(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from ltbench.contract import check_plugin_folder
+
+    return check_plugin_folder(args.folder)
+
+
 def cmd_status(args) -> int:
     from ltbench import launch
 
@@ -118,34 +126,53 @@ def cmd_status(args) -> int:
     return launch.print_status(_recipe_root(args.path, args.results))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ltbench", description="Benchmark harness for long-tailed recognition")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2) like every other bad input."""
 
-    p = sub.add_parser("run", help="expand a recipe into runs and execute the unfinished ones")
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {shorten(message, 300)} (see '{self.prog} --help')\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {shorten(repr(text), 60)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ltbench", description="Benchmark harness for long-tailed recognition")
+    common = _Parser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks (accepted anywhere on the line)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", parents=[common], help="expand a recipe into runs and execute the unfinished ones")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
     p.add_argument("--launcher", choices=["local", "slurm", "debug"])
-    p.add_argument("--jobs", type=int, help="local launcher: worker processes")
+    p.add_argument("--jobs", type=_positive_int, help="local launcher: worker processes (>= 1)")
     p.add_argument("--rerun-failed", action="store_true", help="run again the runs whose status is failed")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("list", help="registered methods, datasets or backbones and where they come from")
+    p = sub.add_parser("list", parents=[common], help="registered methods, datasets or backbones and where they come from")
     p.add_argument("kind", choices=["methods", "datasets", "backbones"])
     p.add_argument("--plugins", nargs="*", help="extra plugin folders")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("data", help="per-class train/test counts and shot groups of a recipe's datasets")
+    p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_data)
 
-    p = sub.add_parser("table", help="paper-style table (Many/Medium/Few/All, mean ± std over seeds)")
+    p = sub.add_parser("table", parents=[common], help="paper-style table (Many/Medium/Few/All, mean ± std over seeds)")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("--format", choices=["markdown", "latex", "csv"], default="markdown")
     p.add_argument("--digits", type=int, default=2)
@@ -154,22 +181,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)
 
-    p = sub.add_parser("status", help="state of each run, read from disk")
+    p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("check", parents=[common],
+                       help="run the method contract on a plugin folder's methods (and its backbones and datasets)")
+    p.add_argument("folder", help="a plugin folder, as listed under 'plugins:' in a recipe")
+    p.set_defaults(func=cmd_check)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Options anywhere on the line: ``run X --debug``, ``run X --results D seeds=[0]`` and
+    ``--debug run X`` all parse (argparse alone stops at the first option after the positionals).
+
+    The top-level parser only picks the command; the command's own parser then reads the rest with
+    ``parse_intermixed_args``, which lets options and positional overrides interleave.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    top_debug = False
+    while argv and argv[0] == "--debug":
+        top_debug = True
+        argv.pop(0)
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if not argv or argv[0] not in subparsers.choices:
+        return parser.parse_args(argv)  # --help, or an unknown command: argparse's own message
+    command = subparsers.choices[argv[0]]
+    try:
+        args = command.parse_intermixed_args(argv[1:])
+    except TypeError:  # a command whose arguments argparse cannot intermix (e.g. nargs=REMAINDER)
+        args = command.parse_args(argv[1:])
+    args.command = argv[0]
+    args.debug = getattr(args, "debug", False) or top_debug
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         return args.func(args)
     except LtbenchError as exc:
         if args.debug:
             raise
-        print(f"ltbench: error: {exc}", file=sys.stderr)
+        print(f"ltbench: error: {shorten(str(exc), MESSAGE_LIMIT)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
@@ -180,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug, not bad input: still one line unless --debug
         if args.debug:
             raise
-        print(f"ltbench: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
-              file=sys.stderr)
+        print(f"ltbench: internal error: {type(exc).__name__}: {shorten(str(exc), MESSAGE_LIMIT)} "
+              f"(run with --debug for the traceback)", file=sys.stderr)
         return 1
 
 

@@ -9,12 +9,16 @@ of the registered plugin, so a plugin gets the same checking as the core for fre
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ltbench.errors import ConfigError
+from ltbench.errors import ConfigError, short_repr
+
+#: Integers beyond this are never a sensible setting (and overflow NumPy / torch seeds and counters).
+INT_LIMIT = 2**63 - 1
 
 
 def _type_name(tp: Any) -> str:
@@ -29,6 +33,8 @@ def _type_name(tp: Any) -> str:
         return "a string"
     if tp is Any:
         return "any value"
+    if tp is type(None):
+        return "null"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
     if origin is Literal:
@@ -43,7 +49,7 @@ def _type_name(tp: Any) -> str:
 
 
 def _fail(path: str, expected: str, value: Any) -> ConfigError:
-    return ConfigError(f"{path}: expected {expected}, got {value!r} ({type(value).__name__})")
+    return ConfigError(f"{path}: expected {expected}, got {short_repr(value)} ({type(value).__name__})")
 
 
 def coerce(tp: Any, value: Any, path: str) -> Any:
@@ -72,20 +78,23 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
             return value
         raise _fail(path, "true or false", value)
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        if isinstance(value, str) and len(value) < 100 and "e" in value.lower():  # YAML 1.1: "1e12" is a string
+            number = _as_float(value)
+            value = value if number is None or not math.isfinite(number) else number
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > INT_LIMIT:
+                raise _fail(path, "an integer of at most 2^63 - 1 in size", value)
+            return value
         raise _fail(path, "an integer", value)
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "5e-4" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise _fail(path, "a number", value)
+        number = _as_float(value)
+        if number is None:
+            raise _fail(path, "a number", value)
+        if not math.isfinite(number):  # NaN passes every `x <= 0` check, so it is refused here, once
+            raise _fail(path, "a finite number (not NaN or infinity)", value)
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
@@ -104,6 +113,22 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
     raise ConfigError(f"{path}: unsupported annotation {tp!r} in the config class")
 
 
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:  # an int with hundreds of digits
+            return math.inf
+    if isinstance(value, str) and len(value) < 100:  # YAML 1.1 reads "5e-4" as a string
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
 def from_dict(cls: type, data: Any, path: str) -> Any:
     """Build dataclass ``cls`` from a mapping; unknown keys and wrong types are errors."""
     if data is None:
@@ -114,11 +139,11 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
         raise _fail(path, "a mapping", data)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted((k for k in data if k not in fields), key=str)
     if unknown:
         import difflib
 
-        key = unknown[0]
+        key = short_repr(unknown[0], 60) if not isinstance(unknown[0], str) else short_repr(unknown[0], 60).strip("'")
         close = difflib.get_close_matches(str(key), list(fields), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise ConfigError(
@@ -133,14 +158,45 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
     try:
         obj = cls(**kwargs)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigError(_field_message(path, str(exc), fields)) from exc
     validate = getattr(obj, "validate", None)
     if callable(validate):
         try:
             validate()
         except ValueError as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
+            raise ConfigError(_field_message(path, str(exc), fields)) from None
     return obj
+
+
+def _field_message(path: str, message: str, fields: dict) -> str:
+    """'optim' + 'lr must be > 0' -> 'optim.lr: must be > 0', so every message starts with the dotted field."""
+    head, _, rest = message.partition(" ")
+    name = head.rstrip(":").split("[")[0]
+    if name in fields and rest:
+        return f"{_join(path, head.rstrip(':'))}: {rest}"
+    return f"{path}: {message}" if path else message
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def check_range(name: str, value: float | int | None, low: float | None = None, high: float | None = None, *,
+                low_open: bool = False, high_open: bool = False, unit: str = "") -> None:
+    """Raise ValueError('NAME must be ...') when ``value`` is outside [low, high] (or an open side).
+
+    For the ``validate()`` of config classes: one call per field keeps the bounds readable, and the
+    message says the allowed range, so the user knows what to write instead. None passes (optional).
+    """
+    if value is None:
+        return
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        left = "" if low is None else f"{'>' if low_open else '>='} {_number(low)}"
+        right = "" if high is None else f"{'<' if high_open else '<='} {_number(high)}"
+        want = " and ".join(x for x in (left, right) if x)
+        raise ValueError(f"{name} must be {want}{unit}, got {short_repr(value)}")
 
 
 def to_dict(obj: Any) -> dict:
@@ -160,38 +216,65 @@ class EmptyConfig:
 # The core's own sections of a run configuration.
 
 
+# Bounds on sizes: far beyond any real benchmark (ImageNet-LT trains 90-200 epochs at batch 256-512), so a
+# typo such as `epochs: 1e12` is refused before anything runs instead of "running" for ever.
+MAX_EPOCHS = 10_000
+MAX_BATCH = 65_536
+
+
 @dataclass
 class OptimConfig:
-    lr: float = 0.1
-    momentum: float = 0.9
-    nesterov: bool = False
-    weight_decay: float = 5e-4
-    batch_size: int = 128
-    epochs: int = 200
+    """SGD and its learning-rate schedule (every run uses the same optimiser, so methods compare fairly)."""
+
+    lr: float = 0.1  # peak learning rate (after warm-up), for a batch of batch_size
+    momentum: float = 0.9  # SGD momentum, in [0, 1)
+    nesterov: bool = False  # Nesterov momentum (needs momentum > 0)
+    weight_decay: float = 5e-4  # L2 penalty of SGD (methods may exempt their own parameters via param_groups)
+    batch_size: int = 128  # images per optimiser step (per process under distributed training)
+    epochs: int = 200  # length of the schedule
     warmup_epochs: float = 5.0  # linear warm-up from ~0, stepped per iteration
     schedule: Literal["cosine", "step", "constant"] = "cosine"
     milestones: list[int] = field(default_factory=lambda: [160, 180])  # epochs, for "step"
     gamma: float = 0.1  # multiplicative factor per milestone, for "step"
 
     def validate(self) -> None:
-        if self.lr <= 0 or self.batch_size <= 0 or self.epochs <= 0:
-            raise ValueError("lr, batch_size and epochs must be positive")
-        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
-            raise ValueError("warmup_epochs must be between 0 and epochs")
+        check_range("lr", self.lr, 0, 1000, low_open=True)
+        check_range("momentum", self.momentum, 0, 1, high_open=True)
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("nesterov: true needs momentum > 0")
+        check_range("weight_decay", self.weight_decay, 0, 1)
+        check_range("batch_size", self.batch_size, 2, MAX_BATCH, unit=" (BatchNorm needs 2 images per batch)")
+        check_range("epochs", self.epochs, 1, MAX_EPOCHS)
+        check_range("warmup_epochs", self.warmup_epochs, 0, self.epochs, unit=" (at most epochs)")
+        check_range("gamma", self.gamma, 0, 1e6, low_open=True)
+        for m in self.milestones if self.schedule == "step" else ():  # the default [160, 180] is unused otherwise
+            check_range("milestones[...]", m, 1, self.epochs, unit=" (an epoch of the schedule)")
+        if list(self.milestones) != sorted(self.milestones):
+            raise ValueError(f"milestones must be increasing, got {short_repr(self.milestones)}")
 
 
 @dataclass
 class TrainConfig:
+    """How a run executes; none of these changes the method, some change numerics (precision)."""
+
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16 autocast is faster on CPU but changes numerics
     num_workers: int = 0  # DataLoader worker processes
     eval_every: int = 0  # evaluate on the test set every N epochs (0: only at the end)
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
-    threads: int | None = None  # torch threads; default: SLURM_CPUS_PER_TASK or torch's default
+    threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default
     progress: bool = True  # progress bar on an interactive terminal
+
+    def validate(self) -> None:
+        check_range("num_workers", self.num_workers, 0, 256)
+        check_range("eval_every", self.eval_every, 0, MAX_EPOCHS)
+        check_range("checkpoint_minutes", self.checkpoint_minutes, 0, 100_000)
+        check_range("threads", self.threads, 0, 4096, unit=" (0 or null: the default)")
 
 
 @dataclass
 class EvalConfig:
+    """How a run is evaluated: shot groups and extra (shifted) test priors and test sets."""
+
     many_threshold: int = 100  # many-shot: more than this many training images
     few_threshold: int = 20  # few-shot: fewer than this many training images
     target_priors: list[str] = field(default_factory=list)  # e.g. forward50, backward10 (shifted tests)
@@ -200,5 +283,45 @@ class EvalConfig:
     test_sets: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
+        check_range("few_threshold", self.few_threshold, 0, INT_LIMIT)
+        check_range("many_threshold", self.many_threshold, 0, INT_LIMIT)
         if self.few_threshold > self.many_threshold:
             raise ValueError("few_threshold must not exceed many_threshold")
+        for name in self.target_priors:
+            check_prior_name(name, "target_priors")
+        for name in self.test_sets:
+            if not isinstance(name, str) or not name.replace("_", "").isalnum() or len(name) > 100:
+                raise ValueError(f"test_sets: {short_repr(name)} is not a test set name (letters, digits, _), "
+                                 f"e.g. forward50, backward10, uniform")
+        for what, names in (("target_priors", self.target_priors), ("test_sets", self.test_sets)):
+            if len(set(names)) != len(names):
+                raise ValueError(f"{what} names a prior twice: {short_repr(names)}")
+
+
+def check_views(views: list[str] | None, what: str = "views") -> None:
+    """A method's view list: None (the default view) or 1-8 pipeline / alias names."""
+    if views is None:
+        return
+    if not 1 <= len(views) <= 8:
+        raise ValueError(f"{what} must name 1 to 8 views (e.g. [default] or [strong, sim]), got {len(views)}")
+    for v in views:
+        if not v or not v.replace("_", "").isalnum():
+            raise ValueError(f"{what}: {short_repr(v)} is not a view name such as default, strong or sim")
+
+
+def check_prior_name(name: str, where: str) -> tuple[str, float]:
+    """'forward50' -> ('forward', 50.0), checked: uniform, forward<rho> or backward<rho> with 1 <= rho <= 1e6."""
+    hint = "use uniform, forward<rho> or backward<rho> with rho >= 1, e.g. forward50"
+    for direction in ("forward", "backward"):
+        if name.startswith(direction):
+            try:
+                rho = float(name[len(direction):])
+            except ValueError:
+                break
+            if not (math.isfinite(rho) and 1 <= rho <= 1e6):
+                break
+            return direction, rho
+    if name == "uniform":
+        return "uniform", 1.0
+    prefix = f"{where}: " if where else ""
+    raise ValueError(f"{prefix}unknown target prior {short_repr(name)}; {hint}")

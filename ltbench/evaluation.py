@@ -94,13 +94,8 @@ def longtail_prior(train_counts, imb_factor: float, direction: str) -> np.ndarra
 
 
 def parse_prior_name(name: str) -> tuple[str, float]:
-    """'forward50' -> ('forward', 50.0); 'uniform' -> ('uniform', 1.0)."""
-    if name == "uniform":
-        return "uniform", 1.0
-    for direction in ("forward", "backward"):
-        if name.startswith(direction):
-            try:
-                return direction, float(name[len(direction):])
-            except ValueError:
-                break
-    raise ValueError(f"unknown target prior '{name}': use uniform, forward<rho> or backward<rho> (e.g. forward50)")
+    """'forward50' -> ('forward', 50.0); 'uniform' -> ('uniform', 1.0). ValueError for anything else
+    (the grammar lives in ``config.check_prior_name``, which validates recipes before any run)."""
+    from ltbench.config import check_prior_name
+
+    return check_prior_name(name, "")

@@ -13,6 +13,8 @@ import copy
 import hashlib
 import itertools
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,8 +22,22 @@ from typing import Any, Literal
 import yaml
 
 from ltbench import registry
-from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, from_dict, to_dict
+from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, to_dict
+from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
+
+# Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
+# runs, so a typo or a hostile file must be refused quickly and with bounded memory.
+MAX_RECIPE_BYTES = 512 * 1024  # the largest recipe in recipes/ is a few KB
+MAX_YAML_VALUES = 100_000  # values in a recipe with YAML aliases expanded (an alias bomb expands to billions)
+MAX_YAML_DEPTH = 50
+MAX_OVERRIDE_CHARS = 10_000
+MAX_RUNS = 10_000  # runs a recipe may expand into (grid points x seeds)
+MAX_SEEDS = 1_000
+# Sections of a run's configuration: the only things a grid key or an override below the top may set.
+RUN_SECTIONS = ("data", "backbone", "method", "optim", "train", "eval")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
+DOTTED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 # Configuration fields that do not change what a run computes (paths, local resources).
 NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
@@ -47,6 +63,17 @@ class LauncherConfig:
     additional: dict[str, Any] = field(default_factory=dict)  # extra sbatch options
     max_requeues: int = 3
 
+    def validate(self) -> None:
+        check_range("jobs", self.jobs, 1, 4096)
+        check_range("max_array_size", self.max_array_size, 1, 1_000_000)
+        check_range("time_min", self.time_min, 1, 525_600, unit=" (minutes)")
+        check_range("cpus_per_task", self.cpus_per_task, 1, 4096)
+        check_range("mem_gb", self.mem_gb, 0, 1_000_000, low_open=True)
+        check_range("gpus_per_node", self.gpus_per_node, 0, 1024)
+        check_range("nodes", self.nodes, 1, 100_000)
+        check_range("array_parallelism", self.array_parallelism, 1, 1_000_000)
+        check_range("max_requeues", self.max_requeues, 0, 1000)
+
 
 @dataclass
 class RecipeConfig:
@@ -64,6 +91,16 @@ class RecipeConfig:
     launcher: dict[str, Any] = field(default_factory=dict)
     results_dir: str = "results"
 
+    def validate(self) -> None:
+        if self.name is not None:
+            check_plain_name(self.name, "name")
+        if not self.seeds:
+            raise ValueError("seeds: expected a non-empty list of integers, e.g. [0, 1, 2]")
+        if len(self.seeds) > MAX_SEEDS:
+            raise ValueError(f"seeds: at most {MAX_SEEDS} seeds, got {len(self.seeds)}")
+        for seed in self.seeds:
+            check_range("seeds[...]", seed, 0, 2**32 - 1)
+
 
 @dataclass
 class Recipe:
@@ -80,15 +117,30 @@ class Recipe:
         return self.results_dir / self.name
 
 
+def check_plain_name(name: str, what: str) -> None:
+    """A recipe name is one folder under the results root: no separator, no '..', not '.', not absolute."""
+    if not PLAIN_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"{what}: {short_repr(name)} is not a plain name; use letters, digits and _ . + - "
+                         f"(no '/', no '..', at most 100 characters), e.g. cifar10_lt_ldam")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
+    """'optim.lr=0.05' -> ('optim.lr', 0.05): the value is read as YAML, with the recipe file's limits."""
+    if len(text) > MAX_OVERRIDE_CHARS:
+        raise ConfigError(f"override {short_repr(text)}: longer than {MAX_OVERRIDE_CHARS} characters")
     if "=" not in text:
-        raise ConfigError(f"override '{text}': expected key=value, e.g. optim.lr=0.05")
+        raise ConfigError(f"override {short_repr(text)}: expected key=value, e.g. optim.lr=0.05")
     key, value = text.split("=", 1)
+    key = key.strip()
+    if not DOTTED_KEY.fullmatch(key):
+        raise ConfigError(f"override {short_repr(text)}: {short_repr(key)} is not a dotted key such as optim.lr")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
-    return key.strip(), parsed
+        parsed = parse_yaml(value, f"override {short_repr(text, 60)}") if value.strip() else ""
+    except ConfigError as exc:
+        if "not valid YAML" not in str(exc):
+            raise
+        parsed = value  # a plain string such as a path with a colon
+    return key, parsed
 
 
 def set_dotted(tree: dict, key: str, value: Any, where: str) -> None:
@@ -119,18 +171,37 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
     if grid is None:
         return [{}]
     grids = grid if isinstance(grid, list) else [grid]
-    points = []
+    if not grids:
+        raise ConfigError(f"{_join(where, 'grid')}: an empty list of grids gives no run; remove 'grid:' or add a grid")
+    checked = []
     for i, g in enumerate(grids):
         gwhere = _join(where, "grid") + (f"[{i}]" if isinstance(grid, list) else "")
         if not isinstance(g, dict):
             raise ConfigError(f"{gwhere}: expected a mapping of dotted keys to lists of values")
         for key, values in g.items():
+            check_grid_key(key, gwhere)
             if not isinstance(values, list) or not values:
-                raise ConfigError(f"{gwhere}.{key}: expected a non-empty list of values, got {values!r}")
+                raise ConfigError(f"{gwhere}.{key}: expected a non-empty list of values, got {short_repr(values)}")
+        checked.append(g)
+    total = sum(math.prod(len(v) for v in g.values()) for g in checked)
+    if total > MAX_RUNS:
+        raise ConfigError(f"{_join(where, 'grid')}: expands into {total} points; at most {MAX_RUNS} runs per recipe "
+                          f"(split it into several recipes)")
+    points = []
+    for g in checked:
         keys = list(g)
         for combo in itertools.product(*(g[k] for k in keys)):
             points.append(dict(zip(keys, combo)))
     return points
+
+
+def check_grid_key(key: Any, where: str) -> None:
+    """A grid key is a dotted path into a run's configuration; anything else would be silently ignored."""
+    if not isinstance(key, str) or len(key) > 200 or not DOTTED_KEY.fullmatch(key) \
+            or key.split(".")[0] not in RUN_SECTIONS:
+        shown = key if isinstance(key, str) and len(key) < 100 else short_repr(key, 60)
+        raise ConfigError(f"{where}.{shown}: not a configuration key; a grid key is a dotted path under "
+                          f"{', '.join(RUN_SECTIONS)} (e.g. optim.lr); seeds go under 'seeds:', not the grid")
 
 
 def _join(where: str, key: str) -> str:
@@ -144,7 +215,7 @@ def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> d
     options = dict(spec)
     name = options.pop("name")
     if not isinstance(name, str):
-        raise ConfigError(f"{where}.name: expected a string, got {name!r}")
+        raise ConfigError(f"{where}.name: expected a string, got {short_repr(name)}")
     try:
         cls = reg.get(name)
     except RegistryError as exc:
@@ -160,11 +231,13 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     mwhere = _join(where, "method")
     if not isinstance(method, dict) or "name" not in method:
         raise ConfigError(f"{mwhere}: expected a mapping with a 'name' key")
+    if not isinstance(method["name"], str):
+        raise ConfigError(f"{mwhere}.name: expected a string, got {short_repr(method['name'])}")
     try:
         method_resolved = resolved_method_spec(method, mwhere)
     except RegistryError as exc:
         raise ConfigError(f"{mwhere}.name: {exc}") from None
-    return {
+    config = {
         "data": _component("data", raw.get("data"), DATASETS, where),
         "backbone": _component("backbone", raw.get("backbone"), BACKBONES, where),
         "method": method_resolved,
@@ -173,26 +246,131 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         "eval": to_dict(from_dict(EvalConfig, raw.get("eval"), _join(where, "eval"))),
         "seed": seed,
     }
+    _check_view_names(method_resolved, mwhere)
+    builder = DATASETS.get(config["data"]["name"])
+    for i, name in enumerate(config["eval"]["test_sets"]):
+        try:
+            builder.check_test_set_name(name)
+        except ValueError as exc:
+            raise ConfigError(f"{_join(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
+    return config
+
+
+STANDARD_VIEW_ALIASES = ("default", "strong", "sim", "eval")  # what every built-in dataset maps to a pipeline
+
+
+def _check_view_names(method: dict, where: str) -> None:
+    """Names in a method's ``views`` / ``*_views`` options (and an auxiliary method's) must be a dataset alias
+    or a pipeline, or every run would fail when it builds its augmentations."""
+    for key, value in method.items():
+        if isinstance(value, dict) and "name" in value:
+            _check_view_names(value, _join(where, key))
+        if not (key == "views" or key.endswith("_views")) or not isinstance(value, list):
+            continue
+        unknown = [v for v in value if v not in STANDARD_VIEW_ALIASES]
+        if unknown:
+            from ltbench.data.transforms import PIPELINES  # torchvision: imported only when needed
+
+            bad = [v for v in unknown if v not in PIPELINES]
+            if bad:
+                known = ", ".join([*STANDARD_VIEW_ALIASES, *sorted(PIPELINES)])
+                raise ConfigError(f"{_join(where, key)}: unknown view {short_repr(bad[0])}; known: {known}")
 
 
 def load_yaml(path: Path) -> dict:
+    """A recipe file as a mapping: at most MAX_RECIPE_BYTES, UTF-8, YAML within the limits of parse_yaml."""
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECIPE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"{path}: recipe file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a recipe file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read recipe ({exc.strerror})") from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_RECIPE_BYTES // 1024} KiB; a recipe is a short YAML file "
+                          f"(generate long grids with 'grid:' lists instead)")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          f"save the recipe as UTF-8") from None
+    data = parse_yaml(text, str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe must be a YAML mapping at the top level")
     return data
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text -> data with the safe loader, refusing alias bombs, recursion and deep nesting.
+
+    PyYAML shares the object an alias points to, so a "billion laughs" document loads in little memory
+    but explodes when copied, hashed or printed; counting values with aliases expanded (and stopping at
+    MAX_YAML_VALUES) refuses it in bounded time and memory, before anything copies it.
+    """
+    if _OPENERS_IN_A_ROW.search(text):  # PyYAML's scanner is quadratic in the depth of such a run: refuse it first
+        raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)")
+    try:
+        data = yaml.load(text, Loader=_DepthLimitedLoader)  # noqa: S506 - a SafeLoader
+    except _TooDeep:
+        raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)") from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(f"{where}: not valid YAML: character {exc.character!r} at position {exc.position} "
+                          f"is not allowed in YAML") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{where}: not valid YAML{at}: {short_repr(getattr(exc, 'problem', None) or exc)}") from None
+    _check_yaml_size(data, where)
+    return data
+
+
+_OPENERS_IN_A_ROW = re.compile(r"[\[{](?:\s*[\[{]){%d}" % MAX_YAML_DEPTH)
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class _DepthLimitedLoader(yaml.SafeLoader):
+    """The safe loader, stopping at MAX_YAML_DEPTH nested collections (the composer is recursive)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _TooDeep
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _check_yaml_size(data: Any, where: str) -> None:
+    count = 0
+    open_containers: set[int] = set()
+
+    def visit(value: Any, depth: int) -> None:
+        nonlocal count
+        count += 1
+        if count > MAX_YAML_VALUES:
+            raise ConfigError(f"{where}: more than {MAX_YAML_VALUES} values once YAML aliases are expanded "
+                              f"(an alias bomb?); write the values out")
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)")
+        if isinstance(value, (list, dict)):
+            if id(value) in open_containers:
+                raise ConfigError(f"{where}: a YAML alias refers to itself (a recursive value)")
+            open_containers.add(id(value))
+            for item in (value.values() if isinstance(value, dict) else value):
+                visit(item, depth + 1)
+            open_containers.discard(id(value))
+
+    visit(data, 0)
 
 
 def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | Path | None = None) -> Recipe:
@@ -201,7 +379,7 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
     where = str(path)
     for text in overrides:
         key, value = parse_override(text)
-        set_dotted(raw, key, value, f"{where}: override '{text}'")
+        set_dotted(raw, key, value, f"{where}: override {short_repr(text, 80)}")
     # Errors carry the file name in front of the dotted field.
     try:
         top = from_dict(RecipeConfig, raw, "")
@@ -213,27 +391,38 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
 
 def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
     name = top.name or path.stem
+    if top.name is None:
+        try:
+            check_plain_name(name, "name")
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
     plugins = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in top.plugins]
-    try:
-        registry.add_plugin_paths(plugins)
-    except RegistryError as exc:
-        raise ConfigError(f"plugins: {exc}") from None
     launcher = from_dict(LauncherConfig, top.launcher, "launcher")
     out_dir = Path(results_dir if results_dir is not None else top.results_dir)
     if not out_dir.is_absolute() and results_dir is None:
         out_dir = Path.cwd() / out_dir
     out_dir = out_dir.resolve()
-    if not top.seeds:
-        raise ConfigError("seeds: expected a non-empty list of integers")
-    base = {k: raw.get(k, {}) for k in ("data", "backbone", "method", "optim", "train", "eval")}
+    points = _grid_points(top.grid, "")
+    if len(points) * len(top.seeds) > MAX_RUNS:
+        raise ConfigError(f"grid x seeds: {len(points)} x {len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
+                          f"(split it into several recipes)")
+    try:
+        registry.add_plugin_paths(plugins)
+    except RegistryError as exc:
+        raise ConfigError(f"plugins: {exc}") from None
+    base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen = [], set()
-    for point in _grid_points(top.grid, ""):
+    for point in points:
         cfg = copy.deepcopy(base)
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
         for seed in top.seeds:
             config = resolve_run_config(cfg, seed, "")
-            run_id = run_id_of(config)
+            try:
+                run_id = run_id_of(config)
+            except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
+                raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
+                                  f"remove NaN and infinite values") from None
             if run_id in seen:
                 continue
             seen.add(run_id)
@@ -244,10 +433,20 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
                     "config": config,
                     "grid": point,
                     "plugins": registry.plugin_paths(),
-                    "run_dir": str(out_dir / name / run_id),
+                    "run_dir": str(inside_results(out_dir, name, run_id)),
                 }
             )
     return Recipe(name, path, raw, runs, launcher, out_dir, plugins)
+
+
+def inside_results(out_dir: Path, *parts: str) -> Path:
+    """out_dir/parts, refused when it would resolve outside out_dir (a '..' or a symlink out)."""
+    target = out_dir.joinpath(*parts)
+    resolved = target.resolve()
+    if not resolved.is_relative_to(out_dir) or resolved == out_dir:
+        raise ConfigError(f"run directory {short_repr(str(target))} resolves to {short_repr(str(resolved))}, outside "
+                          f"the results root {out_dir}; use a plain recipe name and no symlink out of the root")
+    return target
 
 
 def run_label(run: dict) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ltbench.errors import LtbenchError
+from ltbench.errors import LtbenchError, short_repr, shorten
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
 CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones")
@@ -88,6 +88,8 @@ class Registry:
 
     def get(self, name: str) -> Any:
         discover()
+        if not isinstance(name, str):
+            raise RegistryError(f"a {self.kind} name must be a string, got {short_repr(name, 60)}")
         if name not in self._entries:
             raise RegistryError(self.unknown_message(name))
         return self._entries[name].obj
@@ -146,7 +148,11 @@ def _import_package_modules(module_name: str) -> None:
 def _plugin_error(what: str, exc: BaseException) -> RegistryError:
     if isinstance(exc, RegistryError):
         return exc
-    return RegistryError(f"could not load {what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, SystemExit):  # otherwise the whole command would end, silently, with the plugin's code
+        return RegistryError(f"could not load {what}: importing it called sys.exit({short_repr(exc.code, 60)}); "
+                             f"a plugin module must only define and register (move script code under "
+                             f"'if __name__ == \"__main__\":')")
+    return RegistryError(f"could not load {what}: {type(exc).__name__}: {shorten(str(exc))}")
 
 
 def _load_entry_points() -> None:
@@ -163,7 +169,7 @@ def _load_entry_points() -> None:
             try:
                 with _source(label):
                     _import_package_modules(ep.value.split(":")[0])
-            except Exception as exc:  # a broken plugin names itself
+            except (Exception, SystemExit) as exc:  # a broken plugin names itself
                 raise _plugin_error(label, exc) from exc
 
 
@@ -205,7 +211,8 @@ def _import_plugin_folder(folder: Path) -> None:
     try:
         with _source(label):
             _import_package_modules(name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
+        _plugin_paths.remove(folder)  # never handed to a worker as if it had loaded
         raise _plugin_error(label, exc) from exc
 
 

@@ -93,7 +93,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.errors import ConfigError, LtbenchError
+from ltbench.config import check_range, check_views
+from ltbench.errors import ConfigError, LtbenchError, short_repr
 from ltbench.method import Method, create_method, resolved_method_spec
 from ltbench.registry import METHODS
 
@@ -138,9 +139,11 @@ class BAPEConfig:
     prior_dirs: Literal["etf", "spread"] = "etf"
     """Initial m0: simplex ETF (needs K-1 <= p; switches to 'spread' with a note otherwise) or spread directions."""
 
-    def validate(self) -> None:
-        if "name" not in self.aux or not isinstance(self.aux.get("name"), str):
-            raise ConfigError(f"method.aux: expected a mapping with a method 'name', got {self.aux!r}")
+    def __post_init__(self) -> None:
+        # Normalising, not checking: the auxiliary method's defaults are filled in here, at construction,
+        # so that they are part of the run id; validate() below only checks and never changes the config.
+        if not isinstance(self.aux, dict) or not isinstance(self.aux.get("name"), str):
+            raise ConfigError(f"method.aux: expected a mapping with a method 'name', got {short_repr(self.aux)}")
         if self.aux["name"] == "bape":
             raise ConfigError("method.aux: BAPE cannot be its own auxiliary method")
         try:
@@ -149,18 +152,24 @@ class BAPEConfig:
             raise
         except LtbenchError as exc:  # unknown name: the registry's message lists the known ones
             raise ConfigError(f"method.aux: {exc}") from exc
-        if self.eta < 0:
-            raise ValueError(f"eta must be >= 0, got {self.eta}")
-        if self.hidden_dim < 1 or self.proj_dim < 2:
-            raise ValueError(f"hidden_dim must be >= 1 and proj_dim >= 2, got {self.hidden_dim}, {self.proj_dim}")
-        if self.prior and not (0.0 <= self.beta_hat < self.alpha_hat):
-            raise ValueError(f"need 0 <= beta_hat < alpha_hat (so that R < 1), got {self.beta_hat}, {self.alpha_hat}")
-        if not self.aux_views:
-            raise ValueError("aux_views must name at least one view")
-        if not self.bape_views:
-            raise ValueError("bape_views must name at least one view")
-        if not self.max_kappa > 1e-6:
-            raise ValueError(f"max_kappa must be > 1e-6, got {self.max_kappa}")
+
+    def validate(self) -> None:
+        check_range("eta", self.eta, 0, 1000)
+        check_range("hidden_dim", self.hidden_dim, 1, 65536)
+        check_range("proj_dim", self.proj_dim, 2, 65536)
+        check_range("alpha_hat", self.alpha_hat, 0, 1e12, low_open=True)
+        check_range("beta_hat", self.beta_hat, 0, 1e12)
+        if self.prior and not self.beta_hat < self.alpha_hat:
+            raise ValueError(f"need beta_hat < alpha_hat (so that R < 1), got {self.beta_hat}, {self.alpha_hat}")
+        check_views(self.aux_views, "aux_views")
+        check_views(self.bape_views, "bape_views")
+        check_range("max_kappa", self.max_kappa, 1e-6, 1e12, low_open=True)
+        aux_cls = METHODS.get(self.aux["name"])
+        if aux_cls.views is Method.views:  # the auxiliary method takes its views from its config
+            wanted = len(self.aux.get("views") or ["default"])
+            if wanted != len(self.aux_views):
+                raise ValueError(f"aux_views names {len(self.aux_views)} view(s) but the auxiliary method "
+                                 f"'{self.aux['name']}' takes {wanted}; give aux_views {wanted} name(s)")
 
 
 @METHODS.register("bape")

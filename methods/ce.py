@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ltbench.config import check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -16,6 +17,9 @@ from ._heads import class_weight_norms
 @dataclass
 class CEConfig:
     views: list[str] | None = None  # default: one 'default' view
+
+    def validate(self) -> None:
+        check_views(self.views)
 
 
 @METHODS.register("ce")

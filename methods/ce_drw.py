@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ltbench.config import MAX_EPOCHS, check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -29,6 +30,11 @@ class CEDRWConfig:
     drw_epoch: int | None = None  # 0-indexed switch epoch; None: round(0.8 * epochs) (160 of 200)
     beta: float = 0.9999  # effective-number beta
     views: list[str] | None = None  # default: one 'default' view
+
+    def validate(self) -> None:
+        check_range("beta", self.beta, 0, 1, high_open=True)
+        check_range("drw_epoch", self.drw_epoch, 0, MAX_EPOCHS)
+        check_views(self.views)
 
 
 @METHODS.register("ce_drw")

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.errors import ConfigError
+from ltbench.config import check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -33,6 +33,11 @@ class CosineConfig:
     posthoc_tau: float = 0.0  # 0: raw argmax; > 0: post-hoc logit adjustment with this τ
     views: list[str] | None = None  # default: one 'default' view
 
+    def validate(self) -> None:
+        check_range("s", self.s, 0, 1000, low_open=True)
+        check_range("posthoc_tau", self.posthoc_tau, 0, 100)
+        check_views(self.views)
+
 
 @METHODS.register("cosine")
 class CosineClassifier(Method):
@@ -42,10 +47,6 @@ class CosineClassifier(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        if cfg.s <= 0:
-            raise ConfigError(f"method.s must be > 0, got {cfg.s}")
-        if cfg.posthoc_tau < 0:
-            raise ConfigError(f"method.posthoc_tau must be >= 0, got {cfg.posthoc_tau}")
         self.head = NormedLinear(ctx.feature_dim, ctx.num_classes)
         if cfg.learn_scale:
             self.scale = nn.Parameter(torch.tensor(float(cfg.s)))

@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ltbench.config import check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -46,8 +47,9 @@ class LAConfig:
     test_normalize: bool = False
 
     def validate(self) -> None:
-        if self.s <= 0:
-            raise ValueError(f"s must be positive, got {self.s}")
+        check_range("tau", self.tau, 0, 100)
+        check_range("s", self.s, 0, 1000, low_open=True)
+        check_views(self.views)
 
 
 class _LinearHeadMethod(Method):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ltbench.errors import ConfigError
+from ltbench.config import MAX_EPOCHS, check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -47,6 +47,13 @@ class LDAMConfig:
     beta: float = 0.9999  # effective-number beta of the DRW weights
     views: list[str] | None = None  # default: one 'default' view
 
+    def validate(self) -> None:
+        check_range("max_m", self.max_m, 0, 2, unit=" (a margin on a cosine)")
+        check_range("s", self.s, 0, 1000, low_open=True)
+        check_range("beta", self.beta, 0, 1, high_open=True)
+        check_range("drw_epoch", self.drw_epoch, 0, MAX_EPOCHS)
+        check_views(self.views)
+
 
 @dataclass
 class LDAMDRWConfig(LDAMConfig):
@@ -61,8 +68,6 @@ class LDAM(Method):
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        if cfg.max_m < 0 or cfg.s <= 0:
-            raise ConfigError(f"method: LDAM needs max_m >= 0 and s > 0, got max_m={cfg.max_m}, s={cfg.s}")
         self.s = float(cfg.s)
         self.head = NormedLinear(ctx.feature_dim, ctx.num_classes)
         self.register_buffer("margins", ldam_margins(ctx.class_counts, cfg.max_m), persistent=False)

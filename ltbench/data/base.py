@@ -52,7 +52,8 @@ class LTData:
 
 
 class DatasetBuilder:
-    """Plugin interface: ``Config`` holds the recipe's ``data:`` options; ``load`` returns LTData.
+    """Plugin interface: ``Config`` holds the recipe's ``data:`` options; ``load`` returns LTData
+    (see docs/adding-a-dataset.md).
 
     ``load`` raises DataMissingError (listing the expected files and how to get them) when the
     data are not on disk.
@@ -63,8 +64,23 @@ class DatasetBuilder:
     def __init__(self, cfg: Any):
         self.cfg = cfg
 
+    def check(self) -> None:
+        """Called once per distinct data config before any run starts: raise DataMissingError when the
+        files are missing, so a grid stops with one message instead of failing in every run. Keep it cheap."""
+
     def load(self) -> LTData:  # pragma: no cover - interface
         raise NotImplementedError
+
+    @classmethod
+    def check_test_set_name(cls, name: str) -> None:
+        """Raise ValueError when ``name`` cannot name an extra test set of this dataset.
+
+        Called when a recipe is loaded, so an unknown ``eval.test_sets`` name stops the recipe before
+        any run trains (not after the whole training, at evaluation). Default: the SADE names below.
+        """
+        from ltbench.config import check_prior_name
+
+        check_prior_name(name, "")
 
     def test_set(self, name: str, data: LTData) -> tuple[Dataset, np.ndarray]:
         """An extra test set by name, for ``eval.test_sets`` (the test-agnostic protocol).

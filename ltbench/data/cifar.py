@@ -31,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from ltbench.config import check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, data_roots
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.errors import DataMissingError, LtbenchError
@@ -90,8 +91,9 @@ class CIFARLTConfig:
     download: bool = False  # fetch the archive with torchvision when missing (needs internet); never by default
 
     def validate(self) -> None:
-        if self.imb_factor < 1:
-            raise ValueError(f"imb_factor must be >= 1 (rho = n_max / n_min), got {self.imb_factor}")
+        check_range("imb_factor", self.imb_factor, 1, 500,
+                    unit=" (rho = n_max / n_min; above 500 the rarest CIFAR-100 class has no image)")
+        check_range("data_seed", self.data_seed, 0, 2**32 - 1)
 
 
 def candidate_roots(root: str | None) -> list[Path]:
@@ -152,11 +154,52 @@ def _text(x: Any) -> Any:
     return x.decode("latin1") if isinstance(x, bytes) else x
 
 
+# The only globals a CIFAR batch refers to: numpy array reconstruction (numpy 1 and 2 module names, pickle
+# protocols 2-5) and, in batches re-pickled by Python 3 at protocol 2, codecs.encode for byte strings.
+# Everything else (dicts, lists, str, bytes, int) needs no global at all.
+ALLOWED_GLOBALS = {
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("_codecs", "encode"), ("codecs", "encode"),
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles what a CIFAR batch holds and refuses any other class or function.
+
+    A pickle can call any importable function while it loads; a tampered "data_batch_1" would otherwise
+    run code with the user's rights as soon as a recipe names the dataset.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"refused global {module}.{name}: a CIFAR batch holds only dicts, lists, "
+                                         f"str, bytes, int and numpy arrays")
+        if module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+            return _numpy_attr("multiarray", name)
+        if module in ("numpy.core.numeric", "numpy._core.numeric"):
+            return _numpy_attr("numeric", name)
+        return super().find_class(module, name)
+
+
+def _numpy_attr(submodule: str, name: str) -> Any:
+    """numpy.core was renamed numpy._core in numpy 2; old files name the old module."""
+    import importlib
+
+    for base in ("numpy._core", "numpy.core"):
+        try:
+            return getattr(importlib.import_module(f"{base}.{submodule}"), name)
+        except (ImportError, AttributeError):
+            continue
+    raise pickle.UnpicklingError(f"numpy has no {submodule}.{name}")
+
+
 def read_batch(path: Path) -> dict[str, Any]:
     """One pickled batch as a dict with str keys (the original files have byte-string keys)."""
     try:
         with open(path, "rb") as f:
-            raw = pickle.load(f, encoding="latin1")
+            raw = RestrictedUnpickler(f, encoding="latin1").load()
     except Exception as exc:
         raise LtbenchError(f"{path}: not a readable CIFAR pickle batch ({type(exc).__name__}: {exc})") from exc
     if not isinstance(raw, dict):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ltbench.config import check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, data_roots
 from ltbench.data.idx import read_idx
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
@@ -40,8 +41,9 @@ class FashionMNISTLTConfig:
     def validate(self) -> None:
         if not 1 <= self.max_per_class <= 6000:
             raise ValueError("max_per_class must be between 1 and 6000 (Fashion-MNIST has 6000 per class)")
-        if self.imb_factor < 1:
-            raise ValueError("imb_factor must be >= 1")
+        check_range("imb_factor", self.imb_factor, 1, self.max_per_class,
+                    unit=" (rho = n_max / n_min; at most max_per_class so the rarest class keeps an image)")
+        check_range("data_seed", self.data_seed, 0, 2**32 - 1)
 
 
 def candidate_roots(root: str | None) -> list[Path]:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
+from ltbench.config import check_range
 from ltbench.data.base import DatasetBuilder, ImageSpec, LTData
 from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
@@ -112,8 +113,7 @@ class SplitListConfig:
             raise ValueError(f"test_split must be a list name such as test, val or forward50, got {self.test_split!r}")
         if self.test_split == "train":
             raise ValueError("test_split must not be the training list")
-        if self.num_classes is not None and self.num_classes < 1:
-            raise ValueError("num_classes must be positive")
+        check_range("num_classes", self.num_classes, 2, 1_000_000)
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,6 +246,12 @@ class FileImages(Dataset):
 class SplitListDataset(DatasetBuilder):
     Config = SplitListConfig
     bench: Benchmark = IMAGENET_LT
+
+    @classmethod
+    def check_test_set_name(cls, name: str) -> None:
+        """Any list name (a published shifted list such as forward50); the file is looked up at load."""
+        if not re.fullmatch(r"[A-Za-z0-9_]+", name) or name == "train":
+            raise ValueError(f"{name!r} is not a test list name such as forward50 or val")
 
     def lists(self) -> tuple[SplitList, SplitList, int]:
         """(train list, test list, num_classes), validated."""

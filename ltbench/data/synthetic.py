@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ltbench.config import check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData
 from ltbench.data.profile import exponential_counts
 from ltbench.registry import DATASETS
@@ -28,6 +29,21 @@ class SyntheticLTConfig:
     channels: int = 3
     noise: float = 0.35
     data_seed: int = 0
+
+    def validate(self) -> None:
+        check_range("num_classes", self.num_classes, 2, 1000)
+        check_range("max_per_class", self.max_per_class, 1, 10_000)
+        check_range("imb_factor", self.imb_factor, 1, self.max_per_class,
+                    unit=" (rho = n_max / n_min; at most max_per_class so the rarest class keeps an image)")
+        check_range("test_per_class", self.test_per_class, 1, 10_000)
+        check_range("image_size", self.image_size, 4, 256)
+        check_range("channels", self.channels, 1, 4)
+        check_range("noise", self.noise, 0, 100)
+        check_range("data_seed", self.data_seed, 0, 2**32 - 1)
+        images = self.num_classes * (self.max_per_class + self.test_per_class)
+        if images * self.channels * self.image_size**2 > 2**30:
+            raise ValueError(f"{images} images of {self.channels}x{self.image_size}x{self.image_size} need more than "
+                             f"1 GiB; the synthetic dataset is for quick tests, make it smaller")
 
 
 @DATASETS.register("synthetic_lt")

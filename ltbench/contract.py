@@ -1,0 +1,255 @@
+"""The plugin contract, runnable on a user's plugin folder: ``ltbench check FOLDER``.
+
+The repository's own tests check every registered method (tests/test_method_contract.py); a plugin
+author has no such suite, so this module runs the same promises on tiny random inputs, in seconds,
+and says which one is broken:
+
+* method: ``Config`` defaults validate and ``validate()`` leaves the config unchanged; the method is an
+  ``nn.Module``; ``views()`` names views; ``loss()`` returns a dict with a finite 0-dim ``'loss'`` whose
+  gradient reaches the features; ``predict()`` returns finite (N, K) scores for any target prior, the same
+  for ``None`` and a uniform prior, and does not move predictions *away* from a class the prior favours;
+  a ``state_dict`` + ``extra_state`` round trip (as checkpoints do it) gives identical predictions.
+* backbone: built as ``cls(cfg, in_channels=...)``, ``feature_dim`` set, forward gives finite (N, feature_dim).
+* dataset: ``Config`` defaults validate; ``load()`` gives consistent LTData (or is skipped, with the
+  reason, when its files are not on this machine).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import io
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from ltbench import registry
+from ltbench.config import from_dict
+from ltbench.errors import DataMissingError, LtbenchError, shorten
+
+COUNTS = (40, 20, 10, 5, 2)  # a small long-tailed training set of K = 5 classes
+FEATURE_DIM = 16
+BATCH = 10
+
+
+class ContractError(AssertionError):
+    """One broken promise of the plugin contract (the message says which and how to fix it)."""
+
+
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise ContractError(message)
+
+
+def default_config(cls: Any, what: str) -> Any:
+    """The plugin's default Config, and proof that its validate() only checks (it must not change the config)."""
+    config_cls = getattr(cls, "Config", None)
+    _expect(config_cls is not None and dataclasses.is_dataclass(config_cls),
+            f"{what}: 'Config' must be a dataclass of options (use ltbench.config.EmptyConfig for none)")
+    cfg = from_dict(config_cls, {}, what)  # the recipe's path: types, then validate()
+    probe = config_cls()
+    before = copy.deepcopy(dataclasses.asdict(probe))
+    validate = getattr(probe, "validate", None)
+    if callable(validate):
+        validate()
+    _expect(dataclasses.asdict(probe) == before,
+            f"{what}: Config.validate() changed the config; validate must only check "
+            f"(fill in derived values in __post_init__)")
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# Methods
+
+
+def _context():
+    from ltbench.method import MethodContext
+
+    return MethodContext(num_classes=len(COUNTS), class_counts=torch.tensor(COUNTS), feature_dim=FEATURE_DIM,
+                         epochs=2)
+
+
+def _build_method(cls: Any, cfg: Any, seed: int):
+    from ltbench.method import Method
+
+    torch.manual_seed(seed)
+    method = cls(cfg, _context())
+    _expect(isinstance(method, Method) and isinstance(method, nn.Module),
+            "the method must subclass ltbench.method.Method (an nn.Module)")
+    return method
+
+
+def check_training_step(method: Any) -> None:
+    k = len(COUNTS)
+    views = method.views()
+    _expect(isinstance(views, list) and views and all(isinstance(v, str) and v for v in views),
+            f"views() must return a non-empty list of view names, got {views!r}")
+    labels = torch.arange(BATCH) % k
+    for epoch in (0, 1):
+        method.train()
+        method.on_epoch_start(epoch)
+        features = [torch.randn(BATCH, FEATURE_DIM, requires_grad=True) for _ in views]
+        out = method.loss(features, labels, epoch=epoch)
+        _expect(isinstance(out, dict) and "loss" in out,
+                f"loss() must return a dict with the key 'loss', got {type(out).__name__} "
+                f"{sorted(out) if isinstance(out, dict) else ''}")
+        loss = out["loss"]
+        _expect(torch.is_tensor(loss) and loss.ndim == 0 and bool(torch.isfinite(loss)),
+                f"loss()['loss'] must be a finite 0-dim tensor, got {shorten(repr(loss), 80)} at epoch {epoch}")
+        if "logits" in out:
+            _expect(tuple(out["logits"].shape) == (BATCH, k),
+                    f"loss()['logits'] must be (batch, num_classes) = {(BATCH, k)}, got {tuple(out['logits'].shape)}")
+        for key, value in out.items():
+            if key not in ("loss", "logits"):
+                _expect(torch.is_tensor(value) and value.numel() == 1 and bool(torch.isfinite(value).all()),
+                        f"loss()['{key}'] is logged, so it must be a finite scalar tensor")
+        loss.backward()
+        grads = [f.grad for f in features if f.grad is not None]
+        _expect(bool(grads) and all(bool(torch.isfinite(g).all()) for g in grads)
+                and any(float(g.abs().sum()) > 0 for g in grads),
+                "the loss gradient must reach the backbone features (finite, non-zero)")
+
+
+def _predict(method: Any, feats: torch.Tensor, prior: torch.Tensor | None, label: str) -> torch.Tensor:
+    k = len(COUNTS)
+    with torch.no_grad():
+        scores = method.predict(feats, target_prior=prior)
+        _expect(torch.is_tensor(scores) and tuple(scores.shape) == (len(feats), k),
+                f"predict() must return (N, num_classes) = {(len(feats), k)} scores, got "
+                f"{tuple(scores.shape) if torch.is_tensor(scores) else type(scores).__name__} ({label} prior)")
+        _expect(bool(torch.isfinite(scores).all()), f"predict() returned non-finite scores ({label} prior)")
+        for head, s in method.head_predictions(feats, target_prior=prior).items():
+            _expect(tuple(s.shape) == (len(feats), k), f"head_predictions()['{head}'] must be (N, num_classes)")
+    return scores
+
+
+def check_prediction(method: Any) -> None:
+    k = len(COUNTS)
+    method.eval()
+    feats = torch.randn(64, FEATURE_DIM, generator=torch.Generator().manual_seed(1))
+    balanced = _predict(method, feats, None, "None")
+    uniform = _predict(method, feats, torch.full((k,), 1.0 / k), "uniform")
+    _expect(torch.allclose(balanced, uniform, atol=1e-5, rtol=1e-5),
+            "predict() must give the same scores for target_prior=None and a uniform prior (both mean a balanced "
+            "test set); use self.target_shift(target_prior, scores), which is zero for both")
+    for c in range(k):
+        peaked = torch.full((k,), 1e-3)
+        peaked[c] = 1.0
+        shifted = _predict(method, feats, peaked / peaked.sum(), f"peaked on class {c}")
+        _expect(int((shifted.argmax(1) == c).sum()) >= int((balanced.argmax(1) == c).sum()),
+                f"a target prior favouring class {c} made fewer predictions of class {c}; the target-prior "
+                f"term has the wrong sign (add log p_t, i.e. self.target_shift)")
+
+
+def check_state_round_trip(cls: Any, cfg: Any, method: Any) -> None:
+    buffer = io.BytesIO()
+    torch.save({"model": method.state_dict(), "extra": method.extra_state()}, buffer)
+    buffer.seek(0)
+    try:
+        state = torch.load(buffer, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ContractError(f"extra_state() must hold only tensors and plain data (checkpoints load with "
+                            f"weights_only=True): {shorten(str(exc), 120)}") from None
+    fresh = _build_method(cls, cfg, seed=12345)
+    fresh.load_state_dict(state["model"])
+    fresh.load_extra_state(state["extra"])
+    fresh.eval()
+    method.eval()
+    feats = torch.randn(16, FEATURE_DIM, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        same = torch.equal(method.predict(feats), fresh.predict(feats))
+    _expect(same, "predictions differ after a state_dict/extra_state round trip; register state as buffers "
+                  "or return it from extra_state()")
+    try:
+        json.dumps(method.result_extras())
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"result_extras() must be JSON data: {exc}") from None
+
+
+def check_method(cls: Any, name: str) -> None:
+    cfg = default_config(cls, f"method {name}")
+    method = _build_method(cls, cfg, seed=0)
+    check_training_step(method)
+    check_prediction(method)
+    check_state_round_trip(cls, cfg, method)
+
+
+# --------------------------------------------------------------------------------------------
+# Backbones and datasets
+
+
+def check_backbone(cls: Any, name: str) -> None:
+    cfg = default_config(cls, f"backbone {name}")
+    for channels in (3, 1):
+        net = cls(cfg, in_channels=channels)
+        _expect(isinstance(net, nn.Module), "a backbone must be an nn.Module")
+        dim = getattr(net, "feature_dim", None)
+        _expect(isinstance(dim, int) and dim > 0, "a backbone must set self.feature_dim (a positive int)")
+        net.eval()
+        with torch.no_grad():
+            out = net(torch.rand(2, channels, 32, 32))
+        _expect(torch.is_tensor(out) and tuple(out.shape) == (2, dim),
+                f"forward(images) must return (N, feature_dim) = {(2, dim)}, got "
+                f"{tuple(out.shape) if torch.is_tensor(out) else type(out).__name__} (in_channels={channels})")
+        _expect(bool(torch.isfinite(out).all()), "forward() returned non-finite features")
+
+
+def check_dataset(cls: Any, name: str) -> str:
+    import numpy as np
+
+    from ltbench.data.base import LTData
+
+    cfg = default_config(cls, f"dataset {name}")
+    try:
+        data = cls(cfg).load()
+    except DataMissingError as exc:
+        return f"load() skipped, its files are not here ({shorten(str(exc), 120)})"
+    _expect(isinstance(data, LTData), f"load() must return ltbench.data.LTData, got {type(data).__name__}")
+    k = data.num_classes
+    for split, labels, dataset in (("train", data.train_labels, data.train), ("test", data.test_labels, data.test)):
+        labels = np.asarray(labels)
+        _expect(len(dataset) == len(labels) > 0, f"{split}: len(dataset) must equal len({split}_labels) > 0")
+        _expect(int(labels.min()) >= 0 and int(labels.max()) < k, f"{split} labels must be in 0..{k - 1}")
+        image, label = dataset[0]
+        _expect(torch.is_tensor(image) and image.dtype == torch.uint8 and image.ndim == 3
+                and image.shape[0] == data.image.channels,
+                f"{split}[0] must be (uint8 tensor C x H x W with C = image.channels, label)")
+        _expect(int(label) == int(labels[0]), f"{split}[0] label differs from {split}_labels[0]")
+    return f"loaded: {k} classes, {len(data.train_labels)} train / {len(data.test_labels)} test images"
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+
+
+CHECKS: dict[str, Callable[[Any, str], Any]] = {"methods": check_method, "backbones": check_backbone,
+                                               "datasets": check_dataset}
+
+
+def check_plugin_folder(folder: str | Path) -> int:
+    """Import a plugin folder and run the contract on everything it registers; 0 if all pass, 1 if not."""
+    path = Path(folder).expanduser().resolve()
+    registry.add_plugin_paths([path])
+    label = f"plugin folder {path}"
+    found = [(kind, e) for kind, reg in registry.REGISTRIES.items() for e in reg.entries() if e.source == label]
+    if not found:
+        raise LtbenchError(f"{folder}: registers no method, backbone or dataset (a module in it must use "
+                           f"@METHODS.register / @BACKBONES.register / @DATASETS.register; modules whose name "
+                           f"starts with '_' are not imported)")
+    failures = 0
+    for kind, entry in found:
+        what = f"{kind[:-1]} {entry.name} ({entry.module})"
+        try:
+            note = CHECKS[kind](entry.obj, entry.name)
+            print(f"ok    {what}" + (f": {note}" if note else ""))
+        except (ContractError, LtbenchError) as exc:
+            failures += 1
+            print(f"FAIL  {what}: {exc}")
+        except Exception as exc:  # the plugin's own code raised: name where
+            failures += 1
+            print(f"FAIL  {what}: raised {type(exc).__name__}: {shorten(str(exc), 200)}")
+    print(f"{len(found) - failures} of {len(found)} plugin(s) pass the contract")
+    return 0 if failures == 0 else 1

@@ -1,0 +1,224 @@
+"""The plugin docs' examples run as written, and ``ltbench check`` finds each broken promise of the contract.
+
+The code blocks of docs/adding-a-*.md that start with ``# folder/file.py`` are written to that path
+in a temporary directory and used as a plugin user would: ``ltbench check FOLDER``, then a short run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT, TINY
+from ltbench import cli, contract
+from ltbench.config import from_dict
+from ltbench.registry import BACKBONES, DATASETS, METHODS
+
+BLOCK = re.compile(r"```python\n# (?P<path>[\w/]+\.py)\n(?P<code>.*?)```", re.S)
+
+
+def write_doc_example(doc: str, where: Path) -> Path:
+    """Write the doc's first file block to where/<its path>; return the plugin folder."""
+    match = BLOCK.search((ROOT / "docs" / doc).read_text())
+    assert match, f"docs/{doc} has no '# folder/file.py' python block"
+    target = where / match["path"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(match["code"])
+    return target.parent
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def tiny_recipe(path: Path, **sections) -> Path:
+    recipe = {**TINY, "optim": {**TINY["optim"], "epochs": 1}, "results_dir": str(path.parent / "results"), **sections}
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_method_doc_example_passes_the_contract_and_trains(tmp_path, capsys):
+    folder = write_doc_example("adding-a-method.md", tmp_path)
+    code, out, err = run_cli(["check", folder], capsys)
+    assert code == 0, out + err
+    assert "ok    method focal" in out
+    recipe = tiny_recipe(tmp_path / "focal.yaml", plugins=[str(folder)], method={"name": "focal", "gamma": 1.5})
+    code, out, err = run_cli(["run", recipe], capsys)
+    assert code == 0 and "1 done" in out, out + err
+    code, out, err = run_cli(["run", recipe, "method.gamma=-1"], capsys)
+    assert code == 2 and "method.gamma: must be >= 0" in err
+
+
+def test_backbone_doc_example_passes_the_contract_and_trains(tmp_path, capsys):
+    folder = write_doc_example("adding-a-backbone.md", tmp_path)
+    code, out, err = run_cli(["check", folder], capsys)
+    assert code == 0 and "ok    backbone small_cnn" in out, out + err
+    net = BACKBONES.get("small_cnn")(from_dict(BACKBONES.get("small_cnn").Config, {"width": 8}, "b"), in_channels=3)
+    assert net(torch.rand(2, 3, 12, 12)).shape == (2, 32)
+    recipe = tiny_recipe(tmp_path / "cnn.yaml", plugins=[str(folder)], backbone={"name": "small_cnn", "width": 8})
+    code, out, err = run_cli(["run", recipe], capsys)
+    assert code == 0 and "1 done" in out, out + err
+    code, out, err = run_cli(["run", recipe, "backbone.width=2"], capsys)
+    assert code == 2 and "backbone.width: must be >= 4" in err
+
+
+def write_npz(folder: Path, k: int = 4, per_class: int = 30, size: int = 12) -> None:
+    rng = np.random.default_rng(0)
+    y_train = np.repeat(np.arange(k), per_class)
+    y_test = np.repeat(np.arange(k), 8)
+    x_train = rng.integers(0, 256, (len(y_train), size, size, 3), dtype=np.uint8)
+    x_test = rng.integers(0, 256, (len(y_test), size, size, 3), dtype=np.uint8)
+    folder.mkdir(parents=True)
+    np.savez(folder / "images.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+
+
+def test_dataset_doc_example_passes_the_contract_and_trains(tmp_path, capsys, monkeypatch):
+    folder = write_doc_example("adding-a-dataset.md", tmp_path)
+    monkeypatch.setenv("LTBENCH_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["check", folder], capsys)
+    assert code == 0 and "load() skipped, its files are not here" in out, out + err  # no data yet: said, not hidden
+    write_npz(tmp_path / "npz")
+    data = {"name": "npz_lt", "imb_factor": 10, "root": str(tmp_path / "npz")}
+    recipe = tiny_recipe(tmp_path / "npz.yaml", plugins=[str(folder)], data=data)
+    code, out, err = run_cli(["data", recipe], capsys)
+    assert code == 0 and "train 52 images" in out, out + err  # int(30 * 0.1 ** (i / 3)): 30 + 13 + 6 + 3
+    code, out, err = run_cli(["run", recipe], capsys)
+    assert code == 0 and "1 done" in out, out + err
+    code, out, err = run_cli(["run", recipe, "data.root=" + str(tmp_path / "empty")], capsys)
+    assert code == 2 and "images.npz not found" in err
+
+
+# -------------------------------------------------------------------------------------------------
+# ltbench check on broken plugins
+
+
+BROKEN = '''
+from dataclasses import dataclass
+import torch, torch.nn as nn, torch.nn.functional as F
+from ltbench.method import Method
+from ltbench.registry import METHODS
+
+class Base(Method):
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
+    def loss(self, features, labels, *, epoch):
+        return {"loss": F.cross_entropy(self.head(features[0]), labels)}
+    def predict(self, features, *, target_prior=None):
+        z = self.head(features) - self.log_train_prior
+        return z + self.target_shift(target_prior, z)
+
+@METHODS.register("chk_good")
+class Good(Base):
+    pass
+
+@METHODS.register("chk_three_columns")
+class ThreeColumns(Base):
+    def predict(self, features, *, target_prior=None):
+        return super().predict(features, target_prior=target_prior)[:, :3]
+
+@METHODS.register("chk_no_loss_key")
+class NoLossKey(Base):
+    def loss(self, features, labels, *, epoch):
+        return {"total": super().loss(features, labels, epoch=epoch)["loss"]}
+
+@METHODS.register("chk_wrong_sign")
+class WrongSign(Base):
+    def predict(self, features, *, target_prior=None):
+        z = self.head(features) - self.log_train_prior
+        return z - 10 * self.target_shift(target_prior, z)
+
+@METHODS.register("chk_none_not_uniform")
+class NoneNotUniform(Base):
+    def predict(self, features, *, target_prior=None):
+        z = self.head(features)
+        return z if target_prior is None else z + torch.log(target_prior)
+
+@dataclass
+class MutatingConfig:
+    views: list = None
+    def validate(self):
+        self.views = ["default"]
+
+@METHODS.register("chk_mutating_config")
+class Mutating(Base):
+    Config = MutatingConfig
+
+@METHODS.register("chk_nan")
+class NaNScores(Base):
+    def predict(self, features, *, target_prior=None):
+        return super().predict(features, target_prior=target_prior) * float("nan")
+'''
+
+
+def test_check_names_each_broken_promise(tmp_path, capsys):
+    folder = tmp_path / "chk_plugins"
+    folder.mkdir()
+    (folder / "methods.py").write_text(BROKEN)
+    code, out, err = run_cli(["check", folder], capsys)
+    assert code == 1, out + err
+    lines = {line.split()[2]: line for line in out.splitlines() if line.startswith(("ok", "FAIL"))}
+    assert lines["chk_good"].startswith("ok")
+    expected = {
+        "chk_three_columns": "predict() must return (N, num_classes) = (64, 5) scores, got (64, 3)",
+        "chk_no_loss_key": "loss() must return a dict with the key 'loss'",
+        "chk_wrong_sign": "the target-prior term has the wrong sign",
+        "chk_none_not_uniform": "same scores for target_prior=None and a uniform prior",
+        "chk_mutating_config": "Config.validate() changed the config",
+        "chk_nan": "predict() returned non-finite scores",
+    }
+    for name, words in expected.items():
+        assert lines[name].startswith("FAIL") and words in lines[name], lines[name]
+    assert "1 of 7 plugin(s) pass the contract" in out
+
+
+def test_check_on_a_folder_without_plugins_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "empty_plugins").mkdir()
+    code, out, err = run_cli(["check", tmp_path / "empty_plugins"], capsys)
+    assert code == 2 and "registers no method, backbone or dataset" in err
+    code, out, err = run_cli(["check", tmp_path / "missing"], capsys)
+    assert code == 2 and "does not exist" in err
+
+
+@pytest.mark.parametrize("registry", [METHODS, BACKBONES, DATASETS], ids=["methods", "backbones", "datasets"])
+def test_validate_never_changes_a_config(registry):
+    """The rule of docs/adding-a-method.md, for every registered plugin and the core's configs."""
+    for name in registry.names():
+        if registry.entry(name).source.startswith("plugin folder"):
+            continue  # the deliberately broken plugins of the test above
+        cls = registry.get(name)
+        contract.default_config(cls, f"{registry.kind} {name}")  # raises ContractError if validate() mutates
+
+
+def test_core_configs_validate_without_changing():
+    from ltbench.config import EvalConfig, OptimConfig, TrainConfig
+    from ltbench.recipe import LauncherConfig, RecipeConfig
+
+    for cls in (OptimConfig, TrainConfig, EvalConfig, LauncherConfig, RecipeConfig):
+        cfg = from_dict(cls, {}, cls.__name__)
+        before = dataclasses.asdict(cfg)
+        cfg.validate()
+        assert dataclasses.asdict(cfg) == before
+
+
+@pytest.mark.slow
+def test_builtin_methods_pass_the_check_contract():
+    """No false alarm: every built-in method and CIFAR ResNet passes what `ltbench check` demands."""
+    for name in METHODS.names():
+        if METHODS.entry(name).source.startswith("plugin folder"):
+            continue
+        contract.check_method(METHODS.get(name), name)
+    for name in ("resnet8", "resnet32"):
+        contract.check_backbone(BACKBONES.get(name), name)
