@@ -41,10 +41,14 @@ def todo(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[s
     """Runs to launch now, and the count of each status found on disk ('stale' counted apart from
     'done'). ``redo``: 'failed' and/or 'stale' results to run again. The worker re-decides under the
     run's lock, so a run another process finishes meanwhile is not trained twice."""
+    from ltbench.runner import prepare_run_dir
+
     counts: dict[str, int] = {}
     out = []
     for spec in recipe.runs:
         run_dir = Path(spec["run_dir"])
+        if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
+            prepare_run_dir(spec)  # a deleted spec.json is rewritten, whatever the run's state
         status = store.run_status(run_dir)
         if status == "done" and is_stale(run_dir):
             status = "stale"

@@ -310,6 +310,8 @@ def result_problem(obj: Any) -> str:
     """Why a parsed result.json is not a usable record ('' when it is)."""
     if not isinstance(obj, dict):
         return f"holds a JSON {type(obj).__name__}, expected an object"
+    if "status" not in obj:
+        return "has no status (an empty or partial record)"
     if obj.get("status") not in ("done", "failed"):
         return f"status is {str(obj.get('status'))[:40]!r}, expected 'done' or 'failed'"
     if not isinstance(obj.get("run_id"), str):

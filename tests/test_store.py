@@ -39,7 +39,7 @@ DAMAGED = {
     "truncated": (json.dumps(GOOD).encode()[:40], "not valid JSON"),
     "empty file": (b"", "empty"),
     "a list": (b"[]", "JSON list"),
-    "an empty object": (b"{}", "status is"),
+    "an empty object": (b"{}", "has no status"),
     "status only": (b'{"status": "done"}', "run_id is missing"),
     "non-UTF-8": (b'{"status": "done", "x": "\xff\xfe"}', "not UTF-8"),
     "metric is a string": (_with(metrics__all="0.5"), "metrics.all"),
