@@ -7,7 +7,9 @@ seed spread.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import inspect
 import os
 import platform
@@ -87,10 +89,31 @@ def _names_in(options, key: str = "name") -> list[str]:
     return out
 
 
+def _imported_names(module) -> set[str]:
+    """Modules a module's source imports (``import a.b``, ``from .c import d``: 'a.b', 'pkg.c', 'pkg.c.d'),
+    read from its syntax tree, so ``from helpers import CONSTANT`` counts too."""
+    try:
+        with open(module.__file__, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, TypeError, ValueError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__)
+            except (ImportError, ValueError):
+                continue
+            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
 def _module_closure(module_name: str) -> set[str]:
-    """The module and, transitively, the modules of its own package that it uses (imported modules,
-    classes and functions found in its globals). Core ``ltbench`` modules stop the walk: they are
-    covered by the git commit."""
+    """The module and, transitively, the modules of its own package that it uses (its imports, and the
+    modules of the classes and functions in its globals). Core ``ltbench`` modules stop the walk: they
+    are covered by the git commit."""
     top = module_name.split(".")[0]
     seen, todo = set(), [module_name]
     while todo:
@@ -101,10 +124,10 @@ def _module_closure(module_name: str) -> set[str]:
         seen.add(name)
         if top == "ltbench":
             continue
+        used = _imported_names(module)
         for value in vars(module).values():
-            used = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
-            if isinstance(used, str) and used.split(".")[0] == top and used not in seen:
-                todo.append(used)
+            used.add(value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None))
+        todo += [u for u in used if isinstance(u, str) and u.split(".")[0] == top and u not in seen]
     return seen
 
 
