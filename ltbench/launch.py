@@ -7,10 +7,12 @@ to a local run): each run's lock decides who trains it, the others skip it and s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -94,7 +96,8 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
     name = recipe.launcher.name
     elsewhere: list[dict] = []
     if name == "local":
-        elsewhere = run_local(specs, recipe.launcher.jobs, redo)
+        with sigterm_as_interrupt():
+            elsewhere = run_local(specs, recipe.launcher.jobs, redo)
     else:
         from ltbench import slurm
 
@@ -144,6 +147,20 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises Terminated (a KeyboardInterrupt) while launching, so claims are released, pool
+    workers stopped and the CLI says 'run again to resume' (only the main thread can set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _die_with_parent() -> None:
     """In a pool worker, before exec (Linux): the kernel sends it SIGTERM when the launcher dies,
     even by kill -9, so no orphan keeps training a run nobody waits for."""
@@ -176,53 +193,60 @@ def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = ()) -> list[d
     """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), each pinned to
     one GPU when there are GPUs and given its share of the CPU threads; output in the run directory.
     Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs run elsewhere."""
-    from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line, prepare_run_dir
-
-    gpus = _visible_gpus()
-    threads = max(1, (os.cpu_count() or 1) // jobs)
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
-    by_code = {code: status for status, code in EXIT_CODES.items()}
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        while queue or running:
-            while queue and free_slots:
-                slot, spec = free_slots.pop(0), queue.pop(0)
-                run_dir = prepare_run_dir(spec)
-                env = {**os.environ, "OMP_NUM_THREADS": str(threads), "LTBENCH_WORKER_SLOT": str(slot)}
-                if gpus:
-                    env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
-                cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
-                if redo:
-                    cmd += ["--redo", ",".join(redo)]
-                with open(run_dir / "worker.log", "a") as log:
-                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-                running.append((proc, spec, slot))
-                print(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}",
-                      flush=True)
-            time.sleep(0.2)
-            for item in [item for item in running if item[0].poll() is not None]:
-                proc, spec, slot = item
-                running.remove(item)
-                free_slots.append(slot)
-                status = by_code.get(proc.returncode)
-                run_dir = Path(spec["run_dir"])
-                if status in (CLAIMED, FINISHED_ELSEWHERE):
-                    elsewhere.append(spec)
-                    what = "skipped: another process is running it" if status == CLAIMED else "already finished elsewhere"
-                    print(f"{spec['run_id']}: {what}", flush=True)
-                elif status == "failed":
-                    print(f"finished {spec['run_id']}: FAILED: {failure_line(run_dir)}", flush=True)
-                elif status is None:
-                    print(f"{spec['run_id']}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}",
-                          flush=True)
-                else:
-                    print(f"finished {spec['run_id']}: {status}", flush=True)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        _stop_workers(running)
+    with sigterm_as_interrupt():
+        try:
+            while queue or running:
+                while queue and free_slots:
+                    slot, spec = free_slots.pop(0), queue.pop(0)
+                    running.append((_start_worker(spec, slot, jobs, redo), spec, slot))
+                time.sleep(0.2)
+                for item in [item for item in running if item[0].poll() is not None]:
+                    running.remove(item)
+                    free_slots.append(item[2])
+                    if _report_worker_end(item[0], item[1]):
+                        elsewhere.append(item[1])
+        finally:
+            _stop_workers(running)
     return elsewhere
+
+
+def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...]) -> subprocess.Popen:
+    from ltbench.runner import prepare_run_dir
+
+    run_dir = prepare_run_dir(spec)
+    gpus = _visible_gpus()
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "LTBENCH_WORKER_SLOT": str(slot)}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+    cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)] + (["--redo", ",".join(redo)] if redo else [])
+    linux = sys.platform.startswith("linux")
+    with open(run_dir / "worker.log", "a") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_die_with_parent if linux else None)
+    print(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}", flush=True)
+    return proc
+
+
+def _report_worker_end(proc: subprocess.Popen, spec: dict) -> bool:
+    """Print how a worker ended; True when another process had the run (claimed or finished)."""
+    from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line
+
+    status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
+    run_dir, run_id = Path(spec["run_dir"]), spec["run_id"]
+    if status == CLAIMED:
+        print(f"{run_id}: skipped: another process is running it", flush=True)
+    elif status == FINISHED_ELSEWHERE:
+        print(f"{run_id}: already finished elsewhere", flush=True)
+    elif status == "failed":
+        print(f"finished {run_id}: FAILED: {failure_line(run_dir)}", flush=True)
+    elif status is None:
+        print(f"{run_id}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}", flush=True)
+    else:
+        print(f"finished {run_id}: {status}", flush=True)
+    return status in (CLAIMED, FINISHED_ELSEWHERE)
 
 
 def _visible_gpus() -> list[str]:

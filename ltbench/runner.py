@@ -50,24 +50,29 @@ def _rank() -> int:
     return 0
 
 
-def run_one(spec: dict, say=print, redo: tuple[str, ...] = ()) -> str:
+def run_one(spec: dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: float = 0.0) -> str:
     """Run (or resume) one run and write its result.json; returns 'done' or 'failed' when this
     process ran it, else CLAIMED or FINISHED_ELSEWHERE.
 
     ``redo``: finished results to set aside and run again: 'failed' and/or 'stale' (done by plugin
     code that has changed since). Unusable results are always run again.
-    Under torchrun only rank 0 takes the lock (a duplicate multi-process launch is not guarded).
+    ``claim_wait_s``: how long to wait for a run another process holds (a Slurm task requeued after a
+    node crash waits out the dead node's NFS lock lease). Under torchrun only rank 0 takes the lock
+    (a duplicate multi-process launch is not guarded).
     """
     if _rank() != 0:
         run_dir = Path(spec["run_dir"])
         return FINISHED_ELSEWHERE if store.run_status(run_dir) == "done" else _execute(spec, run_dir, say, False)
     run_dir = prepare_run_dir(spec)
-    claim = store.claim_run(run_dir)
+    claim = store.claim_run(run_dir, wait_s=claim_wait_s)
     if claim is None:
         owner = store.read_started(run_dir)
         where = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
         say(f"skipped: another process is running it{where}")
         return CLAIMED
+    if not claim.locked:
+        say(f"warning: the filesystem of {run_dir} refuses file locks; concurrent launches of this recipe "
+            f"could train this run twice (see docs/architecture.md)")
     with claim:
         if not _needs_running(spec, run_dir, redo, say):
             return FINISHED_ELSEWHERE
@@ -154,8 +159,10 @@ def _execute(spec: dict, run_dir: Path, say, main: bool) -> str:
 
 def failure_line(run_dir: Path) -> str:
     """'error message (traceback: path)' for a failed run, for launchers to print."""
-    result = store.read_result(run_dir) or {}
-    error = (result.get("error") or "?").strip()
+    result = store.read_result(run_dir)
+    if result is None:
+        return f"the worker ended without a result; see {run_dir / 'worker.log'}"
+    error = str(result.get("error") or "?").strip()
     where = result.get("traceback_file")
     return error + (f" (traceback: {where})" if where else "")
 

@@ -22,13 +22,19 @@ from ltbench.errors import LtbenchError
 from ltbench.recipe import LauncherConfig, Recipe
 
 
+CLAIM_WAIT_S = 180.0  # > the default NFSv4 lease (90 s)
+
+
 class RunJob(submitit.helpers.Checkpointable):
     """What a Slurm task executes: one run spec (plain data), resumed from its checkpoint if any."""
 
     def __call__(self, spec: dict, redo: tuple[str, ...] = ()) -> str:
         from ltbench.runner import run_one
 
-        return run_one(spec, say=lambda msg: print(msg, flush=True), redo=tuple(redo))
+        # On a cluster, a requeued task may find the lock of its previous, crashed node still held
+        # until the NFS lease expires: wait for it rather than skip the run.
+        wait = CLAIM_WAIT_S if os.environ.get("SLURM_JOB_ID") else 0.0
+        return run_one(spec, say=lambda msg: print(msg, flush=True), redo=tuple(redo), claim_wait_s=wait)
 
     def checkpoint(self, spec: dict, redo: tuple[str, ...] = ()) -> submitit.helpers.DelayedSubmission:
         # Called inside submitit's signal handler: no I/O here, the engine's checkpoint is on disk.

@@ -206,16 +206,20 @@ def remove_stale_tmp(run_dir: Path, min_age_s: float = 60.0) -> list[str]:
 class RunClaim:
     """An exclusive ``flock`` on ``RUN_DIR/lock``, held while this process runs the run.
 
-    The kernel drops the lock when the holder exits in any way (kill -9, OOM, node reboot of a local
-    disk), so a run whose owner died is free again without any cleanup. On NFS, Linux clients turn
-    flock into NFS byte-range locks (NFSv4, or NFSv3 with lockd): they exclude across nodes, and the
-    server frees them when the owning client's lease expires (NFSv4, ~90 s) after a crash. With a
-    mount option ``nolock`` or ``local_lock=all`` locks are local to each node and do NOT exclude
-    across nodes; Lustre/GPFS need the ``flock`` mount option. See docs/architecture.md.
+    The kernel drops the lock when the holder exits in any way (kill -9, OOM, Slurm cancel), so a
+    run whose owner died is free again without any cleanup.
+    Shared filesystems: Linux NFS clients (since 2.6.12) turn flock into whole-file NFS byte-range
+    locks, which exclude across nodes with NFSv4 or NFSv3 + lockd; after a node *crash* the server
+    frees its locks only when the client's lease expires (NFSv4: 90 s by default) or, for NFSv3,
+    when the node reboots, so a Slurm task requeued elsewhere waits for the claim (``wait_s``).
+    With the NFS mount option ``nolock`` or ``local_lock=flock|all`` locks are per node and do NOT
+    exclude across nodes; Lustre needs its ``flock`` mount option. Where the filesystem refuses
+    locks altogether, the run goes on unguarded (``locked`` False) and the worker says so.
     """
 
-    def __init__(self, run_dir: Path, fd: int):
+    def __init__(self, run_dir: Path, fd: int | None):
         self.run_dir, self._fd = Path(run_dir), fd
+        self.locked = fd is not None
 
     def release(self) -> None:
         if self._fd is not None:
@@ -229,19 +233,24 @@ class RunClaim:
         self.release()
 
 
-def claim_run(run_dir: Path) -> RunClaim | None:
-    """Take the run's lock without waiting; None when another process holds it."""
+def claim_run(run_dir: Path, wait_s: float = 0.0) -> RunClaim | None:
+    """Take the run's lock, retrying for up to ``wait_s`` seconds; None when another process holds it."""
     import fcntl
 
     fd = os.open(Path(run_dir) / LOCK, os.O_RDWR | os.O_CREAT, FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return RunClaim(run_dir, fd)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return RunClaim(run_dir, fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)  # ENOLCK, ENOSYS, EOPNOTSUPP...: this filesystem has no usable locks
+                return RunClaim(run_dir, None)
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
 
 
 def read_started(run_dir: Path) -> dict:
@@ -409,10 +418,19 @@ def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
 # Code hashes: which results were computed by code that has changed since
 
 
+_sha_cache: dict[tuple, str] = {}
+
+
 def file_sha256(path: Path) -> str | None:
+    """sha256 of a file's bytes, None when it cannot be read; cached per (path, size, mtime), since a
+    status of a large grid asks for the same few plugin files once per run."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
+        st = os.stat(path)
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _sha_cache:
+            _sha_cache[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return _sha_cache[key]
+    except (OSError, TypeError, ValueError):
         return None
 
 
