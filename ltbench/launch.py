@@ -285,18 +285,31 @@ RUN_FILES = (store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.RESULT
              store.LOCK)
 
 
+def _is_run_dir(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
+
+
 def _run_dirs_under(root: Path) -> list[Path]:
-    """Every folder of a results directory that may be a run (internal ones like _submitit excepted)."""
+    """Every folder of a results directory that may be a run (internal ones like _submitit excepted);
+    given the top results folder, the runs of each recipe folder in it."""
     if not root.is_dir():
         raise DataMissingError(f"{root}: no such results directory")
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+    def children(folder: Path) -> list[Path]:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+    out = []
+    for child in children(root):
+        inner = [] if _is_run_dir(child) else children(child)
+        out += inner if any(_is_run_dir(p) for p in inner) else [child]
+    return out
 
 
 def describe_run(run_dir: Path) -> tuple[str, str]:
     """(status, note) of one run folder for 'ltbench status': never raises on damaged contents."""
     if not run_dir.exists():
         return "pending", ""
-    if not any((run_dir / name).exists() for name in RUN_FILES):
+    if not _is_run_dir(run_dir):
         empty = not any(run_dir.iterdir())
         return "not a run", ("empty folder" if empty else "no run files in this folder") + "; ignored"
     status = store.run_status(run_dir)
@@ -349,6 +362,7 @@ def print_status(root: Path, specs: list[dict] | None = None) -> int:
     for run_dir in run_dirs:
         status, note = describe_run(run_dir)
         counts[status] = counts.get(status, 0) + 1
-        print((f"{run_dir.name}  {status:<11}" + (f"  {note}" if note else "")).rstrip())
+        name = run_dir.relative_to(root) if specs is None else run_dir.name
+        print((f"{name}  {status:<11}" + (f"  {note}" if note else "")).rstrip())
     print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no runs")
     return 0

@@ -145,3 +145,18 @@ def test_a_run_has_one_owner_and_is_free_again_when_the_owner_dies(tmp_path):
     again = store.claim_run(tmp_path)  # the kernel dropped the dead owner's lock: no cleanup needed
     assert again is not None
     again.release()
+
+
+def test_claim_waits_when_asked_and_goes_on_unguarded_where_locks_are_refused(tmp_path, monkeypatch):
+    held = store.claim_run(tmp_path)
+    t0 = time.monotonic()
+    assert store.claim_run(tmp_path, wait_s=0.3) is None and time.monotonic() - t0 >= 0.3
+    held.release()
+    import fcntl
+
+    def refuse(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    unguarded = store.claim_run(tmp_path)
+    assert unguarded is not None and not unguarded.locked
