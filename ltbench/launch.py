@@ -365,4 +365,9 @@ def print_status(root: Path, specs: list[dict] | None = None) -> int:
         name = run_dir.relative_to(root) if specs is None else run_dir.name
         print((f"{name}  {status:<11}" + (f"  {note}" if note else "")).rstrip())
     print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no runs")
+    if counts.get("damaged") or counts.get("interrupted"):
+        print("to redo the damaged and resume the interrupted runs: ltbench run RECIPE")
+    for kind in ("failed", "stale"):
+        if counts.get(kind):
+            print(f"to run the {kind} runs again: ltbench run RECIPE --rerun-{kind}")
     return 0

@@ -39,7 +39,7 @@ def trained_here(stdout: str) -> set[str]:
 def test_three_concurrent_launches_train_each_run_once(tmp_path, write_recipe):
     recipe = write_recipe(extra={"seeds": [0, 1, 2, 3, 4, 5], "optim": {"epochs": 2}})
     procs = [_launch(recipe), _launch(recipe), _launch(recipe, "--jobs", "2")]
-    outs = [p.communicate(timeout=240)[0] for p in procs]
+    outs = [p.communicate(timeout=480)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], "\n\n".join(outs)
     ids = [s["run_id"] for s in load_recipe(recipe).runs]
     trained = [trained_here(out) for out in outs]
