@@ -33,10 +33,15 @@ EXIT_CODES = {"done": 0, "failed": 1, CLAIMED: 3, FINISHED_ELSEWHERE: 4}
 
 
 def prepare_run_dir(spec: dict) -> Path:
-    """Create the run directory with its spec and readable config (idempotent)."""
+    """Create the run directory with its spec and readable config (idempotent; a spec.json that is
+    missing, unreadable or not this spec is written again, since a pool worker reads it)."""
     run_dir = Path(spec["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / store.SPEC).is_file():
+    try:
+        same = json.loads((run_dir / store.SPEC).read_bytes()) == spec
+    except (OSError, ValueError):
+        same = False
+    if not same:
         store.atomic_write_json(run_dir / store.SPEC, spec)
     if not (run_dir / store.CONFIG).is_file():
         store.atomic_write_bytes(run_dir / store.CONFIG, yaml.safe_dump(spec["config"], sort_keys=False).encode())

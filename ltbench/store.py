@@ -155,6 +155,9 @@ def ensure_writable(folder: Path) -> Path:
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob(".write-probe-*"):  # left by a launch killed mid-probe
+            if time.time() - old.stat().st_mtime > 60:
+                old.unlink(missing_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
         os.close(fd)
         os.unlink(probe)
