@@ -240,7 +240,10 @@ def claim_run(run_dir: Path, wait_s: float = 0.0) -> RunClaim | None:
     """Take the run's lock, retrying for up to ``wait_s`` seconds; None when another process holds it."""
     import fcntl
 
-    fd = os.open(Path(run_dir) / LOCK, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    path = Path(run_dir) / LOCK
+    if path.exists() and not path.is_file():
+        set_aside(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -329,7 +332,7 @@ def result_problem(obj: Any) -> str:
     if not isinstance(obj.get("run_id"), str):
         return "run_id is missing"
     config = obj.get("config")
-    if not isinstance(config, dict) or not all(isinstance((config.get(s) or {}).get("name"), str)
+    if not isinstance(config, dict) or not all(isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str)
                                                for s in ("data", "backbone", "method")):
         return "config (data, backbone, method names) is missing"
     if obj["status"] == "failed":

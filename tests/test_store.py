@@ -51,6 +51,7 @@ DAMAGED = {
     "per_class strings": (_with(metrics__per_class=["a"]), "per_class"),
     "unknown status": (_with(status="running"), "status is 'running'"),
     "no config": (_with(config={}), "config"),
+    "config section not a mapping": (_with(config__data="synthetic_lt"), "config"),
 }
 
 
