@@ -221,7 +221,8 @@ def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...]) -> su
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "LTBENCH_WORKER_SLOT": str(slot)}
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
-    cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)] + (["--redo", ",".join(redo)] if redo else [])
+    cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
+    cmd += ["--redo", ",".join(redo)] if redo else []
     linux = sys.platform.startswith("linux")
     with open(run_dir / "worker.log", "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -332,8 +332,9 @@ def result_problem(obj: Any) -> str:
     if not isinstance(obj.get("run_id"), str):
         return "run_id is missing"
     config = obj.get("config")
-    if not isinstance(config, dict) or not all(isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str)
-                                               for s in ("data", "backbone", "method")):
+    sections = ("data", "backbone", "method")
+    if not isinstance(config, dict) or not all(
+            isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in sections):
         return "config (data, backbone, method names) is missing"
     if obj["status"] == "failed":
         return ""

@@ -56,7 +56,8 @@ def test_three_concurrent_launches_train_each_run_once(tmp_path, write_recipe):
 
 
 def _pool_with_two_busy_workers(tmp_path, write_recipe) -> tuple[subprocess.Popen, list[int]]:
-    recipe = write_recipe(extra={"seeds": [0, 1, 2], "data": {"max_per_class": 400}, "optim": {"epochs": 50, "batch_size": 8}})
+    recipe = write_recipe(extra={"seeds": [0, 1, 2], "data": {"max_per_class": 400},
+                                 "optim": {"epochs": 50, "batch_size": 8}})
     parent = _launch(recipe, "--jobs", "2")
     deadline, pids = time.time() + 60, []
     while time.time() < deadline and len(pids) < 2:

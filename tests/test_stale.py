@@ -40,13 +40,15 @@ def test_changed_plugin_code_flags_runs_stale_and_rerun_stale_redoes_them(tmp_pa
     pkg.mkdir()
     (pkg / "scaled.py").write_text(PLUGIN.format(pkg="stale_plugins"))
     (pkg / "_helpers.py").write_text("SCALE = 1.0\n")
-    recipe = write_recipe(extra={"plugins": ["./stale_plugins"], "method": {"name": "scaled_ce"}, "optim": {"epochs": 1}})
+    recipe = write_recipe(extra={"plugins": ["./stale_plugins"], "method": {"name": "scaled_ce"},
+                                 "optim": {"epochs": 1}})
     assert cli("run", recipe).returncode == 0
     result_path = next((tmp_path / "results").rglob(store.RESULT))
     code = json.loads(result_path.read_text())["code"]
     # The method's module, the helper module it imports (a private one, never registered), and the
     # built-in dataset and backbone modules.
-    assert {"stale_plugins.scaled", "stale_plugins._helpers", "ltbench.data.synthetic", "ltbench.backbones"} <= set(code)
+    used = {"stale_plugins.scaled", "stale_plugins._helpers", "ltbench.data.synthetic", "ltbench.backbones"}
+    assert used <= set(code)
     assert code["stale_plugins._helpers"]["sha256"] == store.file_sha256(pkg / "_helpers.py")
 
     results_dir = tmp_path / "results" / "tiny"
