@@ -270,7 +270,7 @@ def evaluate(run: Run, device: torch.device) -> dict:
 # ------------------------------------------------------------------------------------------------
 # The method contract, checked at the first step so a broken method fails in seconds, not at the end
 
-CONTRACT_DOC = "see 'The contract' in docs/adding-a-method.md"
+CONTRACT_DOC = "the method contract is in docs/adding-a-method.md"
 
 
 def check_scores(scores, n: int, k: int, method: str, what: str, finite: bool = True) -> None:
