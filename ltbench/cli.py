@@ -40,7 +40,7 @@ def cmd_run(args) -> int:
         recipe.launcher.jobs = args.jobs
     if args.dry_run:
         return launch.print_plan(recipe)
-    summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait)
+    summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale)
     return 0 if summary.get("failed", 0) == 0 else 1
 
 
@@ -158,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher", choices=["local", "slurm", "debug"])
     p.add_argument("--jobs", type=_positive_int, help="local launcher: worker processes (>= 1)")
     p.add_argument("--rerun-failed", action="store_true", help="run again the runs whose status is failed")
+    p.add_argument("--rerun-stale", action="store_true",
+                   help="run again (from scratch) finished runs whose plugin code has changed since")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
     p.set_defaults(func=cmd_run)
 

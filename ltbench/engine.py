@@ -27,7 +27,7 @@ from ltbench import distributed, store
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import transforms
 from ltbench.data.base import LTData, MultiView
-from ltbench.errors import NonFiniteLossError
+from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
 from ltbench.method import Method, MethodContext, create_method
 from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
@@ -236,12 +236,15 @@ def evaluate(run: Run, device: torch.device) -> dict:
     k = run.data.num_classes
     uniform = torch.full((k,), 1.0 / k, device=device)
     method = run.method
-    out = summarize(method.predict(feats, target_prior=uniform).argmax(1).cpu().numpy(), labels, counts,
-                    e.many_threshold, e.few_threshold)
+    name = getattr(method, "registered_name", "?")
+    scores = method.predict(feats, target_prior=uniform)
+    check_scores(scores, len(feats), k, name, "predict()")
+    out = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
     heads = method.head_predictions(feats, target_prior=uniform)
     if heads:
         out["heads"] = {}
         for name, scores in heads.items():
+            check_scores(scores, len(feats), k, getattr(method, "registered_name", "?"), f"head '{name}'", finite=False)
             s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
             out["heads"][name] = {g: s[g] for g in ("all", "many", "medium", "few")}
     if e.target_priors:
@@ -270,6 +273,56 @@ def evaluate(run: Run, device: torch.device) -> dict:
             s = summarize(arrays[f"set:{name}:head:main"], set_labels, counts, e.many_threshold, e.few_threshold)
             out["test_sets"][name] = {"size": int(len(set_labels)), **{g: s[g] for g in ("all", "many", "medium", "few")}}
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The method contract, checked at the first step so a broken method fails in seconds, not at the end
+
+CONTRACT_DOC = "the method contract is in docs/adding-a-method.md"
+
+
+def check_scores(scores, n: int, k: int, method: str, what: str, finite: bool = True) -> None:
+    """Scores from predict() must be a finite tensor of shape (n, k); extra heads need the shape only."""
+    if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (n, k):
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise MethodContractError(f"method '{method}': {what} returned {shape}, expected a tensor of shape "
+                                  f"({n}, {k}) (one score per test image and class); {CONTRACT_DOC}")
+    if finite and not bool(torch.isfinite(scores).all()):
+        raise MethodContractError(f"method '{method}': {what} returned non-finite scores (NaN or inf); "
+                                  f"{CONTRACT_DOC}")
+
+
+def check_method_contract(method: Method, out, features: list[torch.Tensor], labels: torch.Tensor) -> None:
+    """Check one loss() output and one predict() on the same features; raise MethodContractError."""
+    name, n, k = getattr(method, "registered_name", type(method).__name__), len(labels), method.num_classes
+    if not isinstance(out, dict) or "loss" not in out:
+        got = f"a dict with keys {sorted(out)}" if isinstance(out, dict) else type(out).__name__
+        raise MethodContractError(f"method '{name}': loss() must return a dict with a 'loss' entry (a scalar tensor); "
+                                  f"it returned {got}; {CONTRACT_DOC}")
+    loss = out["loss"]
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
+        got = f"a tensor of shape {tuple(loss.shape)}" + ("" if loss.requires_grad else " without grad") \
+            if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise MethodContractError(f"method '{name}': loss()['loss'] must be a scalar tensor that depends on the "
+                                  f"parameters; got {got}; {CONTRACT_DOC}")
+    if "logits" in out and (not isinstance(out["logits"], torch.Tensor) or tuple(out["logits"].shape) != (n, k)):
+        raise MethodContractError(f"method '{name}': loss()['logits'] must have shape ({n}, {k}); {CONTRACT_DOC}")
+    was_training = method.training
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        method.eval()
+        try:
+            check_scores(method.predict(features[0].detach().float()), n, k, name, "predict()")
+        finally:
+            method.train(was_training)
+
+
+def non_finite_loss_message(loss: torch.Tensor, epoch: int, step: int, precision: str, method: str, lr: float) -> str:
+    where = f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}"
+    if precision == "bf16":
+        return (f"{where} under bf16 autocast: try train.precision=fp32 (bf16 has 8 bits of mantissa), "
+                f"or a lower optim.lr (now {lr:g})")
+    return (f"{where} in fp32: check the loss of method '{method}' (log of 0, division by a zero count, "
+            f"an unbounded margin or scale), or lower optim.lr (now {lr:g})")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,6 +378,7 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=train_cfg.precision == "bf16")
     last_save = time.monotonic()
     started = time.time()
+    contract_checked = False
     while epoch < o.epochs:
         run.model.train()
         run.method.on_epoch_start(epoch)
@@ -342,13 +396,16 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
                 # One backbone pass over all views concatenated, so BatchNorm sees them together.
                 features = run.backbone(torch.cat(views)).float().split(len(labels))
                 out = run.method.loss(list(features), labels, epoch=epoch)
+            if not contract_checked:
+                check_method_contract(run.method, out, list(features), labels)
+                contract_checked = True
             loss = out["loss"]
             finite = bool(torch.isfinite(loss))
             if world > 1:  # every process stops together, or the others would wait forever
                 finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
             if not finite:
-                raise NonFiniteLossError(f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}; "
-                                         f"try a lower optim.lr or train.precision=fp32")
+                raise NonFiniteLossError(non_finite_loss_message(loss, epoch, step, train_cfg.precision,
+                                                                 config["method"]["name"], o.lr))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if world > 1:

@@ -36,3 +36,11 @@ class DataMissingError(LtbenchError):
 
 class NonFiniteLossError(LtbenchError):
     """Training produced a NaN or infinite loss."""
+
+
+class DiskFullError(LtbenchError):
+    """A write failed for lack of space; the message names the path and the space needed."""
+
+
+class MethodContractError(LtbenchError):
+    """A method's loss() or predict() returned something the engine cannot use (see docs/adding-a-method.md)."""

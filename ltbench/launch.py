@@ -1,10 +1,19 @@
 """Launchers: decide which runs still need doing (from disk) and hand their specs to workers.
 
-Every launcher ends in ``runner.run_one(spec)``; only where it runs differs.
+Every launcher ends in ``runner.run_one(spec)``; only where it runs differs. Several launches of
+one recipe may run at once (two terminals, a relaunch while a pool still runs, a Slurm array next
+to a local run): each run's lock decides who trains it, the others skip it and say so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 from ltbench import store
@@ -25,17 +34,29 @@ def preflight(recipe: Recipe) -> None:
             check()
 
 
-def todo(recipe: Recipe, rerun_failed: bool) -> tuple[list[dict], dict[str, int]]:
-    """Runs to launch now, and the count of each status found on disk."""
+def is_stale(run_dir: Path) -> bool:
+    result = store.read_result(run_dir)
+    return bool(result and result.get("status") == "done" and store.changed_code(result)[0])
+
+
+def todo(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, int]]:
+    """Runs to launch now, and the count of each status found on disk ('stale' counted apart from
+    'done'). ``redo``: 'failed' and/or 'stale' results to run again. The worker re-decides under the
+    run's lock, so a run another process finishes meanwhile is not trained twice."""
+    from ltbench.runner import prepare_run_dir
+
     counts: dict[str, int] = {}
     out = []
     for spec in recipe.runs:
-        status = store.run_status(Path(spec["run_dir"]))
+        run_dir = Path(spec["run_dir"])
+        if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
+            prepare_run_dir(spec)  # a deleted spec.json is rewritten, whatever the run's state
+        status = store.run_status(run_dir)
+        if status == "done" and is_stale(run_dir):
+            status = "stale"
         counts[status] = counts.get(status, 0) + 1
-        if status == "done" or (status == "failed" and not rerun_failed):
+        if status == "done" or (status in ("failed", "stale") and status not in redo):
             continue
-        if status == "failed":
-            (Path(spec["run_dir"]) / store.RESULT).unlink()
         out.append(spec)
     return out, counts
 
@@ -45,89 +66,191 @@ def print_plan(recipe: Recipe) -> int:
     for spec in recipe.runs:
         c = spec["config"]
         status = store.run_status(Path(spec["run_dir"]))
-        print(f"  {spec['run_id']}  {status:<8} {c['data']['name']} rho={c['data'].get('imb_factor', '-')} "
+        print(f"  {spec['run_id']}  {status:<11} {c['data']['name']} rho={c['data'].get('imb_factor', '-')} "
               f"{c['backbone']['name']} {run_label(spec)} seed={c['seed']}")
     return 0
 
 
-def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False) -> dict[str, int]:
+def _announce(recipe: Recipe, specs: list[dict], found: dict[str, int], redo: tuple[str, ...]) -> None:
+    finished = found.get("done", 0) + sum(found.get(s, 0) for s in ("failed", "stale") if s not in redo)
+    print(f"recipe {recipe.name}: {len(recipe.runs)} run(s), {len(specs)} to run, {finished} already finished "
+          f"(results in {recipe.root})")
+    if found.get("failed") and "failed" not in redo:
+        print(f"  {found['failed']} run(s) failed before and are not run again: see their errors with "
+              f"'ltbench status {recipe.path}', and add --rerun-failed to run them again")
+    if found.get("stale") and "stale" not in redo:
+        print(f"  {found['stale']} finished run(s) were computed by plugin code that has changed since; "
+              f"add --rerun-stale to run them again")
+    if found.get("damaged"):
+        print(f"  {found['damaged']} run(s) have an unusable result.json: they run again")
+    if found.get("running"):
+        print(f"  {found['running']} run(s) look busy in another process: skipped if they still are")
+
+
+def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False) -> dict[str, int]:
     store.ensure_writable(recipe.root)
     preflight(recipe)
-    specs, found = todo(recipe, rerun_failed)
-    skipped = found.get("done", 0) + (0 if rerun_failed else found.get("failed", 0))
-    print(f"recipe {recipe.name}: {len(recipe.runs)} run(s), {len(specs)} to run, {skipped} already finished "
-          f"(results in {recipe.root})")
+    redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale
+    specs, found = todo(recipe, redo)
+    _announce(recipe, specs, found, redo)
     name = recipe.launcher.name
+    elsewhere: list[dict] = []
     if name == "local":
-        run_local(specs, recipe.launcher.jobs)
+        with sigterm_as_interrupt():
+            elsewhere = run_local(specs, recipe.launcher.jobs, redo)
     else:
         from ltbench import slurm
 
-        slurm.submit(recipe, specs, wait=wait)
+        slurm.submit(recipe, specs, wait=wait, redo=redo)
         if not wait:
             return {"failed": 0}
+    report_elsewhere(elsewhere)
     return summarize(recipe)
 
 
-def run_local(specs: list[dict], jobs: int = 1) -> None:
-    """Run specs one after another in this process, or in ``jobs`` worker processes."""
-    if jobs > 1 and len(specs) > 1:
-        return run_pool(specs, jobs)
-    from ltbench.runner import run_one
+def report_elsewhere(specs: list[dict]) -> None:
+    """Say what became of the runs another process was running when this one reached them."""
+    if not specs:
+        return
+    states = [store.run_status(Path(s["run_dir"])) for s in specs]
+    parts = ", ".join(f"{states.count(k)} {k}" for k in sorted(set(states)))
+    print(f"\n{len(specs)} run(s) were being run by another process: now {parts}"
+          + ("; 'ltbench status' follows them" if any(s in ("running", "pending") for s in states) else ""))
 
+
+def run_local(specs: list[dict], jobs: int = 1, redo: tuple[str, ...] = ()) -> list[dict]:
+    """Run specs one after another in this process, or in ``jobs`` worker processes. Returns the
+    specs another process was running (skipped here)."""
+    if jobs > 1 and len(specs) > 1:
+        return run_pool(specs, jobs, redo)
+    from ltbench.runner import CLAIMED, FINISHED_ELSEWHERE, failure_line, run_one
+
+    elsewhere = []
     for i, spec in enumerate(specs, 1):
         c = spec["config"]
         print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec['run_id']})")
-        status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True))
+        status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True), redo=redo)
         if status == "failed":
-            result = store.read_result(Path(spec["run_dir"])) or {}
-            print(f"  FAILED: {result.get('error', '?')}")
+            print(f"  FAILED: {failure_line(Path(spec['run_dir']))}")
+        elif status in (CLAIMED, FINISHED_ELSEWHERE):
+            if status == FINISHED_ELSEWHERE:
+                print("  already finished by another process")
+            elsewhere.append(spec)
+    return elsewhere
 
 
-def run_pool(specs: list[dict], jobs: int) -> None:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received: handled like Ctrl-C (workers stopped, 'run again to resume')."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises Terminated (a KeyboardInterrupt) while launching, so claims are released, pool
+    workers stopped and the CLI says 'run again to resume' (only the main thread can set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _die_with_parent() -> None:
+    """In a pool worker, before exec (Linux): the kernel sends it SIGTERM when the launcher dies,
+    even by kill -9, so no orphan keeps training a run nobody waits for."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _stop_workers(running: list, grace_s: float = 10.0) -> None:
+    """SIGTERM every live worker, then SIGKILL what is left after ``grace_s``. A killed run keeps
+    its last checkpoint and its lock dies with it, so the next launch resumes it."""
+    live = [item for item in running if item[0].poll() is None]
+    for proc, *_ in live:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc, spec, *_ in live:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if live:
+        print(f"stopped {len(live)} worker(s): {', '.join(spec['run_id'] for _, spec, *_ in live)}", flush=True)
+
+
+def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = ()) -> list[dict]:
     """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), each pinned to
-    one GPU when there are GPUs and given its share of the CPU threads; output in the run directory."""
-    import os
-    import subprocess
-    import sys
-    import time
+    one GPU when there are GPUs and given its share of the CPU threads; output in the run directory.
+    Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs run elsewhere."""
+    queue, running, elsewhere = list(specs), [], []
+    free_slots = list(range(jobs))
+    with sigterm_as_interrupt():
+        try:
+            while queue or running:
+                while queue and free_slots:
+                    slot, spec = free_slots.pop(0), queue.pop(0)
+                    running.append((_start_worker(spec, slot, jobs, redo), spec, slot))
+                time.sleep(0.2)
+                for item in [item for item in running if item[0].poll() is not None]:
+                    running.remove(item)
+                    free_slots.append(item[2])
+                    if _report_worker_end(item[0], item[1]):
+                        elsewhere.append(item[1])
+        finally:
+            _stop_workers(running)
+    return elsewhere
 
+
+def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...]) -> subprocess.Popen:
     from ltbench.runner import prepare_run_dir
 
+    run_dir = prepare_run_dir(spec)
     gpus = _visible_gpus()
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    queue = list(specs)
-    running: list[tuple[subprocess.Popen, dict, object]] = []
-    free_slots = list(range(jobs))
-    while queue or running:
-        while queue and free_slots:
-            slot = free_slots.pop(0)
-            spec = queue.pop(0)
-            run_dir = prepare_run_dir(spec)
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-            if gpus:
-                env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
-            env["LTBENCH_WORKER_SLOT"] = str(slot)
-            log = open(run_dir / "worker.log", "a")
-            proc = subprocess.Popen([sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)],
-                                    stdout=log, stderr=subprocess.STDOUT, env=env)
-            running.append((proc, spec, log, slot))
-            print(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}")
-        time.sleep(0.5)
-        for item in list(running):
-            proc, spec, log, slot = item
-            if proc.poll() is None:
-                continue
-            running.remove(item)
-            log.close()
-            free_slots.append(slot)
-            status = store.run_status(Path(spec["run_dir"]))
-            print(f"finished {spec['run_id']}: {status}")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "LTBENCH_WORKER_SLOT": str(slot)}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+    cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
+    cmd += ["--redo", ",".join(redo)] if redo else []
+    linux = sys.platform.startswith("linux")
+    with open(run_dir / "worker.log", "a") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_die_with_parent if linux else None)
+    print(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}", flush=True)
+    return proc
+
+
+def _report_worker_end(proc: subprocess.Popen, spec: dict) -> bool:
+    """Print how a worker ended; True when another process had the run (claimed or finished)."""
+    from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line
+
+    status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
+    run_dir, run_id = Path(spec["run_dir"]), spec["run_id"]
+    if status == CLAIMED:
+        print(f"{run_id}: skipped: another process is running it", flush=True)
+    elif status == FINISHED_ELSEWHERE:
+        print(f"{run_id}: already finished elsewhere", flush=True)
+    elif status == "failed":
+        print(f"finished {run_id}: FAILED: {failure_line(run_dir)}", flush=True)
+    elif status is None:
+        print(f"{run_id}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}", flush=True)
+    else:
+        print(f"finished {run_id}: {status}", flush=True)
+    return status in (CLAIMED, FINISHED_ELSEWHERE)
 
 
 def _visible_gpus() -> list[str]:
-    import os
-
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g for g in env.split(",") if g.strip()]
@@ -154,34 +277,98 @@ def summarize(recipe: Recipe) -> dict[str, int]:
         print()
         print(report.table(df))
     print(f"\n{', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}")
+    if counts.get("failed"):
+        print(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")
     return counts
+
+
+RUN_FILES = (store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.RESULT, store.STARTED, store.SUBMITTED,
+             store.LOCK)
+
+
+def _is_run_dir(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
+
+
+def _run_dirs_under(root: Path) -> list[Path]:
+    """Every folder of a results directory that may be a run (internal ones like _submitit excepted);
+    given the top results folder, the runs of each recipe folder in it."""
+    if not root.is_dir():
+        raise DataMissingError(f"{root}: no such results directory")
+
+    def children(folder: Path) -> list[Path]:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+    out = []
+    for child in children(root):
+        inner = [] if _is_run_dir(child) else children(child)
+        out += inner if any(_is_run_dir(p) for p in inner) else [child]
+    return out
+
+
+def describe_run(run_dir: Path) -> tuple[str, str]:
+    """(status, note) of one run folder for 'ltbench status': never raises on damaged contents."""
+    if not run_dir.exists():
+        return "pending", ""
+    if not _is_run_dir(run_dir):
+        empty = not any(run_dir.iterdir())
+        return "not a run", ("empty folder" if empty else "no run files in this folder") + "; ignored"
+    status = store.run_status(run_dir)
+    notes = []
+    if status == "failed":
+        result = store.read_result(run_dir) or {}
+        err = str(result.get("error") or "").strip()
+        notes.append(err.splitlines()[-1][:200] if err else "no error recorded")
+        if result.get("traceback_file"):
+            notes.append(f"traceback: {result['traceback_file']}")
+    elif status == "damaged":
+        notes.append(f"{store.check_result(run_dir).reason}; 'ltbench run' runs it again")
+    elif status == "done":
+        changed, gone = store.changed_code(store.read_result(run_dir))
+        if changed:
+            status = "stale"
+            notes.append(f"code changed since: {', '.join(changed)}; 'ltbench run --rerun-stale' runs it again")
+        elif gone:
+            notes.append(f"cannot check its code, files gone: {', '.join(gone)}")
+    elif status in ("running", "interrupted"):
+        rows = store.read_jsonl(run_dir / store.LOG)
+        owner = store.read_started(run_dir)
+        notes.append(f"epoch {rows[-1].get('epoch')} done" if rows else "no epoch done")
+        if owner:
+            notes.append(f"pid {owner.get('pid')} on {owner.get('host')}")
+        if status == "interrupted":
+            notes.append("its process is gone; run again to resume")
+    if status in ("pending", "running") and (run_dir / store.SUBMITTED).is_file():
+        try:
+            import json
+
+            notes.append(f"job {json.loads((run_dir / store.SUBMITTED).read_text()).get('job_id')}")
+        except (ValueError, OSError, AttributeError):
+            notes.append("submitted.json unreadable")
+    for name in (store.SPEC, store.LOG):
+        path = run_dir / name
+        if name == store.SPEC and not path.exists():
+            notes.append("spec.json missing ('ltbench run' on its recipe writes it again)")
+        elif path.exists() and not path.is_file():
+            notes.append(f"{name} is not a file ('ltbench run' sets it aside)")
+    return status, "; ".join(notes)
 
 
 def print_status(root: Path, specs: list[dict] | None = None) -> int:
     """Each run's state read from disk, and a summary line. ``specs``: the runs of a recipe (so runs
-    never launched show as pending); otherwise every run directory under ``root``."""
+    never launched show as pending); otherwise every folder under ``root``."""
     root = Path(root)
-    if specs is None:
-        if not root.exists():
-            raise DataMissingError(f"{root}: no such results directory")
-        run_dirs = sorted(p for p in root.iterdir() if p.is_dir() and (p / store.SPEC).exists())
-    else:
-        run_dirs = [Path(s["run_dir"]) for s in specs]
+    run_dirs = _run_dirs_under(root) if specs is None else [Path(s["run_dir"]) for s in specs]
     counts: dict[str, int] = {}
     for run_dir in run_dirs:
-        status = store.run_status(run_dir)
+        status, note = describe_run(run_dir)
         counts[status] = counts.get(status, 0) + 1
-        line = f"{run_dir.name}  {status:<8}"
-        if status == "failed":
-            err = (store.read_result(run_dir) or {}).get("error", "").strip()
-            line += f"  {err.splitlines()[-1] if err else ''}"
-        elif status == "running":
-            rows = store.read_jsonl(run_dir / store.LOG)
-            line += f"  epoch {rows[-1].get('epoch')} done" if rows else "  started"
-        if status in ("pending", "running") and (run_dir / store.SUBMITTED).exists():
-            import json
-
-            line += f"  job {json.loads((run_dir / store.SUBMITTED).read_text()).get('job_id')}"
-        print(line)
+        name = run_dir.relative_to(root) if specs is None else run_dir.name
+        print((f"{name}  {status:<11}" + (f"  {note}" if note else "")).rstrip())
     print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no runs")
+    if counts.get("damaged") or counts.get("interrupted"):
+        print("to redo the damaged and resume the interrupted runs: ltbench run RECIPE")
+    for kind in ("failed", "stale"):
+        if counts.get(kind):
+            print(f"to run the {kind} runs again: ltbench run RECIPE --rerun-{kind}")
     return 0

@@ -2,7 +2,13 @@
 
 The spec is plain data (no pickled models, datasets or classes): the worker repeats plugin
 discovery from it, so it runs the same in this process, a subprocess or a Slurm job.
-``python -m ltbench.runner RUN_DIR/spec.json`` runs one spec in a fresh process (also under torchrun).
+``python -m ltbench.runner RUN_DIR/spec.json [--redo failed,stale]`` runs one spec in a fresh
+process (also under torchrun); its exit code says what happened (see ``EXIT_CODES``).
+
+Before touching a run, the worker takes the run's lock (``store.claim_run``) and keeps it until the
+result is written, so concurrent launches of one recipe share the work: a run is trained by one
+process at a time, and its log holds each epoch once. The decision whether the run still needs
+doing is re-taken under the lock, since another process may have finished it meanwhile.
 """
 
 from __future__ import annotations
@@ -20,14 +26,24 @@ import yaml
 from ltbench import registry, store
 from ltbench.errors import LtbenchError
 
+# What run_one returns besides 'done' and 'failed' (this process trained it):
+CLAIMED = "claimed"  # another live process holds the run's lock: skipped
+FINISHED_ELSEWHERE = "finished elsewhere"  # a usable result was already there: nothing to do
+EXIT_CODES = {"done": 0, "failed": 1, CLAIMED: 3, FINISHED_ELSEWHERE: 4}
+
 
 def prepare_run_dir(spec: dict) -> Path:
-    """Create the run directory with its spec and readable config (idempotent)."""
+    """Create the run directory with its spec and readable config (idempotent; a spec.json that is
+    missing, unreadable or not this spec is written again, since a pool worker reads it)."""
     run_dir = Path(spec["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / store.SPEC).exists():
+    try:
+        same = json.loads((run_dir / store.SPEC).read_bytes()) == spec
+    except (OSError, ValueError):
+        same = False
+    if not same:
         store.atomic_write_json(run_dir / store.SPEC, spec)
-    if not (run_dir / store.CONFIG).exists():
+    if not (run_dir / store.CONFIG).is_file():
         store.atomic_write_bytes(run_dir / store.CONFIG, yaml.safe_dump(spec["config"], sort_keys=False).encode())
     return run_dir
 
@@ -39,12 +55,67 @@ def _rank() -> int:
     return 0
 
 
-def run_one(spec: dict, say=print) -> str:
-    """Run (or resume) one run and write its result.json; returns the run's status."""
-    main = _rank() == 0
-    run_dir = prepare_run_dir(spec) if main else Path(spec["run_dir"])
-    if store.run_status(run_dir) in ("done",):
-        return "done"
+def run_one(spec: dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: float = 0.0) -> str:
+    """Run (or resume) one run and write its result.json; returns 'done' or 'failed' when this
+    process ran it, else CLAIMED or FINISHED_ELSEWHERE.
+
+    ``redo``: finished results to set aside and run again: 'failed' and/or 'stale' (done by plugin
+    code that has changed since). Unusable results are always run again.
+    ``claim_wait_s``: how long to wait for a run another process holds (a Slurm task requeued after a
+    node crash waits out the dead node's NFS lock lease). Under torchrun only rank 0 takes the lock
+    (a duplicate multi-process launch is not guarded).
+    """
+    if _rank() != 0:
+        run_dir = Path(spec["run_dir"])
+        return FINISHED_ELSEWHERE if store.run_status(run_dir) == "done" else _execute(spec, run_dir, say, False)
+    run_dir = prepare_run_dir(spec)
+    claim = store.claim_run(run_dir, wait_s=claim_wait_s)
+    if claim is None:
+        owner = store.read_started(run_dir)
+        where = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
+        say(f"skipped: another process is running it{where}")
+        return CLAIMED
+    if not claim.locked:
+        say(f"warning: the filesystem of {run_dir} refuses file locks; concurrent launches of this recipe "
+            f"could train this run twice (see docs/architecture.md)")
+    with claim:
+        if not _needs_running(spec, run_dir, redo, say):
+            return FINISHED_ELSEWHERE
+        return _execute(spec, run_dir, say, True)
+
+
+def _needs_running(spec: dict, run_dir: Path, redo: tuple[str, ...], say) -> bool:
+    """Under the run's lock: tidy what an interrupted or damaged run left, and decide whether to run."""
+    removed = store.remove_stale_tmp(run_dir)
+    if removed:
+        say(f"removed {len(removed)} temporary file(s) left by an interrupted write: {', '.join(removed)}")
+    check = store.check_result(run_dir)
+    if check.state == "done":
+        changed, _ = store.changed_code(check.result)
+        if not ("stale" in redo and changed):
+            return False
+        moved = store.set_aside(run_dir / store.RESULT, "stale")
+        for name in (store.CHECKPOINT, store.LOG):  # trained by the old code: start over
+            (run_dir / name).unlink(missing_ok=True)
+        say(f"code changed since this result ({', '.join(changed)}): old result kept as {moved.name}; "
+            f"training again from scratch")
+    elif check.state == "failed":
+        if "failed" not in redo:
+            return False
+        (run_dir / store.RESULT).unlink()
+    elif check.state == "unusable":
+        moved = store.set_aside(run_dir / store.RESULT)
+        say(f"{check.reason}; moved it to {moved.name} and running again "
+            f"(from the checkpoint, if there is a usable one)")
+    for name in (store.LOG, store.CHECKPOINT):
+        path = run_dir / name
+        if path.exists() and not path.is_file():
+            moved = store.set_aside(path)
+            say(f"{name} was not a file; moved it to {moved.name}")
+    return True
+
+
+def _execute(spec: dict, run_dir: Path, say, main: bool) -> str:
     from ltbench import distributed, engine, provenance  # torch is imported only by workers
 
     registry.add_plugin_paths(spec.get("plugins", []))
@@ -55,16 +126,17 @@ def run_one(spec: dict, say=print) -> str:
             "time": started, "host": socket.gethostname(), "pid": os.getpid(),
             "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
         })
+    config = spec["config"]
     result = {
         "schema_version": store.SCHEMA_VERSION,
         "run_id": spec["run_id"],
         "recipe": spec["recipe"],
         "grid": spec.get("grid", {}),
-        "config": spec["config"],
-        "seed": spec["config"]["seed"],
+        "config": config,
+        "seed": config["seed"],
         "plugins": {e.name: e.source for reg in registry.REGISTRIES.values() for e in reg.entries()
-                    if e.name in (spec["config"]["method"]["name"], spec["config"]["data"]["name"],
-                                  spec["config"]["backbone"]["name"])},
+                    if e.name in (config["method"]["name"], config["data"]["name"], config["backbone"]["name"])},
+        "code": provenance.plugin_code(config),
         "provenance": info,
         "started": started,
     }
@@ -78,6 +150,9 @@ def run_one(spec: dict, say=print) -> str:
     except Exception as exc:  # any crash is recorded; the grid goes on
         result.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
                       traceback=traceback.format_exc())
+        if main:
+            store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
+            result["traceback_file"] = str(run_dir / store.TRACEBACK)
     finally:
         distributed.shutdown()
     result["ended"] = time.time()
@@ -87,13 +162,32 @@ def run_one(spec: dict, say=print) -> str:
     return result["status"]
 
 
+def failure_line(run_dir: Path) -> str:
+    """'error message (traceback: path)' for a failed run, for launchers to print."""
+    result = store.read_result(run_dir)
+    if result is None:
+        return f"the worker ended without a result; see {run_dir / 'worker.log'}"
+    error = str(result.get("error") or "?").strip()
+    where = result.get("traceback_file")
+    return error + (f" (traceback: {where})" if where else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    redo: tuple[str, ...] = ()
+    if len(argv) == 3 and argv[1] == "--redo":
+        redo = tuple(x for x in argv[2].split(",") if x)
+        argv = argv[:1]
     if len(argv) != 1:
-        print("usage: python -m ltbench.runner RUN_DIR/spec.json", file=sys.stderr)
+        print("usage: python -m ltbench.runner RUN_DIR/spec.json [--redo failed,stale]", file=sys.stderr)
         return 2
-    spec = json.loads(Path(argv[0]).read_text())
-    return 0 if run_one(spec) == "done" else 1
+    try:
+        spec = json.loads(Path(argv[0]).read_text())
+        status = run_one(spec, say=lambda msg: print(msg, flush=True), redo=redo)
+    except LtbenchError as exc:  # e.g. the disk filled up while writing the result
+        print(f"ltbench: error: {exc}", file=sys.stderr)
+        return 1
+    return EXIT_CODES.get(status, 1)
 
 
 if __name__ == "__main__":

@@ -22,17 +22,24 @@ from ltbench.errors import LtbenchError
 from ltbench.recipe import LauncherConfig, Recipe
 
 
+CLAIM_WAIT_S = 180.0  # > the default NFSv4 lease (90 s)
+
+
 class RunJob(submitit.helpers.Checkpointable):
     """What a Slurm task executes: one run spec (plain data), resumed from its checkpoint if any."""
 
-    def __call__(self, spec: dict) -> str:
+    def __call__(self, spec: dict, redo: tuple[str, ...] = ()) -> str:
         from ltbench.runner import run_one
 
-        return run_one(spec, say=lambda msg: print(msg, flush=True))
+        # On a cluster, a requeued task may find the lock of its previous, crashed node still held
+        # until the NFS lease expires: wait for it rather than skip the run.
+        wait = CLAIM_WAIT_S if os.environ.get("SLURM_JOB_ID") else 0.0
+        return run_one(spec, say=lambda msg: print(msg, flush=True), redo=tuple(redo), claim_wait_s=wait)
 
-    def checkpoint(self, spec: dict) -> submitit.helpers.DelayedSubmission:
+    def checkpoint(self, spec: dict, redo: tuple[str, ...] = ()) -> submitit.helpers.DelayedSubmission:
         # Called inside submitit's signal handler: no I/O here, the engine's checkpoint is on disk.
-        return submitit.helpers.DelayedSubmission(RunJob(), spec)
+        # A requeued task resumes (redo is moot by then: the old result was set aside at its start).
+        return submitit.helpers.DelayedSubmission(RunJob(), spec, redo)
 
 
 def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:
@@ -54,8 +61,9 @@ def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:
     return ex
 
 
-def submit(recipe: Recipe, specs: list[dict], wait: bool = False) -> list[str]:
-    """Submit ``specs`` as job arrays of at most ``launcher.max_array_size``; returns the job ids."""
+def submit(recipe: Recipe, specs: list[dict], wait: bool = False, redo: tuple[str, ...] = ()) -> list[str]:
+    """Submit ``specs`` as job arrays of at most ``launcher.max_array_size``; returns the job ids.
+    The debug cluster runs every array (all chunks) in this process before returning."""
     from ltbench.runner import prepare_run_dir
 
     cluster = recipe.launcher.name
@@ -68,10 +76,11 @@ def submit(recipe: Recipe, specs: list[dict], wait: bool = False) -> list[str]:
     for spec in specs:
         prepare_run_dir(spec)
     size = max(1, recipe.launcher.max_array_size)
-    job_ids = []
+    job_ids, all_jobs = [], []
     for start in range(0, len(specs), size):
         chunk = specs[start : start + size]
-        jobs = _submit_array(ex, chunk)
+        jobs = _submit_array(ex, chunk, redo)
+        all_jobs += jobs
         for job, spec in zip(jobs, chunk):
             store.atomic_write_json(Path(spec["run_dir"]) / store.SUBMITTED,
                                     {"job_id": job.job_id, "cluster": cluster, "time": time.time(),
@@ -79,14 +88,14 @@ def submit(recipe: Recipe, specs: list[dict], wait: bool = False) -> list[str]:
             job_ids.append(str(job.job_id))
         print(f"submitted {len(chunk)} run(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
     if cluster == "debug":
-        for job in jobs:  # the debug executor runs a job when its result is asked for
+        for job in all_jobs:  # the debug executor runs a job when its result is asked for
             job.result()
     elif wait:
         wait_for(recipe, specs, job_ids)
     return job_ids
 
 
-def _submit_array(ex: submitit.AutoExecutor, chunk: list[dict]) -> list:
+def _submit_array(ex: submitit.AutoExecutor, chunk: list[dict], redo: tuple[str, ...] = ()) -> list:
     """map_array outside any enclosing Slurm job's environment (submitit's clean_env), but keeping
     SLURM_CONF, which says which cluster to talk to."""
     conf = os.environ.get("SLURM_CONF")
@@ -94,7 +103,7 @@ def _submit_array(ex: submitit.AutoExecutor, chunk: list[dict]) -> list:
         with submitit.helpers.clean_env():
             if conf:
                 os.environ["SLURM_CONF"] = conf
-            return ex.map_array(RunJob(), chunk)
+            return ex.map_array(RunJob(), chunk, [tuple(redo)] * len(chunk))
     except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
         lines = [l for l in str(exc).splitlines() if l.strip()]
         raise LtbenchError(f"sbatch failed: {lines[-1] if lines else exc}") from None
@@ -116,7 +125,7 @@ def wait_for(recipe: Recipe, specs: list[dict], job_ids: list[str], poll_s: floa
     while True:
         states = [store.run_status(Path(s["run_dir"])) for s in specs]
         left = [s for s, st in zip(specs, states) if st not in ("done", "failed")]
-        line = ", ".join(f"{states.count(k)} {k}" for k in ("pending", "running", "done", "failed") if states.count(k))
+        line = ", ".join(f"{states.count(k)} {k}" for k in sorted(set(states), key=store.STATUSES.index))
         if line != last:
             print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
             last = line

@@ -3,47 +3,97 @@
 Layout (``results/<recipe name>/<run id>/``):
   spec.json      what the worker executes (written at launch)
   config.yaml    the resolved configuration, for people
+  lock           held (flock) by the one process that runs this run, for the run's whole lifetime
   log.jsonl      one line per epoch (appended; a reader ignores a torn last line)
   checkpoint.pt  the last epoch-end (or timed) checkpoint
   predictions.npz  argmax per test image per head, for paired tests (written just before result.json)
   result.json    the final record; status 'done' or 'failed'
+  traceback.txt  the traceback of a run that failed with an unexpected exception
   started.json   written by the worker when it starts (host, pid, Slurm job id, requeue count)
   submitted.json written by a cluster launcher (job ids), so status can say 'pending'
 
 Every file a reader may open whole is written to a temporary file in the same directory, fsynced
 and renamed over the target, so a crash leaves the old version or the new one, never half of one.
+Files are created readable by others (0666 minus the umask, like any file ``open()`` creates).
+Whether a result.json can be trusted is decided in one place, :func:`check_result`; everything that
+reads results (run, status, tables) goes through it.
 This module imports no torch, so status and tables work on a login node.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import math
 import os
+import shutil
+import socket
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.errors import LtbenchError
+from ltbench.errors import DiskFullError, LtbenchError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
 STARTED, SUBMITTED = "started.json", "submitted.json"  # worker start (host, pid, Slurm ids); launcher job ids
+LOCK, TRACEBACK = "lock", "traceback.txt"
 SCHEMA_VERSION = 1
+TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
+HEADLINE_METRICS = ("all", "many", "medium", "few")
+STATUSES = ("pending", "running", "interrupted", "damaged", "done", "failed")  # what run_status returns
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once at import (os.umask can only be read by setting it; doing it per write would race threads).
+FILE_MODE = 0o666 & ~_umask()
+
+
+# ------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _disk_full(path: Path, exc: OSError, needed: int) -> DiskFullError:
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 1e6:.1f} MB free now"
+    except OSError:
+        free = "free space unknown"
+    return DiskFullError(
+        f"no space left writing {path} ({exc.strerror}): it needs about {needed / 1e6:.1f} MB free in "
+        f"{path.parent} ({free}); free some space or choose another --results folder, then run the same "
+        f"command again to resume")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+
+    Until the rename both the old and the new file exist, so the space needed is their sum (twice the
+    size for a checkpoint rewritten every epoch); a full disk is reported with that figure.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600; results are meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            old = path.stat().st_size if path.is_file() else 0
+            raise _disk_full(path, exc, len(data) + old) from None
         raise
     _fsync_dir(path.parent)
 
@@ -70,22 +120,34 @@ def canonical_line(obj: Any) -> str:
 
 
 def append_jsonl(path: Path, obj: Any) -> None:
-    with open(path, "a") as f:
-        f.write(canonical_line(obj))
-        f.flush()
-        os.fsync(f.fileno())
+    line = canonical_line(obj)
+    try:
+        with open(path, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_full(Path(path), exc, len(line)) from None
+        raise
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Read a JSON-lines log, ignoring a torn (partially written) last line."""
-    if not Path(path).exists():
+    """Read a JSON-lines log, ignoring a torn (partially written) last line. A log that is not a
+    readable file (a directory, say) reads as empty: the run that owns it sets it aside."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
         return []
     rows = []
-    for line in Path(path).read_text().splitlines():
+    for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             break
+        if not isinstance(row, dict):
+            break
+        rows.append(row)
     return rows
 
 
@@ -94,6 +156,9 @@ def ensure_writable(folder: Path) -> Path:
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob(".write-probe-*"):  # left by a launch killed mid-probe
+            if time.time() - old.stat().st_mtime > 60:
+                old.unlink(missing_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
         os.close(fd)
         os.unlink(probe)
@@ -105,31 +170,291 @@ def ensure_writable(folder: Path) -> Path:
     return folder
 
 
-def read_result(run_dir: Path) -> dict | None:
+def set_aside(path: Path, tag: str = "damaged") -> Path:
+    """Rename a file or folder to ``<name>.<tag>`` (``.<tag>-2``...) so it is kept for a look but no
+    longer read (a damaged result, a stale one being redone); returns the new path."""
+    path = Path(path)
+    for i in range(1, 1000):
+        target = path.with_name(f"{path.name}.{tag}" + (f"-{i}" if i > 1 else ""))
+        if not target.exists():
+            os.replace(path, target)
+            return target
+    raise LtbenchError(f"{path}: too many .{tag} copies beside it; clean them up")
+
+
+def remove_stale_tmp(run_dir: Path, min_age_s: float = 60.0) -> list[str]:
+    """Delete temporary files left by a write that was killed before its rename.
+
+    Called by the run's owner (who holds the run's lock): the files only it writes (log, checkpoint,
+    result, started) cannot be in flight elsewhere; the others (spec, config, submitted), which a
+    launcher may be writing right now, are deleted only once older than ``min_age_s``.
+    """
+    owned = {LOG, CHECKPOINT, RESULT, STARTED, TRACEBACK}
+    removed = []
+    now = time.time()
+    for p in Path(run_dir).glob(f".*{TMP_MARK}*"):
+        target = p.name[1:].split(TMP_MARK)[0]
+        try:
+            if target in owned or now - p.stat().st_mtime > min_age_s:
+                p.unlink()
+                removed.append(p.name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+# ------------------------------------------------------------------------------------------------
+# One owner per run
+
+
+class RunClaim:
+    """An exclusive ``flock`` on ``RUN_DIR/lock``, held while this process runs the run.
+
+    The kernel drops the lock when the holder exits in any way (kill -9, OOM, Slurm cancel), so a
+    run whose owner died is free again without any cleanup.
+    Shared filesystems: Linux NFS clients (since 2.6.12) turn flock into whole-file NFS byte-range
+    locks, which exclude across nodes with NFSv4 or NFSv3 + lockd; after a node *crash* the server
+    frees its locks only when the client's lease expires (NFSv4: 90 s by default) or, for NFSv3,
+    when the node reboots, so a Slurm task requeued elsewhere waits for the claim (``wait_s``).
+    With the NFS mount option ``nolock`` or ``local_lock=flock|all`` locks are per node and do NOT
+    exclude across nodes; Lustre needs its ``flock`` mount option. Where the filesystem refuses
+    locks altogether, the run goes on unguarded (``locked`` False) and the worker says so.
+    """
+
+    def __init__(self, run_dir: Path, fd: int | None):
+        self.run_dir, self._fd = Path(run_dir), fd
+        self.locked = fd is not None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "RunClaim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def claim_run(run_dir: Path, wait_s: float = 0.0) -> RunClaim | None:
+    """Take the run's lock, retrying for up to ``wait_s`` seconds; None when another process holds it."""
+    import fcntl
+
+    path = Path(run_dir) / LOCK
+    if path.exists() and not path.is_file():
+        set_aside(path)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return RunClaim(run_dir, fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)  # ENOLCK, ENOSYS, EOPNOTSUPP...: this filesystem has no usable locks
+                return RunClaim(run_dir, None)
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+
+
+def read_started(run_dir: Path) -> dict:
+    try:
+        info = json.loads((Path(run_dir) / STARTED).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def owner_alive(started: dict) -> bool | None:
+    """Is the process that started a run alive? True/False on this host; None when it ran elsewhere
+    (another node: only its lock or the scheduler knows). Read-only: never touches the lock, so a
+    status query can never make a launcher believe a run is taken."""
+    pid = started.get("pid")
+    if started.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading results: the one rule for "is this result usable"
+
+
+@dataclass(frozen=True)
+class ResultCheck:
+    """What a run's result.json holds.
+
+    state: 'missing' (no file), 'done' or 'failed' (a usable record), 'unusable' (unreadable,
+    truncated, or not a result: ``reason`` says why; the run must be run again, never counted).
+    """
+
+    state: str
+    result: dict | None = None
+    reason: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.state in ("done", "failed")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _metric_problem(values: Any, where: str, required: tuple[str, ...] = ()) -> str:
+    if not isinstance(values, dict):
+        return f"{where} is {type(values).__name__}, expected an object"
+    for key in required:
+        if key not in values:
+            return f"{where}.{key} is missing"
+    for key in HEADLINE_METRICS:
+        v = values.get(key)
+        if v is not None and not (_is_number(v) and 0 <= v <= 1):
+            return f"{where}.{key} is {str(v)[:40]!r}, expected a fraction in [0, 1] or null"
+    return ""
+
+
+def result_problem(obj: Any) -> str:
+    """Why a parsed result.json is not a usable record ('' when it is)."""
+    if not isinstance(obj, dict):
+        return f"holds a JSON {type(obj).__name__}, expected an object"
+    if "status" not in obj:
+        return "has no status (an empty or partial record)"
+    if obj.get("status") not in ("done", "failed"):
+        return f"status is {str(obj.get('status'))[:40]!r}, expected 'done' or 'failed'"
+    if not isinstance(obj.get("run_id"), str):
+        return "run_id is missing"
+    config = obj.get("config")
+    sections = ("data", "backbone", "method")
+    if not isinstance(config, dict) or not all(
+            isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in sections):
+        return "config (data, backbone, method names) is missing"
+    if obj["status"] == "failed":
+        return ""
+    metrics = obj.get("metrics")
+    problem = _metric_problem(metrics, "metrics", required=HEADLINE_METRICS)
+    if problem:
+        return problem
+    if not _is_number(metrics["all"]):
+        return "metrics.all is null"
+    for section in ("heads", "target_priors", "test_sets"):
+        for name, values in (metrics.get(section) or {}).items():
+            problem = _metric_problem(values, f"metrics.{section}.{name}")
+            if problem:
+                return problem
+    per_class = metrics.get("per_class")
+    if per_class is not None and not (isinstance(per_class, list)
+                                      and all(v is None or _is_number(v) for v in per_class)):
+        return "metrics.per_class is not a list of numbers"
+    return ""
+
+
+def check_result(run_dir: Path) -> ResultCheck:
+    """Read and check ``RUN_DIR/result.json``. Run, status and tables all decide with this."""
     path = Path(run_dir) / RESULT
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return ResultCheck("missing")
+    except IsADirectoryError:
+        return ResultCheck("unusable", reason="result.json is a directory")
+    except OSError as exc:
+        return ResultCheck("unusable", reason=f"result.json cannot be read ({exc.strerror})")
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return ResultCheck("unusable", reason="result.json is not UTF-8 text")
+    except ValueError as exc:
+        what = "empty" if not raw.strip() else f"not valid JSON, truncated? ({getattr(exc, 'msg', exc)})"
+        return ResultCheck("unusable", reason=f"result.json is {what}")
+    problem = result_problem(obj)
+    if problem:
+        return ResultCheck("unusable", reason=f"result.json {problem}")
+    return ResultCheck(obj["status"], obj)
+
+
+def read_result(run_dir: Path) -> dict | None:
+    """The usable result record of a run ('done' or 'failed'), or None (missing or unusable)."""
+    return check_result(run_dir).result
 
 
 def run_status(run_dir: Path) -> str:
-    """'done' / 'failed' (result.json), 'running' (a worker started it, no result yet; it may also
-    have been interrupted: launching again resumes it) or 'pending' (submitted or never started)."""
-    result = read_result(run_dir)
-    if result is not None:
-        return result.get("status", "failed")
-    if (Path(run_dir) / STARTED).exists():
-        return "running"
+    """One word from disk:
+    'done' / 'failed'  a usable result.json;
+    'damaged'          a result.json that is unusable (``check_result`` says why); run again to redo it;
+    'running'          started, no result, and its process is alive (or ran on another host: unknown);
+    'interrupted'      started on this host, no result, its process is gone; run again to resume;
+    'pending'          submitted or never started.
+    """
+    check = check_result(run_dir)
+    if check.usable:
+        return check.state
+    if check.state == "unusable":
+        return "damaged"
+    started = read_started(run_dir)
+    if started or (Path(run_dir) / STARTED).exists():
+        return "interrupted" if owner_alive(started) is False else "running"
     return "pending"
 
 
 def iter_results(root: Path) -> list[dict]:
-    """Every result.json below ``root`` (recursively), each with its run directory added."""
+    """Every usable result.json below ``root`` (recursively), each with its run directory added.
+    Unusable ones are listed by :func:`iter_result_checks`, for callers that must report them."""
     out = []
-    for path in sorted(Path(root).rglob(RESULT)):
-        result = read_result(path.parent)
-        if result is not None:
-            result["run_dir"] = str(path.parent)
+    for run_dir, check in iter_result_checks(root):
+        if check.usable:
+            result = dict(check.result)
+            result["run_dir"] = str(run_dir)
             out.append(result)
     return out
+
+
+def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
+    """(run directory, check) for every result.json below ``root``, usable or not."""
+    return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]
+
+
+# ------------------------------------------------------------------------------------------------
+# Code hashes: which results were computed by code that has changed since
+
+
+_sha_cache: dict[tuple, str] = {}
+
+
+def file_sha256(path: Path) -> str | None:
+    """sha256 of a file's bytes, None when it cannot be read; cached per (path, size, mtime), since a
+    status of a large grid asks for the same few plugin files once per run."""
+    try:
+        st = os.stat(path)
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _sha_cache:
+            _sha_cache[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return _sha_cache[key]
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def changed_code(result: dict) -> tuple[list[str], list[str]]:
+    """(modules whose source differs from the hash in ``result['code']``, modules whose file is gone).
+
+    A run records ``code: {module: {path, sha256}}`` for the plugin modules it used; comparing files
+    on disk needs no import, so status can say which finished runs are stale without torch.
+    """
+    changed, gone = [], []
+    for module, entry in sorted((result.get("code") or {}).items()):
+        if not isinstance(entry, dict):
+            continue
+        now = file_sha256(entry.get("path", ""))
+        if now is None:
+            gone.append(module)
+        elif now != entry.get("sha256"):
+            changed.append(module)
+    return changed, gone

@@ -71,7 +71,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, write_rec
     assert (run_dir / store.CHECKPOINT).exists()
 
     status = cli("status", results / "tiny")
-    assert "running" in status.stdout
+    assert "interrupted" in status.stdout and "run again to resume" in status.stdout  # its process is gone
 
     resumed = cli("run", recipe, "--results", results)
     assert resumed.returncode == 0, resumed.stderr
@@ -156,7 +156,7 @@ def test_result_is_self_describing(tmp_path, write_recipe):
     run_local([spec])
     r = _only_result(tmp_path / "results")
     assert r["status"] == "done" and r["run_id"] == spec["run_id"]
-    for key in ("ltbench_version", "git_commit", "git_dirty", "python", "torch", "torchvision", "hostname"):
+    for key in ("ltbench_version", "git_commit", "git_dirty", "python", "torch", "torchvision", "hostname", "cpu_model"):
         assert key in r["provenance"]
     assert r["data"]["class_counts_train"] == [24, 13, 7, 4]
     assert len(r["data"]["subset_hash"]) == 40

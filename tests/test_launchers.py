@@ -97,3 +97,15 @@ def test_slurm_grid_with_a_requeued_run(tmp_path, write_recipe, cli):
     assert requeued["metrics"]["per_class"] == reference["metrics"]["per_class"]
     print(f"\nslurm grid: {elapsed:.1f}s; requeued {requeued['run_id']} after {epochs_before} epoch(s); "
           f"all={requeued['metrics']['all']:.4f} (uninterrupted {reference['metrics']['all']:.4f})")
+
+
+def test_debug_launcher_runs_every_array_chunk(tmp_path, write_recipe, cli):
+    """max_array_size 1 splits 2 seeds into 2 arrays: both must run (the debug cluster once waited on
+    the last array only, so one run never executed)."""
+    recipe = write_recipe(extra={"seeds": [0, 1], "optim": {"epochs": 1},
+                                 "launcher": {"name": "debug", "max_array_size": 1}})
+    out = cli("run", recipe, "--results", tmp_path / "debug")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("submitted 1 run(s) as debug job array") == 2
+    results = results_by_id(tmp_path / "debug")
+    assert len(results) == 2 and all(r["status"] == "done" for r in results.values())
