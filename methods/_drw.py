@@ -6,7 +6,7 @@ Class-balanced "effective number" weights (Cui et al. 2019), as in kaidic/LDAM-D
 
 DRW trains with all weights 1 and switches to these weights at epoch ``switch_epoch`` (0-indexed; LDAM-DRW:
 160 of 200). The weighted cross-entropy is torch's ``F.cross_entropy(weight=w)`` with mean reduction, which
-divides by the batch's weight sum ``sum_i w_{y_i}``, not by the batch size (LT_PROTOCOLS.md §3, §8.4).
+divides by the batch's weight sum ``sum_i w_{y_i}``, not by the batch size (docs/protocols.md §3).
 
 The weights are a function of the epoch only, so there is nothing to checkpoint: ``DRW.set_epoch`` is called
 from the method's ``on_epoch_start`` (and, defensively, whenever ``loss`` sees another epoch).

@@ -1,7 +1,7 @@
 """BAPE: an explicit Bayes classifier with vMF class conditionals, trained beside an auxiliary method.
 
 Paper: Du, Wang, Song, Huang, "BAPE: Learning an Explicit Bayes Classifier for Long-tailed Visual Recognition"
-(arXiv 2506.23280); implementation spec: shared/specs/BAPE.md. Numerics (log C_p, Sra's κ, ETF, MAP) live in
+(arXiv 2506.23280); formulas and design choices: docs/bape.md. Numerics (log C_p, Sra's κ, ETF, MAP) live in
 ``methods/_vmf.py``; this module only wires them into the Method interface.
 
 Model

@@ -1,7 +1,7 @@
 """Cosine classifier trained with plain cross-entropy.
 
 Logits z_j = s · <x/||x||, w_j/||w_j||>: normalised features and class weights, no bias, scale s (default 30, the
-LDAM-family CIFAR value; LT_PROTOCOLS.md §3). The weights use LDAM's ``NormedLinear`` (unit-column init). With
+LDAM-family CIFAR value; docs/protocols.md §3). The weights use LDAM's ``NormedLinear`` (unit-column init). With
 ``learn_scale`` the scale is a parameter initialised to s (kept out of weight decay, which would only shrink it).
 
 Prediction. The model is trained with plain CE, so its scores estimate the *training* posterior. Default

@@ -1,6 +1,6 @@
 """Logit adjustment (Menon et al., ICLR 2021): the logit-adjusted loss and post-hoc logit adjustment.
 
-Formulas (LT_PROTOCOLS.md §3, google-research ``logit_adjustment``), π = training label frequencies:
+Formulas (docs/protocols.md §3, google-research ``logit_adjustment``), π = training label frequencies:
 
 * ``la`` (loss):       L = CE(z + log(π**τ + 1e-12), y), τ = 1 by default. With τ = 1 this is Balanced Softmax
                        CE(z + log n, y) (log Σn is a constant shift, which softmax ignores).

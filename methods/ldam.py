@@ -1,6 +1,6 @@
 """LDAM (label-distribution-aware margin, Cao et al. NeurIPS 2019), with or without deferred re-weighting.
 
-Following kaidic/LDAM-DRW (LT_PROTOCOLS.md §3):
+Following kaidic/LDAM-DRW (docs/protocols.md §3):
 
 * classifier: ``NormedLinear`` — weight stored as (in, out), initialised uniform(-1, 1).renorm_(2, 1, 1e-5)
   .mul_(1e5) (unit columns), output = cosine <x/||x||, w_j/||w_j||> (no bias, no scale);

@@ -20,7 +20,7 @@ from ltbench.data.profile import ldam_subset, shot_groups, subset_hash
 from ltbench.errors import ConfigError, DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
 
-# LT_PROTOCOLS section 1
+# docs/protocols.md §1
 C10_LISTS = {
     10: [5000, 3871, 2997, 2320, 1796, 1391, 1077, 834, 645, 500],
     50: [5000, 3237, 2096, 1357, 878, 568, 368, 238, 154, 100],
@@ -41,7 +41,7 @@ INV_RHO = {10: 0.1, 50: 0.02, 100: 0.01, 200: 0.005}
 
 
 def reference_subset(targets, num_classes: int, inv_rho: float, seed: int = 0, imb_type: str = "exp"):
-    """The LDAM-DRW construction written out from LT_PROTOCOLS section 1 (legacy global RNG)."""
+    """The LDAM-DRW construction written out from docs/protocols.md §1 (legacy global RNG)."""
     targets = np.array(targets, dtype=np.int64)
     img_max = len(targets) / num_classes
     if imb_type == "exp":

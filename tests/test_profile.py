@@ -5,7 +5,7 @@ from ltbench.data.profile import exponential_counts, ldam_subset, shot_groups, s
 
 
 def test_fashion_mnist_profile_matches_spec_table():
-    # LT_PROTOCOLS section 7: Fashion-MNIST with n_max 6000 at rho 100, 50, 10.
+    # docs/protocols.md §7: Fashion-MNIST with n_max 6000 at rho 100, 50, 10.
     assert exponential_counts(6000, 10, 100) == [6000, 3596, 2156, 1292, 774, 464, 278, 166, 100, 60]
     assert sum(exponential_counts(6000, 10, 50)) == 16796
     assert sum(exponential_counts(6000, 10, 10)) == 24516

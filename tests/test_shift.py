@@ -1,4 +1,4 @@
-"""Shifted test sets (LT_PROTOCOLS section 6): SADE's and LADE's constructions, the published ImageNet-LT lists."""
+"""Shifted test sets (docs/protocols.md §6): SADE's and LADE's constructions, the published ImageNet-LT lists."""
 
 from __future__ import annotations
 

@@ -226,7 +226,7 @@ def test_cli_run_without_data_stops_at_once(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# The published lists (LT_PROTOCOLS section 2), when present on this machine
+# The published lists (docs/protocols.md §2), when present on this machine
 
 
 def _published(name: str) -> Path:

@@ -85,7 +85,7 @@ class DatasetBuilder:
     def test_set(self, name: str, data: LTData) -> tuple[Dataset, np.ndarray]:
         """An extra test set by name, for ``eval.test_sets`` (the test-agnostic protocol).
 
-        Default: the SADE construction (LT_PROTOCOLS section 6): 'forward<rho>' / 'backward<rho>' /
+        Default: the SADE construction (docs/protocols.md §6): 'forward<rho>' / 'backward<rho>' /
         'uniform' subsets of the balanced test split, drawn with the legacy global NumPy RNG seeded 0.
         Datasets with published shifted lists override this to read them.
         """

@@ -16,7 +16,7 @@ The long-tailed training subset is LDAM-DRW's (``imbalance_cifar.py``): ``img_ma
 for the first C/2 classes and ``int(img_max / rho)`` for the rest ('step'), picked with the legacy
 global NumPy RNG seeded with ``data_seed`` (see ``profile.ldam_subset``). Because img_max is computed
 from the data, as LDAM-DRW does, a smaller balanced file set in the same format gives a proportionally
-smaller profile; the real files give the counts of LT_PROTOCOLS section 1. The test split is the full
+smaller profile; the real files give the counts of docs/protocols.md §1. The test split is the full
 balanced CIFAR test set. Nothing is downloaded unless ``download: true``.
 """
 
@@ -41,7 +41,7 @@ MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2023, 0.1994, 0.2010)
 PIPELINES = {"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"}
 ARCHIVES_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
-# LT_PROTOCOLS section 1: training-set totals of the 'exp' profile on the real files, asserted at load time
+# docs/protocols.md §1: training-set totals of the 'exp' profile on the real files, asserted at load time
 KNOWN_TOTALS = {
     10: {10.0: 20431, 50.0: 13996, 100.0: 12406, 200.0: 11203},
     100: {10.0: 19573, 50.0: 12608, 100.0: 10847, 200.0: 9502},

@@ -1,4 +1,4 @@
-"""Shifted (long-tailed) test sets: the test-agnostic protocol of LADE and SADE (LT_PROTOCOLS section 6).
+"""Shifted (long-tailed) test sets: the test-agnostic protocol of LADE and SADE (docs/protocols.md §6).
 
 Two constructions exist and give the same per-class counts but different images:
 

@@ -2,7 +2,7 @@
 
 A split list has one sample per line, ``<relative image path> <integer label>``, the path relative to
 the image root (``train/n01440764/n01440764_762.JPEG 0``). The lists are the standard published
-ones (OLTR / classifier-balancing; LT_PROTOCOLS section 2), found by their standard file names:
+ones (OLTR / classifier-balancing; docs/protocols.md §2), found by their standard file names:
 
     ImageNet_LT_{train,val,test}.txt, Places_LT_{train,val,test}.txt,
     iNaturalist18_{train,val}.txt (the iNat val list is the test set)
@@ -10,7 +10,7 @@ ones (OLTR / classifier-balancing; LT_PROTOCOLS section 2), found by their stand
 in ``split_dir`` if given, else in ``root`` and then in ``$LTBENCH_SPLITS`` (each folder directly or
 in a sub-folder named ImageNet_LT / Places_LT / iNaturalist18, as the reference repositories keep
 them). ``test_split`` selects the test list: 'test' (default), 'val', or any other list name such
-as 'forward50' -> ImageNet_LT_forward50.txt for the shifted-test protocol (LT_PROTOCOLS section 6).
+as 'forward50' -> ImageNet_LT_forward50.txt for the shifted-test protocol (docs/protocols.md §6).
 
 Class counts and shot groups come from the lists alone; images are opened lazily, one file at a time,
 as uint8 CHW RGB tensors. ``check()`` (run before training starts) verifies the lists in full and
@@ -61,7 +61,7 @@ class Benchmark:
     test_list: str  # the list used as the test set when test_split == 'test'
     published: str  # where the lists are published
     images: str  # what the image root must contain
-    # line counts of the published lists ([V] or [R] in LT_PROTOCOLS section 2/6), recorded and checked
+    # line counts of the published lists (docs/protocols.md §2 and §6), recorded and checked
     known_lines: dict[str, int]
     pipelines: dict[str, str] = field(default_factory=dict)  # overrides of the PIPELINES aliases
 
