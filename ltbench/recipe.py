@@ -63,6 +63,7 @@ class RecipeConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)
     results_dir: str = "results"
+    tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench.report.spec)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Recipe:
     launcher: LauncherConfig
     results_dir: Path
     plugins: list[str]
+    tables: dict = field(default_factory=dict)  # name -> ltbench.report.spec.TableSpec
 
     @property
     def root(self) -> Path:
@@ -212,7 +214,10 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
 
 
 def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
+    from ltbench.report.spec import parse_tables
+
     name = top.name or path.stem
+    tables = parse_tables(top.tables, "tables")  # checked before any run, like every other field
     plugins = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in top.plugins]
     try:
         registry.add_plugin_paths(plugins)
@@ -247,7 +252,11 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
                     "run_dir": str(out_dir / name / run_id),
                 }
             )
-    return Recipe(name, path, raw, runs, launcher, out_dir, plugins)
+    if tables:
+        from ltbench.report import check_tables
+
+        check_tables(tables, runs, "tables")
+    return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables)
 
 
 def run_label(run: dict) -> str:

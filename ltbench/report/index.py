@@ -1,0 +1,242 @@
+"""Finding the runs below a results folder and summarising each one, with a cache.
+
+Why a cache: a table over 10,000 runs must print in well under two seconds, and parsing 10,000
+result.json files (or a few hundred iNaturalist ones, 1.5 MB each because of the per-class lists)
+costs seconds. result.json stays the record of truth; ``<root>/.ltbench-index.json`` only keeps,
+per run folder, the small summary a table needs (status, config, scalar metrics, provenance) and
+the size and mtime of the result.json it was read from. A summary whose file changed size or mtime
+is read again, so the cache is never trusted for a file that changed. Deleting the cache is always
+safe. When the results folder is not writable the cache is simply not written.
+
+Every run folder yields a record, damaged ones included: a record with status ``damaged`` and a
+``note`` that says what is wrong (empty folder, result.json truncated or not UTF-8, no config, ...),
+so a table can say it out loud instead of crashing or silently dropping the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+from ltbench import store
+
+INDEX_FILE = ".ltbench-index.json"
+INDEX_VERSION = 2
+SKIP_DIRS = {"report", "__pycache__"}
+RUN_FILES = {store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.STARTED, store.SUBMITTED}
+# Configuration fields that are not part of what a run computes: the same list the run id leaves out.
+PATHS_NOT_IN_IDENTITY = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
+                         ("train", "threads"), ("train", "progress")}
+PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
+
+
+def config_key(config: dict) -> tuple[str, dict]:
+    """Row identity of a run: its resolved configuration less the seed and the path-like fields that
+    do not enter the run id. Returns (sha1 of the canonical JSON, the identity dict)."""
+    identity = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items() if k != "seed"}
+    for section, key in PATHS_NOT_IN_IDENTITY:
+        if isinstance(identity.get(section), dict):
+            identity[section].pop(key, None)
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16], identity
+
+
+def _number(value, where: str, notes: list[str]):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        notes.append(f"{where} is {value!r}, not a number (left out)")
+        return None
+    return float(value)
+
+
+def flat_metrics(metrics: dict, notes: list[str]) -> dict[str, float]:
+    """Scalar metrics as flat names: 'all', 'many', 'head:<h>:all', 'prior:<p>:all', 'set:<s>:all' ..."""
+    out: dict[str, float] = {}
+    groups = ("all", "many", "medium", "few")
+
+    def take(prefix: str, values, where: str):
+        if not isinstance(values, dict):
+            notes.append(f"{where} is not a mapping (left out)")
+            return
+        for g in groups:
+            if g in values:
+                v = _number(values[g], f"{where}.{g}", notes)
+                if v is not None:
+                    out[prefix + g] = v
+
+    take("", metrics, "metrics")
+    for section, tag in (("heads", "head"), ("target_priors", "prior"), ("test_sets", "set")):
+        block = metrics.get(section) or {}
+        if not isinstance(block, dict):
+            notes.append(f"metrics.{section} is not a mapping (left out)")
+            continue
+        for name, values in block.items():
+            take(f"{tag}:{name}:", values, f"metrics.{section}.{name}")
+    return out
+
+
+def summarize_result(data, run_dir_name: str) -> dict:
+    """The small record a table needs from one parsed result.json (or a 'damaged' record)."""
+    if not isinstance(data, dict):
+        return {"status": "damaged", "note": f"result.json holds a JSON {type(data).__name__}, not an object"}
+    config = data.get("config")
+    status = data.get("status")
+    if not isinstance(config, dict) or not isinstance(config.get("method"), dict):
+        what = "no status and no config" if status is None else "no config"
+        return {"status": "damaged", "note": f"result.json has {what}: cannot tell which row it belongs to",
+                "run_id": _str(data.get("run_id"))}
+    key, identity = config_key(config)
+    notes: list[str] = []
+    rec = {
+        "status": status if status in ("done", "failed") else "damaged",
+        "run_id": _str(data.get("run_id")) or run_dir_name,
+        "recipe": _str(data.get("recipe")),
+        "seed": config.get("seed", data.get("seed")),
+        "key": key,
+        "config": identity,
+        "grid": data.get("grid") if isinstance(data.get("grid"), dict) else {},
+    }
+    if rec["status"] == "damaged":
+        notes.append(f"result.json status is {status!r} (expected 'done' or 'failed')")
+    if status == "done":
+        metrics = data.get("metrics")
+        if not isinstance(metrics, dict):
+            notes.append("result.json has no metrics")
+            rec["metrics"] = {}
+        else:
+            rec["metrics"] = flat_metrics(metrics, notes)
+    elif status == "failed":
+        err = str(data.get("error") or "").strip().splitlines()
+        rec["error"] = err[-1][:200] if err else ""
+    prov = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
+    rec["prov"] = {k: prov.get(k) for k in PROVENANCE_KEYS if prov.get(k) is not None}
+    for k in ("device", "wall_seconds", "started", "ended", "world_size"):
+        if data.get(k) is not None:
+            rec["prov"][k] = data[k]
+    if notes:
+        rec["note"] = "; ".join(notes)
+    return rec
+
+
+def _str(v) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def read_result_file(path: Path) -> dict:
+    """Parse one result.json into a summary record; never raises on a damaged file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return {"status": "damaged", "note": f"result.json unreadable ({exc.strerror or exc})"}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"status": "damaged", "note": "result.json is not UTF-8 text"}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        what = "empty" if not text.strip() else f"not valid JSON (truncated? {exc.msg} at char {exc.pos})"
+        return {"status": "damaged", "note": f"result.json is {what}"}
+    return summarize_result(data, path.parent.name)
+
+
+def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
+    """A run folder without result.json: running, pending, or damaged (empty / no spec.json)."""
+    if not names:
+        return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
+    status = "running" if store.STARTED in names else "pending"
+    rec = {"status": status, "run_id": run_dir.name}
+    if store.SPEC not in names:
+        rec["note"] = "no spec.json (the launch never completed, or it was deleted)"
+        if status == "pending":
+            rec["status"] = "damaged"
+        return rec
+    try:
+        spec = json.loads((run_dir / store.SPEC).read_text())
+        key, identity = config_key(spec["config"])
+        rec.update(key=key, config=identity, seed=spec["config"].get("seed"), recipe=spec.get("recipe"),
+                   grid=spec.get("grid") or {}, run_id=spec.get("run_id") or run_dir.name)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        rec["note"] = "spec.json is damaged"
+    return rec
+
+
+def find_run_dirs(root: Path) -> list[tuple[Path, set[str]]]:
+    """Run folders below ``root``: a folder holding result.json or another run file, or a leaf folder
+    (an empty run folder is a run that lost its files). ``report`` and hidden folders are skipped."""
+    out = []
+    stack = [Path(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        files = {e.name for e in entries if not e.is_dir()}
+        subdirs = [e for e in entries if e.is_dir() and not e.name.startswith(".") and e.name not in SKIP_DIRS]
+        if store.RESULT in files or files & RUN_FILES or (not subdirs and folder != Path(root)):
+            out.append((folder, files))
+            continue
+        stack.extend(Path(e.path) for e in sorted(subdirs, key=lambda e: e.name, reverse=True))
+    return sorted(out, key=lambda item: str(item[0]))
+
+
+def _load_cache(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("version") == INDEX_VERSION and isinstance(data.get("runs"), dict):
+            return data
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {"version": INDEX_VERSION, "runs": {}, "configs": {}}
+
+
+def _save_cache(path: Path, cache: dict) -> None:
+    try:
+        store.atomic_write_bytes(path, json.dumps(cache, separators=(",", ":")).encode())
+    except OSError:
+        pass  # a read-only results folder: tables still work, only without the cache
+
+
+def scan(root: Path, use_cache: bool = True) -> list[dict]:
+    """One summary record per run folder below ``root`` (sorted by path), each with ``dir``."""
+    root = Path(root)
+    cache_path = root / INDEX_FILE
+    cache = _load_cache(cache_path) if use_cache else {"version": INDEX_VERSION, "runs": {}, "configs": {}}
+    cached, configs = cache["runs"], cache["configs"]
+    fresh: dict[str, list] = {}
+    changed = False
+    records = []
+    for run_dir, names in find_run_dirs(root):
+        rel = os.path.relpath(run_dir, root)
+        if store.RESULT in names:
+            try:
+                st = os.stat(run_dir / store.RESULT)
+                sig = [st.st_size, st.st_mtime_ns]
+            except OSError:
+                sig = None
+            hit = cached.get(rel)
+            if sig is not None and hit is not None and hit[0] == sig:
+                rec = dict(hit[1])
+            else:
+                rec = read_result_file(run_dir / store.RESULT)
+                changed = True
+                if "config" in rec:
+                    configs[rec["key"]] = rec["config"]
+            if "key" in rec:
+                rec["config"] = configs.get(rec["key"]) or rec.get("config")
+            if sig is not None:
+                fresh[rel] = [sig, {k: v for k, v in rec.items() if k != "config"}]
+        else:
+            rec = _unfinished_record(run_dir, names)
+        rec["dir"] = str(run_dir)
+        records.append(rec)
+    if use_cache and (changed or len(fresh) != len(cached)):
+        used = {r[1].get("key") for r in fresh.values()}
+        _save_cache(cache_path, {"version": INDEX_VERSION, "runs": fresh,
+                                 "configs": {k: v for k, v in configs.items() if k in used}})
+    return records

@@ -1,0 +1,86 @@
+"""Which cells are not significantly different from the best of their column and group.
+
+The tests themselves live in ``ltbench.significance`` (Welch's t-test over seeds; a paired bootstrap
+over test images from the per-run predictions in ``ltbench.predictions``); this module only decides
+which cells to compare and records the marks. A row needs at least two seeds for Welch (rows with
+fewer make no claim); the bootstrap needs saved predictions of the same seeds on the same test
+images and is used only for columns that are whole-test-set accuracies (all, a head's all).
+"""
+
+from __future__ import annotations
+
+from ltbench.report.rows import Row, Table
+
+TESTS = ("welch", "bootstrap")
+
+
+def mark_similar(table: Table, test: str) -> str | None:
+    """Set ``Cell.similar``; returns a description of the test for the footnote, or None when nothing
+    could be tested (fewer than two seeds everywhere, or no saved predictions)."""
+    try:
+        from ltbench import significance
+    except ImportError:  # the significance module is not installed in this build
+        return None
+    used = False
+    for gi in range(len(table.groups)):
+        for ci, (col, _) in enumerate(table.columns):
+            for group in {r.group for r in table.rows}:
+                rows = [r for r in table.rows if r.group == group and not r.published
+                        and r.cells.get((gi, ci)) is not None and r.cells[(gi, ci)].mean is not None]
+                if len(rows) < 2:
+                    continue
+                if test == "bootstrap":
+                    used |= _bootstrap(table, rows, gi, ci, col, significance)
+                else:
+                    used |= _welch(rows, gi, ci, significance)
+    if not used:
+        return None
+    if test == "bootstrap":
+        return (f"paired bootstrap over test images (10,000 resamples, same seeds paired), "
+                f"α = {significance.ALPHA}")
+    return f"Welch's t-test over seeds, α = {significance.ALPHA}"
+
+
+def _welch(rows: list[Row], gi: int, ci: int, significance) -> bool:
+    values = {str(i): r.cells[(gi, ci)].values for i, r in enumerate(rows) if len(r.cells[(gi, ci)].values) >= 2}
+    if len(values) < 2:
+        return False
+    verdict = significance.not_different_from_best(values)
+    best_mean = max(rows[int(k)].cells[(gi, ci)].mean for k in values)
+    for k, same in verdict.items():
+        cell = rows[int(k)].cells[(gi, ci)]
+        cell.similar = bool(same) and cell.mean < best_mean
+    return True
+
+
+def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, significance) -> bool:
+    """Compare each row with the best row on the same test images, pairing equal seeds."""
+    if col != "all" and not (col.startswith("head:") and col.endswith(":all")):
+        return False
+    try:
+        from ltbench import predictions
+    except ImportError:
+        return False
+    import numpy as np
+
+    best = max(rows, key=lambda r: r.cells[(gi, ci)].mean)
+    head_of = lambda r: (col.split(":")[1] if col.startswith("head:") else (r.head or "main"))  # noqa: E731
+    best_unit = best.units[gi]
+    tested = False
+    for r in rows:
+        if r is best:
+            continue
+        unit = r.units[gi]
+        pairs_a, pairs_b = [], []
+        for seed in sorted(set(unit.runs) & set(best_unit.runs), key=str):
+            a = predictions.correct(unit.runs[seed]["dir"], head=head_of(r))
+            b = predictions.correct(best_unit.runs[seed]["dir"], head=head_of(best))
+            if a is not None and b is not None and a.shape == b.shape:
+                pairs_a.append(a)
+                pairs_b.append(b)
+        if not pairs_a:
+            continue
+        p = significance.paired_bootstrap_pvalue(np.stack(pairs_a), np.stack(pairs_b))
+        r.cells[(gi, ci)].similar = bool(p >= significance.ALPHA)
+        tested = True
+    return tested
