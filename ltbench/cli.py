@@ -101,7 +101,8 @@ def cmd_table(args) -> int:
     heads = [h.strip() for h in args.heads.split(",") if h.strip()] if args.heads else None
     test = None if args.test == "none" else args.test
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
-                          use_cache=not args.no_cache, published=True if args.published else None)
+                          use_cache=not args.no_cache, published=True if args.published else None,
+                          overrides=args.overrides)
     for i, table in enumerate(built):
         if args.digits is not None:
             table.spec.digits = args.digits
@@ -116,7 +117,8 @@ def cmd_table(args) -> int:
 def cmd_report(args) -> int:
     from ltbench.report.document import write_report
 
-    out = write_report(args.recipe, args.results, test=None if args.test == "none" else args.test)
+    out = write_report(args.recipe, args.results, test=None if args.test == "none" else args.test,
+                       overrides=args.overrides)
     print(f"report written to {out / 'report.md'}")
     return 0
 
@@ -162,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("table", help="paper-style tables: the recipe's declared tables, or one row per configuration")
     p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--table", help="print only this declared table")
     p.add_argument("--format", choices=["markdown", "latex", "csv"], default="markdown")
     p.add_argument("--digits", type=int, choices=range(0, 7), metavar="0..6", help="decimals (default: the table's, 2)")
@@ -176,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md")
     p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir)")
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch")
     p.set_defaults(func=cmd_report)

@@ -6,7 +6,7 @@ Modules, one concept each:
   spec      the ``tables:`` section of a recipe (validated when the recipe is loaded)
   rows      what a row is: configuration identity, labels, seeds found / missing / failed
   build     a filled table: cells, notes, best and second best per group
-  render    markdown, LaTeX, tidy CSV
+  formats   markdown, LaTeX, tidy CSV
   frames    ``load(path)``: tidy pandas DataFrames (runs, heads, shift, per_class, class_stats, curves)
   published reference rows and a delta column from the literature file
   document  ``ltbench report``: every table and figure in one folder
@@ -36,33 +36,37 @@ def load(path, results=None):
 
 
 def render(table, fmt: str = "markdown") -> str:
-    from ltbench.report.render import render as _render
+    from ltbench.report.formats import render as _render
 
     return _render(table, fmt)
 
 
-def source(path, results=None, use_cache: bool = True):
+def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
     """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
     from ltbench.report import expected as exp
     from ltbench.report import index
 
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        recipe = exp.recipe_runs(p, results, use_cache=use_cache)
+        recipe = exp.recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
         records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
+        records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
         return records, recipe, recipe.root
+    if overrides:
+        raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
     if not p.is_dir():
         raise LtbenchError(f"{p}: no such results directory or recipe file")
     return index.scan(p, use_cache), None, p
 
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
-           test: str | None = "welch", use_cache: bool = True, published: bool | None = None) -> list:
+           test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
+           overrides: list[str] = ()) -> list:
     """The declared tables of a recipe (or the one named), or the default table."""
     from ltbench.report.build import build_table
     from ltbench.report.spec import default_table
 
-    records, recipe, _ = source(path, results, use_cache)
+    records, recipe, _ = source(path, results, use_cache, overrides)
     declared = dict(recipe.tables) if recipe is not None else {}
     if name is not None and name not in declared:
         known = ", ".join(declared) or "none declared"
@@ -81,7 +85,14 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     for table_name, spec in specs.items():
         if published is not None:
             spec.published = published
-        table = build_table(table_name, spec, records, expected, where=where, test=test)
+        recs, exp = records, expected
+        if spec.include and recipe is not None:  # e.g. CIFAR-10-LT beside CIFAR-100-LT in one table
+            recs, exp = list(records), list(expected)
+            for other_path in spec.include:
+                other_records, other, _ = source(recipe.path.parent / other_path, results, use_cache)
+                recs += other_records
+                exp += other.expected
+        table = build_table(table_name, spec, recs, exp, where=where, test=test)
         if spec.published:
             from ltbench.report.published import add_published
 
@@ -106,7 +117,7 @@ def summary_table(recipe) -> str | None:
     from ltbench.report import index
     from ltbench.report.build import build_table
     from ltbench.report.expected import expected_of
-    from ltbench.report.render import to_markdown
+    from ltbench.report.formats import to_markdown
     from ltbench.report.spec import default_table
 
     if not Path(recipe.root).is_dir():

@@ -8,20 +8,22 @@ are not significantly different from the best of their column and group.
 
 from __future__ import annotations
 
-from ltbench.report.rows import (GROUPS, Cell, Row, Table, Unit, _group_values, default_rows, expand_columns,
-                                 expand_heads, explicit_rows, flatten, gather_units, value_text)
+from ltbench.report.rows import (GROUPS, Cell, Row, Table, Unit, _group_values, _matches, default_rows,
+                                 expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
 from ltbench.report.spec import TableSpec
 
 
 def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,
                 where: str = "tables", test: str | None = "welch") -> Table:
     units, notes = gather_units(records, expected)
+    if spec.where:
+        units = [u for u in units if _matches(u.flat, spec.where)]
     pivot = list(spec.pivot)
     groups = _group_values(units, pivot, spec) if units else [tuple(None for _ in pivot)]
     if spec.rows is not None:
         rows = explicit_rows(spec, units, groups, pivot, f"{where}.{name}")
     else:
-        rows = default_rows(spec, units, groups, pivot, auto_group=spec.group_by is None)
+        rows = default_rows(spec, units, groups, pivot, auto_group=spec.group_by is None, by_label=expected is None)
         if spec.heads:
             rows = expand_heads(rows, spec.heads)
     if spec.group_by:
@@ -71,34 +73,46 @@ def metric_key(row: Row, column: str) -> str:
 
 
 def fill_row(table: Table, row: Row) -> None:
-    multi = len(table.groups) > 1
+    """Cells (percent, one value per seed with the metric) and the row's notes: seeds missing, failed,
+    pending or damaged, values not recorded. Notes shared by several column groups are said once."""
+    notes: dict[str, list[str]] = {}
     for gi, unit in sorted(row.units.items()):
-        prefix = (" / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))) + ": ") if multi else ""
-        for ci, (col, _) in enumerate(table.columns):
+        where = " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot)))
+        for ci, (col, header) in enumerate(table.columns):
             cell = Cell()
             key = metric_key(row, col)
             lacking = []
             for seed in sorted(unit.runs, key=lambda s: (str(type(s)), s)):
-                rec = unit.runs[seed]
-                value = rec.get("metrics", {}).get(key)
+                value = unit.runs[seed].get("metrics", {}).get(key)
                 if value is None:
                     lacking.append(seed)
                     continue
                 cell.seeds.append(seed)
                 cell.values.append(100.0 * value)
             row.cells[(gi, ci)] = cell
-            if lacking and len(lacking) < len(unit.runs) + 1 and cell.values:
-                row.notes.append(f"{prefix}{table.columns[ci][1]} not recorded for seed(s) "
-                                 f"{', '.join(map(str, lacking))}")
+            if lacking:
+                notes.setdefault(f"{header} not recorded for seed(s) {', '.join(map(str, lacking))}", []).append(where)
         if unit.expected is not None:
             missing = [s for s in unit.expected if s not in unit.runs and s not in unit.problems]
             if missing:
-                row.notes.append(f"{prefix}seed(s) {', '.join(map(str, missing))} missing (never run)")
+                notes.setdefault(f"seed(s) {', '.join(map(str, missing))} missing (never run)", []).append(where)
         for seed in sorted(unit.problems, key=str):
-            row.notes.append(prefix + unit.problems[seed])
-    if table.groups and len(row.units) < len(table.groups) and row.units and multi:
+            notes.setdefault(unit.problems[seed], []).append(where)
+        for folder in sorted(set(unit.borrowed.values())):
+            seeds = [str(s) for s, f in sorted(unit.borrowed.items(), key=str) if f == folder]
+            notes.setdefault(f"seed(s) {', '.join(seeds)} read from {folder}/ (same run id, same computation)",
+                             []).append(where)
+    multi = len(table.groups) > 1
+    for text, places in notes.items():
+        if not multi:
+            row.notes.append(text)
+        elif len(places) == len(table.groups):
+            row.notes.append(f"{text} (every column group)")
+        else:
+            row.notes.append(f"{', '.join(places)}: {text}")
+    if multi and row.units and len(row.units) < len(table.groups):
         absent = [gi for gi in range(len(table.groups)) if gi not in row.units]
-        row.notes.append("no configuration for " + "; ".join(
+        row.notes.append("no configuration for " + ", ".join(
             " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))) for gi in absent))
 
 
@@ -129,14 +143,23 @@ def n_text(table: Table, row: Row) -> str:
     return n
 
 
+def scope_of(table: Table, row: Row):
+    """Rows compete for best within their row group, unless the table says across the whole table."""
+    return None if table.spec.best_scope == "table" else row.group
+
+
+def scopes(table: Table) -> list:
+    return list(dict.fromkeys(scope_of(table, r) for r in table.rows))
+
+
 def mark_best(table: Table) -> None:
     """Bold best, underline second best, per column within each column group and row group. Ties on
     the printed value share the mark. Needs two candidates (three for a second best)."""
     digits = table.spec.digits
     for gi in range(len(table.groups)):
         for ci in range(len(table.columns)):
-            for group in {r.group for r in table.rows}:
-                cells = [r.cells.get((gi, ci)) for r in table.rows if r.group == group and not r.published]
+            for group in scopes(table):
+                cells = [r.cells.get((gi, ci)) for r in table.rows if scope_of(table, r) == group and not r.published]
                 scored = [c for c in cells if c is not None and c.mean is not None]
                 if len(scored) < 2:
                     continue

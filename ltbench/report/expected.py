@@ -67,18 +67,23 @@ def expected_of(runs: list[dict]) -> list[dict]:
     return out
 
 
-def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: bool = True) -> RecipeRuns:
-    """Expected runs and declared tables of a recipe file, from the cache when nothing changed."""
-    from ltbench.recipe import load_yaml
+def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: bool = True,
+                overrides: list[str] = ()) -> RecipeRuns:
+    """Expected runs and declared tables of a recipe file (with the same dotted overrides as
+    ``ltbench run``), from the cache when nothing changed."""
+    from ltbench.recipe import load_yaml, parse_override, set_dotted
 
     path = Path(path)
     raw = load_yaml(path)
+    for text in overrides:
+        key, value = parse_override(text)
+        set_dotted(raw, key, value, f"{path}: override '{text}'")
     name, root = _root_of(path, raw, results)
     plugins = raw.get("plugins") if isinstance(raw.get("plugins"), list) else []
     plugin_dirs = [str((path.parent / p).resolve()) for p in plugins if isinstance(p, str)]
-    signature = hashlib.sha1(path.read_bytes() + str(root).encode() + _code_signature(plugin_dirs).encode()
-                             ).hexdigest()
-    cache_path = root / f".ltbench-recipe-{name}.json"
+    signature = hashlib.sha1(path.read_bytes() + json.dumps([str(root), list(overrides)]).encode()
+                             + _code_signature(plugin_dirs).encode()).hexdigest()
+    cache_path = root / f".ltbench-recipe-{name}-{hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]}.json"
     if use_cache:
         try:
             cached = json.loads(cache_path.read_text())
@@ -89,7 +94,7 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
             pass
     from ltbench.recipe import load_recipe
 
-    recipe = load_recipe(path, results_dir=results)
+    recipe = load_recipe(path, list(overrides), results_dir=results)
     expected = expected_of(recipe.runs)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     if use_cache and root.is_dir():

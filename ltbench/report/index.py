@@ -240,3 +240,27 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
         _save_cache(cache_path, {"version": INDEX_VERSION, "runs": fresh,
                                  "configs": {k: v for k, v in configs.items() if k in used}})
     return records
+
+
+def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -> list[dict]:
+    """Expected runs absent from ``root`` but present, with the same run id, in a sibling recipe's
+    folder (``results/<other recipe>/<run id>``): the same run id is the same computation, so the
+    run is used, and its record says where it came from."""
+    root = Path(root)
+    have = {r.get("run_id") for r in records} | {Path(r["dir"]).name for r in records}
+    wanted = [e["run_id"] for e in expected if e["run_id"] not in have]
+    if not wanted or not root.parent.is_dir():
+        return []
+    siblings = sorted(p for p in root.parent.iterdir() if p.is_dir() and p != root and not p.name.startswith("."))
+    out = []
+    for run_id in wanted:
+        for sib in siblings:
+            path = sib / run_id / store.RESULT
+            if path.is_file():
+                rec = read_result_file(path)
+                if rec.get("status") == "done":
+                    rec["dir"] = str(path.parent)
+                    rec["borrowed"] = sib.name
+                    out.append(rec)
+                    break
+    return out

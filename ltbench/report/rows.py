@@ -143,6 +143,7 @@ class Unit:
     expected: list[int] | None = None
     runs: dict[int, dict] = field(default_factory=dict)  # seed -> record (done preferred)
     problems: dict[int, str] = field(default_factory=dict)  # seed -> status text (failed, pending, ...)
+    borrowed: dict[int, str] = field(default_factory=dict)  # seed -> sibling recipe folder it was read from
 
 
 @dataclass
@@ -219,6 +220,8 @@ def _place(unit: Unit, seed, rec: dict) -> None:
             unit.problems.pop(seed, None)
         if rec.get("note"):
             unit.problems.setdefault(seed, f"seed {seed}: {rec['note']}")
+        if rec.get("borrowed"):
+            unit.borrowed[seed] = rec["borrowed"]
         return
     if seed in unit.runs and unit.runs[seed]["status"] == "done":
         return
@@ -292,8 +295,15 @@ def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot
     return rows
 
 
+def natural_key(text: str) -> list:
+    """'backward10' after 'backward2'; 'ρ=10' before 'ρ=100'."""
+    return [(0, float(t), "") if re.fullmatch(r"\d+(\.\d+)?", t) else (1, 0.0, t)
+            for t in re.findall(r"\d+(?:\.\d+)?|\D+", text or "")]
+
+
 def default_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],
-                 auto_group: bool) -> list[Row]:
+                 auto_group: bool, by_label: bool = False) -> list[Row]:
+    """One row per configuration (less the pivot keys): in grid order with a recipe, else by label."""
     skip = set(pivot) | ({spec.group_by} if spec.group_by else set())
     grouped_by = [k for k in AUTO_GROUP_KEYS if auto_group and len({value_text(u.flat.get(k)) for u in units}) > 1
                   and k not in skip]
@@ -317,6 +327,8 @@ def default_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot:
                               else value_text(flat.get(k)) for k in grouped_by)
         rows.append(Row(label, group, units=members[rk]))
     _disambiguate(rows)
+    if by_label:
+        rows.sort(key=lambda r: (natural_key(r.group or ""), natural_key(r.label)))
     return rows
 
 
@@ -339,7 +351,7 @@ def expand_heads(rows: list[Row], patterns: list[str]) -> list[Row]:
         for h in heads:
             if any(fnmatch.fnmatch(h, p) for p in patterns):
                 out.append(Row(f"{row.label} · {h}", row.group, row.highlight, h, dict(row.marks), row.units))
-    if rows and not out:
+    if rows and not out and any(u.runs for r in rows for u in r.units.values()):
         all_heads = sorted({k.split(":")[1] for r in rows for u in r.units.values() for x in u.runs.values()
                             for k in x.get("metrics", {}) if k.startswith("head:")})
         raise ConfigError(f"no head matches '{','.join(patterns)}'; heads in these results: "

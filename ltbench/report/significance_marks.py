@@ -9,6 +9,7 @@ images and is used only for columns that are whole-test-set accuracies (all, a h
 
 from __future__ import annotations
 
+from ltbench.report.build import scope_of, scopes
 from ltbench.report.rows import Row, Table
 
 TESTS = ("welch", "bootstrap")
@@ -24,8 +25,8 @@ def mark_similar(table: Table, test: str) -> str | None:
     used = False
     for gi in range(len(table.groups)):
         for ci, (col, _) in enumerate(table.columns):
-            for group in {r.group for r in table.rows}:
-                rows = [r for r in table.rows if r.group == group and not r.published
+            for group in scopes(table):
+                rows = [r for r in table.rows if scope_of(table, r) == group and not r.published
                         and r.cells.get((gi, ci)) is not None and r.cells[(gi, ci)].mean is not None]
                 if len(rows) < 2:
                     continue

@@ -47,6 +47,8 @@ class RowSpec:
 class TableSpec:
     caption: str = ""
     label: str = ""  # LaTeX \label
+    include: list[str] = field(default_factory=list)  # other recipe files (relative to this one) whose runs join
+    where: dict[str, Any] = field(default_factory=dict)  # only configurations with these values
     rows: list[RowSpec] | None = None  # None: one row per distinct configuration, in grid order
     row_label: str | None = None  # template over config values, e.g. "{method.name} (tau={method.tau})"
     columns: list[str] = field(default_factory=lambda: list(GROUPS))
@@ -59,7 +61,8 @@ class TableSpec:
     heads: list[str] = field(default_factory=list)  # one row per configuration and per head (fnmatch)
     digits: int = 2
     std: bool = True
-    best: bool = True  # bold best, underline second best per column within each column/row group
+    best: bool = True  # bold best, underline second best per column within each column group
+    best_scope: str = "group"  # 'group': also within each row group (epoch sections); 'table': across row groups
     published: bool = False  # add matching published results as reference rows (dagger) and a delta column
     published_method: dict[str, str] = field(default_factory=dict)  # row label -> published method name
 
@@ -68,6 +71,8 @@ class TableSpec:
             raise ValueError(f"digits: expected 0 to 6, got {self.digits}")
         if self.rows is not None and self.row_label is not None:
             raise ValueError("give either rows (explicit) or row_label (a template), not both")
+        if self.best_scope not in ("group", "table"):
+            raise ValueError(f"best_scope: expected 'group' or 'table', got {self.best_scope!r}")
         if self.rows is not None and self.heads:
             raise ValueError("heads expands default rows; with explicit rows give each row its own head")
 
@@ -105,16 +110,24 @@ def parse_table(name: str, raw: Any, where: str) -> TableSpec:
             if unknown:
                 raise ConfigError(f"{where}.rows[{i}].marks: '{sorted(unknown)[0]}' is not a declared switch "
                                   f"(switches: {', '.join(spec.switches) or 'none'})")
-        labels = [r.label for r in spec.rows if r.label]
+        labels = [(r.group, r.label) for r in spec.rows if r.label]
         dup = {x for x in labels if labels.count(x) > 1}
         if dup:
-            raise ConfigError(f"{where}.rows: label '{sorted(dup)[0]}' is used twice")
+            raise ConfigError(f"{where}.rows: label '{sorted(dup, key=str)[0][1]}' is used twice in one row group")
+        for i, row in enumerate(spec.rows):
+            for name, mark in row.marks.items():
+                if not isinstance(mark, bool):
+                    raise ConfigError(f"{where}.rows[{i}].marks.{name}: expected true or false, got {mark!r}")
     for i, col in enumerate(spec.columns):
         check_column(col, f"{where}.columns[{i}]")
     if not spec.columns:
         raise ConfigError(f"{where}.columns: expected at least one column")
-    for key in spec.pivot + ([spec.group_by] if spec.group_by else []) + list(spec.switch_keys.values()):
+    for key in spec.pivot + ([spec.group_by] if spec.group_by else []) + list(spec.switch_keys.values()) \
+            + list(spec.where):
         check_key(key, f"{where}")
+    for i, inc in enumerate(spec.include):
+        if not inc.endswith((".yaml", ".yml")) or inc.startswith("/") or ".." in inc.split("/"):
+            raise ConfigError(f"{where}.include[{i}]: '{inc}' must be a recipe file next to this one (e.g. cifar10_lt.yaml)")
     for key in spec.pivot_labels:
         if key not in spec.pivot:
             raise ConfigError(f"{where}.pivot_labels: '{key}' is not one of the pivot keys ({', '.join(spec.pivot)})")

@@ -124,7 +124,8 @@ def to_markdown(table: Table) -> str:
     lines, current = [], object()
     for i, row in enumerate(table.rows):
         if row.group != current and any(r.group for r in table.rows):
-            lines.append([f"*{row.group or ''}*"] + [""] * (len(headers) - 1))
+            if row.group:
+                lines.append([f"*{row.group}*"] + [""] * (len(headers) - 1))
             current = row.group
         lines.append([_label(table, i, row, marks, False)] + [_switch(row, s, False) for s in table.spec.switches]
                      + body_cells(table, row, False) + ["" if row.published else n_text(table, row)])
@@ -192,7 +193,8 @@ def to_latex(table: Table) -> str:
         if row.group != current and any(r.group for r in table.rows):
             if i:
                 out.append(r"\midrule")
-            out.append(rf"\multicolumn{{{width}}}{{l}}{{\textit{{{latex_escape(row.group or '')}}}}} \\")
+            if row.group:
+                out.append(rf"\multicolumn{{{width}}}{{l}}{{\textit{{{latex_escape(row.group)}}}}} \\")
             current = row.group
         cells = [_label(table, i, row, marks, True)] + [_switch(row, s, True) for s in switches] \
             + body_cells(table, row, True) + ["" if row.published else latex_escape(n_text(table, row))]
