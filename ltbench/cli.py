@@ -1,4 +1,4 @@
-"""Command line: ``ltbench run | list | data | table | report | status``.
+"""Command line: ``ltbench run | list | data | table | report | plot | status``.
 
 A problem the user can fix is printed as one line on stderr with a non-zero exit and no traceback
 (``--debug`` shows it).
@@ -123,6 +123,20 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_plot(args) -> int:
+    from ltbench import report
+    from ltbench.report.document import draw
+
+    frames = report.load(args.path, args.results, overrides=args.overrides)
+    _, _, root = report.source(args.path, args.results, overrides=args.overrides)
+    out_dir = Path(args.out) if args.out else Path(root) / "report" / "figures"
+    paths, reason = draw(args.kind, frames, out_dir / args.kind)
+    if not paths:
+        raise LtbenchError(f"{args.path}: {reason}")
+    print("\n".join(paths))
+    return 0
+
+
 def cmd_status(args) -> int:
     from ltbench import launch
 
@@ -183,6 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", help="results directory (default: the recipe's results_dir)")
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("plot", help="figures (PNG and PDF): per-class accuracy, kappa, prior shift, training curves")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
+    p.add_argument("--kind", choices=["per_class", "kappa", "shift", "curves"], required=True)
+    p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("status", help="state of each run, read from disk")
     p.add_argument("path", help="a results directory or a recipe file")

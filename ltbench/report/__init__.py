@@ -28,11 +28,13 @@ from ltbench.errors import LtbenchError
 FORMATS = ("markdown", "latex", "csv")
 
 
-def load(path, results=None):
-    """Tidy pandas DataFrames of every run below ``path`` (a results folder or a recipe file)."""
+def load(path, results=None, overrides=()):
+    """Tidy pandas DataFrames of every run below ``path`` (a results folder or a recipe file, with
+    the recipe's overrides): runs, heads, shift, test_sets, per_class, class_stats, curves. See
+    ``ltbench.report.frames`` for the columns."""
     from ltbench.report.frames import load as _load
 
-    return _load(path, results=results)
+    return _load(path, results=results, overrides=overrides)
 
 
 def render(table, fmt: str = "markdown") -> str:

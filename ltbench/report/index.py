@@ -234,6 +234,7 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
         else:
             rec = _unfinished_record(run_dir, names)
         rec["dir"] = str(run_dir)
+        rec["name"] = rel if rel != "." else run_dir.name  # relative to the root, for notes
         records.append(rec)
     if use_cache and (changed or len(fresh) != len(cached)):
         used = {r[1].get("key") for r in fresh.values()}
@@ -260,6 +261,7 @@ def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -
                 rec = read_result_file(path)
                 if rec.get("status") == "done":
                     rec["dir"] = str(path.parent)
+                    rec["name"] = f"../{sib.name}/{run_id}"
                     rec["borrowed"] = sib.name
                     out.append(rec)
                     break

@@ -195,20 +195,24 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
             if key not in units:
                 units[key] = Unit(key, flatten(rec["config"]), len(units))
         else:
-            notes.append(f"{rec['dir']}: {rec.get('note', 'unreadable run folder')}; left out")
+            notes.append(f"{_name(rec)}: {rec.get('note', 'unreadable run folder')}; left out")
             continue
         unit = units[key]
         if run_id in seen_runs and rec["status"] == "done" and unit.runs.get(seed, {}).get("status") == "done":
-            notes.append(f"{rec['dir']} is a copy of run {run_id} ({seen_runs[run_id]}): counted once")
+            notes.append(f"{_name(rec)} is a copy of run {run_id} ({seen_runs[run_id]}): counted once")
             continue
-        seen_runs.setdefault(run_id, rec["dir"])
+        seen_runs.setdefault(run_id, _name(rec))
         _place(unit, seed, rec)
     if foreign:
-        shown = ", ".join(r["dir"].rstrip("/").rsplit("/", 1)[-1] for r in foreign[:5])
+        shown = ", ".join(_name(r) for r in foreign[:5])
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
         notes.append(f"{len(foreign)} run folder(s) are not runs of this recipe (other settings, or made by "
                      f"another version of it) and are left out: {shown}{more}")
     return sorted(units.values(), key=lambda u: u.order), notes
+
+
+def _name(rec: dict) -> str:
+    return rec.get("name") or rec["dir"].rstrip("/").rsplit("/", 1)[-1]
 
 
 def _place(unit: Unit, seed, rec: dict) -> None:
@@ -227,7 +231,7 @@ def _place(unit: Unit, seed, rec: dict) -> None:
         return
     text = {"failed": f"seed {seed} failed" + (f" ({rec['error']})" if rec.get("error") else ""),
             "running": f"seed {seed} still running", "pending": f"seed {seed} pending"}.get(
-        status, f"seed {seed} damaged: {rec.get('note', 'unreadable')} ({rec['dir']})")
+        status, f"seed {seed} damaged: {rec.get('note', 'unreadable')} ({_name(rec)})")
     unit.problems[seed] = text
 
 
