@@ -8,7 +8,7 @@ are not significantly different from the best of their column and group.
 
 from __future__ import annotations
 
-from ltbench.report.rows import (GROUPS, Cell, Row, Table, Unit, _group_values, _matches, default_rows,
+from ltbench.report.rows import (GROUPS, Cell, Row, Table, Unit, _group_values, _matches, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
 from ltbench.report.spec import TableSpec
 
@@ -30,7 +30,7 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
         for r in rows:
             if r.group is None and r.units:
                 value = next(iter(r.units.values())).flat.get(spec.group_by)
-                r.group = _group_title(spec, value)
+                r.group = group_title(spec, value)
         rows = _stable_group_order(rows)
     for switch, key in spec.switch_keys.items():
         for r in rows:
@@ -50,11 +50,6 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
 
         table.test = mark_similar(table, test)
     return table
-
-
-def _group_title(spec: TableSpec, value) -> str:
-    labels = {value_text(k) if not isinstance(k, str) else k: v for k, v in spec.group_labels.items()}
-    return labels.get(value_text(value), f"{spec.group_by.split('.', 1)[1]}={value_text(value)}")
 
 
 def _stable_group_order(rows: list[Row]) -> list[Row]:

@@ -88,6 +88,12 @@ def default_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     return labels
 
 
+def group_title(spec: TableSpec, value) -> str:
+    """The section title of a ``group_by`` value: from ``group_labels``, else 'epochs=200'."""
+    labels = {value_text(k) if not isinstance(k, str) else k: v for k, v in spec.group_labels.items()}
+    return labels.get(value_text(value), f"{short_key(spec.group_by)}={value_text(value)}")
+
+
 def template_label(template: str, flat: dict[str, Any]) -> str:
     return TEMPLATE_FIELD.sub(lambda m: value_text(flat[m.group(1)]) if m.group(1) in flat else "?", template)
 
@@ -325,7 +331,7 @@ def default_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot:
     labels = [template_label(spec.row_label, f) for f in flats] if spec.row_label else default_labels(flats, skip)
     rows = []
     for rk, label, flat in zip(keys, labels, flats):
-        group = None
+        group = group_title(spec, flat.get(spec.group_by)) if spec.group_by else None
         if grouped_by:
             group = ", ".join(f"{short_key(k)}={value_text(flat.get(k))}" if k != "data.name"
                               else value_text(flat.get(k)) for k in grouped_by)
