@@ -48,7 +48,10 @@ def delta_text(table: Table, row: Row, gi: int, latex: bool) -> str:
 
 
 def has_delta(table: Table) -> bool:
-    return any(c.delta is not None for r in table.rows for c in r.cells.values())
+    """Whether any cell has a published delta (computed once per table: renderers ask per row)."""
+    if table.__dict__.get("_has_delta") is None:
+        table.__dict__["_has_delta"] = any(c.delta is not None for r in table.rows for c in r.cells.values())
+    return table.__dict__["_has_delta"]
 
 
 def footnotes(table: Table) -> tuple[dict[int, int], list[str]]:
@@ -122,8 +125,9 @@ def to_markdown(table: Table) -> str:
     marks, notes = footnotes(table)
     headers = ["Method"] + list(table.spec.switches) + _header_cells(table) + ["n"]
     lines, current = [], object()
+    grouped = any(r.group for r in table.rows)
     for i, row in enumerate(table.rows):
-        if row.group != current and any(r.group for r in table.rows):
+        if row.group != current and grouped:
             if row.group:
                 lines.append([f"*{row.group}*"] + [""] * (len(headers) - 1))
             current = row.group
@@ -189,8 +193,9 @@ def to_latex(table: Table) -> str:
         out.append(rf"\label{{{table.spec.label}}}")
     out += [rf"\begin{{tabular}}{{{colspec}}}", r"\toprule"] + _latex_header(table, n_lead) + [r"\midrule"]
     current = object()
+    grouped = any(r.group for r in table.rows)
     for i, row in enumerate(table.rows):
-        if row.group != current and any(r.group for r in table.rows):
+        if row.group != current and grouped:
             if i:
                 out.append(r"\midrule")
             if row.group:

@@ -73,17 +73,22 @@ def prior_order(name: str) -> tuple:
 
 def default_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     """Method name plus the fields in which a row differs from the others (method fields compared
-    only between rows of the same method)."""
+    only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
     keys = sorted({k for f in flats for k in f} - skip - {"method.name"})
-    labels = []
-    for f, name in zip(flats, names):
-        parts = []
+    texts = [{k: value_text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
+    varying_all = {k for k in keys if not k.startswith("method.") and len({t[k] for t in texts}) > 1}
+    seen_by_method: dict[str, dict[str, set]] = {}
+    for name, t in zip(names, texts):
+        per = seen_by_method.setdefault(name, {})
         for k in keys:
-            peers = [g for g, n in zip(flats, names) if n == name] if k.startswith("method.") else flats
-            texts = {value_text(g.get(k, "<absent>")) for g in peers}
-            if len(texts) > 1 and k in f:
-                parts.append(f"{short_key(k)}={value_text(f[k])}")
+            if k.startswith("method."):
+                per.setdefault(k, set()).add(t[k])
+    varying_method = {name: {k for k, v in per.items() if len(v) > 1} for name, per in seen_by_method.items()}
+    labels = []
+    for f, name, t in zip(flats, names, texts):
+        parts = [f"{short_key(k)}={t[k]}" for k in keys
+                 if k in f and (k in varying_all or k in varying_method[name])]
         labels.append(name + (f" ({', '.join(parts)})" if parts else ""))
     return labels
 
@@ -245,14 +250,24 @@ def _place(unit: Unit, seed, rec: dict) -> None:
 # Columns and rows
 
 
+def metric_names(units: list[Unit], prefix: str) -> set[str]:
+    """Names of the metrics starting with ``prefix`` that some run of these units recorded."""
+    out: set[str] = set()
+    for u in units:
+        for r in u.runs.values():
+            m = r.get("metrics") or {}
+            names = m.names(prefix) if hasattr(m, "names") else [k for k in m if k.startswith(prefix)]
+            out.update(names)
+    return out
+
+
 def expand_columns(spec: TableSpec, units: list[Unit]) -> list[tuple[str, str]]:
-    present = {k for u in units for r in u.runs.values() for k in r.get("metrics", {})}
     cols = []
     for name in spec.columns:
         if name in GROUPS:
             cols.append((name, HEADERS[name]))
         elif name == "priors":
-            priors = sorted({k.split(":")[1] for k in present if k.startswith("prior:")}, key=prior_order)
+            priors = sorted({k.split(":")[1] for k in metric_names(units, "prior:")}, key=prior_order)
             cols += [(f"prior:{p}:all", p) for p in priors]
         elif PRIOR_NAME.match(name):
             cols.append((f"prior:{name}:all", name))
@@ -356,14 +371,13 @@ def expand_heads(rows: list[Row], patterns: list[str]) -> list[Row]:
     """One row per row and per head whose name matches a pattern (fnmatch): 'label · head'."""
     out = []
     for row in rows:
-        heads = sorted({k.split(":")[1] for u in row.units.values() for r in u.runs.values()
-                        for k in r.get("metrics", {}) if k.startswith("head:")})
+        heads = sorted({k.split(":")[1] for k in metric_names(list(row.units.values()), "head:")})
         for h in heads:
             if any(fnmatch.fnmatch(h, p) for p in patterns):
                 out.append(Row(f"{row.label} · {h}", row.group, row.highlight, h, dict(row.marks), row.units))
     if rows and not out and any(u.runs for r in rows for u in r.units.values()):
-        all_heads = sorted({k.split(":")[1] for r in rows for u in r.units.values() for x in u.runs.values()
-                            for k in x.get("metrics", {}) if k.startswith("head:")})
+        all_heads = sorted({k.split(":")[1] for k in metric_names([u for r in rows for u in r.units.values()],
+                                                                    "head:")})
         raise ConfigError(f"no head matches '{','.join(patterns)}'; heads in these results: "
                           f"{', '.join(all_heads) or '(none)'}")
     return out
