@@ -30,6 +30,7 @@ from ltbench.data.base import LTData, MultiView
 from ltbench.errors import NonFiniteLossError
 from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
 from ltbench.method import Method, MethodContext, create_method
+from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.registry import BACKBONES, DATASETS
 
 CHECKPOINT_FORMAT = 1
@@ -252,6 +253,12 @@ def evaluate(run: Run, device: torch.device) -> dict:
             s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
             out["target_priors"][name] = {"all": accuracy_under_prior(s["per_class"], prior),
                                           **{g: s[g] for g in ("many", "medium", "few")}}
+    # The argmax per test image behind these metrics, for paired tests (ltbench.predictions); train()
+    # takes it out of the metrics and saves it. predict() is deterministic, so recomputing it here
+    # keeps this bookkeeping apart from the metric code.
+    arrays = out[PREDICTION_ARRAYS] = {"labels": labels, "head:main": method.predict(feats, target_prior=uniform)
+                                       .argmax(1).cpu().numpy()}
+    arrays.update({f"head:{head}": scores.argmax(1).cpu().numpy() for head, scores in (heads or {}).items()})
     if e.test_sets:
         out["test_sets"] = {}
         for name in e.test_sets:
@@ -259,7 +266,8 @@ def evaluate(run: Run, device: torch.device) -> dict:
             set_feats = test_features(run, device, dataset=dataset)
             prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
             scores = method.predict(set_feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
-            s = summarize(scores.argmax(1).cpu().numpy(), set_labels, counts, e.many_threshold, e.few_threshold)
+            arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, scores.argmax(1).cpu().numpy()
+            s = summarize(arrays[f"set:{name}:head:main"], set_labels, counts, e.many_threshold, e.few_threshold)
             out["test_sets"][name] = {"size": int(len(set_labels)), **{g: s[g] for g in ("all", "many", "medium", "few")}}
     return out
 
@@ -402,6 +410,9 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         best = max(logged + [{"epoch": o.epochs, "test": {g: metrics[g] for g in ("all", "many", "medium", "few")}}],
                    key=lambda r: r["test"]["all"] if r["test"]["all"] is not None else -1)
         selection["oracle_best_on_test"] = {"epoch": best["epoch"], **best["test"]}
+    predictions = metrics.pop(PREDICTION_ARRAYS)
+    if main:
+        save_predictions(run_dir, predictions, run.data.num_classes)
     return {
         "metrics": metrics,
         "selection": selection,

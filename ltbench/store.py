@@ -5,6 +5,7 @@ Layout (``results/<recipe name>/<run id>/``):
   config.yaml    the resolved configuration, for people
   log.jsonl      one line per epoch (appended; a reader ignores a torn last line)
   checkpoint.pt  the last epoch-end (or timed) checkpoint
+  predictions.npz  argmax per test image per head, for paired tests (written just before result.json)
   result.json    the final record; status 'done' or 'failed'
   started.json   written by the worker when it starts (host, pid, Slurm job id, requeue count)
   submitted.json written by a cluster launcher (job ids), so status can say 'pending'

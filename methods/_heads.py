@@ -21,3 +21,13 @@ class NormedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device_type=x.device.type, enabled=False):
             return F.normalize(x.float(), dim=1) @ F.normalize(self.weight.float(), dim=0)
+
+
+@torch.no_grad()
+def class_weight_norms(head: nn.Module) -> list[float]:
+    """||w_y|| per class of a linear (weight: classes x features) or NormedLinear (features x classes) head.
+
+    Recorded in result.json beside BAPE's kappa (the paper's Figure 3 shape): under plain CE these norms grow
+    with class frequency, the bias that logit adjustment and cosine classifiers remove."""
+    weight = head.weight.float()
+    return weight.norm(dim=0 if isinstance(head, NormedLinear) else 1).cpu().tolist()

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
+from ._heads import class_weight_norms
+
 
 @dataclass
 class CEConfig:
@@ -33,3 +35,6 @@ class CrossEntropy(Method):
 
     def predict(self, features, *, target_prior=None):
         return self.head(features)
+
+    def result_extras(self) -> dict:
+        return {"weight_norm": class_weight_norms(self.head)}

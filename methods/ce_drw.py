@@ -21,6 +21,7 @@ from ltbench.method import Method
 from ltbench.registry import METHODS
 
 from ._drw import DRW
+from ._heads import class_weight_norms
 
 
 @dataclass
@@ -53,3 +54,6 @@ class CrossEntropyDRW(Method):
     def predict(self, features, *, target_prior=None):
         z = self.head(features)
         return z + self.target_shift(target_prior, z)
+
+    def result_extras(self) -> dict:
+        return {"weight_norm": class_weight_norms(self.head)}

@@ -23,7 +23,7 @@ from ltbench.method import Method
 from ltbench.registry import METHODS
 
 from .la import log_prior_adjustment
-from ._heads import NormedLinear
+from ._heads import NormedLinear, class_weight_norms
 
 
 @dataclass
@@ -67,6 +67,12 @@ class CosineClassifier(Method):
         if isinstance(self.scale, nn.Parameter):
             out["scale"] = self.scale.detach().clone()
         return out
+
+    @torch.no_grad()
+    def result_extras(self) -> dict:
+        """Per-class norms of the raw class weights (they do not enter s·cos, but show how training moved each
+        class) and the logit scale s, the one norm the prediction uses (learned when learn_scale)."""
+        return {"weight_norm": class_weight_norms(self.head), "scale": float(self.scale)}
 
     def predict(self, features, *, target_prior=None):
         z = self.logits(features)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
-from ._heads import NormedLinear
+from ._heads import NormedLinear, class_weight_norms
 
 
 def log_prior_adjustment(prior: torch.Tensor, tau: float) -> torch.Tensor:
@@ -86,6 +86,15 @@ class _LinearHeadMethod(Method):
     def adjustment(self) -> torch.Tensor:
         """log(π_train**τ + 1e-12) on the head's device."""
         return log_prior_adjustment(self.ctx.train_prior, self.tau).to(self.head.weight.device)
+
+    @torch.no_grad()
+    def result_extras(self) -> dict:
+        """Per-class weight norms (``class_weight_norms``; with the cosine head only their directions enter the
+        logits), and the mean training feature norm that ``test_normalize`` uses."""
+        extras = {"weight_norm": class_weight_norms(self.head.cos if self.cfg.head == "cosine" else self.head)}
+        if self.feature_count > 0:
+            extras["feature_norm_mean"] = float(self.feature_norm)
+        return extras
 
 
 class _ScaledCosine(nn.Module):

@@ -1,0 +1,244 @@
+"""Figures of a study: per-class accuracy, per-class statistics, shifted test priors, training curves.
+
+Each ``plot_*`` function takes a tidy frame from ``ltbench.report.load`` (it never reads result
+files), draws one line per table row, mean over that row's seeds, writes ``out_base + ".png"`` and
+``".pdf"`` atomically, and returns the written paths.  The matching ``figure_*`` function returns
+the matplotlib figure unsaved, for notebooks and for tests that count what was drawn.
+
+Headless by construction: figures are built with ``matplotlib.figure.Figure`` (object API, Agg
+and PDF canvases), never through pyplot, so no display and no global backend switch is needed.
+Legends give each row's number of seeds, as tables do.  Accuracies arrive as fractions and are
+shown in percent.
+"""
+
+from __future__ import annotations
+
+import io
+from itertools import cycle
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from ltbench.errors import LtbenchError
+from ltbench.evaluation import GROUPS, parse_prior_name
+from ltbench.store import atomic_write_bytes
+
+FORMATS = ("png", "pdf")
+LINE_STYLES = ("-", "--", "-.", ":")
+SIZE = (6.4, 4.0)
+
+
+def _require(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise LtbenchError(f"{what}: the data has no column(s) {', '.join(missing)}")
+    if df.empty:
+        raise LtbenchError(f"{what}: nothing to plot (no runs with these values)")
+
+
+def _row_styles(rows: Sequence[str]) -> dict[str, dict]:
+    """Colour cycles fastest, then line style, so up to 40 rows stay distinguishable."""
+    colours = [f"C{i}" for i in range(10)]
+    styles = cycle([(ls, c) for ls in LINE_STYLES for c in colours])
+    return {row: {"color": c, "linestyle": ls} for row, (ls, c) in zip(rows, styles)}
+
+
+def _by_row(df: pd.DataFrame, x: str, y: str, scale: float = 1.0):
+    """Per row, in first-appearance order: (row, label with n seeds, x, mean and std over seeds, n seeds)."""
+    for row in pd.unique(df["row"]):
+        part = df[df["row"] == row]
+        n_seeds = part["seed"].nunique()
+        per_x = part.groupby(x, sort=True)[y].agg(["mean", "std"])
+        yield (row, f"{row} (n={n_seeds})", per_x.index.to_numpy(), per_x["mean"].to_numpy() * scale,
+               per_x["std"].fillna(0.0).to_numpy() * scale, n_seeds)
+
+
+def _draw_rows(ax: Axes, df: pd.DataFrame, x: str, y: str, scale: float = 1.0, band: bool = True,
+               marker: str | None = None) -> None:
+    styles = _row_styles(list(pd.unique(df["row"])))
+    for row, label, xs, mean, std, n_seeds in _by_row(df, x, y, scale):
+        ax.plot(xs, mean, label=label, marker=marker, markersize=3, **styles[row])
+        if band and n_seeds > 1:
+            ax.fill_between(xs, mean - std, mean + std, color=styles[row]["color"], alpha=0.15, linewidth=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+
+
+def _log_x(ax: Axes) -> None:
+    """Log x axis labelled 5, 10, 200 (not 2x10^1); minor ticks labelled only within one decade."""
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain if high / max(low, 1e-12) < 10 else NullFormatter())
+
+
+def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
+    """Write ``out_base``.png and .pdf, each atomically (no half-written figure after a crash)."""
+    out_base = Path(out_base)
+    out_base.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in FORMATS:
+        buffer = io.BytesIO()
+        metadata = {"CreationDate": None} if fmt == "pdf" else {}
+        figure.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
+        path = out_base.with_name(f"{out_base.name}.{fmt}")
+        atomic_write_bytes(path, buffer.getvalue())
+        written.append(path)
+    return written
+
+
+# ------------------------------------------------------------------------------------------------
+# Per class, against training count
+
+
+def _class_means(df: pd.DataFrame, value: str) -> pd.DataFrame:
+    """Mean over seeds per class, then classes sharing a training count averaged into one point:
+    ImageNet-LT has hundreds of classes per count, and a vertical zigzag at each count hides the trend."""
+    per_class = df.groupby(["row", "seed", "class_index", "train_count"], sort=False)[value].mean().reset_index()
+    return per_class.groupby(["row", "seed", "train_count"], sort=False)[value].mean().reset_index()
+
+
+def shot_boundaries_from_groups(df: pd.DataFrame) -> list[float]:
+    """Where the shot groups meet, on the training-count axis: halfway (geometrically) between
+    the largest count of a group and the smallest count of the next one up."""
+    bounds = []
+    present = [g for g in reversed(GROUPS) if (df["group"] == g).any()]  # few, medium, many
+    for lower, upper in zip(present, present[1:]):
+        top = df.loc[df["group"] == lower, "train_count"].max()
+        bottom = df.loc[df["group"] == upper, "train_count"].min()
+        bounds.append(float(np.sqrt(max(top, 1) * max(bottom, 1))))
+    return bounds
+
+
+def _name_shot_groups(ax: Axes, bounds: list[float], groups: list[str]) -> None:
+    """Write few / medium / many at the top of their regions (when the boundaries separate them)."""
+    if len(groups) != len(bounds) + 1:
+        return
+    low, high = ax.get_xlim()
+    edges = [low, *sorted(bounds), high]
+    for group, left, right in zip(groups, edges, edges[1:]):
+        ax.text(float(np.sqrt(left * right)), 0.98, group, transform=ax.get_xaxis_transform(), ha="center",
+                va="top", fontsize="small", color="0.35")
+
+
+def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None = None) -> Figure:
+    _require(df, ["row", "seed", "class_index", "train_count", "group", "accuracy"], "per-class figure")
+    figure = Figure(figsize=SIZE)
+    ax = figure.add_subplot()
+    _draw_rows(ax, _class_means(df.dropna(subset=["accuracy"]), "accuracy"), "train_count", "accuracy",
+               scale=100.0, band=False, marker="o")
+    bounds = shot_boundaries_from_groups(df) if shot_boundaries is None else list(shot_boundaries)
+    for bound in bounds:
+        ax.axvline(bound, color="0.4", linestyle=":", linewidth=1)
+    _log_x(ax)
+    _name_shot_groups(ax, bounds, [g for g in reversed(GROUPS) if (df["group"] == g).any()])
+    ax.set_xlabel("training images in the class (log scale; dotted: shot-group boundaries)")
+    ax.set_ylabel("test accuracy of the class (%)")
+    ax.set_title("Per-class accuracy (mean over seeds)")
+    return figure
+
+
+def plot_per_class(df: pd.DataFrame, out_base, shot_boundaries: Sequence[float] | None = None) -> list[Path]:
+    """Per-class test accuracy against the class's training count, one line per row."""
+    return save_figure(figure_per_class(df, shot_boundaries), out_base)
+
+
+STAT_LABELS = {"kappa": "vMF concentration kappa (BAPE)", "kappa_da_uniform": "kappa after distribution adjustment",
+               "weight_norm": "classifier weight norm", "aux.weight_norm": "auxiliary classifier weight norm",
+               "mean_norm": "norm of the class's mean embedding (BAPE)"}
+
+
+def class_statistics(method_extras: dict, num_classes: int, prefix: str = "") -> dict[str, list[float]]:
+    """The per-class statistics a run recorded in ``method_extras`` (result.json), by name.
+
+    A statistic is any list of ``num_classes`` numbers: BAPE's ``kappa``, ``kappa_da_uniform``,
+    ``mean_norm``, ``n``; LA's and the cosine classifier's ``weight_norm``.  Nested mappings (BAPE's
+    auxiliary method under ``aux``) are flattened with a dotted prefix: ``aux.weight_norm``.  The
+    report loader builds the ``class_stats`` frame from this, so every method that records a list
+    gets plotted without the core knowing the method.
+    """
+    found: dict[str, list[float]] = {}
+    for key, value in (method_extras or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            found.update(class_statistics(value, num_classes, prefix=f"{name}."))
+        elif isinstance(value, list) and len(value) == num_classes and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            found[name] = [float(v) for v in value]
+    return found
+
+
+def figure_class_stat(df: pd.DataFrame, stat: str = "kappa") -> Figure:
+    _require(df, ["row", "seed", "class_index", "train_count", "stat", "value"], f"class statistic '{stat}'")
+    chosen = df[df["stat"] == stat].dropna(subset=["value"])
+    if chosen.empty:
+        known = ", ".join(sorted(df["stat"].unique()))
+        raise LtbenchError(f"class statistic '{stat}': no run recorded it (recorded: {known or 'none'})")
+    figure = Figure(figsize=SIZE)
+    ax = figure.add_subplot()
+    _draw_rows(ax, _class_means(chosen, "value"), "train_count", "value", band=False, marker="o")
+    _log_x(ax)
+    ax.set_xlabel("training images in the class (log scale)")
+    ax.set_ylabel(STAT_LABELS.get(stat, stat))
+    ax.set_title(f"{STAT_LABELS.get(stat, stat)} per class (mean over seeds)")
+    return figure
+
+
+def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa") -> list[Path]:
+    """A per-class statistic (BAPE's kappa, a classifier's weight norm) against training count."""
+    return save_figure(figure_class_stat(df, stat), out_base)
+
+
+# ------------------------------------------------------------------------------------------------
+# Shifted test priors, training curves
+
+
+def prior_position(name: str) -> float:
+    """Natural order of test priors: forward50 < ... < forward2 < uniform < backward2 < ... < backward50."""
+    direction, rho = parse_prior_name(name)
+    return {"forward": -1.0, "uniform": 0.0, "backward": 1.0}[direction] * float(np.log(rho) if rho > 1 else 0.0)
+
+
+def figure_shift(df: pd.DataFrame) -> Figure:
+    _require(df, ["row", "seed", "prior", "position", "accuracy"], "shifted-prior figure")
+    df = df.dropna(subset=["accuracy"])
+    order = df.drop_duplicates("prior").sort_values("position")
+    rank = {prior: i for i, prior in enumerate(order["prior"])}
+    figure = Figure(figsize=SIZE)
+    ax = figure.add_subplot()
+    _draw_rows(ax, df.assign(rank=df["prior"].map(rank)), "rank", "accuracy", scale=100.0, marker="o")
+    ax.set_xticks(range(len(rank)), list(rank), rotation=45, ha="right")
+    ax.set_xlabel("test class prior (forward: follows the training imbalance; backward: reverses it)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("Accuracy under test-prior shift (mean over seeds, band: ±1 std)")
+    return figure
+
+
+def plot_shift(df: pd.DataFrame, out_base) -> list[Path]:
+    """Accuracy from forward rho through uniform to backward rho, one line per row."""
+    return save_figure(figure_shift(df), out_base)
+
+
+def figure_curves(df: pd.DataFrame, y: str = "loss") -> Figure:
+    _require(df, ["row", "seed", "epoch", y], f"training curves of '{y}'")
+    numeric = df.dropna(subset=[y])
+    if numeric.empty:
+        raise LtbenchError(f"training curves of '{y}': no run logged it")
+    figure = Figure(figsize=SIZE)
+    ax = figure.add_subplot()
+    _draw_rows(ax, numeric, "epoch", y)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(y)
+    ax.set_title(f"{y} per epoch (mean over seeds, band: ±1 std)")
+    return figure
+
+
+def plot_curves(df: pd.DataFrame, out_base, y: str = "loss") -> list[Path]:
+    """One logged quantity per epoch (from log.jsonl), one line per row."""
+    return save_figure(figure_curves(df, y), out_base)

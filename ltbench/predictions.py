@@ -1,0 +1,112 @@
+"""Per-image test predictions of a run, kept so two runs can be compared image by image.
+
+Accuracy alone cannot say whether two runs differ by more than the luck of the test draw; the
+argmax per test image can (a paired bootstrap over images, see ``ltbench.significance``).  The
+engine writes ``predictions.npz`` next to ``result.json`` at final evaluation:
+
+  labels                     true labels of the main test set, in evaluation order
+  head:<name>                argmax per test image of one prediction head; ``head:main`` is the
+                             method's own prediction under the uniform prior (the numbers in
+                             ``metrics.all``), other heads are those of ``metrics.heads``
+  set:<name>:labels          labels of a named (shifted) test set from ``eval.test_sets``
+  set:<name>:head:main       the method's prediction on that set
+
+Arrays use the smallest unsigned integer type that holds the class indices and the file is
+compressed, so a 10,000-image test set with a few heads costs tens of kilobytes.  numpy only:
+tables and reports read these without torch.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ltbench.store import atomic_write_bytes
+
+PREDICTIONS = "predictions.npz"
+PREDICTION_ARRAYS = "_prediction_arrays"  # where engine.evaluate hands the arrays to engine.train
+MAIN_HEAD = "main"
+
+
+def head_key(head: str = MAIN_HEAD, test_set: str | None = None) -> str:
+    return f"head:{head}" if test_set is None else f"set:{test_set}:head:{head}"
+
+
+def labels_key(test_set: str | None = None) -> str:
+    return "labels" if test_set is None else f"set:{test_set}:labels"
+
+
+def compact(values, num_classes: int) -> np.ndarray:
+    """Class indices as the smallest unsigned integer type that holds ``num_classes - 1``."""
+    return np.asarray(values).astype(np.min_scalar_type(max(int(num_classes) - 1, 0)), copy=False)
+
+
+def save_predictions(run_dir: Path, arrays: Mapping[str, np.ndarray], num_classes: int) -> Path:
+    """Write ``arrays`` (keys as in the module docstring) compressed and atomically into ``run_dir``."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{key: compact(value, num_classes) for key, value in arrays.items()})
+    path = Path(run_dir) / PREDICTIONS
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def load_predictions(run_dir: Path) -> dict[str, np.ndarray] | None:
+    """Every stored array, or None when the file is missing or damaged (never a traceback)."""
+    path = Path(run_dir) / PREDICTIONS
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def _labels_and_correct(run_dir: Path, head: str, test_set: str | None):
+    arrays = load_predictions(run_dir)
+    if arrays is None:
+        return None
+    labels, pred = arrays.get(labels_key(test_set)), arrays.get(head_key(head, test_set))
+    if labels is None or pred is None or labels.shape != pred.shape:
+        return None
+    return labels, pred == labels
+
+
+def correct(run_dir: Path, head: str = MAIN_HEAD, test_set: str | None = None) -> np.ndarray | None:
+    """Boolean per test image: was ``head`` right?  None when the predictions are not stored."""
+    found = _labels_and_correct(run_dir, head, test_set)
+    return None if found is None else found[1]
+
+
+def correct_by_seed(run_dirs: Mapping[int, Path], head: str = MAIN_HEAD,
+                    test_set: str | None = None) -> dict[int, np.ndarray]:
+    """``correct`` of each seed's run, leaving out runs without stored predictions: the input of
+    ``ltbench.significance.bootstrap_not_different_from_best``."""
+    found = {seed: correct(run_dir, head, test_set) for seed, run_dir in run_dirs.items()}
+    return {seed: c for seed, c in found.items() if c is not None}
+
+
+def paired_correct(dirs_a: Sequence[Path], dirs_b: Sequence[Path], head: str = MAIN_HEAD,
+                   test_set: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """Stack ``correct`` of two rows' runs into ``(n_pairs, n_images)`` arrays for the bootstrap.
+
+    Runs are paired in the order given (pass them sorted by seed).  None when a side has no run,
+    the sides have different numbers of runs, a run lacks predictions, or the runs were not
+    evaluated on the same labels in the same order: then there is nothing to pair.
+    """
+    if not dirs_a or len(dirs_a) != len(dirs_b):
+        return None
+    rows_a, rows_b, reference = [], [], None
+    for dir_a, dir_b in zip(dirs_a, dirs_b):
+        for run_dir, rows in ((dir_a, rows_a), (dir_b, rows_b)):
+            found = _labels_and_correct(run_dir, head, test_set)
+            if found is None:
+                return None
+            if reference is None:
+                reference = found[0]
+            elif not np.array_equal(found[0], reference):
+                return None
+            rows.append(found[1])
+    return np.stack(rows_a), np.stack(rows_b)

@@ -1,0 +1,144 @@
+"""Figures: files written, not blank, one line per row with the mean over seeds, natural prior order."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.image import imread
+
+from ltbench.errors import LtbenchError
+from ltbench.plots import (class_statistics, figure_class_stat, figure_curves, figure_per_class, figure_shift,
+                           plot_class_stat, plot_curves, plot_per_class, plot_shift, prior_position)
+from tests.conftest import ROOT
+
+COUNTS = [500, 200, 120, 80, 40, 25, 12, 5]  # many: 3 classes, medium: 3, few: 2
+
+
+def group(count: int) -> str:
+    return "many" if count > 100 else "few" if count < 20 else "medium"
+
+
+def per_class_frame(rows=("ce", "la", "bape"), seeds=(0, 1)) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame([
+        {"row": row, "seed": seed, "class_index": c, "train_count": n, "group": group(n),
+         "accuracy": float(np.clip(0.3 + 0.1 * np.log10(n) + 0.05 * r + rng.normal(0, 0.02), 0, 1))}
+        for r, row in enumerate(rows) for seed in seeds for c, n in enumerate(COUNTS)])
+
+
+def data_lines(figure):
+    return [line for line in figure.axes[0].get_lines() if not line.get_label().startswith("_")]
+
+
+def assert_written_and_not_blank(paths, out_base):
+    assert [p.name for p in paths] == [f"{out_base.name}.png", f"{out_base.name}.pdf"]
+    image = imread(paths[0])
+    assert image.shape[0] > 100 and image.shape[1] > 100
+    colours = np.unique(image.reshape(-1, image.shape[-1]).round(2), axis=0)
+    assert len(colours) > 10, "the PNG is (nearly) one colour"
+    pdf = paths[1].read_bytes()
+    assert pdf.startswith(b"%PDF") and len(pdf) > 2000
+    assert not list(out_base.parent.glob(".*tmp*"))
+
+
+def test_per_class_figure(tmp_path):
+    df = per_class_frame()
+    figure = figure_per_class(df)
+    lines = data_lines(figure)
+    assert [line.get_label() for line in lines] == ["ce (n=2)", "la (n=2)", "bape (n=2)"]
+    expected = df[df.row == "la"].groupby("train_count")["accuracy"].mean().to_numpy() * 100
+    assert np.allclose(lines[1].get_ydata(), expected)
+    assert list(lines[0].get_xdata()) == sorted(COUNTS)
+    assert figure.axes[0].get_xscale() == "log"
+    boundaries = [line.get_xdata()[0] for line in figure.axes[0].get_lines() if line.get_label().startswith("_")]
+    assert boundaries == pytest.approx([np.sqrt(12 * 25), np.sqrt(80 * 120)])
+    out = tmp_path / "figs" / "per_class"
+    assert_written_and_not_blank(plot_per_class(df, out, shot_boundaries=[20, 100]), out)
+
+
+def test_classes_sharing_a_count_become_one_point():
+    df = per_class_frame(rows=("ce",), seeds=(0,))
+    df.loc[df.class_index == 1, "train_count"] = 500  # two classes with 500 images
+    line = data_lines(figure_per_class(df))[0]
+    assert len(line.get_xdata()) == len(COUNTS) - 1
+    assert line.get_ydata()[-1] == pytest.approx(100 * df[df.train_count == 500]["accuracy"].mean())
+
+
+def test_class_stat_figure(tmp_path):
+    base = per_class_frame(rows=("bape", "la"))
+    df = pd.concat([base.assign(stat="kappa", value=base.train_count * 0.1),
+                    base.assign(stat="weight_norm", value=np.log(base.train_count))]).drop(columns="accuracy")
+    kappa = figure_class_stat(df, "kappa")
+    assert len(data_lines(kappa)) == 2
+    assert np.allclose(data_lines(kappa)[0].get_ydata(), np.sort(COUNTS) * 0.1)
+    out = tmp_path / "kappa"
+    assert_written_and_not_blank(plot_class_stat(df, out, stat="weight_norm"), out)
+    with pytest.raises(LtbenchError, match="recorded: kappa, weight_norm"):
+        figure_class_stat(df, "cosine_scale")
+
+
+PRIORS = ["forward50", "forward5", "uniform", "backward5", "backward50"]
+
+
+def shift_frame() -> pd.DataFrame:
+    rows = [{"row": row, "seed": seed, "prior": p, "position": prior_position(p),
+             "accuracy": 0.5 + 0.05 * seed + (0.1 * i if row == "la" else -0.1 * i)}
+            for row in ("ce", "la") for seed in (0, 1, 2) for i, p in enumerate(PRIORS)]
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=0)  # any input order
+
+
+def test_shift_figure_in_natural_prior_order(tmp_path):
+    df = shift_frame()
+    figure = figure_shift(df)
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == PRIORS
+    lines = data_lines(figure)
+    assert [line.get_label() for line in lines] == [f"{r} (n=3)" for r in pd.unique(df.row)]
+    la = lines[[line.get_label() for line in lines].index("la (n=3)")]
+    assert np.allclose(la.get_ydata(), [100 * (0.55 + 0.1 * i) for i in range(5)])
+    out = tmp_path / "shift"
+    assert_written_and_not_blank(plot_shift(df, out), out)
+
+
+def test_prior_position_is_the_natural_order():
+    assert sorted(PRIORS + ["forward2", "backward25"], key=prior_position) == [
+        "forward50", "forward5", "forward2", "uniform", "backward5", "backward25", "backward50"]
+
+
+def test_curves_figure(tmp_path):
+    df = pd.DataFrame([{"row": row, "seed": seed, "epoch": e, "loss": 2.0 / e + 0.1 * seed + k,
+                        "train_acc": 0.1 * e}
+                       for k, row in enumerate(("ce", "la")) for seed in (0, 1) for e in range(1, 6)])
+    figure = figure_curves(df, "loss")
+    lines = data_lines(figure)
+    assert len(lines) == 2 and list(lines[0].get_xdata()) == [1, 2, 3, 4, 5]
+    assert np.allclose(lines[0].get_ydata(), [2.0 / e + 0.05 for e in range(1, 6)])
+    out = tmp_path / "curves"
+    assert_written_and_not_blank(plot_curves(df, out, y="train_acc"), out)
+    with pytest.raises(LtbenchError, match="no column"):
+        figure_curves(df, "val_loss")
+
+
+def test_empty_data_is_a_clear_error():
+    with pytest.raises(LtbenchError, match="nothing to plot"):
+        figure_per_class(per_class_frame().iloc[0:0])
+
+
+def test_plotting_needs_no_display_and_no_pyplot(tmp_path):
+    code = ("import sys, pandas as pd; from ltbench.plots import plot_curves; "
+            "df = pd.DataFrame({'row': ['a', 'a'], 'seed': [0, 0], 'epoch': [1, 2], 'loss': [2.0, 1.0]}); "
+            f"plot_curves(df, {str(tmp_path / 'c')!r}); assert 'matplotlib.pyplot' not in sys.modules")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c.png").is_file() and (tmp_path / "c.pdf").is_file()
+
+
+def test_class_statistics_finds_per_class_lists_at_any_depth():
+    extras = {"kappa": [1.0, 2.0, 3.0], "n": [10, 5, 1], "kappa0": 4.0, "da_mode": "none", "prior_dirs": "fixed",
+              "notes": ["a", "b", "c"], "flags": [True, False, True], "short": [1.0, 2.0],
+              "aux": {"weight_norm": [0.5, 0.4, 0.3], "aux": {"weight_norm": [1, 1, 1]}}}
+    assert class_statistics(extras, 3) == {"kappa": [1.0, 2.0, 3.0], "n": [10.0, 5.0, 1.0],
+                                           "aux.weight_norm": [0.5, 0.4, 0.3], "aux.aux.weight_norm": [1.0, 1.0, 1.0]}
+    assert class_statistics({}, 3) == {} and class_statistics(None, 3) == {}
