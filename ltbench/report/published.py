@@ -9,7 +9,7 @@ was not run here) and the row of ours gets delta = ours - published on each matc
 
 from __future__ import annotations
 
-from ltbench.report.rows import Cell, Row, Table
+from ltbench.report.rows import Cell, Row, Table, value_text
 
 # ltbench method names (and BAPE's ensemble heads) as the literature file names them.
 METHOD_NAMES = {"la": "la", "bape": "bape", "ce": "ce", "ldam_drw": "ldam_drw", "cosine": "cosine",
@@ -24,8 +24,15 @@ def _published_method(table: Table, row: Row, unit) -> str | None:
     return METHOD_NAMES.get(method, method)
 
 
+def _settings_match(entry, flat: dict) -> bool:
+    """An ablation variant (entry.settings, e.g. prior: false) matches only a run with those options."""
+    return all(value_text(flat.get(f"method.{k}", "<absent>")) == value_text(v) for k, v in entry.settings.items())
+
+
 def add_published(table: Table) -> None:
-    """Insert matching published entries after the row they match; set deltas on our cells."""
+    """Insert, after each row of ours, the published entries that match it: one reference row per
+    source (over every column group); a source whose numbers another row already shows is named in
+    that row instead of repeating them. Our cells get delta = ours - published (first source)."""
     try:
         from ltbench.literature import load_published, match
     except ImportError:
@@ -37,22 +44,44 @@ def add_published(table: Table) -> None:
         out.append(row)
         if row.published or not row.units:
             continue
+        explicit = row.label in table.spec.published_method
         refs: dict[str, Row] = {}
         for gi, unit in row.units.items():
             f = unit.flat
-            found = match(entries, dataset=f.get("data.name"), imb_factor=f.get("data.imb_factor"),
-                          backbone=f.get("backbone.name"), epochs=f.get("optim.epochs"),
-                          method=_published_method(table, row, unit))
+            found = [e for e in match(entries, dataset=f.get("data.name"), imb_factor=f.get("data.imb_factor"),
+                                      backbone=f.get("backbone.name"), epochs=f.get("optim.epochs"),
+                                      method=_published_method(table, row, unit))
+                     if explicit or (_settings_match(e, f) and not row.head)]
             for entry in found:
+                cells = {(gi, ci): float(entry.metrics[_metric(col)]) for ci, (col, _) in enumerate(table.columns)
+                         if _metric(col) in entry.metrics}
+                if not cells:
+                    continue
                 ref = refs.setdefault(entry.source, Row(row.label, row.group, published=entry.source))
                 ref.units[gi] = unit
-                for ci, (col, _) in enumerate(table.columns):
-                    value = entry.metrics.get(col.split(":")[1] if col.startswith("prior:") else col)
-                    if value is None:
-                        continue
-                    ref.cells[(gi, ci)] = Cell(values=[float(value)])
-                    ours = row.cells.get((gi, ci))
+                ref.cells.update({k: Cell(values=[v]) for k, v in cells.items()})
+                for k, v in cells.items():
+                    ours = row.cells.get(k)
                     if ours is not None and ours.mean is not None and ours.delta is None:
-                        ours.delta = ours.mean - float(value)
-        out.extend(refs.values())
+                        ours.delta = ours.mean - v
+        out.extend(_fold_repeats(list(refs.values())))
     table.rows = out
+
+
+def _metric(col: str) -> str:
+    return col.split(":")[1] if col.startswith("prior:") else col
+
+
+def _fold_repeats(refs: list[Row]) -> list[Row]:
+    """Drop a reference row whose every number another row already shows; name its source there."""
+    kept: list[Row] = []
+    for ref in sorted(refs, key=lambda r: -len(r.cells)):
+        values = {k: c.mean for k, c in ref.cells.items()}
+        home = next((k for k in kept if all(k.cells.get(x) is not None and k.cells[x].mean == v
+                                            for x, v in values.items())), None)
+        if home is None:
+            kept.append(ref)
+        else:
+            home.published += f"; {ref.published}"
+    order = [r.published.split("; ")[0] for r in refs]
+    return sorted(kept, key=lambda r: order.index(r.published.split("; ")[0]))

@@ -37,8 +37,8 @@ def mark_similar(table: Table, test: str) -> str | None:
     if not used:
         return None
     if test == "bootstrap":
-        return (f"paired bootstrap over test images (10,000 resamples, same seeds paired), "
-                f"α = {significance.ALPHA}")
+        return (f"paired bootstrap over test images, 10,000 resamples, seeds paired, α = {significance.ALPHA}; "
+                f"only whole-test-set columns")
     return f"Welch's t-test over seeds, α = {significance.ALPHA}"
 
 
@@ -55,33 +55,29 @@ def _welch(rows: list[Row], gi: int, ci: int, significance) -> bool:
 
 
 def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, significance) -> bool:
-    """Compare each row with the best row on the same test images, pairing equal seeds."""
-    if col != "all" and not (col.startswith("head:") and col.endswith(":all")):
+    """Paired bootstrap over test images against the best row, on the seeds both rows have; only
+    for whole-test-set accuracies: 'all', a head's 'all', a named test set's 'all'."""
+    parts = col.split(":")
+    if col == "all":
+        head_of, test_set = (lambda r: r.head or "main"), None
+    elif parts[0] == "head" and parts[2] == "all":
+        head_of, test_set = (lambda r: parts[1]), None
+    elif parts[0] == "set" and parts[2] == "all":
+        head_of, test_set = (lambda r: "main"), parts[1]
+    else:
         return False
     try:
         from ltbench import predictions
     except ImportError:
         return False
-    import numpy as np
-
-    best = max(rows, key=lambda r: r.cells[(gi, ci)].mean)
-    head_of = lambda r: (col.split(":")[1] if col.startswith("head:") else (r.head or "main"))  # noqa: E731
-    best_unit = best.units[gi]
-    tested = False
-    for r in rows:
-        if r is best:
-            continue
-        unit = r.units[gi]
-        pairs_a, pairs_b = [], []
-        for seed in sorted(set(unit.runs) & set(best_unit.runs), key=str):
-            a = predictions.correct(unit.runs[seed]["dir"], head=head_of(r))
-            b = predictions.correct(best_unit.runs[seed]["dir"], head=head_of(best))
-            if a is not None and b is not None and a.shape == b.shape:
-                pairs_a.append(a)
-                pairs_b.append(b)
-        if not pairs_a:
-            continue
-        p = significance.paired_bootstrap_pvalue(np.stack(pairs_a), np.stack(pairs_b))
-        r.cells[(gi, ci)].similar = bool(p >= significance.ALPHA)
-        tested = True
-    return tested
+    correct = {str(i): predictions.correct_by_seed({s: rec["dir"] for s, rec in r.units[gi].runs.items()},
+                                                   head=head_of(r), test_set=test_set)
+               for i, r in enumerate(rows)}
+    verdict = significance.bootstrap_not_different_from_best({k: v for k, v in correct.items() if v})
+    if len(verdict) < 2:
+        return False
+    best_mean = max(r.cells[(gi, ci)].mean for r in rows)
+    for k, same in verdict.items():
+        cell = rows[int(k)].cells[(gi, ci)]
+        cell.similar = bool(same) and cell.mean < best_mean
+    return True
