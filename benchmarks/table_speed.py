@@ -92,24 +92,31 @@ def generate(folder: Path, name: str, num_classes: int, lrs: int, taus: int, see
     return recipe_path
 
 
-def time_table(target: Path, cwd: Path, runs: int, cold: bool) -> list[float]:
+def time_table(target: Path, cwd: Path, runs: int, cold: bool) -> tuple[list[float], list[float]]:
+    """Wall and CPU (user + system of the child) seconds of each run: on a shared machine the
+    wall time includes waiting for a core, the CPU time does not."""
     root = cwd / "results" / target.stem if target.suffix == ".yaml" else target
-    times = []
+    walls, cpus = [], []
     for _ in range(runs):
         if cold:
             (root / ".ltbench-index").unlink(missing_ok=True)
+        before = os.times()
         t0 = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "ltbench", "table", str(target), "--format", "csv"],
                              cwd=cwd, capture_output=True, text=True)
-        times.append(time.perf_counter() - t0)
+        walls.append(time.perf_counter() - t0)
+        after = os.times()
+        cpus.append(after.children_user - before.children_user + after.children_system - before.children_system)
         if out.returncode != 0:
             raise SystemExit(f"ltbench table failed: {out.stderr}")
-    return times
+    return walls, cpus
 
 
-def report_line(label: str, times: list[float]) -> None:
-    print(f"{label:<44} min {min(times):6.2f} s   median {statistics.median(times):6.2f} s   "
-          f"({', '.join(f'{t:.2f}' for t in times)})")
+def report_line(label: str, measured: tuple[list[float], list[float]]) -> None:
+    walls, cpus = measured
+    print(f"{label:<40} wall min {min(walls):6.2f} s  median {statistics.median(walls):6.2f} s   "
+          f"CPU min {min(cpus):6.2f} s  median {statistics.median(cpus):6.2f} s   "
+          f"(load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def bench(folder: Path, name: str, runs: int) -> None:

@@ -301,3 +301,18 @@ def test_cli_report_writes_every_table_and_a_summary(write_recipe, cli):
         assert (folder / name).stat().st_size > 0, name
     text = (folder / "report.md").read_text()
     assert "ltbench table" in text and "## Provenance" in text and "6 done" in text
+    assert (folder / "figures" / "per_class.png").stat().st_size > 1000 and "![per_class]" in text
+    assert "**kappa**: not drawn: no data" in text  # said, not silently missing
+
+
+def test_cli_plot_writes_png_and_pdf_or_says_why_not(write_recipe, cli, tmp_path):
+    path = write_recipe("r", {**LA_GRID, "eval": {"target_priors": ["uniform", "forward10"]}})
+    populate(load_recipe(path))
+    out = cli("plot", path, "--kind", "per_class", "--out", tmp_path / "figs")
+    assert out.returncode == 0, out.stderr
+    for ext in ("png", "pdf"):
+        assert (tmp_path / "figs" / f"per_class.{ext}").stat().st_size > 1000
+    shift = cli("plot", path, "--kind", "shift", "--out", tmp_path / "figs")
+    assert shift.returncode == 0 and (tmp_path / "figs" / "shift.png").exists()
+    kappa = cli("plot", path, "--kind", "kappa", "--out", tmp_path / "figs")  # no method records kappa here
+    assert kappa.returncode == 2 and "no data for the kappa figure" in kappa.stderr
