@@ -316,3 +316,32 @@ def test_cli_plot_writes_png_and_pdf_or_says_why_not(write_recipe, cli, tmp_path
     assert shift.returncode == 0 and (tmp_path / "figs" / "shift.png").exists()
     kappa = cli("plot", path, "--kind", "kappa", "--out", tmp_path / "figs")  # no method records kappa here
     assert kappa.returncode == 2 and "no data for the kappa figure" in kappa.stderr
+
+
+def test_include_joins_another_recipes_runs_as_column_groups(write_recipe):
+    table_spec = {"include": ["b.yaml"], "pivot": ["data.imb_factor"], "columns": ["all"]}
+    b = load_recipe(write_recipe("b", {**LA_GRID, "data": {"imb_factor": 10}}))
+    a_path = write_recipe("a", {**LA_GRID, "tables": {"both": table_spec}})
+    populate(load_recipe(a_path))
+    populate(b)
+    table = table_of(a_path)
+    assert [table.group_header(0, g) for g in range(len(table.groups))] == ["6", "10"]
+    assert [r.label for r in table.rows] == ["ce", "la"]
+    assert all(r.cells[(g, 0)].n == 3 for r in table.rows for g in (0, 1))
+
+
+def test_published_reference_rows_and_delta(write_recipe, monkeypatch):
+    from ltbench import literature
+
+    entry = literature.Published(method="la", dataset="synthetic_lt", imb_factor=6.0, backbone="resnet8",
+                                 epochs=2, metrics={"all": 60.0, "few": 30.0}, source="A paper, Table 9")
+    monkeypatch.setattr(literature, "load_published", lambda path=None: [entry])
+    path = write_recipe("r", {**LA_GRID, "tables": {"t": {"columns": ["few", "all"], "published": True}}})
+    populate(load_recipe(path))
+    table = table_of(path)
+    assert [(r.label, r.published) for r in table.rows] == [("ce", None), ("la", None), ("la", "A paper, Table 9")]
+    la = table.rows[1]
+    assert la.cells[(0, 1)].delta == pytest.approx(la.cells[(0, 1)].mean - 60.0)
+    assert not table.rows[2].cells[(0, 1)].best  # a published row never competes
+    md = report.render(table, "markdown")
+    assert "la † (A paper, Table 9)" in md and "Δ" in md and "ours − published" in md
