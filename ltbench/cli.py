@@ -102,10 +102,8 @@ def cmd_table(args) -> int:
     test = None if args.test == "none" else args.test
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
-                          overrides=args.overrides)
+                          overrides=args.overrides, digits=args.digits)
     for i, table in enumerate(built):
-        if args.digits is not None:
-            table.spec.digits = args.digits
         if i:
             print()
         if len(built) > 1 and args.format == "markdown":

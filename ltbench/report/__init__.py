@@ -63,7 +63,7 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
            test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
-           overrides: list[str] = ()) -> list:
+           overrides: list[str] = (), digits: int | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table."""
     from ltbench.report.build import build_table
     from ltbench.report.spec import default_table
@@ -87,6 +87,8 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     for table_name, spec in specs.items():
         if published is not None:
             spec.published = published
+        if digits is not None:
+            spec.digits = digits
         recs, exp = records, expected
         if spec.include and recipe is not None:  # e.g. CIFAR-10-LT beside CIFAR-100-LT in one table
             recs, exp = list(records), list(expected)

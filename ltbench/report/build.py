@@ -127,7 +127,6 @@ def _note_missing_without_recipe(table: Table, seeds: list) -> None:
 
 def n_text(table: Table, row: Row) -> str:
     """'3/3' (with a recipe) or '3': distinct seeds with a finished run; a range across column groups."""
-    done = [len(u.runs) for u in row.units.values() if True]
     done = [sum(1 for r in u.runs.values() if r["status"] == "done") for u in row.units.values()]
     if not done:
         return "0"
