@@ -22,7 +22,7 @@ from ltbench.report.index import config_key
 from ltbench.report.rows import flatten
 from ltbench.report.spec import TableSpec, parse_tables
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -89,7 +89,9 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
             cached = json.loads(cache_path.read_text())
             if cached.get("version") == CACHE_VERSION and cached.get("signature") == signature:
                 tables = parse_tables(raw.get("tables"), f"{path}: tables")
-                return RecipeRuns(name, path, root, cached["expected"], tables, cached["seeds"])
+                flats = cached["flats"]
+                expected = [{"run_id": r, "key": k, "seed": s, "flat": flats[k]} for r, k, s in cached["expected"]]
+                return RecipeRuns(name, path, root, expected, tables, cached["seeds"])
         except (OSError, ValueError, KeyError, AttributeError):
             pass
     from ltbench.recipe import load_recipe
@@ -99,8 +101,10 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     if use_cache and root.is_dir():
         try:
-            store.atomic_write_bytes(cache_path, json.dumps({"version": CACHE_VERSION, "signature": signature,
-                                                             "expected": expected, "seeds": seeds}).encode())
+            compact = {"version": CACHE_VERSION, "signature": signature, "seeds": seeds,
+                       "expected": [[e["run_id"], e["key"], e["seed"]] for e in expected],
+                       "flats": {e["key"]: e["flat"] for e in expected}}  # one flat config per row, not per seed
+            store.atomic_write_bytes(cache_path, json.dumps(compact).encode())
         except (OSError, TypeError, ValueError):
             pass
     return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
