@@ -305,6 +305,7 @@ def test_cli_report_writes_every_table_and_a_summary(write_recipe, cli):
     assert "**kappa**: not drawn: no data" in text  # said, not silently missing
 
 
+@pytest.mark.slow
 def test_cli_plot_writes_png_and_pdf_or_says_why_not(write_recipe, cli, tmp_path):
     path = write_recipe("r", {**LA_GRID, "eval": {"target_priors": ["uniform", "forward10"]}})
     populate(load_recipe(path))
