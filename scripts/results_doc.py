@@ -46,11 +46,11 @@ def expand(template: str, figures: bool = True) -> str:
         command = m.group(1)
         lines += [f"`{command}`", ""]
         if shlex.split(command)[1] == "plot":
-            if figures:
-                run_ltbench(command)
             words = shlex.split(command)
             kind, out = words[words.index("--kind") + 1], Path(words[words.index("--out") + 1])
-            lines.append(f"![{kind}]({(out / kind).relative_to('docs').as_posix()}.png)")
+            written = run_ltbench(command).splitlines() if figures else []
+            pngs = [Path(p) for p in written if p.endswith(".png")] or sorted(out.glob(f"{kind}*.png"))
+            lines += [f"![{p.stem}]({p.relative_to('docs').as_posix()})" for p in pngs]
         else:
             lines.append(run_ltbench(command).replace("### ", "#### "))
     return "\n".join(lines) + "\n"

@@ -302,7 +302,7 @@ def test_cli_report_writes_every_table_and_a_summary(write_recipe, cli):
     text = (folder / "report.md").read_text()
     assert "ltbench table" in text and "## Provenance" in text and "6 done" in text
     assert (folder / "figures" / "per_class.png").stat().st_size > 1000 and "![per_class]" in text
-    assert "**kappa**: not drawn: no data" in text  # said, not silently missing
+    assert "**kappa**: not drawn: no data" in text  # said, not silently missing (fake runs record no norms)
 
 
 @pytest.mark.slow

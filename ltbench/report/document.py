@@ -17,7 +17,8 @@ from ltbench import store
 
 FIGURES = {  # kind -> (frame, plotting function, keyword arguments, what it shows)
     "per_class": ("per_class", "plot_per_class", {}, "per-class accuracy against training count"),
-    "kappa": ("class_stats", "plot_class_stat", {"stat": "kappa"}, "BAPE's kappa per class against training count"),
+    "kappa": ("class_stats", "plot_class_stat", {"stat": "kappa"},
+              "BAPE's kappa (and LA / cosine weight norms, when recorded) per class against training count"),
     "shift": ("shift", "plot_shift", {}, "accuracy from forward through uniform to backward test priors"),
     "curves": ("curves", "plot_curves", {"y": "loss"}, "training loss per epoch"),
 }
@@ -31,12 +32,25 @@ def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
     except ImportError:
         return [], "figures are not available in this build (no ltbench.plots)"
     df = frames[frame_name]
-    if kind == "kappa" and not df.empty:
-        df = df[df["stat"] == "kappa"]
+    if kind == "kappa":  # BAPE's kappa, and beside it the per-class weight norms LA / cosine heads record
+        return _class_stats(plots, df, out_base)
     if df.empty:
         return [], f"no data for the {kind} figure in these runs"
     out_base.parent.mkdir(parents=True, exist_ok=True)
     return [str(p) for p in getattr(plots, func_name)(df, str(out_base), **kwargs)], None
+
+
+def _class_stats(plots, df, out_base: Path) -> tuple[list[str], str | None]:
+    stats = [] if df.empty else sorted(set(df["stat"]))
+    wanted = [s for s in stats if s == "kappa"] + [s for s in stats if s.endswith("weight_norm")]
+    if not wanted:
+        return [], "no data for the kappa figure in these runs (no kappa or per-class weight norms recorded)"
+    out_base.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for stat in wanted:
+        base = out_base if stat == "kappa" else out_base.with_name(f"{out_base.name}_{stat.replace('.', '_')}")
+        paths += [str(p) for p in plots.plot_class_stat(df[df["stat"] == stat], str(base), stat=stat)]
+    return paths, None
 
 
 def provenance_summary(records: list[dict]) -> list[str]:
