@@ -346,3 +346,23 @@ def test_published_reference_rows_and_delta(write_recipe, monkeypatch):
     assert not table.rows[2].cells[(0, 1)].best  # a published row never competes
     md = report.render(table, "markdown")
     assert "la † (A paper, Table 9)" in md and "Δ" in md and "ours − published" in md
+
+
+def test_bootstrap_marks_come_from_stored_predictions(write_recipe):
+    import numpy as np
+
+    from ltbench import predictions
+
+    path = write_recipe("r", {**LA_GRID, "seeds": [0, 1]})
+    recipe = load_recipe(path)
+    populate(recipe)
+    labels = np.arange(400) % 4
+    for spec in recipe.runs:
+        wrong = 160 if spec["config"]["method"]["name"] == "ce" else 156  # 60.0% vs 61.0%: a tie
+        pred = labels.copy()
+        pred[:wrong] = (pred[:wrong] + 1) % 4
+        predictions.save_predictions(Path(spec["run_dir"]), {"labels": labels, "head:main": pred}, 4)
+    table = table_of(path, test="bootstrap")
+    ce = rows_by_label(table)["ce"]
+    assert ce.cells[(0, 3)].similar and not ce.cells[(0, 0)].similar  # only whole-test-set columns
+    assert "paired bootstrap over test images" in report.render(table, "markdown")
