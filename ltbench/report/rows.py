@@ -274,7 +274,8 @@ def expand_columns(spec: TableSpec, units: list[Unit]) -> list[tuple[str, str]]:
         else:
             parts = name.split(":")
             key = name if len(parts) == 3 else f"{name}:all"
-            cols.append((key, parts[1] if len(parts) == 2 or parts[2] == "all" else f"{parts[1]} {parts[2]}"))
+            title = f"{parts[1]} subset" if parts[0] == "set" else parts[1]
+            cols.append((key, title if len(parts) == 2 or parts[2] == "all" else f"{title} {parts[2]}"))
     return cols
 
 
