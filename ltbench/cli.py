@@ -1,4 +1,4 @@
-"""Command line: ``ltbench run | list | data | table | status``.
+"""Command line: ``ltbench run | list | data | table | report | plot | status``.
 
 A problem the user can fix is printed as one line on stderr with a non-zero exit and no traceback
 (``--debug`` shows it).
@@ -100,11 +100,40 @@ def cmd_data(args) -> int:
 def cmd_table(args) -> int:
     from ltbench import report
 
-    root = _recipe_root(args.path, args.results)
-    df = report.collect(root)
-    if args.heads:
-        df = report.with_heads(df, args.heads)
-    print(report.table(df, fmt=args.format, digits=args.digits))
+    heads = [h.strip() for h in args.heads.split(",") if h.strip()] if args.heads else None
+    test = None if args.test == "none" else args.test
+    built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
+                          use_cache=not args.no_cache, published=True if args.published else None,
+                          overrides=args.overrides, digits=args.digits)
+    for i, table in enumerate(built):
+        if i:
+            print()
+        if len(built) > 1 and args.format == "markdown":
+            print(f"### {table.name}\n")
+        print(report.render(table, args.format).rstrip("\n"))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from ltbench.report.document import write_report
+
+    out = write_report(args.recipe, args.results, test=None if args.test == "none" else args.test,
+                       overrides=args.overrides)
+    print(f"report written to {out / 'report.md'}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from ltbench import report
+    from ltbench.report.document import draw
+
+    frames = report.load(args.path, args.results, overrides=args.overrides)
+    _, _, root = report.source(args.path, args.results, overrides=args.overrides)
+    out_dir = Path(args.out) if args.out else Path(root) / "report" / "figures"
+    paths, reason = draw(args.kind, frames, out_dir / args.kind)
+    if not paths:
+        raise LtbenchError(f"{args.path}: {reason}")
+    print("\n".join(paths))
     return 0
 
 
@@ -174,14 +203,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_data)
 
-    p = sub.add_parser("table", parents=[common], help="paper-style table (Many/Medium/Few/All, mean ± std over seeds)")
+    p = sub.add_parser("table", parents=[common], help="paper-style tables: the recipe's declared tables, or one row per configuration")
     p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
+    p.add_argument("--table", help="print only this declared table")
     p.add_argument("--format", choices=["markdown", "latex", "csv"], default="markdown")
-    p.add_argument("--digits", type=int, default=2)
-    p.add_argument("--heads", help="also rows for these prediction heads (fnmatch patterns, comma-separated), "
+    p.add_argument("--digits", type=int, choices=range(0, 7), metavar="0..6", help="decimals (default: the table's, 2)")
+    p.add_argument("--heads", help="rows for these prediction heads (fnmatch patterns, comma-separated), "
                                    "e.g. 'sum_da_*' for every BAPE distribution-adjustment mode")
+    p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch",
+                   help="mark cells not significantly different from the best (default: welch over seeds)")
+    p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
+    p.add_argument("--no-cache", action="store_true", help="read every result.json again (ignore the index cache)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)
+
+    p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
+    p.add_argument("--results", help="results directory (default: the recipe's results_dir)")
+    p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, kappa, prior shift, training curves")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
+    p.add_argument("--kind", choices=["per_class", "kappa", "shift", "curves"], required=True)
+    p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
     p.add_argument("path", help="a results directory or a recipe file")

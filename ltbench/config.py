@@ -17,6 +17,11 @@ from typing import Any, Literal
 
 from ltbench.errors import ConfigError, short_repr
 
+# Configuration fields that do not change what a run computes (paths, local resources): the run id
+# and a table row's identity both leave them out.
+NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
+                 ("train", "threads"), ("train", "progress")}
+
 #: Integers beyond this are never a sensible setting (and overflow NumPy / torch seeds and counters).
 INT_LIMIT = 2**63 - 1
 

@@ -269,13 +269,10 @@ def summarize(recipe: Recipe) -> dict[str, int]:
         counts[s] = counts.get(s, 0) + 1
     from ltbench import report
 
-    df = report.collect(recipe.root)
-    ids = {s["run_id"] for s in recipe.runs}
-    if not df.empty:
-        df = df[df["run_id"].isin(ids)]
-    if not df.empty and (df["status"] == "done").any():
+    text = report.summary_table(recipe)
+    if text:
         print()
-        print(report.table(df))
+        print(text)
     print(f"\n{', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}")
     if counts.get("failed"):
         print(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")

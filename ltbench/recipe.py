@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from ltbench import registry
-from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, to_dict
+from ltbench.config import NOT_IN_RUN_ID, ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, to_dict
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
 
@@ -39,9 +39,6 @@ RUN_SECTIONS = ("data", "backbone", "method", "optim", "train", "eval")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
 DOTTED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
-# Configuration fields that do not change what a run computes (paths, local resources).
-NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
-                 ("train", "threads"), ("train", "progress")}
 
 
 @dataclass
@@ -90,6 +87,7 @@ class RecipeConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)
     results_dir: str = "results"
+    tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench.report.spec)
 
     def validate(self) -> None:
         if self.name is not None:
@@ -111,6 +109,7 @@ class Recipe:
     launcher: LauncherConfig
     results_dir: Path
     plugins: list[str]
+    tables: dict = field(default_factory=dict)  # name -> ltbench.report.spec.TableSpec
 
     @property
     def root(self) -> Path:
@@ -390,12 +389,15 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
 
 
 def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
+    from ltbench.report.spec import parse_tables
+
     name = top.name or path.stem
     if top.name is None:
         try:
             check_plain_name(name, "name")
         except ValueError as exc:
             raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
+    tables = parse_tables(top.tables, "tables")  # checked before any run, like every other field
     plugins = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in top.plugins]
     launcher = from_dict(LauncherConfig, top.launcher, "launcher")
     out_dir = Path(results_dir if results_dir is not None else top.results_dir)
@@ -436,7 +438,11 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
                     "run_dir": str(inside_results(out_dir, name, run_id)),
                 }
             )
-    return Recipe(name, path, raw, runs, launcher, out_dir, plugins)
+    if tables:
+        from ltbench.report import check_tables
+
+        check_tables(tables, runs, "tables")
+    return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables)
 
 
 def inside_results(out_dir: Path, *parts: str) -> Path:

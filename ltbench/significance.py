@@ -18,7 +18,6 @@ import math
 from typing import Iterable
 
 import numpy as np
-from scipy import stats
 
 ALPHA = 0.05
 WELCH_FOOTNOTE = f"Welch's t-test over seeds, alpha = {ALPHA}"
@@ -42,7 +41,14 @@ def welch_pvalue(a: Iterable[float], b: Iterable[float]) -> float:
         return math.nan
     if np.ptp(a) == 0 and np.ptp(b) == 0:
         return math.nan if a[0] == b[0] else 0.0
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    # Welch's t and Welch-Satterthwaite degrees of freedom, as scipy.stats.ttest_ind(equal_var=False);
+    # scipy.special alone imports in a third of the time of scipy.stats, which tables feel.
+    from scipy.special import stdtr
+
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    t = (a.mean() - b.mean()) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return float(min(1.0, 2.0 * stdtr(df, -abs(t))))
 
 
 def paired_bootstrap_pvalue(correct_a, correct_b, n_resamples: int = 10_000, seed: int = 0) -> float:

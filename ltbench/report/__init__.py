@@ -1,0 +1,132 @@
+"""Paper tables and tidy data from result files. Never imports torch; pandas only in ``load``.
+
+Modules, one concept each:
+  index     find run folders, summarise each result.json (damaged ones too), cache the summaries
+  expected  the runs a recipe expects, in grid order (cached so a table does not import torch)
+  spec      the ``tables:`` section of a recipe (validated when the recipe is loaded)
+  rows      what a row is: configuration identity, labels, seeds found / missing / failed
+  build     a filled table: cells, notes, best and second best per group
+  formats   markdown, LaTeX, tidy CSV
+  frames    ``load(path)``: tidy pandas DataFrames (runs, heads, shift, per_class, class_stats, curves)
+  published reference rows and a delta column from the literature file
+  document  ``ltbench report``: every table and figure in one folder
+
+Python API::
+
+    from ltbench import report
+    frames = report.load("results/quickstart")         # dict of DataFrames, see frames.load
+    for t in report.tables("recipes/quickstart.yaml"):  # Table objects
+        print(report.render(t, "markdown"))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ltbench.errors import LtbenchError
+
+FORMATS = ("markdown", "latex", "csv")
+
+
+def load(path, results=None, overrides=()):
+    """Tidy pandas DataFrames of every run below ``path`` (a results folder or a recipe file, with
+    the recipe's overrides): runs, heads, shift, test_sets, per_class, class_stats, curves. See
+    ``ltbench.report.frames`` for the columns."""
+    from ltbench.report.frames import load as _load
+
+    return _load(path, results=results, overrides=overrides)
+
+
+def render(table, fmt: str = "markdown") -> str:
+    from ltbench.report.formats import render as _render
+
+    return _render(table, fmt)
+
+
+def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
+    from ltbench.report import expected as exp
+    from ltbench.report import index
+
+    p = Path(path)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        recipe = exp.recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
+        records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
+        records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
+        return records, recipe, recipe.root
+    if overrides:
+        raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
+    if not p.is_dir():
+        raise LtbenchError(f"{p}: no such results directory or recipe file")
+    return index.scan(p, use_cache), None, p
+
+
+def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
+           test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
+           overrides: list[str] = (), digits: int | None = None) -> list:
+    """The declared tables of a recipe (or the one named), or the default table."""
+    from ltbench.report.build import build_table
+    from ltbench.report.spec import default_table
+
+    records, recipe, _ = source(path, results, use_cache, overrides)
+    declared = dict(recipe.tables) if recipe is not None else {}
+    if name is not None and name not in declared:
+        known = ", ".join(declared) or "none declared"
+        raise LtbenchError(f"{path}: no table named '{name}' (tables: {known})")
+    if heads:
+        specs = {"default": default_table(heads)}
+    elif name is not None:
+        specs = {name: declared[name]}
+    else:
+        specs = declared or {"default": default_table()}
+    if not records and recipe is None:
+        raise LtbenchError(f"{path}: no run folders found below this directory")
+    expected = recipe.expected if recipe is not None else None
+    where = f"{recipe.path}: tables" if recipe is not None else "tables"
+    out = []
+    for table_name, spec in specs.items():
+        if published is not None:
+            spec.published = published
+        if digits is not None:
+            spec.digits = digits
+        recs, exp = records, expected
+        if spec.include and recipe is not None:  # e.g. CIFAR-10-LT beside CIFAR-100-LT in one table
+            recs, exp = list(records), list(expected)
+            for other_path in spec.include:
+                other_records, other, _ = source(recipe.path.parent / other_path, results, use_cache)
+                recs += other_records
+                exp += other.expected
+        table = build_table(table_name, spec, recs, exp, where=where, test=test)
+        if spec.published:
+            from ltbench.report.published import add_published
+
+            add_published(table)
+        out.append(table)
+    return out
+
+
+def check_tables(tables_by_name: dict, runs: list[dict], where: str) -> None:
+    """Raise ConfigError when a declared table cannot be built from a recipe's runs (a selector that
+    matches two configurations, ...): called when the recipe is loaded, before any run starts."""
+    from ltbench.report.build import build_table
+    from ltbench.report.expected import expected_of
+
+    expected = expected_of(runs)
+    for name, spec in tables_by_name.items():
+        build_table(name, spec, [], expected, where=where, test=None)
+
+
+def summary_table(recipe) -> str | None:
+    """The default table of a recipe's own runs, for the end of ``ltbench run``; None without results."""
+    from ltbench.report import index
+    from ltbench.report.build import build_table
+    from ltbench.report.expected import expected_of
+    from ltbench.report.formats import to_markdown
+    from ltbench.report.spec import default_table
+
+    if not Path(recipe.root).is_dir():
+        return None
+    records = index.scan(recipe.root)
+    if not any(r["status"] == "done" for r in records):
+        return None
+    return to_markdown(build_table("default", default_table(), records, expected_of(recipe.runs)))

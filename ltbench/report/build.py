@@ -1,0 +1,166 @@
+"""From run records and a table declaration to a filled table: cells, notes, best and second best.
+
+Best and second best are chosen per column *within each column group and row group*: a table that
+puts CIFAR-10 and CIFAR-100 side by side (as column groups, or as row groups) marks each dataset's
+own best. Published reference rows never compete. Significance (when asked for) marks cells that
+are not significantly different from the best of their column and group.
+"""
+
+from __future__ import annotations
+
+from ltbench.report.rows import (GROUPS, Cell, Row, Table, Unit, _group_values, _matches, default_rows, group_title,
+                                 expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
+from ltbench.report.spec import TableSpec
+
+
+def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,
+                where: str = "tables", test: str | None = "welch") -> Table:
+    units, notes = gather_units(records, expected)
+    if spec.where:
+        units = [u for u in units if _matches(u.flat, spec.where)]
+    pivot = list(spec.pivot)
+    groups = _group_values(units, pivot, spec) if units else [tuple(None for _ in pivot)]
+    if spec.rows is not None:
+        rows = explicit_rows(spec, units, groups, pivot, f"{where}.{name}")
+    else:
+        rows = default_rows(spec, units, groups, pivot, auto_group=spec.group_by is None, by_label=expected is None)
+        if spec.heads:
+            rows = expand_heads(rows, spec.heads)
+    if spec.group_by:
+        for r in rows:
+            if r.group is None and r.units:
+                value = next(iter(r.units.values())).flat.get(spec.group_by)
+                r.group = group_title(spec, value)
+        rows = _stable_group_order(rows)
+    for switch, key in spec.switch_keys.items():
+        for r in rows:
+            if switch not in r.marks and r.units:
+                r.marks[switch] = bool(next(iter(r.units.values())).flat.get(key))
+    table = Table(name, spec, expand_columns(spec, units), pivot, groups, rows, notes,
+                  expected_seeds=expected is not None)
+    for row in rows:
+        fill_row(table, row)
+    seeds_everywhere = sorted({s for r in rows for u in r.units.values() for s in u.runs})
+    if expected is None:
+        _note_missing_without_recipe(table, seeds_everywhere)
+    if spec.best:
+        mark_best(table)
+    if test:
+        from ltbench.report.significance_marks import mark_similar
+
+        table.test = mark_similar(table, test)
+    return table
+
+
+def _stable_group_order(rows: list[Row]) -> list[Row]:
+    order: list = []
+    for r in rows:
+        if r.group not in order:
+            order.append(r.group)
+    return sorted(rows, key=lambda r: order.index(r.group))
+
+
+def metric_key(row: Row, column: str) -> str:
+    """The flat metric name a cell reads: a row's head replaces the main prediction's groups."""
+    if row.head and column in GROUPS:
+        return f"head:{row.head}:{column}"
+    return column
+
+
+def fill_row(table: Table, row: Row) -> None:
+    """Cells (percent, one value per seed with the metric) and the row's notes: seeds missing, failed,
+    pending or damaged, values not recorded. Notes shared by several column groups are said once."""
+    notes: dict[str, list[str]] = {}
+    for gi, unit in sorted(row.units.items()):
+        where = " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot)))
+        for ci, (col, header) in enumerate(table.columns):
+            cell = Cell()
+            key = metric_key(row, col)
+            lacking = []
+            for seed in sorted(unit.runs, key=lambda s: (str(type(s)), s)):
+                value = unit.runs[seed].get("metrics", {}).get(key)
+                if value is None:
+                    lacking.append(seed)
+                    continue
+                cell.seeds.append(seed)
+                cell.values.append(100.0 * value)
+            row.cells[(gi, ci)] = cell
+            if lacking:
+                notes.setdefault(f"{header} not recorded for seed(s) {', '.join(map(str, lacking))}", []).append(where)
+        if unit.expected is not None:
+            missing = [s for s in unit.expected if s not in unit.runs and s not in unit.problems]
+            if missing:
+                notes.setdefault(f"seed(s) {', '.join(map(str, missing))} missing (never run)", []).append(where)
+        for seed in sorted(unit.problems, key=str):
+            notes.setdefault(unit.problems[seed], []).append(where)
+        for folder in sorted(set(unit.borrowed.values())):
+            seeds = [str(s) for s, f in sorted(unit.borrowed.items(), key=str) if f == folder]
+            notes.setdefault(f"seed(s) {', '.join(seeds)} read from {folder}/ (same run id, same computation)",
+                             []).append(where)
+    multi = len(table.groups) > 1
+    for text, places in notes.items():
+        if not multi:
+            row.notes.append(text)
+        elif len(places) == len(table.groups):
+            row.notes.append(f"{text} (every column group)")
+        else:
+            row.notes.append(f"{', '.join(places)}: {text}")
+    if multi and row.units and len(row.units) < len(table.groups):
+        absent = [gi for gi in range(len(table.groups)) if gi not in row.units]
+        row.notes.append("no configuration for " + ", ".join(
+            " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))) for gi in absent))
+
+
+def _note_missing_without_recipe(table: Table, seeds: list) -> None:
+    """Without a recipe the expected seeds are unknown; still say when a row lacks seeds others have."""
+    if len(table.rows) < 2:
+        return
+    for row in table.rows:
+        for gi, unit in row.units.items():
+            have = set(unit.runs) | set(unit.problems)
+            lacking = [s for s in seeds if s not in have]
+            if lacking and have:
+                prefix = (" / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))) + ": ") \
+                    if len(table.groups) > 1 else ""
+                row.notes.append(f"{prefix}no run for seed(s) {', '.join(map(str, lacking))} (other rows have them)")
+
+
+def n_text(table: Table, row: Row) -> str:
+    """'3/3' (with a recipe) or '3': distinct seeds with a finished run; a range across column groups."""
+    done = [sum(1 for r in u.runs.values() if r["status"] == "done") for u in row.units.values()]
+    if not done:
+        return "0"
+    n = str(done[0]) if min(done) == max(done) else f"{min(done)}–{max(done)}"
+    if table.expected_seeds:
+        exp = [len(u.expected or []) for u in row.units.values()]
+        n += "/" + (str(exp[0]) if min(exp) == max(exp) else f"{min(exp)}–{max(exp)}")
+    return n
+
+
+def scope_of(table: Table, row: Row):
+    """Rows compete for best within their row group, unless the table says across the whole table."""
+    return None if table.spec.best_scope == "table" else row.group
+
+
+def scopes(table: Table) -> list:
+    return list(dict.fromkeys(scope_of(table, r) for r in table.rows))
+
+
+def mark_best(table: Table) -> None:
+    """Bold best, underline second best, per column within each column group and row group. Ties on
+    the printed value share the mark. Needs two candidates (three for a second best)."""
+    digits = table.spec.digits
+    for gi in range(len(table.groups)):
+        for ci in range(len(table.columns)):
+            for group in scopes(table):
+                cells = [r.cells.get((gi, ci)) for r in table.rows if scope_of(table, r) == group and not r.published]
+                scored = [c for c in cells if c is not None and c.mean is not None]
+                if len(scored) < 2:
+                    continue
+                distinct = sorted({round(c.mean, digits) for c in scored}, reverse=True)
+                for c in scored:
+                    c.best = round(c.mean, digits) == distinct[0]
+                    c.second = len(scored) >= 3 and len(distinct) > 1 and round(c.mean, digits) == distinct[1]
+
+
+__all__ = ["build_table", "n_text", "flatten", "Unit"]

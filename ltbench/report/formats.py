@@ -1,0 +1,259 @@
+"""A filled table as markdown, LaTeX (booktabs, multicolumn headers for pivots) or tidy CSV.
+
+Every format carries the same facts: n per row (n/expected with a recipe), and a numbered note
+for every row with missing, failed, pending or damaged seeds, plus the table-wide notes (runs
+left out, copies counted once). Nothing is only in markdown.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from ltbench.report.build import n_text
+from ltbench.report.rows import Row, Table, value_text
+
+LATEX_PACKAGES = r"\usepackage{booktabs}\usepackage{amssymb}\usepackage[table]{xcolor}"
+SIMILAR_MARK = "≈"
+PUBLISHED_MARK = "†"
+
+
+def _number(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}"
+
+
+def cell_text(table: Table, row: Row, gi: int, ci: int, latex: bool) -> str:
+    cell = row.cells.get((gi, ci))
+    if cell is None or cell.mean is None:
+        return "--" if latex else "–"
+    d = table.spec.digits
+    text = _number(cell.mean, d)
+    if table.spec.std and cell.std is not None:
+        text += (r" $\pm$ " if latex else " ± ") + _number(cell.std, d)
+    if cell.best:
+        text = rf"\textbf{{{text}}}" if latex else f"**{text}**"
+    elif cell.second:
+        text = rf"\underline{{{text}}}" if latex else f"<u>{text}</u>"
+    if cell.similar:
+        text += r"$^{\approx}$" if latex else f" {SIMILAR_MARK}"
+    return text
+
+
+def delta_text(table: Table, row: Row, gi: int, latex: bool) -> str:
+    deltas = [row.cells[(gi, ci)].delta for ci in range(len(table.columns))
+              if (gi, ci) in row.cells and row.cells[(gi, ci)].delta is not None]
+    if not deltas:
+        return ""
+    return f"{deltas[-1]:+.{table.spec.digits}f}"
+
+
+def has_delta(table: Table) -> bool:
+    """Whether any cell has a published delta (computed once per table: renderers ask per row)."""
+    if table.__dict__.get("_has_delta") is None:
+        table.__dict__["_has_delta"] = any(c.delta is not None for r in table.rows for c in r.cells.values())
+    return table.__dict__["_has_delta"]
+
+
+def footnotes(table: Table) -> tuple[dict[int, int], list[str]]:
+    """Number the rows that carry notes: row index -> note number, and the note lines."""
+    marks, lines = {}, []
+    for i, row in enumerate(table.rows):
+        if row.notes:
+            marks[i] = len(lines) + 1
+            lines.append(f"[{len(lines) + 1}] {row.label}: " + "; ".join(row.notes) + ".")
+    return marks, lines
+
+
+def legend(table: Table) -> str:
+    parts = ["Top-1 accuracy (%)"]
+    parts.append("mean ± sample std (ddof=1) over n seeds" if table.spec.std else "mean over n seeds")
+    if table.expected_seeds:
+        parts.append("n = finished seeds / seeds the recipe declares")
+    if table.spec.best:
+        parts.append("bold: best, underlined: second best, per column within each group")
+    if table.test:
+        parts.append(f"{SIMILAR_MARK}: not significantly different from the best of its column ({table.test})")
+    if any(r.published for r in table.rows):
+        parts.append(f"{PUBLISHED_MARK}: published result (source in the row), not run here")
+    if has_delta(table):
+        parts.append("Δ: ours − published, in points, on the last column")
+    return "; ".join(parts) + "."
+
+
+def _label(table: Table, i: int, row: Row, marks: dict[int, int], latex: bool) -> str:
+    text = row.label
+    if row.published:
+        text += f" {PUBLISHED_MARK} ({row.published})"
+    if row.highlight and "ours" not in text.lower():
+        text += " (ours)"
+    text = latex_escape(text) if latex else text
+    if i in marks:
+        text += rf"$^{{[{marks[i]}]}}$" if latex else f" [{marks[i]}]"
+    return text
+
+
+def _switch(row: Row, name: str, latex: bool) -> str:
+    if name not in row.marks:
+        return ""
+    return (r"\checkmark" if row.marks[name] else r"$\times$") if latex else ("✓" if row.marks[name] else "✗")
+
+
+def _header_cells(table: Table, sep: str = " · ") -> list[str]:
+    out = []
+    single = len(table.columns) == 1 and table.pivot
+    for gi in range(len(table.groups)):
+        prefix = sep.join(table.group_header(lv, gi) for lv in range(len(table.pivot)))
+        for _, header in table.columns:
+            out.append(prefix if single else (f"{prefix}{sep}{header}" if prefix else header))
+        if has_delta(table):
+            out.append(f"{prefix}{sep}Δ" if prefix else "Δ")
+    return out
+
+
+def body_cells(table: Table, row: Row, latex: bool) -> list[str]:
+    out = []
+    for gi in range(len(table.groups)):
+        out += [cell_text(table, row, gi, ci, latex) for ci in range(len(table.columns))]
+        if has_delta(table):
+            out.append(delta_text(table, row, gi, latex))
+    return out
+
+
+def to_markdown(table: Table) -> str:
+    from tabulate import tabulate
+
+    marks, notes = footnotes(table)
+    headers = ["Method"] + list(table.spec.switches) + _header_cells(table) + ["n"]
+    lines, current = [], object()
+    grouped = any(r.group for r in table.rows)
+    for i, row in enumerate(table.rows):
+        if row.group != current and grouped:
+            if row.group:
+                lines.append([f"*{row.group}*"] + [""] * (len(headers) - 1))
+            current = row.group
+        lines.append([_label(table, i, row, marks, False)] + [_switch(row, s, False) for s in table.spec.switches]
+                     + body_cells(table, row, False) + ["" if row.published else n_text(table, row)])
+    text = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+    tail = [legend(table)] + notes + [f"Note: {n}" for n in table.notes]
+    caption = f"**{table.spec.caption}**\n\n" if table.spec.caption else ""
+    return caption + text + "\n\n" + "\n".join(tail)
+
+
+def latex_escape(text: str) -> str:
+    out = []
+    specials = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                "·": r"$\cdot$", "±": r"$\pm$", "ρ": r"$\rho$", "τ": r"$\tau$", "κ": r"$\kappa$",
+                "α": r"$\alpha$", "β": r"$\beta$", "–": "--", "—": "---", "−": "$-$", "≈": r"$\approx$",
+                "†": r"$^\dagger$", "Δ": r"$\Delta$", "✓": r"\checkmark", "✗": r"$\times$", "×": r"$\times$",
+                "<": r"\textless{}", ">": r"\textgreater{}", "é": r"\'e"}
+    for ch in text:
+        out.append(specials.get(ch, ch if ord(ch) < 128 else "?"))
+    return "".join(out)
+
+
+def _latex_header(table: Table, n_lead: int) -> list[str]:
+    per_group = len(table.columns) + (1 if has_delta(table) else 0)
+    lines = []
+    for level in range(len(table.pivot)):
+        cells, rules, col = [], [], n_lead + 1
+        gi = 0
+        while gi < len(table.groups):
+            span_groups = 1
+            key = tuple(table.groups[gi][: level + 1])
+            while gi + span_groups < len(table.groups) and tuple(table.groups[gi + span_groups][: level + 1]) == key:
+                span_groups += 1
+            width = span_groups * per_group
+            title = latex_escape(table.group_header(level, gi))
+            cells.append(rf"\multicolumn{{{width}}}{{c}}{{{title}}}")
+            rules.append(rf"\cmidrule(lr){{{col}-{col + width - 1}}}")
+            col += width
+            gi += span_groups
+        lines.append(" & " * (n_lead - 1) + " & " + " & ".join(cells) + r" & \\")
+        lines.append(" ".join(rules))
+    leaders = ["Method"] + [latex_escape(s) for s in table.spec.switches]
+    metric = []
+    for _ in table.groups:
+        metric += [latex_escape(h) for _, h in table.columns] + ([r"$\Delta$"] if has_delta(table) else [])
+    lines.append(" & ".join(leaders + metric + ["$n$"]) + r" \\")
+    return lines
+
+
+def to_latex(table: Table) -> str:
+    marks, notes = footnotes(table)
+    switches = list(table.spec.switches)
+    n_lead = 1 + len(switches)
+    per_group = len(table.columns) + (1 if has_delta(table) else 0)
+    width = n_lead + per_group * len(table.groups) + 1
+    colspec = "l" + "c" * len(switches) + "".join("|" + "r" * per_group for _ in table.groups) + "|r"
+    out = [f"% ltbench table '{table.name}'; needs {LATEX_PACKAGES}", r"\begin{table}[t]", r"\centering"]
+    if table.spec.caption:
+        out.append(rf"\caption{{{latex_escape(table.spec.caption)}}}")
+    if table.spec.label:
+        out.append(rf"\label{{{table.spec.label}}}")
+    out += [rf"\begin{{tabular}}{{{colspec}}}", r"\toprule"] + _latex_header(table, n_lead) + [r"\midrule"]
+    current = object()
+    grouped = any(r.group for r in table.rows)
+    for i, row in enumerate(table.rows):
+        if row.group != current and grouped:
+            if i:
+                out.append(r"\midrule")
+            if row.group:
+                out.append(rf"\multicolumn{{{width}}}{{l}}{{\textit{{{latex_escape(row.group)}}}}} \\")
+            current = row.group
+        cells = [_label(table, i, row, marks, True)] + [_switch(row, s, True) for s in switches] \
+            + body_cells(table, row, True) + ["" if row.published else latex_escape(n_text(table, row))]
+        prefix = r"\rowcolor{gray!15} " if row.highlight else ""
+        out.append(prefix + " & ".join(cells) + r" \\")
+    out.append(r"\bottomrule")
+    for line in [legend(table)] + notes + [f"Note: {n}" for n in table.notes]:
+        out.append(rf"\multicolumn{{{width}}}{{p{{0.9\linewidth}}}}{{\footnotesize {latex_escape(line)}}} \\")
+    out += [r"\end{tabular}", r"\end{table}"]
+    return "\n".join(out)
+
+
+CSV_FIELDS = ["table", "row", "row_group", "column_group", "column", "mean", "std", "n", "expected", "seeds",
+              "values", "best", "second_best", "not_different_from_best", "published_source", "delta", "note"]
+
+
+def to_csv(table: Table) -> str:
+    """Tidy: one line per cell (mean, std, n, seeds, per-seed values), then one line per table note."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    d = table.spec.digits + 2
+    for row in table.rows:
+        for gi in range(len(table.groups)):
+            unit = row.units.get(gi)
+            group = " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot)))
+            for ci, (col, header) in enumerate(table.columns):
+                cell = row.cells.get((gi, ci))
+                w.writerow({
+                    "table": table.name, "row": row.label, "row_group": row.group or "", "column_group": group,
+                    "column": header, "mean": "" if not cell or cell.mean is None else f"{cell.mean:.{d}f}",
+                    "std": "" if not cell or cell.std is None else f"{cell.std:.{d}f}",
+                    "n": cell.n if cell else 0,
+                    "expected": len(unit.expected) if unit is not None and unit.expected is not None else "",
+                    "seeds": " ".join(map(str, cell.seeds)) if cell else "",
+                    "values": " ".join(f"{v:.{d}f}" for v in cell.values) if cell else "",
+                    "best": int(bool(cell and cell.best)), "second_best": int(bool(cell and cell.second)),
+                    "not_different_from_best": int(bool(cell and cell.similar)),
+                    "published_source": row.published or "",
+                    "delta": "" if not cell or cell.delta is None else f"{cell.delta:.{d}f}",
+                    "note": "; ".join(row.notes)})
+    for note in table.notes:
+        w.writerow({"table": table.name, "note": note})
+    return buf.getvalue()
+
+
+def render(table: Table, fmt: str) -> str:
+    return {"markdown": to_markdown, "latex": to_latex, "csv": to_csv}[fmt](table)
+
+
+def latex_document(fragments: list[str]) -> str:
+    """A standalone document around table fragments (what the compile test and the report build)."""
+    return "\n".join([r"\documentclass{article}", r"\usepackage[margin=1.5cm,landscape]{geometry}",
+                      LATEX_PACKAGES, r"\begin{document}", *fragments, r"\end{document}", ""])
+
+
+__all__ = ["render", "to_markdown", "to_latex", "to_csv", "latex_document", "value_text"]

@@ -1,0 +1,154 @@
+"""``ltbench.report.load(path)``: every run below a results folder (or of a recipe) as tidy pandas
+DataFrames, one observation per line, for analyses and figures of your own.
+
+Frames (accuracies are fractions in [0, 1]; ``row`` is the table's row label, ``seed`` the seed):
+  runs         row, run_id, seed, status, recipe, dir, note, all, many, medium, few, wall_seconds,
+               device, git_commit, ltbench_version, torch, plus config.<dotted key> columns
+  heads        row, seed, head, group, accuracy                    (BAPE's DA modes, aux heads, ...)
+  shift        row, seed, prior, position, accuracy                (position: forward50 < ... < uniform
+                                                                    < ... < backward50)
+  test_sets    row, seed, test_set, group, accuracy
+  per_class    row, seed, class_index, train_count, group, accuracy
+  class_stats  row, seed, class_index, train_count, stat, value    (every per-class list a method
+                                                                    records: kappa, weight norms, ...)
+  curves       row, seed, epoch, plus one column per numeric key of log.jsonl (test.all, ...)
+
+Only finished runs contribute measurements; ``runs`` lists every run folder, damaged ones included.
+per_class / class_stats / curves read the full result.json and log.jsonl (not the index cache).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ltbench import store
+from ltbench.report.rows import prior_order
+
+
+@dataclass
+class Frames:
+    runs: "object"
+    heads: "object"
+    shift: "object"
+    test_sets: "object"
+    per_class: "object"
+    class_stats: "object"
+    curves: "object"
+
+    def __getitem__(self, name: str):
+        return getattr(self, name)
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)]
+
+
+def row_labels(path, results=None, overrides=()) -> tuple[list[dict], dict[str, str]]:
+    """Run records and, for each run folder, the label of the default table's row it belongs to."""
+    from ltbench.report import source
+    from ltbench.report.build import build_table
+    from ltbench.report.spec import default_table
+
+    records, recipe, _ = source(path, results, overrides=overrides)
+    expected = recipe.expected if recipe is not None else None
+    table = build_table("default", default_table(), records, expected, test=None)
+    label_of = {}
+    for row in table.rows:
+        for unit in row.units.values():
+            for rec in unit.runs.values():
+                label_of[rec["dir"]] = row.label if not row.group else f"{row.group}: {row.label}"
+    return records, label_of
+
+
+def _full_result(run_dir: str) -> dict:
+    try:
+        data = json.loads(Path(run_dir, store.RESULT).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+
+
+def _group(count: int, many: int, few: int) -> str:
+    return "many" if count > many else ("few" if count < few else "medium")
+
+
+def _per_class_lines(row: str, seed, data: dict, per_class: list, class_stats: list) -> None:
+    metrics = data.get("metrics") or {}
+    counts = (data.get("data") or {}).get("class_counts_train") or []
+    groups = metrics.get("groups") or {}
+    many, few = groups.get("many_threshold", 100), groups.get("few_threshold", 20)
+    for c, acc in enumerate(metrics.get("per_class") or []):
+        n = counts[c] if c < len(counts) else None
+        per_class.append({"row": row, "seed": seed, "class_index": c, "train_count": n,
+                          "group": _group(n, many, few) if n is not None else None, "accuracy": acc})
+    k = len(counts)
+
+    def walk(tree, prefix):
+        for key, value in (tree or {}).items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict):
+                walk(value, name + ".")
+            elif isinstance(value, list) and k and len(value) == k and \
+                    all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+                for c, v in enumerate(value):
+                    class_stats.append({"row": row, "seed": seed, "class_index": c, "train_count": counts[c],
+                                        "stat": name, "value": float(v)})
+
+    walk(data.get("method_extras"), "")
+
+
+def _curve_lines(row: str, seed, run_dir: str, curves: list) -> None:
+    for line in store.read_jsonl(Path(run_dir) / store.LOG):
+        if not isinstance(line, dict) or "epoch" not in line:
+            continue
+        flat = {"row": row, "seed": seed}
+        for key, value in line.items():
+            if isinstance(value, dict):
+                flat.update({f"{key}.{k}": v for k, v in value.items() if isinstance(v, (int, float))})
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                flat[key] = value
+        curves.append(flat)
+
+
+def load(path, results=None, overrides=()) -> Frames:
+    import pandas as pd
+
+    records, label_of = row_labels(path, results, overrides)
+    runs, heads, shift, sets, per_class, class_stats, curves = [], [], [], [], [], [], []
+    priors = sorted({k.split(":")[1] for r in records for k in r.get("metrics", {}) if k.startswith("prior:")},
+                    key=prior_order)
+    for rec in records:
+        row = label_of.get(rec["dir"])
+        seed = rec.get("seed")
+        m = rec.get("metrics", {})
+        line = {"row": row, "run_id": rec.get("run_id"), "seed": seed, "status": rec["status"],
+                "recipe": rec.get("recipe"), "dir": rec["dir"], "note": rec.get("note"),
+                **{g: m.get(g) for g in ("all", "many", "medium", "few")}, **(rec.get("prov") or {})}
+        from ltbench.report.rows import flatten
+
+        line.update({f"config.{k}": v for k, v in flatten(rec.get("config") or {}).items()
+                     if not isinstance(v, (list, dict))})
+        runs.append(line)
+        if row is None or rec["status"] != "done":
+            continue
+        for key, value in m.items():
+            parts = key.split(":")
+            if parts[0] == "head":
+                heads.append({"row": row, "seed": seed, "head": parts[1], "group": parts[2], "accuracy": value})
+            elif parts[0] == "prior" and parts[2] == "all":
+                shift.append({"row": row, "seed": seed, "prior": parts[1], "position": priors.index(parts[1]),
+                              "accuracy": value})
+            elif parts[0] == "set":
+                sets.append({"row": row, "seed": seed, "test_set": parts[1], "group": parts[2], "accuracy": value})
+        _per_class_lines(row, seed, _full_result(rec["dir"]), per_class, class_stats)
+        _curve_lines(row, seed, rec["dir"], curves)
+    cols = {"heads": ["row", "seed", "head", "group", "accuracy"],
+            "shift": ["row", "seed", "prior", "position", "accuracy"],
+            "test_sets": ["row", "seed", "test_set", "group", "accuracy"],
+            "per_class": ["row", "seed", "class_index", "train_count", "group", "accuracy"],
+            "class_stats": ["row", "seed", "class_index", "train_count", "stat", "value"],
+            "curves": ["row", "seed", "epoch"]}
+    frame = lambda lines, name: pd.DataFrame(lines, columns=None if lines else cols[name])  # noqa: E731
+    return Frames(pd.DataFrame(runs), frame(heads, "heads"), frame(shift, "shift"), frame(sets, "test_sets"),
+                  frame(per_class, "per_class"), frame(class_stats, "class_stats"), frame(curves, "curves"))

@@ -1,0 +1,319 @@
+"""Finding the runs below a results folder and summarising each one, with a cache.
+
+Why a cache: a table over 10,000 runs must print in well under two seconds, and parsing 10,000
+result.json files (or a few hundred iNaturalist ones, 1.5 MB each because of the per-class lists)
+costs seconds. result.json stays the record of truth; ``<root>/.ltbench-index.json`` only keeps,
+per run folder, the small summary a table needs (status, config, scalar metrics, provenance) and
+the size and mtime of the result.json it was read from (one file: a JSON part, then the scalar
+metrics as a float64 matrix, because parsing a million floats from JSON text costs seconds). A summary whose file changed size or mtime
+is read again, so the cache is never trusted for a file that changed. Deleting the cache is always
+safe. When the results folder is not writable the cache is simply not written.
+
+Every run folder yields a record, damaged ones included: a record with status ``damaged`` and a
+``note`` that says what is wrong (empty folder, result.json truncated or not UTF-8, no config, ...),
+so a table can say it out loud instead of crashing or silently dropping the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+from array import array
+from collections.abc import Mapping
+from pathlib import Path
+
+from ltbench import store
+from ltbench.config import NOT_IN_RUN_ID
+
+INDEX_FILE = ".ltbench-index"
+INDEX_VERSION = 3
+CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
+SKIP_DIRS = {"report", "__pycache__"}
+RUN_FILES = {store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.STARTED, store.SUBMITTED}
+PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
+
+
+def config_key(config: dict) -> tuple[str, dict]:
+    """Row identity of a run: its resolved configuration less the seed and the path-like fields that
+    do not enter the run id. Returns (sha1 of the canonical JSON, the identity dict)."""
+    identity = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items() if k != "seed"}
+    for section, key in NOT_IN_RUN_ID:
+        if isinstance(identity.get(section), dict):
+            identity[section].pop(key, None)
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16], identity
+
+
+def flat_metrics(metrics: dict) -> dict[str, float]:
+    """Scalar metrics as flat names: 'all', 'many', 'head:<h>:all', 'prior:<p>:all', 'set:<s>:all' ...
+    The result was checked by store.check_result, so every value is a fraction or null (left out)."""
+    out: dict[str, float] = {}
+
+    def take(prefix: str, values: dict):
+        for g in ("all", "many", "medium", "few"):
+            if values.get(g) is not None:
+                out[prefix + g] = float(values[g])
+
+    take("", metrics)
+    for section, tag in (("heads", "head"), ("target_priors", "prior"), ("test_sets", "set")):
+        for name, values in (metrics.get(section) or {}).items():
+            take(f"{tag}:{name}:", values)
+    return out
+
+
+def summarize_result(data: dict, run_dir_name: str) -> dict:
+    """The small record a table needs from one usable result (status 'done' or 'failed')."""
+    config = data["config"]
+    key, identity = config_key(config)
+    rec = {
+        "status": data["status"],
+        "run_id": data["run_id"],
+        "recipe": _str(data.get("recipe")),
+        "seed": config.get("seed", data.get("seed")),
+        "key": key,
+        "config": identity,
+        "grid": data.get("grid") if isinstance(data.get("grid"), dict) else {},
+    }
+    if data["status"] == "done":
+        rec["metrics"] = flat_metrics(data["metrics"])
+    else:
+        err = str(data.get("error") or "").strip().splitlines()
+        rec["error"] = err[-1][:200] if err else ""
+    prov = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
+    rec["prov"] = {k: prov.get(k) for k in PROVENANCE_KEYS if prov.get(k) is not None}
+    for k in ("device", "wall_seconds", "started", "ended", "world_size"):
+        if data.get(k) is not None:
+            rec["prov"][k] = data[k]
+    return rec
+
+
+def _str(v) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def read_result_file(path: Path) -> dict:
+    """One result.json as a summary record; never raises on a damaged file. Whether a result is usable
+    is decided by store.check_result, the rule `ltbench run` and `status` apply too, so a table never
+    counts a run that a relaunch would redo. A damaged one keeps its row when spec.json names it."""
+    run_dir = path.parent
+    check = store.check_result(run_dir)
+    if check.usable:
+        return summarize_result(check.result, run_dir.name)
+    return {"run_id": run_dir.name, **_identity_from_spec(run_dir), "status": "damaged",
+            "note": f"{check.reason or 'result.json is missing'}; 'ltbench run' runs it again"}
+
+
+def _identity_from_spec(run_dir: Path) -> dict:
+    """The row a run belongs to, read from its spec.json ({} when that is missing or damaged)."""
+    try:
+        spec = json.loads((run_dir / store.SPEC).read_text())
+        key, identity = config_key(spec["config"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    return dict(key=key, config=identity, seed=spec["config"].get("seed"), recipe=spec.get("recipe"),
+                grid=spec.get("grid") or {}, run_id=spec.get("run_id") or run_dir.name)
+
+
+def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
+    """A run folder without result.json: running, pending, or damaged (empty / no spec.json)."""
+    if not names:
+        return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
+    status = "running" if store.STARTED in names else "pending"
+    rec = {"status": status, "run_id": run_dir.name}
+    if store.SPEC not in names:
+        rec["note"] = "no spec.json (the launch never completed, or it was deleted)"
+        if status == "pending":
+            rec["status"] = "damaged"
+        return rec
+    identity = _identity_from_spec(run_dir)
+    rec.update(identity)
+    if not identity:
+        rec["note"] = "spec.json is damaged"
+    return rec
+
+
+def find_run_dirs(root: Path) -> list[tuple[str, set[str], os.stat_result | None]]:
+    """Run folders below ``root``: a folder holding result.json or another run file, or a leaf folder
+    (an empty run folder is a run that lost its files). ``report`` and hidden folders are skipped.
+    Returns (folder, file names, stat of result.json or None). A folder whose result.json exists is
+    recognised by one stat() call, without listing it: that is what keeps 10,000 runs fast."""
+    root_s = os.fspath(root)
+    out = []
+    stack = [root_s]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        files = {e.name for e in entries if not e.is_dir()}
+        subdirs = [e.path for e in entries if e.is_dir() and not e.name.startswith(".") and e.name not in SKIP_DIRS]
+        if store.RESULT in files or files & RUN_FILES or (not subdirs and folder != root_s):
+            out.append((folder, files, _stat(os.path.join(folder, store.RESULT)) if store.RESULT in files else None))
+            continue
+        for sub in subdirs:
+            st = _stat(os.path.join(sub, store.RESULT))
+            if st is not None:
+                out.append((sub, {store.RESULT}, st))
+            else:
+                stack.append(sub)
+    out.sort(key=lambda item: item[0])
+    return out
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        st = os.stat(path)
+        return st if stat.S_ISREG(st.st_mode) else None
+    except OSError:
+        return None
+
+
+class Metrics(Mapping):
+    """A run's flat metrics, read from the cache's float matrix without building a dict per run."""
+
+    __slots__ = ("_columns", "_values")
+
+    def __init__(self, columns: dict[str, int], values: memoryview):
+        self._columns, self._values = columns, values
+
+    def get(self, key, default=None):
+        i = self._columns.get(key)
+        if i is None:
+            return default
+        v = self._values[i]
+        return default if v != v else v  # NaN: not recorded
+
+    def __getitem__(self, key):
+        v = self.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def __iter__(self):
+        return (k for k, i in self._columns.items() if self._values[i] == self._values[i])
+
+    def names(self, prefix: str) -> list[str]:
+        """Recorded metric names starting with ``prefix``, without looking at the other columns."""
+        return [k for k in _prefixed(self._columns, prefix) if self._values[self._columns[k]] == self._values[self._columns[k]]]
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+_PREFIXED: dict[tuple[int, str], list[str]] = {}
+
+
+def _prefixed(columns: dict[str, int], prefix: str) -> list[str]:
+    key = (id(columns), prefix)
+    if key not in _PREFIXED:
+        _PREFIXED[key] = [k for k in columns if k.startswith(prefix)]
+    return _PREFIXED[key]
+
+
+def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
+    """(json part, metric column index, float64 matrix) of the cache file, or empty ones."""
+    empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "metrics": []}
+    try:
+        blob = path.read_bytes()
+        if not blob.startswith(CACHE_MAGIC):
+            return empty, {}, None
+        n = int.from_bytes(blob[len(CACHE_MAGIC):len(CACHE_MAGIC) + 8], "little")
+        start = len(CACHE_MAGIC) + 8
+        meta = json.loads(blob[start:start + n])
+        if meta.get("version") != INDEX_VERSION:
+            return empty, {}, None
+        values = memoryview(blob[start + n:]).cast("d")
+        columns = {name: i for i, name in enumerate(meta["metrics"])}
+        if len(values) != len(columns) * len(meta["runs"]):
+            return empty, {}, None
+        return meta, columns, values
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return empty, {}, None
+
+
+def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], configs: dict) -> None:
+    names = sorted({k for m in metrics.values() for k in m})
+    col = {n: i for i, n in enumerate(names)}
+    values = array("d", [math.nan]) * (len(names) * len(runs))
+    meta_runs = {}
+    for row, (rel, entry) in enumerate(runs.items()):
+        for k in metrics.get(rel, {}):
+            values[row * len(names) + col[k]] = metrics[rel][k]
+        meta_runs[rel] = entry + [row]
+    meta = json.dumps({"version": INDEX_VERSION, "metrics": names, "runs": meta_runs, "configs": configs},
+                      separators=(",", ":")).encode()
+    try:
+        store.atomic_write_bytes(path, CACHE_MAGIC + len(meta).to_bytes(8, "little") + meta + values.tobytes())
+    except OSError:
+        pass  # a read-only results folder: tables still work, only without the cache
+
+
+def scan(root: Path, use_cache: bool = True) -> list[dict]:
+    """One summary record per run folder below ``root`` (sorted by path), each with ``dir`` and ``name``."""
+    root_s = os.fspath(root)
+    cache_path = Path(root_s) / INDEX_FILE
+    meta, columns, values = _load_cache(cache_path) if use_cache else ({"runs": {}, "configs": {}}, {}, None)
+    cached, configs = meta["runs"], meta["configs"]
+    width = len(columns)
+    fresh: dict[str, list] = {}
+    fresh_metrics: dict[str, Mapping] = {}
+    changed = False
+    records = []
+    prefix = len(root_s.rstrip("/")) + 1
+    for run_dir, names, st in find_run_dirs(root_s):
+        rel = run_dir[prefix:] if len(run_dir) >= prefix else "."
+        if st is not None:
+            sig = [st.st_size, st.st_mtime_ns]
+            hit = cached.get(rel)
+            if hit is not None and hit[0] == sig and values is not None:
+                rec = dict(hit[1])
+                if "metrics" in rec:
+                    rec["metrics"] = Metrics(columns, values[hit[2] * width:(hit[2] + 1) * width])
+            else:
+                rec = read_result_file(Path(run_dir) / store.RESULT)
+                changed = True
+                if "config" in rec:
+                    configs[rec["key"]] = rec["config"]
+            if "key" in rec:
+                rec["config"] = configs.get(rec["key"]) or rec.get("config")
+            fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
+            if "metrics" in rec:
+                fresh_metrics[rel] = rec["metrics"]
+        else:
+            rec = _unfinished_record(Path(run_dir), names)
+        rec["dir"] = run_dir
+        rec["name"] = rel if rel != "." else os.path.basename(run_dir)  # relative to the root, for notes
+        records.append(rec)
+    if use_cache and (changed or len(fresh) != len(cached)):
+        used = {entry[1].get("key") for entry in fresh.values()}
+        _save_cache(cache_path, fresh, fresh_metrics, {k: v for k, v in configs.items() if k in used})
+    return records
+
+
+def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -> list[dict]:
+    """Expected runs absent from ``root`` but present, with the same run id, in a sibling recipe's
+    folder (``results/<other recipe>/<run id>``): the same run id is the same computation, so the
+    run is used, and its record says where it came from."""
+    root = Path(root)
+    have = {r.get("run_id") for r in records} | {Path(r["dir"]).name for r in records}
+    wanted = [e["run_id"] for e in expected if e["run_id"] not in have]
+    if not wanted or not root.parent.is_dir():
+        return []
+    siblings = sorted(p for p in root.parent.iterdir() if p.is_dir() and p != root and not p.name.startswith("."))
+    out = []
+    for run_id in wanted:
+        for sib in siblings:
+            path = sib / run_id / store.RESULT
+            if path.is_file():
+                rec = read_result_file(path)
+                if rec.get("status") == "done":
+                    rec["dir"] = str(path.parent)
+                    rec["name"] = f"../{sib.name}/{run_id}"
+                    rec["borrowed"] = sib.name
+                    out.append(rec)
+                    break
+    return out

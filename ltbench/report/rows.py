@@ -1,0 +1,384 @@
+"""What a row is, and the numbers in it.
+
+A row is one distinct resolved configuration: everything that enters the run id except the seed
+(with a pivot, less the pivoted keys, which become column groups). Runs with the same run id count
+once (a copied run folder never changes n); n counts distinct seeds. Given a recipe, only the
+recipe's own runs are shown, each row knows the seeds it expects, and every seed that is missing,
+failed, still pending or damaged is named in a note. A different configuration never shares a row:
+an explicit row whose selector matches two configurations is an error, not an average.
+
+Labels come from the fields in which rows differ (method parameters are compared only between rows
+of the same method), written canonically (1 and 1.0 both print as 1), so ``la (tau=1)`` reads the
+same however the YAML was written. Rows keep the recipe's grid order.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ltbench.errors import ConfigError
+from ltbench.report.spec import GROUPS, PRIOR_NAME, TEMPLATE_FIELD, TableSpec
+
+HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
+AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
+
+
+# ------------------------------------------------------------------------------------------------
+# Values and labels
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def value_text(v: Any) -> str:
+    """Canonical short text of a config value: 1.0 -> '1', True -> 'true', [a, b] -> '[a,b]'."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:g}"
+    if v is None:
+        return "none"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(value_text(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}={value_text(x)}" for k, x in sorted(v.items())) + "}"
+    return str(v)
+
+
+def short_key(key: str) -> str:
+    return key.split(".", 1)[1] if "." in key else key
+
+
+def prior_order(name: str) -> tuple:
+    """forward50 < forward10 < ... < uniform < backward2 < ... < backward50 (test prior from like the
+    training profile to reversed)."""
+    m = re.match(r"^(forward|backward)(\d+(?:\.\d+)?)$", name)
+    if name == "uniform" or not m:
+        return (1, 0.0)
+    rho = float(m.group(2))
+    return (0, -rho) if m.group(1) == "forward" else (2, rho)
+
+
+def default_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
+    """Method name plus the fields in which a row differs from the others (method fields compared
+    only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
+    names = [str(f.get("method.name", "?")) for f in flats]
+    keys = sorted({k for f in flats for k in f} - skip - {"method.name"})
+    texts = [{k: value_text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
+    varying_all = {k for k in keys if not k.startswith("method.") and len({t[k] for t in texts}) > 1}
+    seen_by_method: dict[str, dict[str, set]] = {}
+    for name, t in zip(names, texts):
+        per = seen_by_method.setdefault(name, {})
+        for k in keys:
+            if k.startswith("method."):
+                per.setdefault(k, set()).add(t[k])
+    varying_method = {name: {k for k, v in per.items() if len(v) > 1} for name, per in seen_by_method.items()}
+    labels = []
+    for f, name, t in zip(flats, names, texts):
+        parts = [f"{short_key(k)}={t[k]}" for k in keys
+                 if k in f and (k in varying_all or k in varying_method[name])]
+        labels.append(name + (f" ({', '.join(parts)})" if parts else ""))
+    return labels
+
+
+def group_title(spec: TableSpec, value) -> str:
+    """The section title of a ``group_by`` value: from ``group_labels``, else 'epochs=200'."""
+    labels = {value_text(k) if not isinstance(k, str) else k: v for k, v in spec.group_labels.items()}
+    return labels.get(value_text(value), f"{short_key(spec.group_by)}={value_text(value)}")
+
+
+def template_label(template: str, flat: dict[str, Any]) -> str:
+    return TEMPLATE_FIELD.sub(lambda m: value_text(flat[m.group(1)]) if m.group(1) in flat else "?", template)
+
+
+# ------------------------------------------------------------------------------------------------
+# The table model
+
+
+@dataclass
+class Cell:
+    seeds: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)  # percent, one per seed
+    best: bool = False
+    second: bool = False
+    similar: bool = False  # not significantly different from the best of its column and group
+    delta: float | None = None  # ours - published, when a published entry matches
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.values) / len(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        if len(self.values) < 2:
+            return None
+        m = self.mean
+        return math.sqrt(sum((v - m) ** 2 for v in self.values) / (len(self.values) - 1))
+
+
+@dataclass
+class Row:
+    label: str
+    group: str | None = None
+    highlight: bool = False
+    head: str | None = None
+    marks: dict[str, bool] = field(default_factory=dict)
+    units: dict[int, "Unit"] = field(default_factory=dict)  # column group index -> configuration
+    cells: dict[tuple[int, int], Cell] = field(default_factory=dict)  # (column group, column) -> cell
+    notes: list[str] = field(default_factory=list)
+    published: str | None = None  # source, for a published reference row
+
+
+@dataclass
+class Unit:
+    """One configuration: its flat identity, the seeds a recipe expects and the runs found."""
+    key: str
+    flat: dict[str, Any]
+    order: int
+    expected: list[int] | None = None
+    runs: dict[int, dict] = field(default_factory=dict)  # seed -> record (done preferred)
+    problems: dict[int, str] = field(default_factory=dict)  # seed -> status text (failed, pending, ...)
+    borrowed: dict[int, str] = field(default_factory=dict)  # seed -> sibling recipe folder it was read from
+
+
+@dataclass
+class Table:
+    name: str
+    spec: TableSpec
+    columns: list[tuple[str, str]]  # (metric key, header)
+    pivot: list[str]
+    groups: list[tuple]  # pivot values per column group (one empty tuple without a pivot)
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+    test: str | None = None  # significance test used, if any
+    expected_seeds: bool = False  # rows show n/expected (a recipe was given)
+
+    def group_header(self, level: int, gi: int) -> str:
+        key, value = self.pivot[level], self.groups[gi][level]
+        labels = {value_text(k) if not isinstance(k, str) else k: v
+                  for k, v in (self.spec.pivot_labels.get(key) or {}).items()}
+        return labels.get(value_text(value), value_text(value))
+
+
+# ------------------------------------------------------------------------------------------------
+# From records to units
+
+
+def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list[Unit], list[str]]:
+    """Group run records by configuration. ``expected``: a recipe's runs (run_id, key, seed, flat)
+    in grid order; records of other runs are left out and said so. Returns (units, global notes)."""
+    units: dict[str, Unit] = {}
+    by_run: dict[str, tuple[str, int]] = {}
+    notes: list[str] = []
+    if expected is not None:
+        for i, e in enumerate(expected):
+            u = units.setdefault(e["key"], Unit(e["key"], e["flat"], i, expected=[]))
+            if e["seed"] not in u.expected:
+                u.expected.append(e["seed"])
+            by_run[e["run_id"]] = (e["key"], e["seed"])
+    foreign, seen_runs = [], {}
+    for rec in records:
+        run_id = rec.get("run_id") or rec["dir"].rstrip("/").rsplit("/", 1)[-1]
+        if expected is not None:
+            target = by_run.get(run_id) or by_run.get(rec["dir"].rstrip("/").rsplit("/", 1)[-1])
+            if target is None or ("key" in rec and rec["key"] != target[0]):
+                foreign.append(rec)
+                continue
+            key, seed = target
+        elif "key" in rec:
+            key, seed = rec["key"], rec.get("seed")
+            if key not in units:
+                units[key] = Unit(key, flatten(rec["config"]), len(units))
+        else:
+            notes.append(f"{_name(rec)}: {rec.get('note', 'unreadable run folder')}; left out")
+            continue
+        unit = units[key]
+        if run_id in seen_runs and rec["status"] == "done" and unit.runs.get(seed, {}).get("status") == "done":
+            notes.append(f"{_name(rec)} is a copy of run {run_id} ({seen_runs[run_id]}): counted once")
+            continue
+        seen_runs.setdefault(run_id, _name(rec))
+        _place(unit, seed, rec)
+    if foreign:
+        shown = ", ".join(_name(r) for r in foreign[:5])
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        notes.append(f"{len(foreign)} run folder(s) are not runs of this recipe (other settings, or made by "
+                     f"another version of it) and are left out: {shown}{more}")
+    return sorted(units.values(), key=lambda u: u.order), notes
+
+
+def _name(rec: dict) -> str:
+    return rec.get("name") or rec["dir"].rstrip("/").rsplit("/", 1)[-1]
+
+
+def _place(unit: Unit, seed, rec: dict) -> None:
+    status = rec["status"]
+    if status == "done" and not (rec.get("note") and not rec.get("metrics")):
+        old = unit.runs.get(seed)
+        if old is None or old["status"] != "done":
+            unit.runs[seed] = rec
+            unit.problems.pop(seed, None)
+        if rec.get("note"):
+            unit.problems.setdefault(seed, f"seed {seed}: {rec['note']}")
+        if rec.get("borrowed"):
+            unit.borrowed[seed] = rec["borrowed"]
+        return
+    if seed in unit.runs and unit.runs[seed]["status"] == "done":
+        return
+    text = {"failed": f"seed {seed} failed" + (f" ({rec['error']})" if rec.get("error") else ""),
+            "running": f"seed {seed} still running", "pending": f"seed {seed} pending"}.get(
+        status, f"seed {seed} damaged: {rec.get('note', 'unreadable')} ({_name(rec)})")
+    unit.problems[seed] = text
+
+
+# ------------------------------------------------------------------------------------------------
+# Columns and rows
+
+
+def metric_names(units: list[Unit], prefix: str) -> set[str]:
+    """Names of the metrics starting with ``prefix`` that some run of these units recorded."""
+    out: set[str] = set()
+    for u in units:
+        for r in u.runs.values():
+            m = r.get("metrics") or {}
+            names = m.names(prefix) if hasattr(m, "names") else [k for k in m if k.startswith(prefix)]
+            out.update(names)
+    return out
+
+
+def expand_columns(spec: TableSpec, units: list[Unit]) -> list[tuple[str, str]]:
+    cols = []
+    for name in spec.columns:
+        if name in GROUPS:
+            cols.append((name, HEADERS[name]))
+        elif name == "priors":
+            priors = sorted({k.split(":")[1] for k in metric_names(units, "prior:")}, key=prior_order)
+            cols += [(f"prior:{p}:all", p) for p in priors]
+        elif PRIOR_NAME.match(name):
+            cols.append((f"prior:{name}:all", name))
+        else:
+            parts = name.split(":")
+            key = name if len(parts) == 3 else f"{name}:all"
+            title = f"{parts[1]} subset" if parts[0] == "set" else parts[1]
+            cols.append((key, title if len(parts) == 2 or parts[2] == "all" else f"{title} {parts[2]}"))
+    return cols
+
+
+def _group_values(units: list[Unit], pivot: list[str], spec: TableSpec) -> list[tuple]:
+    seen = []
+    for u in units:
+        g = tuple(u.flat.get(k) for k in pivot)
+        if g not in seen:
+            seen.append(g)
+
+    def rank(g: tuple) -> tuple:
+        out = []
+        for level, key in enumerate(pivot):
+            order = [value_text(k) if not isinstance(k, str) else k for k in (spec.pivot_labels.get(key) or {})]
+            text = value_text(g[level])
+            out.append(order.index(text) if text in order else len(order))
+        return tuple(out)
+
+    return sorted(seen, key=lambda g: (rank(g), seen.index(g)))
+
+
+def _matches(flat: dict, where: dict) -> bool:
+    return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
+
+
+def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],
+                  where: str) -> list[Row]:
+    rows = []
+    for i, rs in enumerate(spec.rows):
+        row = Row(rs.label or f"row {i + 1}", rs.group, rs.highlight, rs.head, dict(rs.marks))
+        for gi, g in enumerate(groups):
+            hits = [u for u in units if tuple(u.flat.get(k) for k in pivot) == g and _matches(u.flat, rs.where)]
+            if len(hits) > 1:
+                differ = sorted(k for k in set().union(*(h.flat for h in hits))
+                                if len({value_text(h.flat.get(k)) for h in hits}) > 1)
+                raise ConfigError(f"{where}.rows[{i}].where matches {len(hits)} different configurations "
+                                  f"(they differ in {', '.join(differ[:6])}): add one of these keys to the selector")
+            if hits:
+                row.units[gi] = hits[0]
+        if not row.units:
+            row.notes.append("no configuration of this recipe matches this row's selector")
+        rows.append(row)
+    return rows
+
+
+def natural_key(text: str) -> list:
+    """'backward10' after 'backward2'; 'ρ=10' before 'ρ=100'."""
+    return [(0, float(t), "") if re.fullmatch(r"\d+(\.\d+)?", t) else (1, 0.0, t)
+            for t in re.findall(r"\d+(?:\.\d+)?|\D+", text or "")]
+
+
+def default_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],
+                 auto_group: bool, by_label: bool = False) -> list[Row]:
+    """One row per configuration (less the pivot keys): in grid order with a recipe, else by label."""
+    skip = set(pivot) | ({spec.group_by} if spec.group_by else set())
+    grouped_by = [k for k in AUTO_GROUP_KEYS if auto_group and len({value_text(u.flat.get(k)) for u in units}) > 1
+                  and k not in skip]
+    skip |= set(grouped_by)
+    identities: dict[str, dict] = {}
+    members: dict[str, dict[int, Unit]] = {}
+    for u in units:
+        ident = {k: v for k, v in u.flat.items() if k not in pivot}
+        rk = repr(sorted((k, value_text(v)) for k, v in ident.items()))
+        identities.setdefault(rk, ident)
+        gi = groups.index(tuple(u.flat.get(k) for k in pivot))
+        members.setdefault(rk, {})[gi] = u
+    keys = list(identities)
+    flats = [identities[k] for k in keys]
+    labels = [template_label(spec.row_label, f) for f in flats] if spec.row_label else default_labels(flats, skip)
+    rows = []
+    for rk, label, flat in zip(keys, labels, flats):
+        group = group_title(spec, flat.get(spec.group_by)) if spec.group_by else None
+        if grouped_by:
+            group = ", ".join(f"{short_key(k)}={value_text(flat.get(k))}" if k != "data.name"
+                              else value_text(flat.get(k)) for k in grouped_by)
+        rows.append(Row(label, group, units=members[rk]))
+    _disambiguate(rows)
+    if by_label:
+        rows.sort(key=lambda r: (natural_key(r.group or ""), natural_key(r.label)))
+    return rows
+
+
+def _disambiguate(rows: list[Row]) -> None:
+    """Two rows never print the same label: a template that ignores a differing field gets a suffix."""
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        counts[(r.group, r.label)] = counts.get((r.group, r.label), 0) + 1
+    for r in rows:
+        if counts[(r.group, r.label)] > 1:
+            r.label += " #" + next(iter(r.units.values())).key[:6]
+
+
+def expand_heads(rows: list[Row], patterns: list[str]) -> list[Row]:
+    """One row per row and per head whose name matches a pattern (fnmatch): 'label · head'."""
+    out = []
+    for row in rows:
+        heads = sorted({k.split(":")[1] for k in metric_names(list(row.units.values()), "head:")})
+        for h in heads:
+            if any(fnmatch.fnmatch(h, p) for p in patterns):
+                out.append(Row(f"{row.label} · {h}", row.group, row.highlight, h, dict(row.marks), row.units))
+    if rows and not out and any(u.runs for r in rows for u in r.units.values()):
+        all_heads = sorted({k.split(":")[1] for k in metric_names([u for r in rows for u in r.units.values()],
+                                                                    "head:")})
+        raise ConfigError(f"no head matches '{','.join(patterns)}'; heads in these results: "
+                          f"{', '.join(all_heads) or '(none)'}")
+    return out

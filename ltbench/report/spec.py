@@ -1,0 +1,159 @@
+"""The ``tables:`` section of a recipe: what a table shows, checked when the recipe is loaded.
+
+A table names its rows (each a display label plus a selector on config values, optionally a
+prediction head; or a label template over config values), its columns (metrics: many / medium /
+few / all, shifted priors such as forward50 ... uniform ... backward50, named test sets, heads),
+an optional pivot of config keys into column groups (dataset x imbalance factor, backbone, ...),
+switch columns shown as check marks, row groups, and how numbers are printed. Example::
+
+    tables:
+      ablation:
+        caption: Ablation (BAPE paper, Table 6 shape)
+        columns: [many, medium, few, all]
+        switches: [Prior, DA]
+        rows:
+          - {label: "w/o Prior & DA", where: {method.prior: false}, head: sum_da_none, marks: {Prior: false, DA: false}}
+          - {label: Ours, where: {method.prior: true}, head: sum_da_shared_kappa, marks: {Prior: true, DA: true}, highlight: true}
+
+Everything here is plain data (no torch, no pandas), so a recipe is validated before any run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ltbench.config import from_dict
+from ltbench.errors import ConfigError
+
+SECTIONS = ("data", "backbone", "method", "optim", "train", "eval")
+GROUPS = ("many", "medium", "few", "all")
+PRIOR_NAME = re.compile(r"^(uniform|(forward|backward)\d+(\.\d+)?)$")
+TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][\w.]*)\}")
+
+
+@dataclass
+class RowSpec:
+    label: str | None = None
+    where: dict[str, Any] = field(default_factory=dict)  # dotted config key -> value
+    head: str | None = None  # read this prediction head's metrics instead of the main prediction
+    group: str | None = None  # row group (section) this row belongs to
+    highlight: bool = False  # shaded as "ours"
+    marks: dict[str, bool] = field(default_factory=dict)  # switch column name -> check / cross
+
+
+@dataclass
+class TableSpec:
+    caption: str = ""
+    label: str = ""  # LaTeX \label
+    include: list[str] = field(default_factory=list)  # other recipe files (relative to this one) whose runs join
+    where: dict[str, Any] = field(default_factory=dict)  # only configurations with these values
+    rows: list[RowSpec] | None = None  # None: one row per distinct configuration, in grid order
+    row_label: str | None = None  # template over config values, e.g. "{method.name} (tau={method.tau})"
+    columns: list[str] = field(default_factory=lambda: list(GROUPS))
+    pivot: list[str] = field(default_factory=list)  # config keys whose values become column groups
+    pivot_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # key -> value -> header text
+    switches: list[str] = field(default_factory=list)  # check-mark columns; values from rows' marks
+    switch_keys: dict[str, str] = field(default_factory=dict)  # switch name -> config key (truthiness)
+    group_by: str | None = None  # config key whose values make row groups
+    group_labels: dict[str, str] = field(default_factory=dict)  # group value -> section title
+    heads: list[str] = field(default_factory=list)  # one row per configuration and per head (fnmatch)
+    digits: int = 2
+    std: bool = True
+    best: bool = True  # bold best, underline second best per column within each column group
+    best_scope: str = "group"  # 'group': also within each row group (epoch sections); 'table': across row groups
+    published: bool = False  # add matching published results as reference rows (dagger) and a delta column
+    published_method: dict[str, str] = field(default_factory=dict)  # row label -> published method name
+
+    def validate(self) -> None:
+        if not 0 <= self.digits <= 6:
+            raise ValueError(f"digits: expected 0 to 6, got {self.digits}")
+        if self.rows is not None and self.row_label is not None:
+            raise ValueError("give either rows (explicit) or row_label (a template), not both")
+        if self.best_scope not in ("group", "table"):
+            raise ValueError(f"best_scope: expected 'group' or 'table', got {self.best_scope!r}")
+        if self.rows is not None and self.heads:
+            raise ValueError("heads expands default rows; with explicit rows give each row its own head")
+
+
+def check_key(key: str, where: str) -> None:
+    parts = key.split(".")
+    if len(parts) < 2 or parts[0] not in SECTIONS or not all(parts):
+        raise ConfigError(f"{where}: '{key}' is not a dotted config key; expected <section>.<field> with section "
+                          f"one of {', '.join(SECTIONS)} (e.g. method.tau, data.imb_factor)")
+
+
+def check_column(name: str, where: str) -> None:
+    if name in GROUPS or name == "priors" or PRIOR_NAME.match(name):
+        return
+    parts = name.split(":")
+    if parts[0] in ("prior", "set", "head") and len(parts) in (2, 3) and all(parts) and \
+            (len(parts) == 2 or parts[2] in GROUPS):
+        if parts[0] == "prior" and not PRIOR_NAME.match(parts[1]):
+            raise ConfigError(f"{where}: '{parts[1]}' is not a prior name (uniform, forward<rho>, backward<rho>)")
+        return
+    raise ConfigError(f"{where}: unknown column '{name}'; expected one of {', '.join(GROUPS)}, a shifted prior "
+                      f"(forward50, uniform, backward10, or 'priors' for all), set:<test set>[:<group>] or "
+                      f"head:<head>:<group>")
+
+
+def parse_table(name: str, raw: Any, where: str) -> TableSpec:
+    spec = from_dict(TableSpec, raw, where)
+    if spec.rows is not None:
+        spec.rows = [r if isinstance(r, RowSpec) else from_dict(RowSpec, r, f"{where}.rows[{i}]")
+                     for i, r in enumerate(spec.rows)]
+        for i, row in enumerate(spec.rows):
+            for key in row.where:
+                check_key(key, f"{where}.rows[{i}].where")
+            unknown = set(row.marks) - set(spec.switches)
+            if unknown:
+                raise ConfigError(f"{where}.rows[{i}].marks: '{sorted(unknown)[0]}' is not a declared switch "
+                                  f"(switches: {', '.join(spec.switches) or 'none'})")
+        labels = [(r.group, r.label) for r in spec.rows if r.label]
+        dup = {x for x in labels if labels.count(x) > 1}
+        if dup:
+            raise ConfigError(f"{where}.rows: label '{sorted(dup, key=str)[0][1]}' is used twice in one row group")
+        for i, row in enumerate(spec.rows):
+            for name, mark in row.marks.items():
+                if not isinstance(mark, bool):
+                    raise ConfigError(f"{where}.rows[{i}].marks.{name}: expected true or false, got {mark!r}")
+    for i, col in enumerate(spec.columns):
+        check_column(col, f"{where}.columns[{i}]")
+    if not spec.columns:
+        raise ConfigError(f"{where}.columns: expected at least one column")
+    for key in spec.pivot + ([spec.group_by] if spec.group_by else []) + list(spec.switch_keys.values()) \
+            + list(spec.where):
+        check_key(key, f"{where}")
+    for i, inc in enumerate(spec.include):
+        if not inc.endswith((".yaml", ".yml")) or inc.startswith("/") or ".." in inc.split("/"):
+            raise ConfigError(f"{where}.include[{i}]: '{inc}' must be a recipe file next to this one (e.g. cifar10_lt.yaml)")
+    for key in spec.pivot_labels:
+        if key not in spec.pivot:
+            raise ConfigError(f"{where}.pivot_labels: '{key}' is not one of the pivot keys ({', '.join(spec.pivot)})")
+    for switch in spec.switch_keys:
+        if switch not in spec.switches:
+            raise ConfigError(f"{where}.switch_keys: '{switch}' is not a declared switch")
+    if spec.row_label:
+        for ref in TEMPLATE_FIELD.findall(spec.row_label):
+            check_key(ref, f"{where}.row_label")
+    return spec
+
+
+def parse_tables(raw: Any, where: str = "tables") -> dict[str, TableSpec]:
+    """Validate a recipe's ``tables:`` mapping (name -> table); errors name the dotted field."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of table names to tables, got {type(raw).__name__}")
+    out = {}
+    for name, table in raw.items():
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", name):
+            raise ConfigError(f"{where}: table name {name!r} must be letters, digits, '_', '-', '.'")
+        out[name] = parse_table(name, table, f"{where}.{name}")
+    return out
+
+
+def default_table(heads: list[str] | None = None) -> TableSpec:
+    """The table shown for a results folder or a recipe that declares none."""
+    return TableSpec(heads=list(heads or []))

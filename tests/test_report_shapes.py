@@ -1,0 +1,96 @@
+"""Golden files for every declared table shape, in markdown and LaTeX, and a LaTeX compile check.
+
+The recipe tests/golden/shapes/shapes.yaml declares a pivot table, a table with check-mark columns
+and row groups, a table with sections by schedule length and a shifted-prior table. Its runs get
+made-up metrics; one seed is missing, one failed, one pending and one still running, so the
+footnotes are in the golden files too. Set LTBENCH_UPDATE_GOLDEN=1 to rewrite the files after an
+intended change (and read the diff).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ltbench import report
+from ltbench.recipe import load_recipe
+from reportkit import populate
+
+SHAPES = Path(__file__).parent / "golden" / "shapes"
+TABLES = ["pivot", "switches", "sections", "shift"]
+STATUS = {("la", 2.0, 6.0, 2, 1): "failed", ("la", 2.0, 10.0, 2, 2): "pending", ("la", 1.0, 6.0, 3, 0): "running"}
+SKIP = {("ce", None, 10.0, 2, 2)}
+
+
+@pytest.fixture(scope="module")
+def shapes_results(tmp_path_factory):
+    results = tmp_path_factory.mktemp("shapes") / "results"
+    recipe = load_recipe(SHAPES / "shapes.yaml", results_dir=results)
+    populate(recipe, skip=SKIP, status=STATUS)
+    return results
+
+
+def built(results, name, test="welch"):
+    (table,) = report.tables(SHAPES / "shapes.yaml", results, name=name, test=test)
+    return table
+
+
+@pytest.mark.parametrize("fmt,ext", [("markdown", "md"), ("latex", "tex")])
+@pytest.mark.parametrize("name", TABLES)
+def test_declared_shape_matches_golden_file(shapes_results, name, fmt, ext):
+    text = report.render(built(shapes_results, name), fmt).strip() + "\n"
+    golden = SHAPES / f"{name}.{ext}"
+    if os.environ.get("LTBENCH_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_pivot_groups_have_their_own_best(shapes_results):
+    table = built(shapes_results, "pivot")
+    # column groups follow the order of pivot_labels (the grid says 6, 10)
+    assert [table.group_header(0, g) for g in range(len(table.groups))] == ["ρ=10", "ρ=6"]
+    for gi in range(len(table.groups)):
+        assert sum(row.cells[(gi, 1)].best for row in table.rows) == 1  # one bold per column group
+
+
+def test_missing_failed_pending_running_seeds_are_footnotes_in_every_format(shapes_results):
+    table = built(shapes_results, "pivot")
+    for fmt in ("markdown", "latex", "csv"):
+        text = report.render(table, fmt)
+        assert "seed(s) 2 missing (never run)" in text, fmt
+        assert "seed 1 failed (RuntimeError: loss is nan at epoch 2)" in text, fmt
+        assert "seed 2 pending" in text, fmt
+    sections = report.render(built(shapes_results, "sections"), "csv")
+    assert "seed 0 still running" in sections
+
+
+def test_shifted_priors_in_natural_order(shapes_results):
+    table = built(shapes_results, "shift")
+    assert [h for _, h in table.columns] == ["forward50", "forward10", "uniform", "backward10", "backward50"]
+
+
+def test_switch_marks_and_heads(shapes_results):
+    table = built(shapes_results, "switches")
+    by_label = {r.label: r for r in table.rows}
+    assert by_label["LA tau 1, 3 epochs"].marks == {"Adjusted": True, "Long": True}
+    main, aux = by_label["LA tau 1"], by_label["LA tau 1, aux head"]
+    assert main.cells[(0, 3)].mean == pytest.approx(aux.cells[(0, 3)].mean + 1.0)  # aux head is 1 point lower
+
+
+@pytest.mark.slow
+def test_latex_compiles_with_pdflatex(shapes_results, tmp_path):
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex is not installed (Debian: apt-get install texlive-latex-base "
+                    "texlive-latex-recommended); the LaTeX output was not compiled")
+    from ltbench.report.formats import latex_document
+
+    fragments = [report.render(built(shapes_results, name), "latex") for name in TABLES]
+    (tmp_path / "tables.tex").write_text(latex_document(fragments))
+    out = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "tables.tex"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert (tmp_path / "tables.pdf").stat().st_size > 1000
