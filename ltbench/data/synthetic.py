@@ -31,7 +31,7 @@ class SyntheticLTConfig:
     data_seed: int = 0
 
     def validate(self) -> None:
-        check_range("num_classes", self.num_classes, 2, 1000)
+        check_range("num_classes", self.num_classes, 2, 100_000)  # iNat-sized label spaces included
         check_range("max_per_class", self.max_per_class, 1, 10_000)
         check_range("imb_factor", self.imb_factor, 1, self.max_per_class,
                     unit=" (rho = n_max / n_min; at most max_per_class so the rarest class keeps an image)")
