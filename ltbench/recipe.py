@@ -25,7 +25,9 @@ from ltbench.registry import BACKBONES, DATASETS, RegistryError
 
 # Configuration fields that do not change what a run computes (paths, local resources).
 NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
-                 ("train", "threads"), ("train", "progress")}
+                 ("train", "threads"), ("train", "progress"),
+                 # how the same computation is executed (like threads: equal up to float rounding)
+                 ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark")}
 
 
 @dataclass
