@@ -9,6 +9,7 @@ holds with DataLoader workers and, up to BatchNorm statistics, with several proc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import math
@@ -36,7 +37,8 @@ CHECKPOINT_FORMAT = 1
 
 
 def derive_seed(*parts) -> int:
-    return int(hashlib.sha1(repr(parts).encode()).hexdigest()[:8], 16) % (2**31)
+    """A 31-bit seed from any parts (the first 4 bytes of their sha1: called once per sample)."""
+    return int.from_bytes(hashlib.sha1(repr(parts).encode()).digest()[:4], "big") % (2**31)
 
 
 def set_threads(train: TrainConfig) -> int:
@@ -90,7 +92,7 @@ def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
     """The backbone on a batch, in the memory format and (compiled or not) form the run asked for."""
     if run.train.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    return (run.compiled or run.backbone)(x)
+    return (run.compiled if run.compiled is not None else run.backbone)(x)
 
 
 def dataset_builder(config: dict):
@@ -167,7 +169,7 @@ class SeededSamples(torch.utils.data.Dataset):
     """Every sample a run loads, training and test alike, addressed by a key (source, epoch, index).
 
     Before building a sample's views it seeds torch's RNG from (seed, epoch, index) (test sources:
-    (seed, source, index)), so a sample's augmentations do not depend on batch composition, process
+    from (seed, source) + index), so a sample's augmentations do not depend on batch composition, process
     count, worker count or on which worker loads it. The epoch travels in the key, not in the object,
     because persistent workers hold their own copy of this object for the whole run.
     """
@@ -178,10 +180,16 @@ class SeededSamples(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return sum(len(s) for s in self.sources.values())
 
+    @functools.lru_cache(maxsize=None)
+    def _source_seed(self, source: str) -> int:
+        return derive_seed(self.seed, "augment", source)
+
     def __getitem__(self, key: tuple[str, int, int]):
         source, epoch, i = key
-        seed = derive_seed(self.seed, "augment", epoch, i) if source == "train" else \
-            derive_seed(self.seed, "augment", source, i)
+        if source == "train":
+            seed = derive_seed(self.seed, "augment", epoch, i)
+        else:  # one hash per test source, not per image: test passes are long and usually deterministic
+            seed = (self._source_seed(source) + i) % 2**31
         # The CPU generator only: torch.manual_seed would also queue a CUDA reseed with a stack trace.
         torch.random.default_generator.manual_seed(seed)
         return self.sources[source][i]
@@ -317,7 +325,7 @@ def test_features(run: Run, device: torch.device, source: str = "test", batch_si
     """Backbone features of one test source (see eval_sources), loaded through the run's loader, so
     decoding and transforms run in its worker processes when it has any."""
     run.model.eval()
-    loader = run.loader or make_loader(run, 0, 0, device)
+    loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
     keys = eval_keys(source, len(run.eval_sets[source][0]), batch_size)
     feats = [backbone_features(run, views[0].to(device, non_blocking=True)).float() for views, _ in loader.run(keys)]
     return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim, device=device)
@@ -457,9 +465,10 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
             for key, value in out.items():
                 if key not in ("loss", "logits") and value.numel() == 1:
                     extra_sums[key] = extra_sums.get(key, 0.0) + float(value) * n
-            rate = sums["seen"] / max(time.perf_counter() - t0, 1e-9)
-            bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
-                            acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}")
+            if not bar.disable:  # refresh=False: the bar redraws at most every 0.1 s, in update()
+                rate = sums["seen"] / max(time.perf_counter() - t0, 1e-9)
+                bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
+                                acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}", refresh=False)
             bar.update(1)
             if train_cfg.checkpoint_minutes and time.monotonic() - last_save > 60 * train_cfg.checkpoint_minutes \
                     and step + 1 < len(batches) and world == 1:

@@ -103,3 +103,24 @@ def test_small_image_fast_path_is_bit_identical_to_torchvision(name, case, shape
     from torchvision.transforms.v2.functional import to_pil_image
 
     assert pil(to_pil_image(images[0])).shape[0] == shape[0]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_every_pipeline_equals_its_torchvision_compose_bit_for_bit(name, case):
+    """The direct paths (DirectPipeline, SmallTensorFastPath) give the v2.Compose's output and leave the
+    RNG where the Compose leaves it, so a seeded sample is the same whichever path builds it."""
+    spec, shape = CASES[case]
+    tf = transforms.build(name, spec)
+    reference = getattr(tf, "reference", None)
+    assert reference is not None, f"{name} has no direct path"
+    gen = torch.Generator().manual_seed(2)
+    for seed in range(24 if case != "large" else 6):
+        image = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
+        torch.manual_seed(seed)
+        expected, next_draw = reference(image), torch.rand(())
+        torch.manual_seed(seed)
+        got = tf(image)
+        assert type(got) is torch.Tensor
+        assert torch.equal(got, expected.as_subclass(torch.Tensor)), (name, case, seed)
+        assert torch.equal(torch.rand(()), next_draw), (name, case, seed)
