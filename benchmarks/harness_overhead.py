@@ -48,8 +48,8 @@ SETTINGS = {
         "optim": {"lr": 0.1, "batch_size": 64, "warmup_epochs": 0, "weight_decay": 5.0e-4},
     },
     "resnet32_cifar": {
-        "data": {"name": "synthetic_lt", "num_classes": 10, "imb_factor": 10, "max_per_class": 300,
-                 "test_per_class": 300, "image_size": 32, "channels": 3},
+        "data": {"name": "synthetic_lt", "num_classes": 10, "imb_factor": 10, "max_per_class": 150,
+                 "test_per_class": 100, "image_size": 32, "channels": 3},
         "backbone": {"name": "resnet32"},
         "optim": {"lr": 0.1, "batch_size": 128, "warmup_epochs": 0, "weight_decay": 2.0e-4},
     },

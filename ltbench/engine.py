@@ -4,7 +4,12 @@ Determinism and resume: the sample order of epoch e comes from a generator seede
 the augmentations of sample i in epoch e from torch's RNG reseeded with (seed, e, i). So a run
 restarted from a checkpoint taken at (e, step) replays exactly the batches an uninterrupted run would
 have seen, and ends with the same weights on CPU; no RNG state needs to be checkpointed. The same
-holds with DataLoader workers and, up to BatchNorm statistics, with several processes.
+holds with DataLoader workers (any number, persistent for the whole run) and, up to BatchNorm
+statistics, with several processes. The speed options keep this, with one caveat each:
+train.channels_last and train.threads change float summation order (results equal up to rounding,
+so they are not part of the run id); train.compile and, on GPU, cudnn_benchmark choose kernels by
+code generation or timing, so two runs, or a run and its resumed copy, may differ in the last bits;
+fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32 is.
 """
 
 from __future__ import annotations
