@@ -172,6 +172,24 @@ def measure_evaluation(config: dict, bare: BareLoop, rounds: int, workers: int) 
     return ltbench_s, bare_s
 
 
+def epoch_end_cost(config: dict, rounds: int = 5) -> float:
+    """Median seconds of what ltbench does at every epoch end besides training: the checkpoint
+    (serialise, write, fsync, rename, fsync the folder) and the log line (append, fsync)."""
+    from ltbench import store
+
+    run = engine.build_run(config)
+    optimizer = engine.make_optimizer(run)
+    times = []
+    with tempfile.TemporaryDirectory(prefix="ltbench-ckpt-") as tmp:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            store.append_jsonl(Path(tmp) / "log.jsonl", {"epoch": 1, "loss": 1.0})
+            engine.save_checkpoint(Path(tmp) / "checkpoint.pt", run, optimizer, run_id="x", epoch=1, step=0,
+                                   iteration=1, log_lines=len(store.read_jsonl(Path(tmp) / "log.jsonl")))
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def report(what: str, images: int, ltbench_s: list[float], bare_s: list[float]) -> float:
     ratios = [b / a for a, b in zip(ltbench_s, bare_s)]
     lt, bare = images / statistics.median(ltbench_s), images / statistics.median(bare_s)
@@ -196,7 +214,11 @@ def main() -> None:
         bare = BareLoop(config, args.workers)
         n_train, n_test = len(bare.data.train), len(bare.data.test)
         print(f"{name}: {n_train} training images/epoch, {n_test} test images, batch {config['optim']['batch_size']}")
-        report("training", n_train, *measure_training(config, bare))
+        ltbench_s, bare_s = measure_training(config, bare)
+        report("training", n_train, ltbench_s, bare_s)
+        end = epoch_end_cost(config)
+        print(f"  {'':10s} of which epoch-end checkpoint + log line: {end * 1e3:.0f} ms = "
+              f"{100 * end / statistics.median(ltbench_s):.1f}% of a median ltbench epoch")
         report("evaluation", n_test, *measure_evaluation(config, bare, args.eval_rounds, args.workers))
 
 

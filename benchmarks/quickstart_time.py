@@ -13,7 +13,7 @@ how far it is from the compute limit of this machine.
 
 Measure on an idle machine; anything else running shows up in both numbers.
 
-    .venv/bin/python benchmarks/quickstart_time.py [--skip-run] [--seconds 8]
+    .venv/bin/python benchmarks/quickstart_time.py [--skip-run] [--seconds 8] [launcher.jobs=1 ...]
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def time_quickstart() -> tuple[float, list[dict]]:
+def time_quickstart(overrides: list[str]) -> tuple[float, list[dict]]:
     with tempfile.TemporaryDirectory(prefix="ltbench-quickstart-") as tmp:
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "ltbench", "run", "recipes/quickstart.yaml", "--results", tmp],
+        proc = subprocess.run([sys.executable, "-m", "ltbench", "run", "recipes/quickstart.yaml", *overrides,
+                               "--results", tmp],
                               cwd=ROOT, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
@@ -105,10 +106,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-run", action="store_true", help="only measure the compute limit")
     ap.add_argument("--seconds", type=float, default=8.0, help="timed seconds for the compute-limit rate")
+    ap.add_argument("overrides", nargs="*", help="dotted overrides for the run, e.g. launcher.jobs=1")
     args = ap.parse_args()
     print(f"{os.cpu_count()} CPUs; load average before: {os.getloadavg()[0]:.2f}")
     if not args.skip_run:
-        wall, results = time_quickstart()
+        wall, results = time_quickstart(args.overrides)
         done = sum(r.get("status") == "done" for r in results)
         print(f"quickstart: {wall:.1f} s wall ({int(wall // 60)} min {wall % 60:04.1f} s), {done}/{len(results)} runs "
               f"done; per run: " + ", ".join(f"{r['config']['method']['name']} {r['wall_seconds']:.0f} s "
