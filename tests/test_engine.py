@@ -258,7 +258,7 @@ class CECrashOnce(Method):
 '''
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli, workers):
     (tmp_path / "crash_plugins").mkdir()
     (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
