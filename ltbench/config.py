@@ -20,7 +20,9 @@ from ltbench.errors import ConfigError, short_repr
 # Configuration fields that do not change what a run computes (paths, local resources): the run id
 # and a table row's identity both leave them out.
 NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
-                 ("train", "threads"), ("train", "progress")}
+                 ("train", "threads"), ("train", "progress"),
+                 # how the same computation is executed (like threads: equal up to float rounding)
+                 ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark")}
 
 #: Integers beyond this are never a sensible setting (and overflow NumPy / torch seeds and counters).
 INT_LIMIT = 2**63 - 1
@@ -262,8 +264,11 @@ class OptimConfig:
 class TrainConfig:
     """How a run executes; none of these changes the method, some change numerics (precision)."""
 
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 autocast is faster on CPU but changes numerics
-    num_workers: int = 0  # DataLoader worker processes
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype; bf16/fp16 are faster, change numerics
+    num_workers: int = 0  # DataLoader worker processes, kept for the whole run (training and evaluation)
+    channels_last: bool = False  # NHWC memory format for model and batches (faster convolutions on GPU)
+    compile: Literal["off", "inductor", "aot_eager"] = "off"  # torch.compile the backbone with this backend
+    cudnn_benchmark: bool = True  # let cuDNN time its kernels (CUDA only; not bit-reproducible)
     eval_every: int = 0  # evaluate on the test set every N epochs (0: only at the end)
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
     threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default

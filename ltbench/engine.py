@@ -4,18 +4,24 @@ Determinism and resume: the sample order of epoch e comes from a generator seede
 the augmentations of sample i in epoch e from torch's RNG reseeded with (seed, e, i). So a run
 restarted from a checkpoint taken at (e, step) replays exactly the batches an uninterrupted run would
 have seen, and ends with the same weights on CPU; no RNG state needs to be checkpointed. The same
-holds with DataLoader workers and, up to BatchNorm statistics, with several processes.
+holds with DataLoader workers (any number, persistent for the whole run) and, up to BatchNorm
+statistics, with several processes. The speed options keep this, with one caveat each:
+train.channels_last and train.threads change float summation order (results equal up to rounding,
+so they are not part of the run id); train.compile and, on GPU, cudnn_benchmark choose kernels by
+code generation or timing, so two runs, or a run and its resumed copy, may differ in the last bits;
+fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32 is.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +43,8 @@ CHECKPOINT_FORMAT = 1
 
 
 def derive_seed(*parts) -> int:
-    return int(hashlib.sha1(repr(parts).encode()).hexdigest()[:8], 16) % (2**31)
+    """A 31-bit seed from any parts (the first 4 bytes of their sha1: called once per sample)."""
+    return int.from_bytes(hashlib.sha1(repr(parts).encode()).digest()[:4], "big") % (2**31)
 
 
 def set_threads(train: TrainConfig) -> int:
@@ -51,6 +58,21 @@ def pick_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def prepare_for_device(run: Run, device: torch.device) -> None:
+    """Move the model to the device and apply the run's speed options (train.channels_last,
+    train.cudnn_benchmark, train.compile). cuDNN autotuning and compilation pick kernels by timing or
+    code generation, so with either a run is not bit-reproducible on GPU (exact resume still restores
+    the same state; the following steps may differ in the last bits)."""
+    cfg = run.train
+    run.model.to(device)
+    if cfg.channels_last:
+        run.model.to(memory_format=torch.channels_last)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    if cfg.compile != "off":
+        run.compiled = torch.compile(run.backbone, backend=cfg.compile)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -67,6 +89,16 @@ class Run:
     optim: OptimConfig
     train: TrainConfig
     eval: EvalConfig
+    eval_sets: dict = field(default_factory=dict)  # source name -> (MultiView, labels); see eval_sources
+    loader: Loader | None = None  # set by train(); evaluate() falls back to a worker-less one
+    compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
+
+
+def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
+    """The backbone on a batch, in the memory format and (compiled or not) form the run asked for."""
+    if run.train.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return (run.compiled if run.compiled is not None else run.backbone)(x)
 
 
 def dataset_builder(config: dict):
@@ -94,8 +126,10 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     )
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
-    return Run(builder, data, backbone, method, model, optim,
-               from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
+    run = Run(builder, data, backbone, method, model, optim,
+              from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
+    run.eval_sets = eval_sources(run)
+    return run
 
 
 def make_optimizer(run: Run) -> torch.optim.Optimizer:
@@ -138,37 +172,111 @@ def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
 
 
 class SeededSamples(torch.utils.data.Dataset):
-    """Seeds torch's RNG with (seed, epoch, sample index) before building a sample's views, so a
-    sample's augmentations do not depend on batch composition, process count or worker count."""
+    """Every sample a run loads, training and test alike, addressed by a key (source, epoch, index).
 
-    def __init__(self, dataset: MultiView, seed: int, epoch: int):
-        self.dataset, self.seed, self.epoch = dataset, seed, epoch
+    Before building a sample's views it seeds torch's RNG from (seed, epoch, index) (test sources:
+    from (seed, source) + index), so a sample's augmentations do not depend on batch composition, process
+    count, worker count or on which worker loads it. The epoch travels in the key, not in the object,
+    because persistent workers hold their own copy of this object for the whole run.
+    """
+
+    def __init__(self, sources: dict[str, MultiView], seed: int):
+        self.sources, self.seed = sources, seed
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return sum(len(s) for s in self.sources.values())
 
-    def __getitem__(self, i: int):
+    @functools.lru_cache(maxsize=None)
+    def _source_seed(self, source: str) -> int:
+        return derive_seed(self.seed, "augment", source)
+
+    def __getitem__(self, key: tuple[str, int, int]):
+        source, epoch, i = key
+        if source == "train":
+            seed = derive_seed(self.seed, "augment", epoch, i)
+        else:  # one hash per test source, not per image: test passes are long and usually deterministic
+            seed = (self._source_seed(source) + i) % 2**31
         # The CPU generator only: torch.manual_seed would also queue a CUDA reseed with a stack trace.
-        torch.random.default_generator.manual_seed(derive_seed(self.seed, "augment", self.epoch, int(i)))
-        return self.dataset[int(i)]
+        torch.random.default_generator.manual_seed(seed)
+        return self.sources[source][i]
 
 
-def iterate_batches(dataset: MultiView, batches: list[np.ndarray], start: int, seed: int, epoch: int, workers: int,
-                    rank: int = 0, world: int = 1):
-    """Yield (step, views, labels) from step ``start`` on.
+class BatchPlan(torch.utils.data.Sampler):
+    """The batches of keys the loader yields on its next pass; replaced before each pass."""
 
-    With several processes, process ``rank`` takes every ``world``-th sample of each global batch.
+    def __init__(self):
+        self.batches: list[list[tuple]] = []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class Loader:
+    """One loading path for a whole run: training epochs and every evaluation pass (main test set,
+    shifted sets) go through the same DataLoader and its worker processes, started once.
+
+    With ``workers`` = 0 the samples are built in this process (no DataLoader machinery at all);
+    otherwise the workers persist across epochs and evaluations, so their start-up cost and the copy
+    of the dataset they hold are paid once per run. Batches are pinned when the device is CUDA.
     """
-    samples = SeededSamples(dataset, seed, epoch)
-    batches = [b[rank::world].tolist() for b in batches]
-    if workers == 0:
-        for step in range(start, len(batches)):
-            yield (step, *collate([samples[i] for i in batches[step]]))
-        return
-    loader = torch.utils.data.DataLoader(samples, batch_sampler=batches[start:], num_workers=workers,
-                                         collate_fn=collate, persistent_workers=False)
-    for step, (views, labels) in enumerate(loader, start):
-        yield step, views, labels
+
+    def __init__(self, samples: SeededSamples, workers: int, pin_memory: bool = False):
+        self.samples, self.workers = samples, workers
+        self.plan = BatchPlan()
+        self.loader = None
+        if workers:
+            self.loader = torch.utils.data.DataLoader(samples, batch_sampler=self.plan, num_workers=workers,
+                                                      collate_fn=collate, persistent_workers=True,
+                                                      pin_memory=pin_memory)
+
+    def run(self, batches: list[list[tuple]]):
+        """Yield (views, labels) for each batch of keys, in order. One pass at a time: exhaust it
+        (or drop it) before starting the next."""
+        if self.loader is None:
+            for keys in batches:
+                yield collate([self.samples[k] for k in keys])
+            return
+        self.plan.batches = batches
+        yield from self.loader
+
+    def close(self) -> None:
+        """Stop the worker processes now (they would also stop when the loader is garbage-collected)."""
+        iterator = getattr(self.loader, "_iterator", None)
+        if iterator is not None:
+            iterator._shutdown_workers()
+        self.loader = None
+
+
+def train_keys(batches: list[np.ndarray], start: int, epoch: int, rank: int = 0, world: int = 1) -> list[list]:
+    """Keys of the training batches from step ``start`` on. With several processes, process ``rank``
+    takes every ``world``-th sample of each global batch."""
+    return [[("train", epoch, int(i)) for i in b[rank::world]] for b in batches[start:]]
+
+
+def eval_keys(source: str, n: int, batch_size: int) -> list[list]:
+    return [[(source, 0, i) for i in range(s, min(s + batch_size, n))] for s in range(0, n, batch_size)]
+
+
+def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
+    """The test sets a run evaluates on ('test' and each of eval.test_sets), with the eval pipeline,
+    built before any worker starts (persistent workers only see what exists when they fork)."""
+    tf = transforms.build("eval", run.data.image, run.data.pipelines)
+    out = {"test": (MultiView(run.data.test, [tf]), run.data.test_labels)}
+    for name in run.eval.test_sets:
+        dataset, labels = run.builder.test_set(name, run.data)
+        out[f"test_set:{name}"] = (MultiView(dataset, [tf]), np.asarray(labels))
+    return out
+
+
+def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Loader:
+    """The run's loader over its training views and all its test sets (see ``Loader``)."""
+    views = [transforms.build(v, run.data.image, run.data.pipelines) for v in run.method.views()]
+    sources = {"train": MultiView(run.data.train, views)}
+    sources.update({name: ds for name, (ds, _) in run.eval_sets.items()})
+    return Loader(SeededSamples(sources, seed), workers, pin_memory=device.type == "cuda")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -176,7 +284,7 @@ def iterate_batches(dataset: MultiView, batches: list[np.ndarray], start: int, s
 
 
 def save_checkpoint(path: Path, run: Run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
-                    log_lines: int) -> None:
+                    log_lines: int, scaler: torch.amp.GradScaler | None = None) -> None:
     state = {
         "format": CHECKPOINT_FORMAT,
         "run_id": run_id,
@@ -188,6 +296,8 @@ def save_checkpoint(path: Path, run: Run, optimizer, *, run_id: str, epoch: int,
         "optimizer": optimizer.state_dict(),
         "method_extra": run.method.extra_state(),
     }
+    if scaler is not None and scaler.is_enabled():  # fp16: the loss scale is part of exact resume
+        state["scaler"] = scaler.state_dict()
     buffer = io.BytesIO()
     torch.save(state, buffer)
     store.atomic_write_bytes(path, buffer.getvalue())
@@ -217,15 +327,14 @@ def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict
 
 
 @torch.no_grad()
-def test_features(run: Run, device: torch.device, batch_size: int = 512, dataset=None) -> torch.Tensor:
+def test_features(run: Run, device: torch.device, source: str = "test", batch_size: int = 512) -> torch.Tensor:
+    """Backbone features of one test source (see eval_sources), loaded through the run's loader, so
+    decoding and transforms run in its worker processes when it has any."""
     run.model.eval()
-    dataset = run.data.test if dataset is None else dataset
-    tf = transforms.build("eval", run.data.image, run.data.pipelines)
-    feats = []
-    for i in range(0, len(dataset), batch_size):
-        x = torch.stack([tf(dataset[j][0]) for j in range(i, min(i + batch_size, len(dataset)))])
-        feats.append(run.backbone(x.to(device)).float())
-    return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim)
+    loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
+    keys = eval_keys(source, len(run.eval_sets[source][0]), batch_size)
+    feats = [backbone_features(run, views[0].to(device, non_blocking=True)).float() for views, _ in loader.run(keys)]
+    return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim, device=device)
 
 
 @torch.no_grad()
@@ -239,7 +348,8 @@ def evaluate(run: Run, device: torch.device) -> dict:
     name = getattr(method, "registered_name", "?")
     scores = method.predict(feats, target_prior=uniform)
     check_scores(scores, len(feats), k, name, "predict()")
-    out = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
+    main_prediction = scores.argmax(1).cpu().numpy()
+    out = summarize(main_prediction, labels, counts, e.many_threshold, e.few_threshold)
     heads = method.head_predictions(feats, target_prior=uniform)
     if heads:
         out["heads"] = {}
@@ -257,16 +367,14 @@ def evaluate(run: Run, device: torch.device) -> dict:
             out["target_priors"][name] = {"all": accuracy_under_prior(s["per_class"], prior),
                                           **{g: s[g] for g in ("many", "medium", "few")}}
     # The argmax per test image behind these metrics, for paired tests (ltbench.predictions); train()
-    # takes it out of the metrics and saves it. predict() is deterministic, so recomputing it here
-    # keeps this bookkeeping apart from the metric code.
-    arrays = out[PREDICTION_ARRAYS] = {"labels": labels, "head:main": method.predict(feats, target_prior=uniform)
-                                       .argmax(1).cpu().numpy()}
+    # takes it out of the metrics and saves it.
+    arrays = out[PREDICTION_ARRAYS] = {"labels": labels, "head:main": main_prediction}
     arrays.update({f"head:{head}": scores.argmax(1).cpu().numpy() for head, scores in (heads or {}).items()})
     if e.test_sets:
         out["test_sets"] = {}
         for name in e.test_sets:
-            dataset, set_labels = run.builder.test_set(name, run.data)
-            set_feats = test_features(run, device, dataset=dataset)
+            set_labels = run.eval_sets[f"test_set:{name}"][1]
+            set_feats = test_features(run, device, source=f"test_set:{name}")
             prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
             scores = method.predict(set_feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
             arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, scores.argmax(1).cpu().numpy()
@@ -350,14 +458,14 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
 
     torch.manual_seed(derive_seed(seed, "init"))
     run = build_run(config)
-    run.model.to(device)
+    prepare_for_device(run, device)
     optimizer = make_optimizer(run)
-    dataset = MultiView(run.data.train, [transforms.build(v, run.data.image, run.data.pipelines)
-                                         for v in run.method.views()])
+    scaler = torch.amp.GradScaler(device.type, enabled=train_cfg.precision == "fp16")
+    n_train = len(run.data.train)
     o = run.optim
     if o.batch_size < world:
         raise ValueError(f"optim.batch_size ({o.batch_size}) must be at least the number of processes ({world})")
-    iters_per_epoch = len(epoch_batches(len(dataset), o.batch_size, seed, 0))
+    iters_per_epoch = len(epoch_batches(n_train, o.batch_size, seed, 0))
     base_lrs = [g["lr"] for g in optimizer.param_groups]
 
     epoch, start_step, iteration = 0, 0, 0
@@ -366,6 +474,8 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         run.model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         run.method.load_extra_state(state.get("method_extra", {}))
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
         epoch, start_step, iteration = state["epoch"], state["step"], state["iteration"]
         say(f"resuming from checkpoint: epoch {epoch}, step {start_step}")
         if main:
@@ -375,26 +485,28 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         log_path.unlink()
     distributed.barrier()
 
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=train_cfg.precision == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.float16 if train_cfg.precision == "fp16" else torch.bfloat16,
+                              enabled=train_cfg.precision != "fp32")
+    run.loader = make_loader(run, seed, train_cfg.num_workers, device)
     last_save = time.monotonic()
     started = time.time()
     contract_checked = False
     while epoch < o.epochs:
         run.model.train()
         run.method.on_epoch_start(epoch)
-        batches = epoch_batches(len(dataset), o.batch_size, seed, epoch)
+        batches = epoch_batches(n_train, o.batch_size, seed, epoch)
         sums = {"loss": 0.0, "correct": 0, "seen": 0}
         extra_sums: dict[str, float] = {}
         t0 = time.perf_counter()
         bar = progress_bar(len(batches), start_step, train_cfg.progress and main, f"epoch {epoch + 1}/{o.epochs}")
-        for step, views, labels in iterate_batches(dataset, batches, start_step, seed, epoch, train_cfg.num_workers,
-                                                   rank, world):
+        keys = train_keys(batches, start_step, epoch, rank, world)
+        for step, (views, labels) in enumerate(run.loader.run(keys), start_step):
             for group, base in zip(optimizer.param_groups, base_lrs):
                 group["lr"] = base * lr_factor(o, iteration, iters_per_epoch)
-            views, labels = [v.to(device, non_blocking=True) for v in views], labels.to(device)
+            views, labels = [v.to(device, non_blocking=True) for v in views], labels.to(device, non_blocking=True)
             with autocast:
                 # One backbone pass over all views concatenated, so BatchNorm sees them together.
-                features = run.backbone(torch.cat(views)).float().split(len(labels))
+                features = backbone_features(run, torch.cat(views)).float().split(len(labels))
                 out = run.method.loss(list(features), labels, epoch=epoch)
             if not contract_checked:
                 check_method_contract(run.method, out, list(features), labels)
@@ -407,10 +519,11 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
                 raise NonFiniteLossError(non_finite_loss_message(loss, epoch, step, train_cfg.precision,
                                                                  config["method"]["name"], o.lr))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            scaler.scale(loss).backward()  # the scaler is a pass-through unless precision is fp16
             if world > 1:
                 distributed.average_gradients(run.model.parameters())
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             iteration += 1
 
             n = len(labels)
@@ -421,14 +534,15 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
             for key, value in out.items():
                 if key not in ("loss", "logits") and value.numel() == 1:
                     extra_sums[key] = extra_sums.get(key, 0.0) + float(value) * n
-            rate = sums["seen"] / max(time.perf_counter() - t0, 1e-9)
-            bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
-                            acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}")
+            if not bar.disable:  # refresh=False: the bar redraws at most every 0.1 s, in update()
+                rate = sums["seen"] / max(time.perf_counter() - t0, 1e-9)
+                bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
+                                acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}", refresh=False)
             bar.update(1)
             if train_cfg.checkpoint_minutes and time.monotonic() - last_save > 60 * train_cfg.checkpoint_minutes \
                     and step + 1 < len(batches) and world == 1:
                 save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=step + 1,
-                                iteration=iteration, log_lines=len(store.read_jsonl(log_path)))
+                                iteration=iteration, log_lines=len(store.read_jsonl(log_path)), scaler=scaler)
                 last_save = time.monotonic()
         bar.close()
         if world > 1:
@@ -454,11 +568,12 @@ def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict
         epoch, start_step = epoch + 1, 0
         if main:
             save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=0, iteration=iteration,
-                            log_lines=len(store.read_jsonl(log_path)))
+                            log_lines=len(store.read_jsonl(log_path)), scaler=scaler)
         distributed.barrier()
         last_save = time.monotonic()
 
     metrics = evaluate(run, device)
+    run.loader.close()
     # Model selection is the last epoch (common LT practice). When test accuracy was logged during
     # training (train.eval_every), the best epoch is recorded too, labelled as the oracle it is.
     selection: dict = {"strategy": "last", "epoch": o.epochs}

@@ -60,7 +60,7 @@ RECIPE_CASES = [
     ("milestone-beyond-epochs", {"optim": {"schedule": "step", "milestones": [5]}}, [], "optim.milestones"),
     ("threads-negative", {"train": {"threads": -1}}, [], "train.threads: must be >= 0"),
     ("workers-negative", {"train": {"num_workers": -2}}, [], "train.num_workers: must be >= 0"),
-    ("precision-fp16", {"train": {"precision": "fp16"}}, [], "one of 'fp32', 'bf16'"),
+    ("precision-fp8", {"train": {"precision": "fp8"}}, [], "one of 'fp32', 'bf16', 'fp16'"),
     ("imb-factor-zero", {"data": {"imb_factor": 0}}, [], "data.imb_factor: must be >= 1"),
     ("imb-factor-negative", {"data": {"imb_factor": -5}}, [], "data.imb_factor: must be >= 1"),
     ("num-classes-one", {"data": {"num_classes": 1}}, [], "data.num_classes: must be >= 2"),

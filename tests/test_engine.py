@@ -258,12 +258,14 @@ class CECrashOnce(Method):
 '''
 
 
-def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli):
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli, workers):
     (tmp_path / "crash_plugins").mkdir()
     (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
     recipe = write_recipe(extra={"plugins": ["./crash_plugins"], "method": {"name": "ce_crash_once"},
                                  "data": {"max_per_class": 60}, "optim": {"epochs": 3, "batch_size": 8},
-                                 "train": {"checkpoint_minutes": 1.0e-9}})  # a checkpoint after every step
+                                 "train": {"checkpoint_minutes": 1.0e-9,  # a checkpoint after every step
+                                           "num_workers": workers}})  # workers: prefetched batches are not lost
     reference = cli("run", recipe, "--results", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     crashed = cli("run", recipe, env={"LTBENCH_TEST_CRASH": "1"})

@@ -50,7 +50,7 @@ def test_overrides_are_parsed_as_yaml(write_recipe):
         ({"data": {"name": "synthetic"}}, "data.name", "Did you mean 'synthetic_lt'"),
         ({"backbone": {"name": "resnet33"}}, "backbone.name", "Known: "),
         ({"colour": "red"}, "colour", "unknown key"),
-        ({"train": {"precision": "fp16"}}, "train.precision", "one of 'fp32', 'bf16'"),
+        ({"train": {"precision": "fp8"}}, "train.precision", "one of 'fp32', 'bf16', 'fp16'"),
         ({"grid": {"optim.lr": 0.1}}, "grid.optim.lr", "non-empty list"),
     ],
 )

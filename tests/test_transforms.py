@@ -81,3 +81,46 @@ def test_cutout_square_is_clipped_at_the_border():
             break
     torch.manual_seed(seed)
     assert int((Cutout(1, length)(torch.ones(1, h, w)) == 0).sum()) == length * length
+
+
+@pytest.mark.parametrize("name", ["standard", "eval"])
+@pytest.mark.parametrize("case,shape", [("gray28", (1, 28, 28)), ("rgb32", (3, 32, 32)), ("rgb32", (3, 27, 40))])
+def test_small_image_fast_path_is_bit_identical_to_torchvision(name, case, shape):
+    """Same output tensor and same RNG consumption as the v2 pipeline it replaces, seed by seed."""
+    spec = CASES[case][0]
+    fast = transforms.build(name, spec)
+    assert isinstance(fast, transforms.SmallTensorFastPath)
+    gen = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (60, *shape), dtype=torch.uint8, generator=gen)
+    for seed, image in enumerate(images):
+        torch.manual_seed(seed)
+        expected, next_draw = fast.reference(image), torch.rand(())
+        torch.manual_seed(seed)
+        got = fast(image)
+        assert torch.equal(got, expected.as_subclass(torch.Tensor)), seed
+        assert torch.equal(torch.rand(()), next_draw)
+    pil = transforms.build(name, spec)  # other inputs take the v2 pipeline itself
+    from torchvision.transforms.v2.functional import to_pil_image
+
+    assert pil(to_pil_image(images[0])).shape[0] == shape[0]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_every_pipeline_equals_its_torchvision_compose_bit_for_bit(name, case):
+    """The direct paths (DirectPipeline, SmallTensorFastPath) give the v2.Compose's output and leave the
+    RNG where the Compose leaves it, so a seeded sample is the same whichever path builds it."""
+    spec, shape = CASES[case]
+    tf = transforms.build(name, spec)
+    reference = getattr(tf, "reference", None)
+    assert reference is not None, f"{name} has no direct path"
+    gen = torch.Generator().manual_seed(2)
+    for seed in range(24 if case != "large" else 6):
+        image = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
+        torch.manual_seed(seed)
+        expected, next_draw = reference(image), torch.rand(())
+        torch.manual_seed(seed)
+        got = tf(image)
+        assert type(got) is torch.Tensor
+        assert torch.equal(got, expected.as_subclass(torch.Tensor)), (name, case, seed)
+        assert torch.equal(torch.rand(()), next_draw), (name, case, seed)

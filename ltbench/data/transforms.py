@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 from torchvision.transforms import v2
+from torchvision.transforms.v2._transform import _RandomApplyTransform
 
 from ltbench.data.base import ImageSpec
 from ltbench.errors import ConfigError
@@ -47,6 +48,109 @@ class Cutout(torch.nn.Module):
         return img * mask
 
 
+class SmallTensorFastPath:
+    """The same pipeline, done directly on a small uint8 CHW tensor: bit-identical output, same RNG draws.
+
+    torchvision's v2 machinery (input-tree flattening, kernel dispatch, tv_tensor wrapping) costs
+    more than the arithmetic on a 28x28 or 32x32 image, about 0.1 ms per transform and sample. For the
+    plain crop + flip and eval pipelines this class does the same operations in the same order
+    (padding 4 with zeros, crop at ``randint`` top then left, flip when ``rand(1) < 0.5``, uint8 ->
+    float32 x (1/255), (x - mean) / std) and draws the same random numbers in the same order, so a
+    seeded sample is the same tensor bit for bit (tests/test_transforms.py checks this against the v2
+    pipeline). Anything else (a PIL image, a float tensor) goes to the v2 pipeline.
+    """
+
+    def __init__(self, reference: Callable, spec: ImageSpec, crop_padding: int | None, flip: bool):
+        self.reference, self.size, self.padding, self.flip = reference, spec.size, crop_padding, flip
+        self.mean = torch.as_tensor(spec.mean, dtype=torch.float32).view(-1, 1, 1)
+        self.std = torch.as_tensor(spec.std, dtype=torch.float32).view(-1, 1, 1)
+
+    def __call__(self, img):
+        if type(img) is not torch.Tensor or img.dtype != torch.uint8 or img.ndim != 3:
+            return self.reference(img)
+        if self.padding is not None:
+            img = self._crop(img)
+        if self.flip and not bool(torch.rand(1) >= 0.5):
+            img = img.flip(-1)
+        return img.to(torch.float32).mul_(1.0 / 255).sub_(self.mean).div_(self.std)
+
+    def _crop(self, img: torch.Tensor) -> torch.Tensor:
+        """v2.RandomCrop(size, padding): the crop of the zero-padded image, without building it."""
+        c, h, w = img.shape
+        pad, size = self.padding, self.size
+        top = int(torch.randint(0, h + 2 * pad - size + 1, size=())) if h + 2 * pad > size else 0
+        left = int(torch.randint(0, w + 2 * pad - size + 1, size=())) if w + 2 * pad > size else 0
+        y0, x0 = top - pad, left - pad  # the crop's corner in the unpadded image
+        out = img.new_zeros((c, size, size))
+        ys, ye = max(0, y0), min(h, y0 + size)
+        xs, xe = max(0, x0), min(w, x0 + size)
+        if ys < ye and xs < xe:
+            out[:, ys - y0 : ye - y0, xs - x0 : xe - x0] = img[:, ys:ye, xs:xe]
+        return out
+
+
+class DirectPipeline:
+    """A v2.Compose applied transform by transform to a uint8 tensor, without v2's per-call machinery.
+
+    ``Transform.forward`` flattens its input tree, checks and wraps types and only then calls
+    ``make_params`` and ``transform``; on a 32x32 image that bookkeeping costs as much as the pixel
+    work. Here each transform's own ``make_params`` and ``transform`` are called directly, with the
+    random draws that ``forward`` makes before them (``rand(1) >= p`` of the random-apply transforms
+    and of RandomApply; the policy and sign draws of AutoAugment), so the output tensor and the RNG
+    state afterwards are bit-identical to the Compose (tests/test_transforms.py checks every built-in
+    pipeline). ToImage is skipped (it only changes the tensor's Python type). A transform that
+    overrides ``forward`` some other way is called as it is. Other inputs (PIL images) go to the Compose.
+    """
+
+    def __init__(self, compose: v2.Compose):
+        self.reference = compose
+
+    def __call__(self, img):
+        if type(img) is not torch.Tensor or img.dtype != torch.uint8:
+            return self.reference(img)
+        return _apply_all(self.reference.transforms, img)
+
+
+def _apply_all(steps, img: torch.Tensor) -> torch.Tensor:
+    for t in steps:
+        img = _apply_one(t, img)
+    return img
+
+
+def _apply_one(t, img: torch.Tensor) -> torch.Tensor:
+    kind = type(t)
+    if kind is v2.ToImage:
+        return img
+    if kind is v2.RandomApply:
+        return img if torch.rand(1) >= t.p else _apply_all(t.transforms, img)
+    if kind is v2.AutoAugment:
+        return _autoaugment(t, img)
+    if isinstance(t, _RandomApplyTransform) and kind.forward is _RandomApplyTransform.forward:
+        return img if torch.rand(1) >= t.p else t.transform(img, t.make_params([img]))
+    if isinstance(t, v2.Transform) and kind.forward is v2.Transform.forward:
+        return t.transform(img, t.make_params([img]))
+    return t(img)
+
+
+def _autoaugment(t: v2.AutoAugment, img: torch.Tensor) -> torch.Tensor:
+    """v2.AutoAugment.forward on one image tensor: the same draws in the same order."""
+    height, width = img.shape[-2:]
+    policy = t._policies[int(torch.randint(len(t._policies), ()))]
+    for transform_id, probability, magnitude_idx in policy:
+        if not torch.rand(()) <= probability:
+            continue
+        magnitudes_fn, signed = t._AUGMENTATION_SPACE[transform_id]
+        magnitudes = magnitudes_fn(10, height, width)
+        magnitude = 0.0
+        if magnitudes is not None:
+            magnitude = float(magnitudes[magnitude_idx])
+            if signed and torch.rand(()) <= 0.5:
+                magnitude *= -1
+        img = t._apply_image_or_video_transform(img, transform_id, magnitude, interpolation=t.interpolation,
+                                                fill=t._fill)
+    return img
+
+
 def _to_float(spec: ImageSpec) -> list:
     return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(spec.mean, spec.std)]
 
@@ -70,13 +174,17 @@ def eval_pipeline(spec: ImageSpec):
     pre = [v2.ToImage()]
     if spec.kind == "large":
         pre += [v2.Resize(int(round(spec.size * 256 / 224)), antialias=True), v2.CenterCrop(spec.size)]
-    return v2.Compose(pre + _to_float(spec))
+        return DirectPipeline(v2.Compose(pre + _to_float(spec)))
+    return SmallTensorFastPath(v2.Compose(pre + _to_float(spec)), spec, crop_padding=None, flip=False)
 
 
 @pipeline("standard")
 def standard(spec: ImageSpec):
     """Random crop with 4-pixel padding and horizontal flip (LDAM-DRW); RRC + flip for large images."""
-    return v2.Compose([v2.ToImage()] + _crop(spec) + [v2.RandomHorizontalFlip()] + _to_float(spec))
+    reference = v2.Compose([v2.ToImage()] + _crop(spec) + [v2.RandomHorizontalFlip()] + _to_float(spec))
+    if spec.kind == "large":
+        return DirectPipeline(reference)
+    return SmallTensorFastPath(reference, spec, crop_padding=4, flip=True)
 
 
 @pipeline("autoaug_cutout")
@@ -87,46 +195,46 @@ def autoaug_cutout(spec: ImageSpec):
     DeepVoltaire code (fill, interpolation); see docs.
     """
     cut = max(1, round(16 * spec.size / 32))
-    return v2.Compose(
+    return DirectPipeline(v2.Compose(
         [v2.ToImage()]
         + _crop(spec)
         + [v2.RandomHorizontalFlip(), v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10),
            v2.ToDtype(torch.float32, scale=True), Cutout(1, cut),  # black square in [0, 1], as DeVries
            v2.Normalize(spec.mean, spec.std)]
-    )
+    ))
 
 
 @pipeline("randaugment")
 def randaugment(spec: ImageSpec):
     """Crop + flip + colour jitter + torchvision RandAugment (2 ops, magnitude 10)."""
-    return v2.Compose(
+    return DirectPipeline(v2.Compose(
         [v2.ToImage()]
         + _crop(spec)
         + [v2.RandomHorizontalFlip()]
         + _color(spec, p=1.0)[:1]
         + [v2.RandAugment(num_ops=2, magnitude=10)]
         + _to_float(spec)
-    )
+    ))
 
 
 @pipeline("simaug")
 def simaug(spec: ImageSpec):
     """SimCLR-style view (ProCo augmentation_sim_cifar): RRC, flip, jitter p=0.8, grayscale p=0.2."""
-    return v2.Compose(
+    return DirectPipeline(v2.Compose(
         [v2.ToImage(), v2.RandomResizedCrop(spec.size, antialias=True), v2.RandomHorizontalFlip()]
         + _color(spec)
         + _to_float(spec)
-    )
+    ))
 
 
 @pipeline("imagenet_train")
 def imagenet_train(spec: ImageSpec):
     """Random resized crop 224, flip, ColorJitter(0.4, 0.4, 0.4, 0) (Decoupling's ImageNet-LT recipe)."""
-    return v2.Compose(
+    return DirectPipeline(v2.Compose(
         [v2.ToImage(), v2.RandomResizedCrop(spec.size, antialias=True), v2.RandomHorizontalFlip()]
         + ([v2.ColorJitter(0.4, 0.4, 0.4, 0.0)] if spec.channels == 3 else [])
         + _to_float(spec)
-    )
+    ))
 
 
 @pipeline("imagenet_eval")
