@@ -45,8 +45,7 @@ def todo(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[s
     run's lock, so a run another process finishes meanwhile is not trained twice."""
     from ltbench.runner import prepare_run_dir
 
-    counts: dict[str, int] = {}
-    out = []
+    statuses, out = [], []
     for spec in recipe.runs:
         run_dir = Path(spec["run_dir"])
         if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
@@ -54,11 +53,11 @@ def todo(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[s
         status = store.run_status(run_dir)
         if status == "done" and is_stale(run_dir):
             status = "stale"
-        counts[status] = counts.get(status, 0) + 1
+        statuses.append(status)
         if status == "done" or (status in ("failed", "stale") and status not in redo):
             continue
         out.append(spec)
-    return out, counts
+    return out, store.count_statuses(statuses)
 
 
 def print_plan(recipe: Recipe) -> int:
@@ -113,7 +112,7 @@ def report_elsewhere(specs: list[dict]) -> None:
     if not specs:
         return
     states = [store.run_status(Path(s["run_dir"])) for s in specs]
-    parts = ", ".join(f"{states.count(k)} {k}" for k in sorted(set(states)))
+    parts = store.format_counts(store.count_statuses(states))
     print(f"\n{len(specs)} run(s) were being run by another process: now {parts}"
           + ("; 'ltbench status' follows them" if any(s in ("running", "pending") for s in states) else ""))
 
@@ -263,17 +262,14 @@ def _visible_gpus() -> list[str]:
 
 
 def summarize(recipe: Recipe) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for spec in recipe.runs:
-        s = store.run_status(Path(spec["run_dir"]))
-        counts[s] = counts.get(s, 0) + 1
+    counts = store.count_statuses(store.run_status(Path(spec["run_dir"])) for spec in recipe.runs)
     from ltbench import report
 
     text = report.summary_table(recipe)
     if text:
         print()
         print(text)
-    print(f"\n{', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}")
+    print(f"\n{store.format_counts(counts)}")
     if counts.get("failed"):
         print(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")
     return counts
@@ -356,13 +352,14 @@ def print_status(root: Path, specs: list[dict] | None = None) -> int:
     never launched show as pending); otherwise every folder under ``root``."""
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s["run_dir"]) for s in specs]
-    counts: dict[str, int] = {}
+    statuses = []
     for run_dir in run_dirs:
         status, note = describe_run(run_dir)
-        counts[status] = counts.get(status, 0) + 1
+        statuses.append(status)
         name = run_dir.relative_to(root) if specs is None else run_dir.name
         print((f"{name}  {status:<11}" + (f"  {note}" if note else "")).rstrip())
-    print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no runs")
+    counts = store.count_statuses(statuses)
+    print(store.format_counts(counts) or "no runs")
     if counts.get("damaged") or counts.get("interrupted"):
         print("to redo the damaged and resume the interrupted runs: ltbench run RECIPE")
     for kind in ("failed", "stale"):

@@ -26,7 +26,7 @@ import numpy as np
 from torch.utils.data import Subset
 
 from ltbench.data.base import LTData
-from ltbench.data.profile import ldam_subset
+from ltbench.data.profile import exponential_decay, ldam_subset
 
 DIRECTIONS = ("forward", "backward", "uniform")
 METHODS = ("sade", "lade")
@@ -41,10 +41,8 @@ def shifted_counts(num_classes: int, img_max: float, imb_factor: float, directio
     c = num_classes
     if direction == "uniform" or c == 1:
         return [int(img_max)] * c
-    ratio = 1.0 / imb_factor
-    if direction == "forward":
-        return [int(img_max * ratio ** (i / (c - 1))) for i in range(c)]
-    return [int(img_max * ratio ** ((c - 1 - i) / (c - 1))) for i in range(c)]
+    positions = range(c) if direction == "forward" else range(c - 1, -1, -1)
+    return [int(img_max * exponential_decay(k, c, imb_factor)) for k in positions]
 
 
 def shifted_test_indices(
