@@ -217,7 +217,7 @@ def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...]) -> su
     run_dir = prepare_run_dir(spec)
     gpus = _visible_gpus()
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "LTBENCH_WORKER_SLOT": str(slot)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
     cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]

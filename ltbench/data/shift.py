@@ -86,16 +86,11 @@ def shifted_test_indices(
     return np.sort(np.concatenate(keep)).astype(np.int64)
 
 
-def parse_shift(name: str) -> tuple[str, float]:
-    """'forward50' -> ('forward', 50.0), 'backward2' -> ('backward', 2.0), 'uniform' -> ('uniform', 1.0)."""
-    from ltbench.evaluation import parse_prior_name
-
-    return parse_prior_name(name)
-
-
 def shifted_test(data: LTData, name: str, method: str = "sade", seed: int = 0) -> LTData:
     """A copy of ``data`` whose test split is the shifted test set ``name`` (e.g. 'forward50')."""
-    direction, rho = parse_shift(name)
+    from ltbench.evaluation import parse_prior_name
+
+    direction, rho = parse_prior_name(name)
     idx = shifted_test_indices(data.test_labels, data.class_counts, rho, direction, seed=seed, method=method)
     info = {**data.info, "test_shift": {"name": name, "method": method, "seed": seed, "size": int(len(idx))}}
     return dataclasses.replace(data, test=Subset(data.test, idx.tolist()), test_labels=data.test_labels[idx],
