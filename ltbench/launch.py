@@ -39,10 +39,11 @@ def is_stale(run_dir: Path) -> bool:
     return bool(result and result.get("status") == "done" and store.changed_code(result)[0])
 
 
-def todo(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, int]]:
+def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, int]]:
     """Runs to launch now, and the count of each status found on disk ('stale' counted apart from
     'done'). ``redo``: 'failed' and/or 'stale' results to run again. The worker re-decides under the
-    run's lock, so a run another process finishes meanwhile is not trained twice."""
+    run's lock, so a run another process finishes meanwhile is not trained twice. Not read-only: a run
+    folder whose spec.json is missing gets it written again (``runner.prepare_run_dir``)."""
     from ltbench.runner import prepare_run_dir
 
     statuses, out = [], []
@@ -90,7 +91,7 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
     store.ensure_writable(recipe.root)
     preflight(recipe)
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale
-    specs, found = todo(recipe, redo)
+    specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)
     name = recipe.launcher.name
     elsewhere: list[dict] = []
@@ -104,7 +105,7 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
         if not wait:
             return {"failed": 0}
     report_elsewhere(elsewhere)
-    return summarize(recipe)
+    return print_summary(recipe)
 
 
 def report_elsewhere(specs: list[dict]) -> None:
@@ -261,7 +262,8 @@ def _visible_gpus() -> list[str]:
         return []
 
 
-def summarize(recipe: Recipe) -> dict[str, int]:
+def print_summary(recipe: Recipe) -> dict[str, int]:
+    """Print the recipe's summary table and status counts after a launch; return the counts."""
     counts = store.count_statuses(store.run_status(Path(spec["run_dir"])) for spec in recipe.runs)
     from ltbench import report
 

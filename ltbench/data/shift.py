@@ -29,7 +29,7 @@ from ltbench.data.base import LTData
 from ltbench.data.profile import exponential_decay, ldam_subset
 
 DIRECTIONS = ("forward", "backward", "uniform")
-METHODS = ("sade", "lade")
+SHIFT_PROTOCOLS = ("sade", "lade")  # whose shifted test set: SADE's (by label) or LADE's (by count rank)
 
 
 def shifted_counts(num_classes: int, img_max: float, imb_factor: float, direction: str) -> list[int]:
@@ -61,7 +61,7 @@ def shifted_test_indices(
     labels = np.asarray(test_labels, dtype=np.int64)
     train_counts = np.asarray(train_counts)
     c = len(train_counts)
-    if method not in METHODS:
+    if method not in SHIFT_PROTOCOLS:
         raise ValueError(f"method must be 'sade' or 'lade', got {method!r}")
     if len(labels) and (labels.min() < 0 or labels.max() >= c):
         raise ValueError(f"test labels must be in 0..{c - 1} (len(train_counts) classes)")
