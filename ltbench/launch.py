@@ -94,18 +94,48 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
     specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)
     name = recipe.launcher.name
-    elsewhere: list[dict] = []
-    if name == "local":
-        with sigterm_as_interrupt():
-            elsewhere = run_local(specs, recipe.launcher.jobs, redo)
-    else:
-        from ltbench import slurm
-
-        slurm.submit(recipe, specs, wait=wait, redo=redo)
-        if not wait:
-            return {"failed": 0}
+    if name == "local" and recipe.launcher.jobs > 1 and len(specs) > 1:
+        name = "pool"
+    elsewhere = LAUNCHERS[name](recipe, specs, redo, wait)
+    if elsewhere is None:  # submitted; results come later ('ltbench status' follows them)
+        return {"failed": 0}
     report_elsewhere(elsewhere)
     return print_summary(recipe)
+
+
+# A launcher takes (recipe, specs to run, redo, wait) and returns the specs another process was
+# running (skipped here), or None when the runs were only submitted and finish later. Every one ends
+# in runner.run_one(spec); only where it runs differs (DomainBed's ``command_launchers``).
+def launch_local(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
+    """One run after another in this process."""
+    with sigterm_as_interrupt():
+        return run_local(specs, 1, redo)
+
+
+def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
+    """``launcher.jobs`` worker processes on this machine (chosen by 'local' with jobs > 1)."""
+    with sigterm_as_interrupt():
+        return run_pool(specs, recipe.launcher.jobs, redo)
+
+
+def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
+    """Job arrays on a Slurm cluster through submitit; with ``wait``, until every run has a result."""
+    from ltbench import slurm
+
+    slurm.submit(recipe, specs, wait=wait, redo=redo)
+    return [] if wait else None
+
+
+def launch_debug(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
+    """submitit's debug executor: the same job arrays as 'slurm', run in this process (all chunks)."""
+    from ltbench import slurm
+
+    for job in slurm.submit_arrays(recipe, specs, "debug", redo):
+        job.result()  # the debug executor runs a job when its result is asked for
+    return [] if wait else None
+
+
+LAUNCHERS = {"local": launch_local, "pool": launch_pool, "slurm": launch_slurm, "debug": launch_debug}
 
 
 def report_elsewhere(specs: list[dict]) -> None:
