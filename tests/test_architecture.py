@@ -136,16 +136,16 @@ def test_every_module_has_a_layer():
 
 def import_time_closure(start: str, modules: dict[str, Path]) -> dict[str, str]:
     """Every project module (and 'torch') loading ``start`` runs, each mapped to the module importing it."""
-    seen, todo = {start: start}, [start]
-    while todo:
-        current = todo.pop()
+    seen, pending = {start: start}, [start]
+    while pending:
+        current = pending.pop()
         for target in imports_of(current, modules[current], top_level_only=True):
             parts = target.split(".")
             for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__
                 name = ".".join(parts[:i])
                 if name in modules and name not in seen:
                     seen[name] = current
-                    todo.append(name)
+                    pending.append(name)
                 elif i == 1 and name == "torch":
                     seen.setdefault("torch", current)
     return seen
