@@ -82,9 +82,6 @@ class CifarResNet(Backbone):
         return F.adaptive_avg_pool2d(out, 1).flatten(1)
 
 
-NoOptions = EmptyConfig  # the built-in backbones take no options
-
-
 @BACKBONES.register("resnet32")
 class ResNet32(CifarResNet):
     """CIFAR ResNet-32 (LDAM-DRW), 64-d features."""

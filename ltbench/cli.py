@@ -62,13 +62,13 @@ def cmd_data(args) -> int:
 
     recipe = load_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
     from ltbench import engine
-    from ltbench.evaluation import group_of
+    from ltbench.evaluation import shot_groups
 
     reports = []
     for spec in distinct_data(recipe.runs):
         data = engine.load_data(spec["config"])
         e = spec["config"]["eval"]
-        groups = group_of(data.class_counts, e["many_threshold"], e["few_threshold"])
+        groups = shot_groups(data.class_counts, e["many_threshold"], e["few_threshold"])
         reports.append({
             "data": spec["config"]["data"],
             "num_classes": data.num_classes,

@@ -154,14 +154,14 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
         close = difflib.get_close_matches(str(key), list(fields), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise ConfigError(
-            f"{_join(path, key)}: unknown key{hint}; allowed keys: {', '.join(sorted(fields)) or '(none)'}"
+            f"{join_path(path, key)}: unknown key{hint}; allowed keys: {', '.join(sorted(fields)) or '(none)'}"
         )
     kwargs = {}
     for name, f in fields.items():
         if name in data:
-            kwargs[name] = coerce(hints[name], data[name], _join(path, name))
+            kwargs[name] = coerce(hints[name], data[name], join_path(path, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{_join(path, name)}: required field is missing")
+            raise ConfigError(f"{join_path(path, name)}: required field is missing")
     try:
         obj = cls(**kwargs)
     except (ValueError, TypeError) as exc:
@@ -180,7 +180,7 @@ def _field_message(path: str, message: str, fields: dict) -> str:
     head, _, rest = message.partition(" ")
     name = head.rstrip(":").split("[")[0]
     if name in fields and rest:
-        return f"{_join(path, head.rstrip(':'))}: {rest}"
+        return f"{join_path(path, head.rstrip(':'))}: {rest}"
     return f"{path}: {message}" if path else message
 
 
@@ -210,7 +210,8 @@ def to_dict(obj: Any) -> dict:
     return dataclasses.asdict(obj)
 
 
-def _join(path: str, key: Any) -> str:
+def join_path(path: str, key: Any) -> str:
+    """'a.b' + 'c' -> 'a.b.c': the field path an error message names (the one helper recipe.py uses too)."""
     return f"{path}.{key}" if path else str(key)
 
 

@@ -34,10 +34,6 @@ def init_from_env() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", "0"))
-
-
 def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 

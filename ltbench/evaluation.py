@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ltbench.data.profile import exponential_decay
+
 GROUPS = ("many", "medium", "few")
 
 
@@ -24,7 +26,9 @@ def per_class_accuracy(pred: np.ndarray, labels: np.ndarray, num_classes: int) -
     return acc, n
 
 
-def group_of(train_counts, many_threshold: int = 100, few_threshold: int = 20) -> np.ndarray:
+def shot_groups(train_counts, many_threshold: int = 100, few_threshold: int = 20) -> np.ndarray:
+    """'many' (n > many_threshold), 'few' (n < few_threshold), else 'medium' (both bounds inclusive),
+    from training counts: the one shot-group rule of every table."""
     n = np.asarray(train_counts)
     return np.where(n > many_threshold, "many", np.where(n < few_threshold, "few", "medium"))
 
@@ -45,7 +49,7 @@ def summarize(
     train_counts = np.asarray(train_counts)
     k = len(train_counts)
     acc, n_test = per_class_accuracy(pred, labels, k)
-    groups = group_of(train_counts, many_threshold, few_threshold)
+    groups = shot_groups(train_counts, many_threshold, few_threshold)
     out: dict = {"all": float((np.asarray(pred) == np.asarray(labels)).mean()) if len(labels) else None}
     for g in GROUPS:
         out[g] = _mean_or_none(acc[groups == g])
@@ -88,8 +92,9 @@ def longtail_prior(train_counts, imb_factor: float, direction: str) -> np.ndarra
     order = np.argsort(-train_counts, kind="stable")
     rank = np.empty(c, dtype=float)
     rank[order] = np.arange(c)
-    expo = rank / max(c - 1, 1) if direction == "forward" else (c - 1 - rank) / max(c - 1, 1)
-    w = (1.0 / imb_factor) ** expo
+    if c == 1:
+        return np.ones(1)
+    w = exponential_decay(rank if direction == "forward" else (c - 1 - rank), c, imb_factor)
     return w / w.sum()
 
 

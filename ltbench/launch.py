@@ -39,14 +39,14 @@ def is_stale(run_dir: Path) -> bool:
     return bool(result and result.get("status") == "done" and store.changed_code(result)[0])
 
 
-def todo(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, int]]:
+def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, int]]:
     """Runs to launch now, and the count of each status found on disk ('stale' counted apart from
     'done'). ``redo``: 'failed' and/or 'stale' results to run again. The worker re-decides under the
-    run's lock, so a run another process finishes meanwhile is not trained twice."""
+    run's lock, so a run another process finishes meanwhile is not trained twice. Not read-only: a run
+    folder whose spec.json is missing gets it written again (``runner.prepare_run_dir``)."""
     from ltbench.runner import prepare_run_dir
 
-    counts: dict[str, int] = {}
-    out = []
+    statuses, out = [], []
     for spec in recipe.runs:
         run_dir = Path(spec["run_dir"])
         if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
@@ -54,11 +54,11 @@ def todo(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[s
         status = store.run_status(run_dir)
         if status == "done" and is_stale(run_dir):
             status = "stale"
-        counts[status] = counts.get(status, 0) + 1
+        statuses.append(status)
         if status == "done" or (status in ("failed", "stale") and status not in redo):
             continue
         out.append(spec)
-    return out, counts
+    return out, store.count_statuses(statuses)
 
 
 def print_plan(recipe: Recipe) -> int:
@@ -91,21 +91,51 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
     store.ensure_writable(recipe.root)
     preflight(recipe)
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale
-    specs, found = todo(recipe, redo)
+    specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)
     name = recipe.launcher.name
-    elsewhere: list[dict] = []
-    if name == "local":
-        with sigterm_as_interrupt():
-            elsewhere = run_local(specs, recipe.launcher.jobs, redo)
-    else:
-        from ltbench import slurm
-
-        slurm.submit(recipe, specs, wait=wait, redo=redo)
-        if not wait:
-            return {"failed": 0}
+    if name == "local" and recipe.launcher.jobs > 1 and len(specs) > 1:
+        name = "pool"
+    elsewhere = LAUNCHERS[name](recipe, specs, redo, wait)
+    if elsewhere is None:  # submitted; results come later ('ltbench status' follows them)
+        return {"failed": 0}
     report_elsewhere(elsewhere)
-    return summarize(recipe)
+    return print_summary(recipe)
+
+
+# A launcher takes (recipe, specs to run, redo, wait) and returns the specs another process was
+# running (skipped here), or None when the runs were only submitted and finish later. Every one ends
+# in runner.run_one(spec); only where it runs differs (DomainBed's ``command_launchers``).
+def launch_local(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
+    """One run after another in this process."""
+    with sigterm_as_interrupt():
+        return run_local(specs, 1, redo)
+
+
+def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
+    """``launcher.jobs`` worker processes on this machine (chosen by 'local' with jobs > 1)."""
+    with sigterm_as_interrupt():
+        return run_pool(specs, recipe.launcher.jobs, redo)
+
+
+def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
+    """Job arrays on a Slurm cluster through submitit; with ``wait``, until every run has a result."""
+    from ltbench import slurm
+
+    slurm.submit(recipe, specs, wait=wait, redo=redo)
+    return [] if wait else None
+
+
+def launch_debug(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
+    """submitit's debug executor: the same job arrays as 'slurm', run in this process (all chunks)."""
+    from ltbench import slurm
+
+    for job in slurm.submit_arrays(recipe, specs, "debug", redo):
+        job.result()  # the debug executor runs a job when its result is asked for
+    return [] if wait else None
+
+
+LAUNCHERS = {"local": launch_local, "pool": launch_pool, "slurm": launch_slurm, "debug": launch_debug}
 
 
 def report_elsewhere(specs: list[dict]) -> None:
@@ -113,7 +143,7 @@ def report_elsewhere(specs: list[dict]) -> None:
     if not specs:
         return
     states = [store.run_status(Path(s["run_dir"])) for s in specs]
-    parts = ", ".join(f"{states.count(k)} {k}" for k in sorted(set(states)))
+    parts = store.format_counts(store.count_statuses(states))
     print(f"\n{len(specs)} run(s) were being run by another process: now {parts}"
           + ("; 'ltbench status' follows them" if any(s in ("running", "pending") for s in states) else ""))
 
@@ -218,7 +248,7 @@ def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...]) -> su
     run_dir = prepare_run_dir(spec)
     gpus = _visible_gpus()
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "LTBENCH_WORKER_SLOT": str(slot)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
     cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
@@ -262,18 +292,16 @@ def _visible_gpus() -> list[str]:
         return []
 
 
-def summarize(recipe: Recipe) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for spec in recipe.runs:
-        s = store.run_status(Path(spec["run_dir"]))
-        counts[s] = counts.get(s, 0) + 1
+def print_summary(recipe: Recipe) -> dict[str, int]:
+    """Print the recipe's summary table and status counts after a launch; return the counts."""
+    counts = store.count_statuses(store.run_status(Path(spec["run_dir"])) for spec in recipe.runs)
     from ltbench import report
 
     text = report.summary_table(recipe)
     if text:
         print()
         print(text)
-    print(f"\n{', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}")
+    print(f"\n{store.format_counts(counts)}")
     if counts.get("failed"):
         print(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")
     return counts
@@ -356,13 +384,14 @@ def print_status(root: Path, specs: list[dict] | None = None) -> int:
     never launched show as pending); otherwise every folder under ``root``."""
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s["run_dir"]) for s in specs]
-    counts: dict[str, int] = {}
+    statuses = []
     for run_dir in run_dirs:
         status, note = describe_run(run_dir)
-        counts[status] = counts.get(status, 0) + 1
+        statuses.append(status)
         name = run_dir.relative_to(root) if specs is None else run_dir.name
         print((f"{name}  {status:<11}" + (f"  {note}" if note else "")).rstrip())
-    print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no runs")
+    counts = store.count_statuses(statuses)
+    print(store.format_counts(counts) or "no runs")
     if counts.get("damaged") or counts.get("interrupted"):
         print("to redo the damaged and resume the interrupted runs: ltbench run RECIPE")
     for kind in ("failed", "stale"):

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from ltbench import registry
-from ltbench.config import NOT_IN_RUN_ID, ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, to_dict
+from ltbench.config import NOT_IN_RUN_ID, ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
 
@@ -171,10 +171,10 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
         return [{}]
     grids = grid if isinstance(grid, list) else [grid]
     if not grids:
-        raise ConfigError(f"{_join(where, 'grid')}: an empty list of grids gives no run; remove 'grid:' or add a grid")
+        raise ConfigError(f"{join_path(where, 'grid')}: an empty list of grids gives no run; remove 'grid:' or add a grid")
     checked = []
     for i, g in enumerate(grids):
-        gwhere = _join(where, "grid") + (f"[{i}]" if isinstance(grid, list) else "")
+        gwhere = join_path(where, "grid") + (f"[{i}]" if isinstance(grid, list) else "")
         if not isinstance(g, dict):
             raise ConfigError(f"{gwhere}: expected a mapping of dotted keys to lists of values")
         for key, values in g.items():
@@ -184,7 +184,7 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
         checked.append(g)
     total = sum(math.prod(len(v) for v in g.values()) for g in checked)
     if total > MAX_RUNS:
-        raise ConfigError(f"{_join(where, 'grid')}: expands into {total} points; at most {MAX_RUNS} runs per recipe "
+        raise ConfigError(f"{join_path(where, 'grid')}: expands into {total} points; at most {MAX_RUNS} runs per recipe "
                           f"(split it into several recipes)")
     points = []
     for g in checked:
@@ -203,12 +203,8 @@ def check_grid_key(key: Any, where: str) -> None:
                           f"{', '.join(RUN_SECTIONS)} (e.g. optim.lr); seeds go under 'seeds:', not the grid")
 
 
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
 def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> dict:
-    where = _join(where, section)
+    where = join_path(where, section)
     if not isinstance(spec, dict) or "name" not in spec:
         raise ConfigError(f"{where}: expected a mapping with a 'name' key (known: {', '.join(reg.names())})")
     options = dict(spec)
@@ -227,7 +223,7 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     from ltbench.method import resolved_method_spec
 
     method = raw.get("method")
-    mwhere = _join(where, "method")
+    mwhere = join_path(where, "method")
     if not isinstance(method, dict) or "name" not in method:
         raise ConfigError(f"{mwhere}: expected a mapping with a 'name' key")
     if not isinstance(method["name"], str):
@@ -240,9 +236,9 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         "data": _component("data", raw.get("data"), DATASETS, where),
         "backbone": _component("backbone", raw.get("backbone"), BACKBONES, where),
         "method": method_resolved,
-        "optim": to_dict(from_dict(OptimConfig, raw.get("optim"), _join(where, "optim"))),
-        "train": to_dict(from_dict(TrainConfig, raw.get("train"), _join(where, "train"))),
-        "eval": to_dict(from_dict(EvalConfig, raw.get("eval"), _join(where, "eval"))),
+        "optim": to_dict(from_dict(OptimConfig, raw.get("optim"), join_path(where, "optim"))),
+        "train": to_dict(from_dict(TrainConfig, raw.get("train"), join_path(where, "train"))),
+        "eval": to_dict(from_dict(EvalConfig, raw.get("eval"), join_path(where, "eval"))),
         "seed": seed,
     }
     _check_view_names(method_resolved, mwhere)
@@ -251,7 +247,7 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         try:
             builder.check_test_set_name(name)
         except ValueError as exc:
-            raise ConfigError(f"{_join(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
+            raise ConfigError(f"{join_path(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
     return config
 
 
@@ -263,7 +259,7 @@ def _check_view_names(method: dict, where: str) -> None:
     or a pipeline, or every run would fail when it builds its augmentations."""
     for key, value in method.items():
         if isinstance(value, dict) and "name" in value:
-            _check_view_names(value, _join(where, key))
+            _check_view_names(value, join_path(where, key))
         if not (key == "views" or key.endswith("_views")) or not isinstance(value, list):
             continue
         unknown = [v for v in value if v not in STANDARD_VIEW_ALIASES]
@@ -273,7 +269,7 @@ def _check_view_names(method: dict, where: str) -> None:
             bad = [v for v in unknown if v not in PIPELINES]
             if bad:
                 known = ", ".join([*STANDARD_VIEW_ALIASES, *sorted(PIPELINES)])
-                raise ConfigError(f"{_join(where, key)}: unknown view {short_repr(bad[0])}; known: {known}")
+                raise ConfigError(f"{join_path(where, key)}: unknown view {short_repr(bad[0])}; known: {known}")
 
 
 def load_yaml(path: Path) -> dict:

@@ -115,13 +115,13 @@ def _needs_running(spec: dict, run_dir: Path, redo: tuple[str, ...], say) -> boo
     return True
 
 
-def _execute(spec: dict, run_dir: Path, say, main: bool) -> str:
+def _execute(spec: dict, run_dir: Path, say, writes_files: bool) -> str:
     from ltbench import distributed, engine, provenance  # torch is imported only by workers
 
     registry.add_plugin_paths(spec.get("plugins", []))
     started = time.time()
     info = provenance.collect()
-    if main:
+    if writes_files:
         store.atomic_write_json(run_dir / store.STARTED, {
             "time": started, "host": socket.gethostname(), "pid": os.getpid(),
             "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
@@ -150,14 +150,14 @@ def _execute(spec: dict, run_dir: Path, say, main: bool) -> str:
     except Exception as exc:  # any crash is recorded; the grid goes on
         result.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
                       traceback=traceback.format_exc())
-        if main:
+        if writes_files:
             store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
             result["traceback_file"] = str(run_dir / store.TRACEBACK)
     finally:
         distributed.shutdown()
     result["ended"] = time.time()
     result["wall_seconds"] = result["ended"] - started
-    if main:
+    if writes_files:
         store.atomic_write_json(run_dir / store.RESULT, result)
     return result["status"]
 

@@ -1,4 +1,5 @@
-"""Grids on Slurm through submitit: job arrays of plain-data run specs.
+"""Grids on Slurm through submitit: job arrays of plain-data run specs (the 'slurm' launcher, and the
+submission the 'debug' launcher shares with it; the registry of launchers is ``launch.LAUNCHERS``).
 
 Each array task calls ``runner.run_one(spec)``, the same function the local launcher calls. The
 callable is submitit-Checkpointable and its ``checkpoint()`` only resubmits: all state lives in the
@@ -62,21 +63,30 @@ def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:
 
 
 def submit(recipe: Recipe, specs: list[dict], wait: bool = False, redo: tuple[str, ...] = ()) -> list[str]:
-    """Submit ``specs`` as job arrays of at most ``launcher.max_array_size``; returns the job ids.
-    The debug cluster runs every array (all chunks) in this process before returning."""
-    from ltbench.runner import prepare_run_dir
-
-    cluster = recipe.launcher.name
-    if cluster == "slurm" and shutil.which("sbatch") is None:
+    """Submit ``specs`` to Slurm as job arrays of at most ``launcher.max_array_size``; returns the job
+    ids. ``wait``: block until every run has a result (or its job left the queue)."""
+    if shutil.which("sbatch") is None:
         raise LtbenchError("launcher slurm: 'sbatch' is not on PATH; run on a Slurm login node "
                            "(or start a local cluster: scripts/slurm-local.sh up) or use --launcher local")
+    jobs = submit_arrays(recipe, specs, "slurm", redo)
+    job_ids = [str(job.job_id) for job in jobs]
+    if wait and job_ids:
+        wait_for(recipe, specs, job_ids)
+    return job_ids
+
+
+def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[str, ...] = ()) -> list:
+    """Hand ``specs`` to a submitit executor (``cluster``: 'slurm', or 'debug' for submitit's in-process
+    executor) in chunks of ``launcher.max_array_size``; each run gets a submitted.json. Returns the jobs."""
+    from ltbench.runner import prepare_run_dir
+
     if not specs:
         return []
     ex = make_executor(recipe, cluster)
     for spec in specs:
         prepare_run_dir(spec)
     size = max(1, recipe.launcher.max_array_size)
-    job_ids, all_jobs = [], []
+    all_jobs = []
     for start in range(0, len(specs), size):
         chunk = specs[start : start + size]
         jobs = _submit_array(ex, chunk, redo)
@@ -85,14 +95,8 @@ def submit(recipe: Recipe, specs: list[dict], wait: bool = False, redo: tuple[st
             store.atomic_write_json(Path(spec["run_dir"]) / store.SUBMITTED,
                                     {"job_id": job.job_id, "cluster": cluster, "time": time.time(),
                                      "logs": str(recipe.root / "_submitit" / str(job.job_id).split("_")[0])})
-            job_ids.append(str(job.job_id))
         print(f"submitted {len(chunk)} run(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
-    if cluster == "debug":
-        for job in all_jobs:  # the debug executor runs a job when its result is asked for
-            job.result()
-    elif wait:
-        wait_for(recipe, specs, job_ids)
-    return job_ids
+    return all_jobs
 
 
 def _submit_array(ex: submitit.AutoExecutor, chunk: list[dict], redo: tuple[str, ...] = ()) -> list:
@@ -125,7 +129,7 @@ def wait_for(recipe: Recipe, specs: list[dict], job_ids: list[str], poll_s: floa
     while True:
         states = [store.run_status(Path(s["run_dir"])) for s in specs]
         left = [s for s, st in zip(specs, states) if st not in ("done", "failed")]
-        line = ", ".join(f"{states.count(k)} {k}" for k in sorted(set(states), key=store.STATUSES.index))
+        line = store.format_counts(store.count_statuses(states), order=store.STATUSES)
         if line != last:
             print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
             last = line

@@ -46,6 +46,20 @@ HEADLINE_METRICS = ("all", "many", "medium", "few")
 STATUSES = ("pending", "running", "interrupted", "damaged", "done", "failed")  # what run_status returns
 
 
+def count_statuses(statuses) -> dict[str, int]:
+    """How many runs are in each status: the one tally every launcher, status and report line uses."""
+    counts: dict[str, int] = {}
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def format_counts(counts: dict[str, int], order: tuple[str, ...] | None = None) -> str:
+    """'2 done, 1 failed': statuses in ``order`` (STATUSES, say), alphabetically without one."""
+    keys = sorted(counts, key=order.index) if order else sorted(counts)
+    return ", ".join(f"{counts[k]} {k}" for k in keys)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

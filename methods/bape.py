@@ -1,86 +1,10 @@
 """BAPE: an explicit Bayes classifier with vMF class conditionals, trained beside an auxiliary method.
 
 Paper: Du, Wang, Song, Huang, "BAPE: Learning an Explicit Bayes Classifier for Long-tailed Visual Recognition"
-(arXiv 2506.23280); formulas and design choices: docs/bape.md. Numerics (log C_p, Sra's κ, ETF, MAP) live in
-``methods/_vmf.py``; this module only wires them into the Method interface.
-
-Model
------
-A projection head g = Linear(feat, hidden) → BatchNorm1d → ReLU → Linear(hidden, proj), L2-normalised, maps
-backbone features h to z = g(h)/‖g(h)‖ ∈ S^{p-1}, p = proj_dim. Class y has a vMF density with mean direction μ_y
-and concentration κ_y, estimated (never trained by gradient descent) from per-class running statistics
-(count n_y, mean z̄_y of the detached BAPE-view features) by MAP under the conjugate prior (spec §2.4)
-
-    α0_y = α̂0·N_y,  β0_y = β̂0·N_y,  S_y = β0_y m0_y + n_y z̄_y,  μ_y = S_y/‖S_y‖,  R_y = ‖S_y‖/(α0_y + n_y),
-    κ_y = p R_y / (1 − R_y²)   (clamped to [1e-6, max_kappa]),
-
-N_y = training images of class y, m0_y = the learnable prior direction (renormalised every forward pass).
-With ``prior: false`` it is plain maximum likelihood (S_y = n_y z̄_y, R_y = ‖z̄_y‖).
-
-Training logits of a BAPE view (Eq. 6, sign convention of ``_vmf.log_cp``):
-
-    ℓ_y(z) = log π_y^train + log C_p(κ_y) + κ_y μ_yᵀz,
-    L = ½ Σ_{v ∈ 2 BAPE views} CE(ℓ(z_v), y) + η · L_aux,
-
-where L_aux is the auxiliary method's own ``loss`` on its views (default: ``la``, logit-adjusted CE on a linear
-head). The statistics are updated with both BAPE views of the step (all-gathered under DDP) *before* μ, κ are
-computed, so every image adds 2 to n_y per epoch. (ProCo interleaves: update with view 1, logits of view 1,
-update with view 2, logits of view 2; here both views use the estimate after both updates — one MAP per step.)
-
-Gradient flow
--------------
-* backbone and projection head: through z in both losses (∂ℓ_y/∂z = κ_y μ_y) and through h in L_aux;
-* statistics (n, z̄): detached, updated in ``torch.no_grad``;
-* m0: through μ_y and κ_y (``kappa_grad: true``) or through μ_y only (``kappa_grad: false``: κ is detached, so
-  the log C_p(κ) term gives no gradient either); excluded from weight decay by ``param_groups``;
-* the auxiliary method's parameters: only through η·L_aux.
-The BAPE classifier runs in float32/float64 even under bf16 autocast (κ ≈ 10²–10³ makes bf16 logits useless).
-
-Prediction (clean view, target prior p_t; s(z) = the class-conditional scores after distribution adjustment)
-------------------------------------------------------------------------------------------------------------
-    s_y(z) = log C_p(κ'_y) + κ'_y μ'_yᵀz,          (μ', κ') = DA(μ, κ; da_mode, p_t)
-    shift_y = log(K · p_t,y)                       (normalised p_t; exactly 0 for None or a uniform prior)
-
-    ensemble 'bape': s(z) + shift
-    ensemble 'aux' : aux.predict(h, target_prior=p_t)                      (the aux method's own rule)
-    ensemble 'sum' : aux.predict(h, target_prior=uniform) + s(z) + shift   (default)
-
-'sum' adds the target-prior term exactly once: the aux part is the aux method's *balanced* score (its prediction
-under the uniform prior; for ``la`` the raw head logits), BAPE contributes the log-likelihood, and log(K·p_t) is the
-Bayes correction (the constant log K makes the uniform-prior scores free of any prior term, as in ``la``). So for
-a uniform test prior 'bape' = plain training logits − log π_train. ``head_predictions`` reports 'aux' and 'bape'
-(and the aux method's own heads as 'aux_<name>').
-
-Distribution adjustment ``da_mode`` (test time; also in training with ``da_train``)
------------------------------------------------------------------------------------
-* ``none``: (μ', κ') = (μ, κ). Pure label-shift Bayes rule: the class conditionals are those learned, only the
-  prior changes. Promises: uniform p_t gives training logits − log π_train; for any two priors the scores differ
-  by exactly log p_t − log p_t' (prior-consistent); p_t = π_train gives the training posterior (+ log K).
-* ``shared_kappa`` (spec DA-A, default): κ'_y = κ̄ = mean_y κ_y, μ' = μ. Then s_y = const + κ̄ μ_yᵀz: a cosine
-  classifier over the BAPE means with a common scale (the "post-hoc normalisation" reading of the paper).
-  Promises: prior-consistent; identical to ``none`` when all κ_y are already equal; otherwise it changes the
-  prediction even when p_t = π_train.
-* ``map_test_prior`` (spec DA-B): re-run the MAP with pseudo-counts Ñ_y = N_total·p_t,y in place of N_y (data
-  statistics unchanged). Promises: p_t = π_train gives exactly ``none`` (Ñ = N); uniform p_t gives every class the
-  same prior strength, which pulls tail (μ, κ) towards (m0, κ0). With ``prior: false`` it equals ``none``. Not
-  prior-consistent: the class conditionals themselves depend on p_t.
-* ``debiased`` (ours): finite-sample correction of the resultant length. For N i.i.d. unit vectors with
-  ‖E z‖ = R, E‖z̄‖² = R² + (1 − R²)/N exactly, so R̂² = ‖z̄‖² − (1 − ‖z̄‖²)/(N − 1) is unbiased. The running mean
-  of class y averages augmented views of only N_y distinct images, so its length overstates the concentration of
-  unseen images, most for the tail (this is the over-concentration DA is meant to fix). The mode rescales z̄_y to
-  length sqrt(max(R̂², 0)) with N = N_y (z̄ unchanged when N_y < 2), then runs the same MAP. Promises:
-  prior-consistent (p(z|y) does not depend on the test prior, as label shift assumes); a class with many images
-  is practically unchanged (the correction is O(1/N_y)); κ'_y ≤ κ_y for every class (the MAP R is increasing in
-  ‖z̄‖); independent of the target prior.
-
-``da_train: true`` (the paper's Table-5 "train + test" row) applies the same adjustment to the training logits,
-computed for the uniform target prior (balanced test sets); the logits keep log π_train. With ``none`` it does
-nothing.
-
-Statistics window: ``cumulative`` (default) keeps every feature since the start of training; ``proco_two_epoch``
-keeps ProCo's pair: at each epoch start old ← current, current ← empty; both are updated every step and the
-logits (and predictions) use old, i.e. the previous and the current epoch. The epoch of the last rotation is a
-buffer, so a mid-epoch resume (which calls ``on_epoch_start`` again for the same epoch) does not rotate twice.
+(arXiv 2506.23280). Every formula (MAP estimate, training logits, gradient flow, prediction rule, the four
+distribution adjustments and what each promises, statistics windows) is in docs/bape.md; the numerics
+(log C_p, Sra's κ, ETF, MAP) live in ``methods/_vmf.py``. This module wires them into the Method
+interface, and ``BAPE.class_scores`` is the one place a BAPE score is computed.
 """
 
 from __future__ import annotations
@@ -123,7 +47,7 @@ class BAPEConfig:
     stats_window: Literal["cumulative", "proco_two_epoch"] = "cumulative"
     """Which features the statistics hold: all since the start, or ProCo's previous + current epoch."""
     da_mode: Literal["none", "shared_kappa", "map_test_prior", "debiased"] = "shared_kappa"
-    """Distribution adjustment at prediction (module docstring gives each formula and what it promises)."""
+    """Distribution adjustment at prediction (docs/bape.md gives each formula and what it promises)."""
     da_train: bool = False
     """Apply the distribution adjustment (for a uniform target) to the training logits too (Table 5 ablation)."""
     ensemble: Literal["sum", "bape", "aux"] = "sum"
@@ -174,7 +98,7 @@ class BAPEConfig:
 
 @METHODS.register("bape")
 class BAPE(Method):
-    """Explicit vMF Bayes classifier (MAP-estimated) on a projection head, plus an auxiliary method (module doc)."""
+    """Explicit vMF Bayes classifier (MAP-estimated) on a projection head, plus an auxiliary method (docs/bape.md)."""
 
     Config = BAPEConfig
 
@@ -278,7 +202,7 @@ class BAPE(Method):
         return mu, kappa
 
     def debiased_mean(self, mean: torch.Tensor) -> torch.Tensor:
-        """z̄ rescaled to the unbiased resultant length from N_y distinct images (module doc, 'debiased')."""
+        """z̄ rescaled to the unbiased resultant length from N_y distinct images (docs/bape.md, 'debiased')."""
         n_img = self.ctx.class_counts.to(device=mean.device, dtype=torch.float64)
         r2 = (mean * mean).sum(dim=1)
         unbiased = (r2 - (1.0 - r2) / (n_img - 1.0).clamp_min(1.0)).clamp_min(0.0)
@@ -294,12 +218,17 @@ class BAPE(Method):
             bias = log_cp(kappa, self.p).to(torch.float32)
             return z.float() @ weight.T + bias
 
-    def bape_logits(self, z: torch.Tensor, log_prior: torch.Tensor | None = None,
-                    da_mode: str = "none", target_prior: torch.Tensor | None = None) -> torch.Tensor:
-        """Training-form logits log π_y + log C_p(κ_y) + κ_y μ_yᵀz for unit features z (π = training prior)."""
+    def class_scores(self, zs: list[torch.Tensor], da_mode: str, target_prior: torch.Tensor | None = None,
+                     shift: torch.Tensor | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The one BAPE score, used by the loss, the prediction and every head: for each batch of unit
+        features z in ``zs``, s_y(z) = log C_p(κ'_y) + κ'_y μ'_yᵀz (+ ``shift``_y), with (μ', κ') =
+        DA(μ, κ; da_mode, p_t) estimated once for all batches (so a step's views share one MAP and one
+        gradient path to m0). Returns (the scores, κ')."""
         mu, kappa = self.class_params(da_mode, target_prior)
-        log_prior = self.log_train_prior if log_prior is None else log_prior
-        return self.log_likelihoods(z, mu, kappa) + log_prior.to(device=z.device, dtype=torch.float32)
+        scores = [self.log_likelihoods(z, mu, kappa) for z in zs]
+        if shift is not None:
+            scores = [s + shift for s in scores]
+        return scores, kappa
 
     @torch.no_grad()
     def update_statistics(self, z: torch.Tensor, labels: torch.Tensor) -> None:
@@ -326,8 +255,7 @@ class BAPE(Method):
         zs = z_all.split(b)
         for z in zs:  # statistics first, so this step's logits include this step's features
             self.update_statistics(z, labels)
-        mu, kappa = self.class_params(cfg.da_mode if cfg.da_train else "none", None)
-        scores = [self.log_likelihoods(z, mu, kappa) for z in zs]
+        scores, kappa = self.class_scores(list(zs), cfg.da_mode if cfg.da_train else "none")
         log_prior = self.log_train_prior.to(device=z_all.device, dtype=torch.float32)
         loss_bape = torch.stack([F.cross_entropy(s + log_prior, labels) for s in scores]).mean()
         loss_aux = aux_out["loss"]
@@ -355,8 +283,8 @@ class BAPE(Method):
     def bape_scores(self, features: torch.Tensor, target_prior: torch.Tensor | None = None) -> torch.Tensor:
         """BAPE's own prediction: s(z) after DA, + log(K p_t)."""
         z = self.project(features)
-        mu, kappa = self.class_params(self.cfg.da_mode, target_prior)
-        return self.log_likelihoods(z, mu, kappa) + self.target_shift(target_prior, z)
+        (scores,), _ = self.class_scores([z], self.cfg.da_mode, target_prior, self.target_shift(target_prior, z))
+        return scores
 
     def _uniform(self, like: torch.Tensor) -> torch.Tensor:
         return torch.full((self.num_classes,), 1.0 / self.num_classes, device=like.device, dtype=torch.float32)
@@ -380,8 +308,7 @@ class BAPE(Method):
         z = self.project(features)
         shift = self.target_shift(target_prior, z)
         for mode in DA_MODES:
-            mu, kappa = self.class_params(mode, target_prior)
-            bape = self.log_likelihoods(z, mu, kappa) + shift
+            (bape,), _ = self.class_scores([z], mode, target_prior, shift)
             heads[f"bape_da_{mode}"] = bape
             heads[f"sum_da_{mode}"] = aux_balanced + bape
         return heads

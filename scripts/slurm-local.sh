@@ -56,6 +56,9 @@ MUNGE_PID="$DIR/run/munged.pid"
 CTLD_PID="$DIR/run/slurmctld.pid"
 SLURMD_PID="$DIR/run/slurmd.pid"
 
+# Debian installs the daemons in /usr/sbin, which a non-login root shell may not have on PATH.
+PATH="$PATH:/usr/sbin:/sbin"
+
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
 
@@ -147,6 +150,9 @@ leftover_job_pids() {
         }'
 }
 
+# slurm CMD ARGS...: a Slurm client command against this cluster, never hanging more than 10 s.
+slurm() { SLURM_CONF=$CONF timeout 10 "$@"; }
+
 is_up() {
     pid_alive "$MUNGE_PID" munged >/dev/null &&
         pid_alive "$CTLD_PID" slurmctld >/dev/null &&
@@ -154,7 +160,7 @@ is_up() {
 }
 
 node_state() {
-    SLURM_CONF=$CONF timeout 10 sinfo -h -N -n "$NODE" -o '%T' 2>/dev/null | head -n1
+    slurm sinfo -h -N -n "$NODE" -o '%T' 2>/dev/null | head -n1
 }
 
 # Epoch seconds of the node's SlurmdStartTime as slurmctld knows it (0 if
@@ -162,9 +168,85 @@ node_state() {
 # slurmd has registered, so "idle" alone does not prove slurmd is talking to it.
 slurmd_start_time() {
     local t
-    t=$(SLURM_CONF=$CONF timeout 10 scontrol -o show node "$NODE" 2>/dev/null |
+    t=$(slurm scontrol -o show node "$NODE" 2>/dev/null |
         tr ' ' '\n' | sed -n 's/^SlurmdStartTime=//p')
     date -d "$t" +%s 2>/dev/null || echo 0
+}
+
+# node_ready SINCE: the node is usable (idle/mixed/allocated/completing; "idle*", registered once but
+# not responding, is not) and its slurmd registered at or after SINCE (epoch s; 0: any time).
+# Prints the state either way.
+node_ready() {
+    local since=${1:-0} state
+    state=$(node_state || true)
+    printf '%s\n' "$state"
+    case $state in
+        idle | mixed | allocated | completing) [ "$(slurmd_start_time)" -ge "$since" ] ;;
+        *) return 1 ;;
+    esac
+}
+
+# wait_until_idle SINCE: wait up to TIMEOUT s for node_ready SINCE, failing early if a daemon exits.
+# Prints the node state.
+wait_until_idle() {
+    local since=$1 state="" w0=$SECONDS
+    log "waiting up to ${TIMEOUT}s for node $NODE to be idle"
+    while [ $((SECONDS - w0)) -lt "$TIMEOUT" ]; do
+        if state=$(node_ready "$since"); then
+            printf '%s\n' "$state"
+            return 0
+        fi
+        pid_alive "$CTLD_PID" slurmctld >/dev/null || fail_up "slurmctld exited"
+        pid_alive "$SLURMD_PID" slurmd >/dev/null || fail_up "slurmd exited"
+        sleep 0.5
+    done
+    case $state in
+        idle | mixed | allocated | completing) state="$state, slurmd not registered" ;;
+    esac
+    fail_up "node $NODE did not become idle within ${TIMEOUT}s (state: '${state:-no answer from slurmctld}')"
+}
+
+# cancel_ghost_jobs: after an unclean stop (daemons killed, machine rebooted) slurmctld restores jobs
+# as RUNNING whose processes are gone, and only notices much later. With a fresh slurmd and none of
+# our slurmstepds alive they are ghosts: cancel them so the node is really free.
+cancel_ghost_jobs() {
+    [ -z "$(leftover_job_pids)" ] || return 0
+    local ghosts
+    ghosts=$(slurm squeue -h -t R,S -o %A 2>/dev/null | tr '\n' ' ')
+    if [ -n "${ghosts// /}" ]; then
+        log "cancelling job(s) left RUNNING by an unclean shutdown (their processes are gone): $ghosts"
+        # shellcheck disable=SC2086
+        slurm scancel $ghosts || true
+    fi
+}
+
+# cancel_all_jobs: job steps outlive slurmd, so cancel every job (and wait up to 15 s) before stopping it.
+cancel_all_jobs() {
+    pid_alive "$CTLD_PID" slurmctld >/dev/null && [ -f "$CONF" ] || return 0
+    local jobs i
+    mapfile -t jobs < <(slurm squeue -h -o %A 2>/dev/null | sort -u)
+    [ "${#jobs[@]}" -gt 0 ] || return 0
+    log "cancelling ${#jobs[@]} job(s): ${jobs[*]}"
+    slurm scancel --quiet "${jobs[@]}" 2>/dev/null || true
+    for i in $(seq 1 30); do
+        [ -z "$(slurm squeue -h -t R,CG,S -o %i 2>/dev/null)" ] && break
+        sleep 0.5
+    done
+}
+
+# kill_leftover_jobs: the safety net (slurmctld already dead, so nothing got cancelled): job steps of
+# *this* cluster that still run get SIGTERM, then SIGKILL.
+kill_leftover_jobs() {
+    local left
+    left=$(leftover_job_pids | tr '\n' ' ')
+    [ -n "${left// /}" ] || return 0
+    log "killing leftover job processes of this cluster: $left"
+    # shellcheck disable=SC2086
+    kill -TERM $left 2>/dev/null || true
+    sleep 1
+    left=$(leftover_job_pids | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    if [ -n "${left// /}" ]; then kill -KILL $left 2>/dev/null || true; fi
 }
 
 show_logs() {
@@ -181,7 +263,7 @@ show_logs() {
 install_packages() {
     local missing=0 c
     for c in munged munge slurmctld slurmd sbatch sinfo; do
-        command -v "$c" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$c" >/dev/null 2>&1 || missing=1
+        command -v "$c" >/dev/null 2>&1 || missing=1
     done
     [ "$missing" -eq 0 ] && return 0
     command -v apt-get >/dev/null 2>&1 || die "slurm/munge are not installed and apt-get is unavailable; install slurm-wlm and munge by hand"
@@ -329,6 +411,28 @@ port_busy() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# check_ports: fail early (before starting anything) if another Slurm holds our ports.
+check_ports() {
+    local hint="set LTBENCH_SLURMCTLD_PORT and LTBENCH_SLURMD_PORT to free ports"
+    if ! pid_alive "$CTLD_PID" slurmctld >/dev/null && port_busy "$CTLD_PORT"; then
+        die "port $CTLD_PORT is already in use (another slurmctld?); $hint"
+    fi
+    if ! pid_alive "$SLURMD_PID" slurmd >/dev/null && port_busy "$SLURMD_PORT"; then
+        die "port $SLURMD_PORT is already in use (another slurmd?); $hint"
+    fi
+}
+
+# prepare_state_dir: the folders, and a config rewritten only while slurmctld/slurmd are not running.
+prepare_state_dir() {
+    mkdir -p "$DIR"/{state,spool/slurmd,log,run}
+    # munged wants the socket dir searchable by all (users run sbatch too); the key itself is 0400 root.
+    install -d -m 0755 "$MUNGE_DIR"
+    chmod 0755 "$DIR"
+    if ! pid_alive "$CTLD_PID" slurmctld >/dev/null && ! pid_alive "$SLURMD_PID" slurmd >/dev/null; then
+        write_config
+    fi
+}
+
 fail_up() {
     show_logs
     die "$* -- '$PROG down' stops whatever was started"
@@ -354,87 +458,31 @@ cmd_up() {
         esac
     done
     need_root up
-    PATH="$PATH:/usr/sbin:/sbin"
-    local t0=$SECONDS
+    local t0=$SECONDS c
 
-    if is_up; then
-        case $(node_state) in
-            idle | mixed | allocated | completing)
-                log "already up (state dir $DIR)"
-                export_line
-                return 0 ;;
-        esac
+    if is_up && node_ready 0 >/dev/null; then
+        log "already up (state dir $DIR)"
+        export_line
+        return 0
     fi
 
     [ "$install" -eq 1 ] && install_packages
     for c in munged munge unmunge slurmctld slurmd sinfo sbatch; do
         command -v "$c" >/dev/null 2>&1 || die "$c not found (install slurm-wlm and munge)"
     done
-
-    mkdir -p "$DIR"/{state,spool/slurmd,log,run}
-    # munged wants the socket dir searchable by all (users run sbatch too);
-    # the key itself is 0400 root.
-    install -d -m 0755 "$MUNGE_DIR"
-    chmod 0755 "$DIR"
-
-    # Only rewrite the config while slurmctld/slurmd are not running.
-    if ! pid_alive "$CTLD_PID" slurmctld >/dev/null && ! pid_alive "$SLURMD_PID" slurmd >/dev/null; then
-        write_config
-    fi
-
-    # Fail early (before starting anything) if another Slurm holds our ports.
-    if ! pid_alive "$CTLD_PID" slurmctld >/dev/null && port_busy "$CTLD_PORT"; then
-        die "port $CTLD_PORT is already in use (another slurmctld?); set LTBENCH_SLURMCTLD_PORT and LTBENCH_SLURMD_PORT to free ports"
-    fi
-    if ! pid_alive "$SLURMD_PID" slurmd >/dev/null && port_busy "$SLURMD_PORT"; then
-        die "port $SLURMD_PORT is already in use (another slurmd?); set LTBENCH_SLURMCTLD_PORT and LTBENCH_SLURMD_PORT to free ports"
-    fi
+    prepare_state_dir
+    check_ports
 
     start_munged
     start_slurmctld
     wait_pidfile "$CTLD_PID" slurmctld
-    local slurmd_t0
+    local slurmd_t0 state
     slurmd_t0=$(date +%s)
     if pid_alive "$SLURMD_PID" slurmd >/dev/null; then slurmd_t0=0; fi
     start_slurmd
     wait_pidfile "$SLURMD_PID" slurmd
-
-    log "waiting up to ${TIMEOUT}s for node $NODE to be idle"
-    local state="" w0=$SECONDS
-    while [ $((SECONDS - w0)) -lt "$TIMEOUT" ]; do
-        state=$(node_state || true)
-        # Exact match: "idle*" means registered once but not responding.
-        case $state in
-            idle | mixed | allocated)
-                [ "$(slurmd_start_time)" -ge "$slurmd_t0" ] && break ;;
-        esac
-        pid_alive "$CTLD_PID" slurmctld >/dev/null || fail_up "slurmctld exited"
-        pid_alive "$SLURMD_PID" slurmd >/dev/null || fail_up "slurmd exited"
-        sleep 0.5
-    done
-    case $state in
-        idle | mixed | allocated)
-            [ "$(slurmd_start_time)" -ge "$slurmd_t0" ] || state="$state, slurmd not registered" ;;
-    esac
-    case $state in
-        idle | mixed | allocated) ;;
-        *)
-            fail_up "node $NODE did not become idle within ${TIMEOUT}s (state: '${state:-no answer from slurmctld}')"
-            ;;
-    esac
-    # After an unclean stop (daemons killed, machine rebooted) slurmctld
-    # restores jobs as RUNNING whose processes are gone; it only notices much
-    # later.  With a fresh slurmd and none of our slurmstepds alive they are
-    # ghosts: cancel them so the node is really free.
-    if [ "$slurmd_t0" -ne 0 ] && [ -z "$(leftover_job_pids)" ]; then
-        local ghosts
-        ghosts=$(SLURM_CONF=$CONF timeout 10 squeue -h -t R,S -o %A 2>/dev/null | tr '\n' ' ')
-        if [ -n "${ghosts// /}" ]; then
-            log "cancelling job(s) left RUNNING by an unclean shutdown (their processes are gone): $ghosts"
-            # shellcheck disable=SC2086
-            SLURM_CONF=$CONF timeout 10 scancel $ghosts || true
-        fi
-    fi
+    state=$(wait_until_idle "$slurmd_t0")
+    if [ "$slurmd_t0" -ne 0 ]; then cancel_ghost_jobs; fi
     log "up in $((SECONDS - t0))s: node $NODE is $state; state dir $DIR"
     log "to use it: export SLURM_CONF=$CONF"
     export_line
@@ -449,40 +497,12 @@ cmd_down() {
         esac
     done
     need_root down
-    PATH="$PATH:/usr/sbin:/sbin"
 
-    # Cancel jobs first: job steps outlive slurmd otherwise.
-    if pid_alive "$CTLD_PID" slurmctld >/dev/null && [ -f "$CONF" ]; then
-        local jobs
-        mapfile -t jobs < <(SLURM_CONF=$CONF timeout 10 squeue -h -o %A 2>/dev/null | sort -u)
-        if [ "${#jobs[@]}" -gt 0 ]; then
-            log "cancelling ${#jobs[@]} job(s): ${jobs[*]}"
-            SLURM_CONF=$CONF timeout 10 scancel --quiet "${jobs[@]}" 2>/dev/null || true
-            local i
-            for i in $(seq 1 30); do
-                [ -z "$(SLURM_CONF=$CONF timeout 10 squeue -h -t R,CG,S -o %i 2>/dev/null)" ] && break
-                sleep 0.5
-            done
-        fi
-    fi
-
+    cancel_all_jobs
     stop_pidfile "$SLURMD_PID" slurmd
     stop_pidfile "$CTLD_PID" slurmctld
     stop_pidfile "$MUNGE_PID" munged
-
-    # Safety net (e.g. slurmctld was already dead, so nothing got cancelled):
-    # job steps of *this* cluster that are still running.
-    local left
-    left=$(leftover_job_pids | tr '\n' ' ')
-    if [ -n "${left// /}" ]; then
-        log "killing leftover job processes of this cluster: $left"
-        # shellcheck disable=SC2086
-        kill -TERM $left 2>/dev/null || true
-        sleep 1
-        left=$(leftover_job_pids | tr '\n' ' ')
-        # shellcheck disable=SC2086
-        if [ -n "${left// /}" ]; then kill -KILL $left 2>/dev/null || true; fi
-    fi
+    kill_leftover_jobs
 
     if [ "$purge" -eq 1 ]; then
         # Only ever delete a directory this script set up.
@@ -497,7 +517,6 @@ cmd_down() {
 }
 
 cmd_status() {
-    PATH="$PATH:/usr/sbin:/sbin"
     local m c d
     m=$(pid_alive "$MUNGE_PID" munged || echo -)
     c=$(pid_alive "$CTLD_PID" slurmctld || echo -)
@@ -506,9 +525,9 @@ cmd_status() {
         echo "up (state dir $DIR; munged $m, slurmctld $c, slurmd $d)"
         export_line
         echo
-        SLURM_CONF=$CONF timeout 10 sinfo || true
+        slurm sinfo || true
         echo
-        SLURM_CONF=$CONF timeout 10 squeue || true
+        slurm squeue || true
         return 0
     fi
     if [ "$m$c$d" != "---" ]; then

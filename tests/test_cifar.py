@@ -16,7 +16,8 @@ import torch
 from ltbench.config import from_dict
 from ltbench.data import cifar
 from ltbench.data.cifar import CIFAR10LT, CIFAR100LT, CIFARLTConfig, ldam_img_max, lt_counts
-from ltbench.data.profile import ldam_subset, shot_groups, subset_hash
+from ltbench.data.profile import ldam_subset, subset_hash
+from ltbench.evaluation import shot_groups
 from ltbench.errors import ConfigError, DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
 

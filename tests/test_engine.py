@@ -223,8 +223,17 @@ def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, wri
     assert m["target_priors"]["uniform"]["all"] == pytest.approx(m["all"])
     assert m["test_sets"]["forward5"]["size"] == sum(shifted_counts(4, 8, 5, "forward"))
     assert m["test_sets"]["backward5"]["size"] == sum(shifted_counts(4, 8, 5, "backward"))
-    for name in ("forward5", "backward5"):
-        assert 0.0 <= m["test_sets"][name]["all"] <= 1.0
+    import numpy
+
+    from ltbench.predictions import load_predictions
+
+    saved = load_predictions(next((tmp_path / "results").rglob(store.RESULT)).parent)
+    for name, direction in (("forward5", "forward"), ("backward5", "backward")):
+        labels, pred = saved[f"set:{name}:labels"], saved[f"set:{name}:head:main"]
+        # the set holds the shifted counts per class (SADE's protocol: by label), and its accuracy is
+        # the one of the predictions saved for it, not of the full test split
+        assert numpy.bincount(labels, minlength=4).tolist() == shifted_counts(4, 8, 5, direction)
+        assert m["test_sets"][name]["all"] == float((pred == labels).mean())
 
 
 CRASH_PLUGIN = '''

@@ -76,8 +76,11 @@ def test_config_defaults_and_views(name, data):
     assert type(run.method.cfg) is type(cfg)
     views = run.method.views()
     assert isinstance(views, list) and views, f"{name}: views() must name at least one view"
+    image, _ = data.train[0]
     for v in views:
-        assert callable(transforms.build(v, data.image, data.pipelines))
+        out = transforms.build(v, data.image, data.pipelines)(image)
+        assert torch.is_tensor(out) and out.dtype == torch.float32, f"{name}: view {v!r} gives {type(out)}"
+        assert tuple(out.shape) == (data.image.channels, data.image.size, data.image.size), (v, out.shape)
 
 
 @pytest.mark.parametrize("name", NAMES)

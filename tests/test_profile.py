@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from ltbench.data.profile import exponential_counts, ldam_subset, shot_groups, subset_hash
+from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
+from ltbench.evaluation import shot_groups
 
 
 def test_fashion_mnist_profile_matches_spec_table():

@@ -15,9 +15,17 @@ def test_grid_and_seeds_expand_into_runs(write_recipe):
 
 
 def test_list_of_grids_is_a_union_and_method_values_replace_the_subtree(write_recipe):
-    path = write_recipe(extra={"grid": [{"method": [{"name": "ce"}]}, {"optim.lr": [0.2, 0.3]}]})
+    path = write_recipe(extra={"method": {"name": "la", "tau": 2.0},
+                               "grid": [{"method": [{"name": "ce"}]}, {"optim.lr": [0.2, 0.3]}]})
     recipe = load_recipe(path)
-    assert len(recipe.runs) == 3
+    configs = [(r["config"]["method"], r["config"]["optim"]["lr"]) for r in recipe.runs]
+    base_lr = load_recipe(write_recipe("base")).runs[0]["config"]["optim"]["lr"]
+    # the first grid replaces the whole method subtree (la's tau does not leak into ce); the second
+    # keeps the recipe's method and varies only the learning rate: a union of 1 + 2 runs, not a product
+    assert configs[0][0]["name"] == "ce" and "tau" not in configs[0][0] and configs[0][1] == base_lr
+    assert [lr for _, lr in configs[1:]] == [0.2, 0.3]
+    assert all(method["name"] == "la" and method["tau"] == 2.0 for method, _ in configs[1:])
+    assert len({r["run_id"] for r in recipe.runs}) == 3
 
 
 def test_run_id_is_stable_and_ignores_paths(write_recipe, tmp_path):

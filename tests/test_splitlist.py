@@ -16,7 +16,7 @@ from torchvision.io import write_jpeg, write_png
 
 from ltbench.config import from_dict
 from ltbench.data import transforms
-from ltbench.data.profile import shot_groups
+from ltbench.evaluation import shot_groups
 from ltbench.data.splitlist import (
     FileImages, INat2018, ImageNetLT, PlacesLT, SplitListConfig, list_counts, read_split_list,
 )

@@ -14,6 +14,12 @@ from torch.utils.data import Dataset
 from ltbench.config import EmptyConfig
 
 
+# The view aliases methods ask for ("default", "strong", "sim", "eval") mapped to the augmentation
+# pipelines of small-image datasets (CIFAR, Fashion-MNIST, synthetic); a dataset's own map is its
+# VIEW_ALIASES (ImageNet-scale split lists have theirs in splitlist.py).
+SMALL_IMAGE_VIEW_ALIASES = {"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"}
+
+
 @dataclass(frozen=True)
 class ImageSpec:
     """What augmentation pipelines need to know about the images."""

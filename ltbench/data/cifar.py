@@ -32,14 +32,14 @@ import numpy as np
 import torch
 
 from ltbench.config import check_range
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, data_roots
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2023, 0.1994, 0.2010)
-PIPELINES = {"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"}
+VIEW_ALIASES = SMALL_IMAGE_VIEW_ALIASES  # view alias -> augmentation pipeline
 ARCHIVES_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
 # docs/protocols.md §1: training-set totals of the 'exp' profile on the real files, asserted at load time
 KNOWN_TOTALS = {
@@ -283,7 +283,7 @@ class CIFARLT(DatasetBuilder):
             test=ArrayImages(torch.from_numpy(test_x), test_y),
             test_labels=test_y,
             subset_hash=subset_hash(idx),
-            pipelines=dict(PIPELINES),
+            pipelines=dict(VIEW_ALIASES),
             class_names=class_names(lay, folder),
             info={
                 "folder": str(folder),

@@ -14,11 +14,13 @@ import numpy as np
 import torch
 
 from ltbench.config import check_range
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, data_roots
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.idx import read_idx
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.errors import DataMissingError
 from ltbench.registry import DATASETS
+
+VIEW_ALIASES = SMALL_IMAGE_VIEW_ALIASES  # view alias -> augmentation pipeline
 
 FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -98,7 +100,7 @@ class FashionMNISTLT(DatasetBuilder):
             test=ArrayImages(test_x, test_y),
             test_labels=test_y,
             subset_hash=subset_hash(idx),
-            pipelines={"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"},
+            pipelines=dict(VIEW_ALIASES),
             class_names=CLASS_NAMES,
             info={"files": {k: str(v) for k, v in files.items()}, "counts_profile": counts},
         )

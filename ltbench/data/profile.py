@@ -1,4 +1,4 @@
-"""Long-tail profiles: per-class counts, the LDAM-DRW subset, shot groups.
+"""Long-tail profiles: the exponential decay, per-class counts, the LDAM-DRW subset.
 
 The subset procedure reproduces kaidic/LDAM-DRW ``imbalance_cifar.py`` bit for bit (legacy global
 NumPy RNG seeded once, per-class shuffle in label order, first n kept), because every CIFAR-LT
@@ -13,13 +13,20 @@ import hashlib
 import numpy as np
 
 
+def exponential_decay(position, num_classes: int, imb_factor: float):
+    """(1/rho) ** (position / (C - 1)): the one exponential long-tail formula, shared by the training
+    profile (LDAM-DRW), the shifted test sets and the shifted test priors (LADE/SADE). ``position``
+    (an int or a NumPy array) runs 0..C-1, head first; C must be at least 2."""
+    return (1.0 / imb_factor) ** (position / (num_classes - 1))
+
+
 def exponential_counts(n_max: int, num_classes: int, imb_factor: float) -> list[int]:
     """n_i = int(n_max * (1/rho) ** (i / (C - 1))), truncated toward zero as in LDAM-DRW."""
     if imb_factor < 1:
         raise ValueError(f"imb_factor must be >= 1 (rho = n_max / n_min), got {imb_factor}")
     if num_classes == 1:
         return [int(n_max)]
-    return [int(n_max * (1.0 / imb_factor) ** (i / (num_classes - 1))) for i in range(num_classes)]
+    return [int(n_max * exponential_decay(i, num_classes, imb_factor)) for i in range(num_classes)]
 
 
 def ldam_subset(targets: np.ndarray, counts: list[int], seed: int = 0) -> np.ndarray:
@@ -44,12 +51,3 @@ def subset_hash(indices: np.ndarray) -> str:
     """sha1 of the chosen indices (int64, in order): which images a run trained on."""
     return hashlib.sha1(np.asarray(indices, dtype=np.int64).tobytes()).hexdigest()
 
-
-def class_counts(labels: np.ndarray, num_classes: int) -> np.ndarray:
-    return np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes)
-
-
-def shot_groups(train_counts, many_threshold: int = 100, few_threshold: int = 20) -> np.ndarray:
-    """'many' (n > many_threshold), 'few' (n < few_threshold), else 'medium' (both bounds inclusive)."""
-    n = np.asarray(train_counts)
-    return np.where(n > many_threshold, "many", np.where(n < few_threshold, "few", "medium"))

@@ -26,10 +26,10 @@ import numpy as np
 from torch.utils.data import Subset
 
 from ltbench.data.base import LTData
-from ltbench.data.profile import ldam_subset
+from ltbench.data.profile import exponential_decay, ldam_subset
 
 DIRECTIONS = ("forward", "backward", "uniform")
-METHODS = ("sade", "lade")
+SHIFT_PROTOCOLS = ("sade", "lade")  # whose shifted test set: SADE's (by label) or LADE's (by count rank)
 
 
 def shifted_counts(num_classes: int, img_max: float, imb_factor: float, direction: str) -> list[int]:
@@ -41,10 +41,8 @@ def shifted_counts(num_classes: int, img_max: float, imb_factor: float, directio
     c = num_classes
     if direction == "uniform" or c == 1:
         return [int(img_max)] * c
-    ratio = 1.0 / imb_factor
-    if direction == "forward":
-        return [int(img_max * ratio ** (i / (c - 1))) for i in range(c)]
-    return [int(img_max * ratio ** ((c - 1 - i) / (c - 1))) for i in range(c)]
+    positions = range(c) if direction == "forward" else range(c - 1, -1, -1)
+    return [int(img_max * exponential_decay(k, c, imb_factor)) for k in positions]
 
 
 def shifted_test_indices(
@@ -63,7 +61,7 @@ def shifted_test_indices(
     labels = np.asarray(test_labels, dtype=np.int64)
     train_counts = np.asarray(train_counts)
     c = len(train_counts)
-    if method not in METHODS:
+    if method not in SHIFT_PROTOCOLS:
         raise ValueError(f"method must be 'sade' or 'lade', got {method!r}")
     if len(labels) and (labels.min() < 0 or labels.max() >= c):
         raise ValueError(f"test labels must be in 0..{c - 1} (len(train_counts) classes)")
@@ -88,16 +86,11 @@ def shifted_test_indices(
     return np.sort(np.concatenate(keep)).astype(np.int64)
 
 
-def parse_shift(name: str) -> tuple[str, float]:
-    """'forward50' -> ('forward', 50.0), 'backward2' -> ('backward', 2.0), 'uniform' -> ('uniform', 1.0)."""
-    from ltbench.evaluation import parse_prior_name
-
-    return parse_prior_name(name)
-
-
 def shifted_test(data: LTData, name: str, method: str = "sade", seed: int = 0) -> LTData:
     """A copy of ``data`` whose test split is the shifted test set ``name`` (e.g. 'forward50')."""
-    direction, rho = parse_shift(name)
+    from ltbench.evaluation import parse_prior_name
+
+    direction, rho = parse_prior_name(name)
     idx = shifted_test_indices(data.test_labels, data.class_counts, rho, direction, seed=seed, method=method)
     info = {**data.info, "test_shift": {"name": name, "method": method, "seed": seed, "size": int(len(idx))}}
     return dataclasses.replace(data, test=Subset(data.test, idx.tolist()), test_labels=data.test_labels[idx],

@@ -38,7 +38,7 @@ from ltbench.registry import DATASETS
 SPLITS_ENV = "LTBENCH_SPLITS"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 INAT_MEAN, INAT_STD = (0.466, 0.471, 0.380), (0.195, 0.194, 0.192)
-PIPELINES = {"default": "imagenet_train", "strong": "randaugment", "sim": "simaug", "eval": "eval"}
+VIEW_ALIASES = {"default": "imagenet_train", "strong": "randaugment", "sim": "simaug", "eval": "eval"}
 OLTR = "https://github.com/zhmiao/OpenLongTailRecognition-OLTR, Google-Drive folder linked in its README"
 CLS_BAL = "https://github.com/facebookresearch/classifier-balancing"
 IMAGES_CHECKED = 3  # images per list whose existence check() verifies
@@ -63,7 +63,7 @@ class Benchmark:
     images: str  # what the image root must contain
     # line counts of the published lists (docs/protocols.md §2 and §6), recorded and checked
     known_lines: dict[str, int]
-    pipelines: dict[str, str] = field(default_factory=dict)  # overrides of the PIPELINES aliases
+    pipelines: dict[str, str] = field(default_factory=dict)  # overrides of the VIEW_ALIASES map
 
     def list_name(self, split: str) -> str:
         if split == "test":
@@ -322,7 +322,7 @@ class SplitListDataset(DatasetBuilder):
             test=FileImages(root, test.paths, test.labels, str(test.path), test.lines),
             test_labels=test.labels,
             subset_hash=train.sha1,  # the training split is the list itself
-            pipelines={**PIPELINES, **bench.pipelines},
+            pipelines={**VIEW_ALIASES, **bench.pipelines},
             class_names=folder_class_names(train, k),
             info={"root": str(root) if root else None, "test_split": cfg.test_split, "lists": info_lists},
         )

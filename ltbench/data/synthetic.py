@@ -14,9 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from ltbench.config import check_range
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES
 from ltbench.data.profile import exponential_counts
 from ltbench.registry import DATASETS
+
+VIEW_ALIASES = SMALL_IMAGE_VIEW_ALIASES  # view alias -> augmentation pipeline
 
 
 @dataclass
@@ -78,6 +80,6 @@ class SyntheticLT(DatasetBuilder):
             test=ArrayImages(test_x, test_y),
             test_labels=test_y,
             subset_hash=digest,
-            pipelines={"default": "standard", "strong": "autoaug_cutout", "sim": "simaug", "eval": "eval"},
+            pipelines=dict(VIEW_ALIASES),
             info={"counts_profile": counts},
         )

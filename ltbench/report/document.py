@@ -55,9 +55,8 @@ def _class_stats(plots, df, out_base: Path) -> tuple[list[str], str | None]:
 
 def provenance_summary(records: list[dict]) -> list[str]:
     prov = [r.get("prov") or {} for r in records if r.get("status") == "done"]
-    status = Counter(r["status"] for r in records)
     commits = Counter(f"{p.get('git_commit', '?')[:12]}{' (dirty)' if p.get('git_dirty') else ''}" for p in prov)
-    lines = [f"- runs found: {', '.join(f'{n} {s}' for s, n in sorted(status.items())) or 'none'}",
+    lines = [f"- runs found: {store.format_counts(store.count_statuses(r['status'] for r in records)) or 'none'}",
              f"- code commits: {', '.join(f'{c} ({n} runs)' for c, n in commits.most_common()) or 'unknown'}"]
     for key, title in (("ltbench_version", "ltbench"), ("torch", "torch"), ("python", "python"),
                        ("device", "devices"), ("gpu_name", "GPUs"), ("hostname", "hosts")):
