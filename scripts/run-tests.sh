@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# The test command behind `make test` (and so .ci/run): the whole suite, then the Slurm tests
+# The test command behind `make test` (and so .ci/run): pdflatex when it can be installed, the whole suite, then the Slurm tests
 # against a real one-node cluster when this machine can run one (root with apt-get). The cluster is
 # brought down afterwards even when tests fail.
 set -uo pipefail
 PYTHON=${PYTHON:-.venv/bin/python}
 cd "$(dirname "$0")/.."
+
+# The LaTeX tables are compiled by a test when pdflatex exists; install it where this machine can.
+if ! command -v pdflatex >/dev/null && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+  echo "== installing pdflatex (texlive-latex-base, texlive-latex-recommended) for the LaTeX table test"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends texlive-latex-base \
+      texlive-latex-recommended >/dev/null 2>&1; then
+    apt-get update -q >/dev/null 2>&1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends texlive-latex-base \
+      texlive-latex-recommended >/dev/null 2>&1 || echo "== pdflatex could not be installed: the LaTeX test will skip"
+  fi
+fi
 
 "$PYTHON" -m pytest -q -m "not slurm" "$@"
 status=$?
