@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 # The LaTeX tables are compiled by a test when pdflatex exists; install it where this machine can.
 if ! command -v pdflatex >/dev/null && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
   echo "== installing pdflatex (texlive-latex-base, texlive-latex-recommended) for the LaTeX table test"
-  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends texlive-latex-base \
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q texlive-latex-base \
       texlive-latex-recommended >/dev/null 2>&1; then
     apt-get update -q >/dev/null 2>&1
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends texlive-latex-base \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q texlive-latex-base \
       texlive-latex-recommended >/dev/null 2>&1 || echo "== pdflatex could not be installed: the LaTeX test will skip"
   fi
 fi
