@@ -178,7 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks (accepted anywhere on the line)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_run_commands(sub, common)
+    _add_result_commands(sub, common)
+    return parser
 
+
+def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
+    """Commands that launch, describe or check runs: run, list, data, status, check."""
     p = sub.add_parser("run", parents=[common], help="expand a recipe into runs and execute the unfinished ones")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
@@ -203,6 +209,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_data)
 
+    p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("check", parents=[common],
+                       help="run the method contract on a plugin folder's methods (and its backbones and datasets)")
+    p.add_argument("folder", help="a plugin folder, as listed under 'plugins:' in a recipe")
+    p.set_defaults(func=cmd_check)
+
+
+def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
+    """Commands that turn finished runs into tables, reports and figures: table, report, plot."""
     p = sub.add_parser("table", parents=[common], help="paper-style tables: the recipe's declared tables, or one row per configuration")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
@@ -232,17 +251,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_plot)
-
-    p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
-    p.add_argument("path", help="a results directory or a recipe file")
-    p.add_argument("--results", help="results directory, when PATH is a recipe")
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("check", parents=[common],
-                       help="run the method contract on a plugin folder's methods (and its backbones and datasets)")
-    p.add_argument("folder", help="a plugin folder, as listed under 'plugins:' in a recipe")
-    p.set_defaults(func=cmd_check)
-    return parser
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
