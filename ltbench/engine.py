@@ -1,5 +1,11 @@
 """The training loop every method shares, readable top to bottom.
 
+To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
+``CheckpointSaver.resume`` restores it (ltbench/checkpoint.py), then per epoch ``train_epoch`` (one
+``train_step`` per batch) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end
+checkpoint; finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
+What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
+
 Determinism and resume: the sample order of epoch e comes from a generator seeded with (seed, e) and
 the augmentations of sample i in epoch e from torch's RNG reseeded with (seed, e, i). So a run
 restarted from a checkpoint taken at (e, step) replays exactly the batches an uninterrupted run would
