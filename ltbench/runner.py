@@ -119,14 +119,14 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
     return True
 
 
-def _execute(spec: RunSpec, run_dir: Path, say, main: bool) -> str:
+def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
     """Train the run and write its result.json (assembled by ``ltbench.record``)."""
     from ltbench import distributed, engine, provenance  # torch is imported only by workers
 
     registry.add_plugin_paths(spec.plugins)
     started = time.time()
     info = provenance.collect()
-    if main:
+    if writes_files:
         store.atomic_write_json(run_dir / store.STARTED, {
             "time": started, "host": socket.gethostname(), "pid": os.getpid(),
             "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
@@ -140,13 +140,13 @@ def _execute(spec: RunSpec, run_dir: Path, say, main: bool) -> str:
         record.failed(result, exc)
     except Exception as exc:  # any crash is recorded; the grid goes on
         record.failed(result, exc, traceback.format_exc())
-        if main:
+        if writes_files:
             store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
             result["traceback_file"] = str(run_dir / store.TRACEBACK)
     finally:
         distributed.shutdown()
     record.finish(result, time.time())
-    if main:
+    if writes_files:
         store.atomic_write_json(run_dir / store.RESULT, result)
     return result["status"]
 
