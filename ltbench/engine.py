@@ -1,5 +1,11 @@
 """The training loop every method shares, readable top to bottom.
 
+To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
+``CheckpointSaver.resume`` restores it (ltbench/checkpoint.py), then per epoch ``train_epoch`` (one
+``train_step`` per batch) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end
+checkpoint; finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
+What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
+
 Determinism and resume: the sample order of epoch e comes from a generator seeded with (seed, e) and
 the augmentations of sample i in epoch e from torch's RNG reseeded with (seed, e, i). So a run
 restarted from a checkpoint taken at (e, step) replays exactly the batches an uninterrupted run would
@@ -14,9 +20,9 @@ fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
-import io
 import math
 import os
 import sys
@@ -30,6 +36,7 @@ import torch
 import torch.nn as nn
 
 from ltbench import distributed, store
+from ltbench.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import transforms
 from ltbench.data.base import LTData, MultiView
@@ -37,9 +44,10 @@ from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
 from ltbench.method import Method, MethodContext, create_method
 from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
+from ltbench.record import TrainOutcome, data_record
 from ltbench.registry import BACKBONES, DATASETS
-
-CHECKPOINT_FORMAT = 1
+from ltbench.runspec import RunSpec
+from ltbench.selection import headline, select_model
 
 
 def derive_seed(*parts) -> int:
@@ -280,49 +288,6 @@ def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Load
 
 
 # ------------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def save_checkpoint(path: Path, run: Run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
-                    log_lines: int, scaler: torch.amp.GradScaler | None = None) -> None:
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "run_id": run_id,
-        "epoch": epoch,  # the epoch in progress (== epochs done when step == 0)
-        "step": step,  # next step to run inside that epoch
-        "iteration": iteration,
-        "log_lines": log_lines,
-        "model": run.model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "method_extra": run.method.extra_state(),
-    }
-    if scaler is not None and scaler.is_enabled():  # fp16: the loss scale is part of exact resume
-        state["scaler"] = scaler.state_dict()
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    store.atomic_write_bytes(path, buffer.getvalue())
-
-
-def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict | None:
-    """The checkpoint's state, or None (with a message) when it is absent, unreadable or foreign."""
-    if not path.exists():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError("unknown checkpoint format")
-        if state.get("run_id") != run_id:
-            raise ValueError(f"it belongs to run {state.get('run_id')}")
-        for key in ("epoch", "step", "iteration", "model", "optimizer"):
-            if key not in state:
-                raise ValueError(f"missing '{key}'")
-        return state
-    except Exception as exc:  # truncated zip, pickle errors, wrong content: all mean "start over"
-        say(f"checkpoint {path} is unusable ({type(exc).__name__}: {exc}); starting this run over")
-        return None
-
-
-# ------------------------------------------------------------------------------------------------
 # Evaluation
 
 
@@ -337,49 +302,77 @@ def test_features(run: Run, device: torch.device, source: str = "test", batch_si
     return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim, device=device)
 
 
+def score_summary(run: Run, scores: torch.Tensor, labels: np.ndarray) -> tuple[np.ndarray, dict]:
+    """The argmax prediction of ``scores`` and its metrics (``evaluation.summarize``) by shot group."""
+    prediction = scores.argmax(1).cpu().numpy()
+    e = run.eval
+    return prediction, summarize(prediction, labels, run.data.class_counts, e.many_threshold, e.few_threshold)
+
+
+def prior_tensor(prior, device: torch.device) -> torch.Tensor:
+    return torch.as_tensor(prior, dtype=torch.float32, device=device)
+
+
+def evaluate_heads(run: Run, heads: dict, labels: np.ndarray, arrays: dict) -> dict:
+    """metrics.heads: each extra prediction head under the uniform prior (shape-checked only)."""
+    out = {}
+    name = getattr(run.method, "registered_name", "?")
+    for head, scores in heads.items():
+        check_scores(scores, len(labels), run.data.num_classes, name, f"head '{head}'", finite=False)
+        _, s = score_summary(run, scores, labels)
+        out[head] = headline(s)
+    arrays.update({f"head:{head}": scores.argmax(1).cpu().numpy() for head, scores in heads.items()})
+    return out
+
+
+def evaluate_target_priors(run: Run, feats: torch.Tensor, labels: np.ndarray, device: torch.device) -> dict:
+    """metrics.target_priors: the prior-adapted prediction; 'all' is the per-class accuracy weighted
+    by the target prior (the test set stays balanced), groups are unweighted."""
+    out = {}
+    counts = run.data.class_counts
+    for name in run.eval.target_priors:
+        direction, rho = parse_prior_name(name)
+        prior = longtail_prior(counts, rho, direction)
+        _, s = score_summary(run, run.method.predict(feats, target_prior=prior_tensor(prior, device)), labels)
+        out[name] = {"all": accuracy_under_prior(s["per_class"], prior), **{g: s[g] for g in ("many", "medium", "few")}}
+    return out
+
+
+def evaluate_test_sets(run: Run, device: torch.device, arrays: dict) -> dict:
+    """metrics.test_sets: each extra test set, predicted with its own (known) class prior."""
+    out = {}
+    k = run.data.num_classes
+    for name in run.eval.test_sets:
+        set_labels = run.eval_sets[f"test_set:{name}"][1]
+        set_feats = test_features(run, device, source=f"test_set:{name}")
+        prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
+        prediction, s = score_summary(run, run.method.predict(set_feats, target_prior=prior_tensor(prior, device)),
+                                      set_labels)
+        arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, prediction
+        out[name] = {"size": int(len(set_labels)), **headline(s)}
+    return out
+
+
 @torch.no_grad()
 def evaluate(run: Run, device: torch.device) -> dict:
-    """Metrics on the test set under the uniform target prior, per head, and under shifted priors."""
+    """Metrics on the test set under the uniform target prior, per head, under shifted priors and on
+    extra test sets. The argmax per test image behind them (for paired tests, ltbench.predictions)
+    travels under PREDICTION_ARRAYS; train() takes it out of the metrics and saves it."""
     feats = test_features(run, device)
-    labels, counts, e = run.data.test_labels, run.data.class_counts, run.eval
-    k = run.data.num_classes
+    labels, k = run.data.test_labels, run.data.num_classes
     uniform = torch.full((k,), 1.0 / k, device=device)
-    method = run.method
-    name = getattr(method, "registered_name", "?")
-    scores = method.predict(feats, target_prior=uniform)
-    check_scores(scores, len(feats), k, name, "predict()")
-    main_prediction = scores.argmax(1).cpu().numpy()
-    out = summarize(main_prediction, labels, counts, e.many_threshold, e.few_threshold)
-    heads = method.head_predictions(feats, target_prior=uniform)
+    scores = run.method.predict(feats, target_prior=uniform)
+    check_scores(scores, len(feats), k, getattr(run.method, "registered_name", "?"), "predict()")
+    main_prediction, out = score_summary(run, scores, labels)
+    heads = run.method.head_predictions(feats, target_prior=uniform)
+    arrays = {"labels": labels, "head:main": main_prediction}
     if heads:
-        out["heads"] = {}
-        for name, scores in heads.items():
-            check_scores(scores, len(feats), k, getattr(method, "registered_name", "?"), f"head '{name}'", finite=False)
-            s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
-            out["heads"][name] = {g: s[g] for g in ("all", "many", "medium", "few")}
-    if e.target_priors:
-        out["target_priors"] = {}
-        for name in e.target_priors:
-            direction, rho = parse_prior_name(name)
-            prior = longtail_prior(counts, rho, direction)
-            scores = method.predict(feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
-            s = summarize(scores.argmax(1).cpu().numpy(), labels, counts, e.many_threshold, e.few_threshold)
-            out["target_priors"][name] = {"all": accuracy_under_prior(s["per_class"], prior),
-                                          **{g: s[g] for g in ("many", "medium", "few")}}
-    # The argmax per test image behind these metrics, for paired tests (ltbench.predictions); train()
-    # takes it out of the metrics and saves it.
-    arrays = out[PREDICTION_ARRAYS] = {"labels": labels, "head:main": main_prediction}
-    arrays.update({f"head:{head}": scores.argmax(1).cpu().numpy() for head, scores in (heads or {}).items()})
-    if e.test_sets:
-        out["test_sets"] = {}
-        for name in e.test_sets:
-            set_labels = run.eval_sets[f"test_set:{name}"][1]
-            set_feats = test_features(run, device, source=f"test_set:{name}")
-            prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
-            scores = method.predict(set_feats, target_prior=torch.as_tensor(prior, dtype=torch.float32, device=device))
-            arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, scores.argmax(1).cpu().numpy()
-            s = summarize(arrays[f"set:{name}:head:main"], set_labels, counts, e.many_threshold, e.few_threshold)
-            out["test_sets"][name] = {"size": int(len(set_labels)), **{g: s[g] for g in ("all", "many", "medium", "few")}}
+        out["heads"] = evaluate_heads(run, heads, labels, arrays)
+    if run.eval.target_priors:
+        out["target_priors"] = evaluate_target_priors(run, feats, labels, device)
+    out[PREDICTION_ARRAYS] = arrays
+    if run.eval.test_sets:
+        out["test_sets"] = evaluate_test_sets(run, device, arrays)
     return out
 
 
@@ -444,162 +437,201 @@ def progress_bar(total: int, initial: int, enabled: bool, desc: str):
                 leave=False, dynamic_ncols=True, unit="batch")
 
 
-def train(spec: dict, run_dir: Path, say: Callable[[str], None] = print) -> dict:
-    """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run."""
-    config, run_id, seed = spec["config"], spec["run_id"], spec["config"]["seed"]
-    ckpt_path, log_path = run_dir / store.CHECKPOINT, run_dir / store.LOG
-    train_cfg = from_dict(TrainConfig, config["train"], "train")
+@dataclass
+class Session:
+    """One process's share of a training run: the run, where it runs, and the optimisation state."""
+
+    spec: RunSpec
+    run: Run
+    device: torch.device
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    rank: int
+    world: int
+    threads: int
+    say: Callable[[str], None]
+    iters_per_epoch: int = 0
+    base_lrs: list = field(default_factory=list)
+    iteration: int = 0
+    contract_checked: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    def autocast(self):
+        precision = self.run.train.precision
+        return torch.autocast(self.device.type, dtype=torch.float16 if precision == "fp16" else torch.bfloat16,
+                              enabled=precision != "fp32")
+
+
+def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
+    """Threads, processes, device, then the run built from a seeded init, its optimiser and scaler."""
+    train_cfg = from_dict(TrainConfig, spec.config["train"], "train")
     threads = set_threads(train_cfg)
     rank, world = distributed.init_from_env()
-    main = rank == 0
-    if not main:
+    if rank != 0:
         say = lambda msg: None  # noqa: E731 - only rank 0 talks and writes
     device = pick_device()
-
-    torch.manual_seed(derive_seed(seed, "init"))
-    run = build_run(config)
+    torch.manual_seed(derive_seed(spec.seed, "init"))
+    run = build_run(spec.config)
     prepare_for_device(run, device)
     optimizer = make_optimizer(run)
-    scaler = torch.amp.GradScaler(device.type, enabled=train_cfg.precision == "fp16")
-    n_train = len(run.data.train)
+    scaler = torch.amp.GradScaler(device.type, enabled=run.train.precision == "fp16")
     o = run.optim
     if o.batch_size < world:
         raise ValueError(f"optim.batch_size ({o.batch_size}) must be at least the number of processes ({world})")
-    iters_per_epoch = len(epoch_batches(n_train, o.batch_size, seed, 0))
-    base_lrs = [g["lr"] for g in optimizer.param_groups]
+    s = Session(spec, run, device, optimizer, scaler, rank, world, threads, say)
+    s.iters_per_epoch = len(epoch_batches(len(run.data.train), o.batch_size, spec.seed, 0))
+    s.base_lrs = [g["lr"] for g in optimizer.param_groups]
+    return s
 
-    epoch, start_step, iteration = 0, 0, 0
-    state = load_checkpoint(ckpt_path, run_id, say)
-    if state is not None:
-        run.model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        run.method.load_extra_state(state.get("method_extra", {}))
-        if "scaler" in state:
-            scaler.load_state_dict(state["scaler"])
-        epoch, start_step, iteration = state["epoch"], state["step"], state["iteration"]
-        say(f"resuming from checkpoint: epoch {epoch}, step {start_step}")
-        if main:
-            rows = store.read_jsonl(log_path)[: state.get("log_lines", 0)]
-            store.atomic_write_bytes(log_path, "".join(store.canonical_line(r) for r in rows).encode())
-    elif main and log_path.exists():
-        log_path.unlink()
-    distributed.barrier()
 
-    autocast = torch.autocast(device.type, dtype=torch.float16 if train_cfg.precision == "fp16" else torch.bfloat16,
-                              enabled=train_cfg.precision != "fp32")
-    run.loader = make_loader(run, seed, train_cfg.num_workers, device)
-    last_save = time.monotonic()
-    started = time.time()
-    contract_checked = False
-    while epoch < o.epochs:
-        run.model.train()
-        run.method.on_epoch_start(epoch)
-        batches = epoch_batches(n_train, o.batch_size, seed, epoch)
-        sums = {"loss": 0.0, "correct": 0, "seen": 0}
-        extra_sums: dict[str, float] = {}
-        t0 = time.perf_counter()
-        bar = progress_bar(len(batches), start_step, train_cfg.progress and main, f"epoch {epoch + 1}/{o.epochs}")
-        keys = train_keys(batches, start_step, epoch, rank, world)
-        for step, (views, labels) in enumerate(run.loader.run(keys), start_step):
-            for group, base in zip(optimizer.param_groups, base_lrs):
-                group["lr"] = base * lr_factor(o, iteration, iters_per_epoch)
-            views, labels = [v.to(device, non_blocking=True) for v in views], labels.to(device, non_blocking=True)
-            with autocast:
-                # One backbone pass over all views concatenated, so BatchNorm sees them together.
-                features = backbone_features(run, torch.cat(views)).float().split(len(labels))
-                out = run.method.loss(list(features), labels, epoch=epoch)
-            if not contract_checked:
-                check_method_contract(run.method, out, list(features), labels)
-                contract_checked = True
-            loss = out["loss"]
-            finite = bool(torch.isfinite(loss))
-            if world > 1:  # every process stops together, or the others would wait forever
-                finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
-            if not finite:
-                raise NonFiniteLossError(non_finite_loss_message(loss, epoch, step, train_cfg.precision,
-                                                                 config["method"]["name"], o.lr))
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()  # the scaler is a pass-through unless precision is fp16
-            if world > 1:
-                distributed.average_gradients(run.model.parameters())
-            scaler.step(optimizer)
-            scaler.update()
-            iteration += 1
+class EpochMeter:
+    """Sums over one epoch's steps (loss, accuracy of the training logits, scalar extras), per image."""
 
-            n = len(labels)
-            sums["loss"] += loss.item() * n
-            sums["seen"] += n
-            if "logits" in out:
-                sums["correct"] += int((out["logits"].argmax(1) == labels).sum())
-            for key, value in out.items():
-                if key not in ("loss", "logits") and value.numel() == 1:
-                    extra_sums[key] = extra_sums.get(key, 0.0) + float(value) * n
-            if not bar.disable:  # refresh=False: the bar redraws at most every 0.1 s, in update()
-                rate = sums["seen"] / max(time.perf_counter() - t0, 1e-9)
-                bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
-                                acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}", refresh=False)
-            bar.update(1)
-            if train_cfg.checkpoint_minutes and time.monotonic() - last_save > 60 * train_cfg.checkpoint_minutes \
-                    and step + 1 < len(batches) and world == 1:
-                save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=step + 1,
-                                iteration=iteration, log_lines=len(store.read_jsonl(log_path)), scaler=scaler)
-                last_save = time.monotonic()
-        bar.close()
+    def __init__(self):
+        self.sums = {"loss": 0.0, "correct": 0, "seen": 0}
+        self.extra: dict[str, float] = {}
+        self.t0 = time.perf_counter()
+
+    def add(self, out: dict, loss: torch.Tensor, labels: torch.Tensor) -> None:
+        n = len(labels)
+        self.sums["loss"] += loss.item() * n
+        self.sums["seen"] += n
+        if "logits" in out:
+            self.sums["correct"] += int((out["logits"].argmax(1) == labels).sum())
+        for key, value in out.items():
+            if key not in ("loss", "logits") and value.numel() == 1:
+                self.extra[key] = self.extra.get(key, 0.0) + float(value) * n
+
+    def show(self, bar) -> None:
+        if not bar.disable:  # refresh=False: the bar redraws at most every 0.1 s, in update()
+            sums = self.sums
+            rate = sums["seen"] / max(time.perf_counter() - self.t0, 1e-9)
+            bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
+                            acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}", refresh=False)
+        bar.update(1)
+
+    def all_reduce(self, world: int) -> None:
+        """Sum over processes (every process then holds the totals)."""
         if world > 1:
-            extra_keys = sorted(extra_sums)
-            totals = distributed.all_reduce_sum([sums["loss"], sums["correct"], sums["seen"]]
-                                                + [extra_sums[k] for k in extra_keys])
-            sums = {"loss": totals[0], "correct": int(totals[1]), "seen": int(totals[2])}
-            extra_sums = dict(zip(extra_keys, totals[3:]))
+            extra_keys = sorted(self.extra)
+            totals = distributed.all_reduce_sum([self.sums["loss"], self.sums["correct"], self.sums["seen"]]
+                                                + [self.extra[k] for k in extra_keys])
+            self.sums = {"loss": totals[0], "correct": int(totals[1]), "seen": int(totals[2])}
+            self.extra = dict(zip(extra_keys, totals[3:]))
 
-        seconds = time.perf_counter() - t0
-        row = {"epoch": epoch + 1, "loss": sums["loss"] / max(sums["seen"], 1),
-               "train_acc": sums["correct"] / max(sums["seen"], 1), "lr": optimizer.param_groups[0]["lr"],
-               "seconds": seconds, "images_per_s": sums["seen"] / max(seconds, 1e-9)}
-        row.update({k: v / max(sums["seen"], 1) for k, v in extra_sums.items()})
-        if train_cfg.eval_every and (epoch + 1) % train_cfg.eval_every == 0 and epoch + 1 < o.epochs:
-            m = evaluate(run, device)
-            row["test"] = {g: m[g] for g in ("all", "many", "medium", "few")}
-        if main:
-            store.append_jsonl(log_path, row)
-        say(f"epoch {epoch + 1}/{o.epochs} loss {row['loss']:.4f} train_acc {row['train_acc']:.3f} "
-            f"lr {row['lr']:.4g} {row['images_per_s']:.0f} img/s"
-            + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
-        epoch, start_step = epoch + 1, 0
-        if main:
-            save_checkpoint(ckpt_path, run, optimizer, run_id=run_id, epoch=epoch, step=0, iteration=iteration,
-                            log_lines=len(store.read_jsonl(log_path)), scaler=scaler)
-        distributed.barrier()
-        last_save = time.monotonic()
+    def row(self, epoch: int, lr: float) -> dict:
+        """The epoch's log.jsonl row (before any test metrics)."""
+        seconds = time.perf_counter() - self.t0
+        seen = max(self.sums["seen"], 1)
+        row = {"epoch": epoch + 1, "loss": self.sums["loss"] / seen, "train_acc": self.sums["correct"] / seen,
+               "lr": lr, "seconds": seconds, "images_per_s": self.sums["seen"] / max(seconds, 1e-9)}
+        row.update({k: v / seen for k, v in self.extra.items()})
+        return row
 
-    metrics = evaluate(run, device)
+
+def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
+    """One optimisation step on a batch already on the device: schedule, forward (all views through one backbone pass, so BatchNorm
+    sees them together), contract check at the first step, finiteness, backward, update."""
+    run, o = s.run, s.run.optim
+    for group, base in zip(s.optimizer.param_groups, s.base_lrs):
+        group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
+    with s.autocast():
+        features = backbone_features(run, torch.cat(views)).float().split(len(labels))
+        out = run.method.loss(list(features), labels, epoch=epoch)
+    if not s.contract_checked:
+        check_method_contract(run.method, out, list(features), labels)
+        s.contract_checked = True
+    loss = out["loss"]
+    finite = bool(torch.isfinite(loss))
+    if s.world > 1:  # every process stops together, or the others would wait forever
+        finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
+    if not finite:
+        raise NonFiniteLossError(non_finite_loss_message(loss, epoch, step, run.train.precision,
+                                                         s.spec.config["method"]["name"], o.lr))
+    s.optimizer.zero_grad(set_to_none=True)
+    s.scaler.scale(loss).backward()  # the scaler is a pass-through unless precision is fp16
+    if s.world > 1:
+        distributed.average_gradients(run.model.parameters())
+    s.scaler.step(s.optimizer)
+    s.scaler.update()
+    s.iteration += 1
+    return out
+
+
+def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver) -> EpochMeter:
+    """The epoch's training steps from ``start_step`` on (a resumed epoch skips the steps it did)."""
+    run, o = s.run, s.run.optim
+    run.model.train()
+    run.method.on_epoch_start(epoch)
+    batches = epoch_batches(len(run.data.train), o.batch_size, s.seed, epoch)
+    meter = EpochMeter()
+    bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
+    keys = train_keys(batches, start_step, epoch, s.rank, s.world)
+    for step, (views, labels) in enumerate(run.loader.run(keys), start_step):
+        views, labels = [v.to(s.device, non_blocking=True) for v in views], labels.to(s.device, non_blocking=True)
+        out = train_step(s, views, labels, epoch, step)
+        meter.add(out, out["loss"], labels)
+        meter.show(bar)
+        saver.after_step(run, s.optimizer, s.scaler, epoch=epoch, next_step=step + 1, steps_in_epoch=len(batches),
+                         iteration=s.iteration)
+    bar.close()
+    meter.all_reduce(s.world)
+    return meter
+
+
+def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
+    """The epoch's log row, with test metrics when train.eval_every asks (not after the last epoch:
+    the final evaluation follows); logged by rank 0 and reported."""
+    run, o = s.run, s.run.optim
+    row = meter.row(epoch, s.optimizer.param_groups[0]["lr"])
+    if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
+        row["test"] = headline(evaluate(run, s.device))
+    if s.main:
+        store.append_jsonl(Path(s.spec.run_dir) / store.LOG, row)
+    s.say(f"epoch {epoch + 1}/{o.epochs} loss {row['loss']:.4f} train_acc {row['train_acc']:.3f} "
+          f"lr {row['lr']:.4g} {row['images_per_s']:.0f} img/s"
+          + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
+    return row
+
+
+def final_outcome(s: Session, started: float) -> TrainOutcome:
+    """Final evaluation, model selection, predictions.npz (rank 0), and the measured outcome."""
+    run, run_dir = s.run, Path(s.spec.run_dir)
+    metrics = evaluate(run, s.device)
     run.loader.close()
-    # Model selection is the last epoch (common LT practice). When test accuracy was logged during
-    # training (train.eval_every), the best epoch is recorded too, labelled as the oracle it is.
-    selection: dict = {"strategy": "last", "epoch": o.epochs}
-    logged = [r for r in store.read_jsonl(log_path) if "test" in r] if main else []
-    if logged:
-        best = max(logged + [{"epoch": o.epochs, "test": {g: metrics[g] for g in ("all", "many", "medium", "few")}}],
-                   key=lambda r: r["test"]["all"] if r["test"]["all"] is not None else -1)
-        selection["oracle_best_on_test"] = {"epoch": best["epoch"], **best["test"]}
+    selection = select_model(metrics, store.read_jsonl(run_dir / store.LOG) if s.main else [], run.optim.epochs)
     predictions = metrics.pop(PREDICTION_ARRAYS)
-    if main:
+    if s.main:
         save_predictions(run_dir, predictions, run.data.num_classes)
-    return {
-        "metrics": metrics,
-        "selection": selection,
-        "method_extras": run.method.result_extras(),
-        "data": {
-            "num_classes": run.data.num_classes,
-            "class_counts_train": [int(c) for c in run.data.class_counts],
-            "class_counts_test": [int(c) for c in run.data.test_counts],
-            "subset_hash": run.data.subset_hash,
-            "class_names": run.data.class_names,
-            "info": run.data.info,
-        },
-        "train_seconds_this_session": time.time() - started,
-        "threads": threads,
-        "device": str(device),
-        "world_size": world,
-        "views": run.method.views(),
-    }
+    return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
+                        data=data_record(run.data), train_seconds_this_session=time.time() - started,
+                        threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views())
+
+
+def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:
+    """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run:
+    resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record."""
+    spec = dataclasses.replace(RunSpec.coerce(spec), run_dir=str(run_dir))
+    s = start_session(spec, say)
+    saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
+                            world=s.world)
+    epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
+    distributed.barrier()
+    s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
+    saver.restart_clock()
+    started = time.time()
+    while epoch < s.run.optim.epochs:
+        meter = train_epoch(s, epoch, start_step, saver)
+        epoch_record(s, meter, epoch)
+        epoch, start_step = epoch + 1, 0
+        saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
+        distributed.barrier()
+        saver.restart_clock()
+    return final_outcome(s, started)

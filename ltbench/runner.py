@@ -1,6 +1,6 @@
 """``run_one(spec)``: the only function any launcher executes, locally or on a cluster node.
 
-The spec is plain data (no pickled models, datasets or classes): the worker repeats plugin
+The spec (``ltbench.runspec.RunSpec``, or its plain dict form) is plain data (no pickled models, datasets or classes): the worker repeats plugin
 discovery from it, so it runs the same in this process, a subprocess or a Slurm job.
 ``python -m ltbench.runner RUN_DIR/spec.json [--redo failed,stale]`` runs one spec in a fresh
 process (also under torchrun); its exit code says what happened (see ``EXIT_CODES``).
@@ -23,8 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from ltbench import registry, store
+from ltbench import record, registry, store
 from ltbench.errors import LtbenchError
+from ltbench.runspec import RunSpec
 
 # What run_one returns besides 'done' and 'failed' (this process trained it):
 CLAIMED = "claimed"  # another live process holds the run's lock: skipped
@@ -32,19 +33,21 @@ FINISHED_ELSEWHERE = "finished elsewhere"  # a usable result was already there: 
 EXIT_CODES = {"done": 0, "failed": 1, CLAIMED: 3, FINISHED_ELSEWHERE: 4}
 
 
-def prepare_run_dir(spec: dict) -> Path:
+def prepare_run_dir(spec: RunSpec | dict) -> Path:
     """Create the run directory with its spec and readable config (idempotent; a spec.json that is
     missing, unreadable or not this spec is written again, since a pool worker reads it)."""
-    run_dir = Path(spec["run_dir"])
+    spec = RunSpec.coerce(spec)
+    plain = spec.to_dict()
+    run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        same = json.loads((run_dir / store.SPEC).read_bytes()) == spec
+        same = json.loads((run_dir / store.SPEC).read_bytes()) == plain
     except (OSError, ValueError):
         same = False
     if not same:
-        store.atomic_write_json(run_dir / store.SPEC, spec)
+        store.atomic_write_json(run_dir / store.SPEC, plain)
     if not (run_dir / store.CONFIG).is_file():
-        store.atomic_write_bytes(run_dir / store.CONFIG, yaml.safe_dump(spec["config"], sort_keys=False).encode())
+        store.atomic_write_bytes(run_dir / store.CONFIG, yaml.safe_dump(spec.config, sort_keys=False).encode())
     return run_dir
 
 
@@ -55,7 +58,7 @@ def _rank() -> int:
     return 0
 
 
-def run_one(spec: dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: float = 0.0) -> str:
+def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: float = 0.0) -> str:
     """Run (or resume) one run and write its result.json; returns 'done' or 'failed' when this
     process ran it, else CLAIMED or FINISHED_ELSEWHERE.
 
@@ -65,8 +68,9 @@ def run_one(spec: dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: flo
     node crash waits out the dead node's NFS lock lease). Under torchrun only rank 0 takes the lock
     (a duplicate multi-process launch is not guarded).
     """
+    spec = RunSpec.coerce(spec)
     if _rank() != 0:
-        run_dir = Path(spec["run_dir"])
+        run_dir = Path(spec.run_dir)
         return FINISHED_ELSEWHERE if store.run_status(run_dir) == "done" else _execute(spec, run_dir, say, False)
     run_dir = prepare_run_dir(spec)
     claim = store.claim_run(run_dir, wait_s=claim_wait_s)
@@ -84,7 +88,7 @@ def run_one(spec: dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: flo
         return _execute(spec, run_dir, say, True)
 
 
-def _needs_running(spec: dict, run_dir: Path, redo: tuple[str, ...], say) -> bool:
+def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> bool:
     """Under the run's lock: tidy what an interrupted or damaged run left, and decide whether to run."""
     removed = store.remove_stale_tmp(run_dir)
     if removed:
@@ -115,10 +119,11 @@ def _needs_running(spec: dict, run_dir: Path, redo: tuple[str, ...], say) -> boo
     return True
 
 
-def _execute(spec: dict, run_dir: Path, say, writes_files: bool) -> str:
+def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
+    """Train the run and write its result.json (assembled by ``ltbench.record``)."""
     from ltbench import distributed, engine, provenance  # torch is imported only by workers
 
-    registry.add_plugin_paths(spec.get("plugins", []))
+    registry.add_plugin_paths(spec.plugins)
     started = time.time()
     info = provenance.collect()
     if writes_files:
@@ -126,37 +131,21 @@ def _execute(spec: dict, run_dir: Path, say, writes_files: bool) -> str:
             "time": started, "host": socket.gethostname(), "pid": os.getpid(),
             "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
         })
-    config = spec["config"]
-    result = {
-        "schema_version": store.SCHEMA_VERSION,
-        "run_id": spec["run_id"],
-        "recipe": spec["recipe"],
-        "grid": spec.get("grid", {}),
-        "config": config,
-        "seed": config["seed"],
-        "plugins": {e.name: e.source for reg in registry.REGISTRIES.values() for e in reg.entries()
-                    if e.name in (config["method"]["name"], config["data"]["name"], config["backbone"]["name"])},
-        "code": provenance.plugin_code(config),
-        "provenance": info,
-        "started": started,
-    }
+    result = record.header(spec, started=started, provenance=info, code=provenance.plugin_code(spec.config))
     try:
-        out = engine.train(spec, run_dir, say=say)
-        result.update(status="done", **out)
+        record.done(result, engine.train(spec, run_dir, say=say))
     except KeyboardInterrupt:
         raise
     except LtbenchError as exc:
-        result.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+        record.failed(result, exc)
     except Exception as exc:  # any crash is recorded; the grid goes on
-        result.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
-                      traceback=traceback.format_exc())
+        record.failed(result, exc, traceback.format_exc())
         if writes_files:
             store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
             result["traceback_file"] = str(run_dir / store.TRACEBACK)
     finally:
         distributed.shutdown()
-    result["ended"] = time.time()
-    result["wall_seconds"] = result["ended"] - started
+    record.finish(result, time.time())
     if writes_files:
         store.atomic_write_json(run_dir / store.RESULT, result)
     return result["status"]

@@ -67,13 +67,15 @@ LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its lo
     5: ("ltbench.launch", "ltbench.slurm"),
     4: ("ltbench.recipe", "ltbench.report", "ltbench.plots"),
     3: ("ltbench.runner",),
-    2: ("ltbench.engine", "ltbench.contract", "ltbench.provenance"),
+    2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
     1: ("ltbench.data", "ltbench.backbones", "ltbench.method", "methods", "ltbench.evaluation", "ltbench.predictions",
         "ltbench.significance", "ltbench.literature", "ltbench.distributed"),
-    0: ("ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench"),
+    0: ("ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record", "ltbench.runspec",
+        "ltbench"),
 }
 TORCH_FREE = ("ltbench.report", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
-              "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe")
+              "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
+              "ltbench.runspec")
 
 
 def all_modules() -> dict[str, Path]:

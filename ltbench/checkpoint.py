@@ -1,0 +1,111 @@
+"""Checkpoints of one run: the file format, and the policy of when to save and how to resume.
+
+``CheckpointSaver`` (after timm's saver of the same name) owns the whole policy, so the training loop
+only says "an epoch ended" or "a step ended": it saves at every epoch end, and mid-epoch after
+``train.checkpoint_minutes`` of wall time (single process only: under DDP every rank would have to
+agree on the moment). On resume it restores model, optimiser, method state and fp16 loss scale, and
+cuts log.jsonl back to the lines the checkpoint had seen, so a resumed run logs each epoch once. No
+RNG state is saved: the engine derives every random draw from (seed, epoch, index), see
+``ltbench.engine``.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ltbench import store
+
+CHECKPOINT_FORMAT = 1
+
+
+def save_checkpoint(path: Path, run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
+                    log_lines: int, scaler: torch.amp.GradScaler | None = None) -> None:
+    """Write ``run``'s model, optimiser and method state atomically (``run``: an ``engine.Run``)."""
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "run_id": run_id,
+        "epoch": epoch,  # the epoch in progress (== epochs done when step == 0)
+        "step": step,  # next step to run inside that epoch
+        "iteration": iteration,
+        "log_lines": log_lines,
+        "model": run.model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "method_extra": run.method.extra_state(),
+    }
+    if scaler is not None and scaler.is_enabled():  # fp16: the loss scale is part of exact resume
+        state["scaler"] = scaler.state_dict()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    store.atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict | None:
+    """The checkpoint's state, or None (with a message) when it is absent, unreadable or foreign."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError("unknown checkpoint format")
+        if state.get("run_id") != run_id:
+            raise ValueError(f"it belongs to run {state.get('run_id')}")
+        for key in ("epoch", "step", "iteration", "model", "optimizer"):
+            if key not in state:
+                raise ValueError(f"missing '{key}'")
+        return state
+    except Exception as exc:  # truncated zip, pickle errors, wrong content: all mean "start over"
+        say(f"checkpoint {path} is unusable ({type(exc).__name__}: {exc}); starting this run over")
+        return None
+
+
+class CheckpointSaver:
+    """When to save, what to restore. Only the main process (rank 0) writes files."""
+
+    def __init__(self, run_dir: Path, run_id: str, *, minutes: float, main: bool, world: int):
+        self.path, self.log_path = run_dir / store.CHECKPOINT, run_dir / store.LOG
+        self.run_id, self.minutes, self.main, self.world = run_id, minutes, main, world
+        self.last_save = time.monotonic()
+
+    def resume(self, run, optimizer, scaler, say: Callable[[str], None]) -> tuple[int, int, int]:
+        """Restore the run from its checkpoint if usable; (epoch, step, iteration) to start from.
+        Without one, any old log is removed (the run starts over)."""
+        state = load_checkpoint(self.path, self.run_id, say)
+        if state is None:
+            if self.main and self.log_path.exists():
+                self.log_path.unlink()
+            return 0, 0, 0
+        run.model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        run.method.load_extra_state(state.get("method_extra", {}))
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
+        say(f"resuming from checkpoint: epoch {state['epoch']}, step {state['step']}")
+        if self.main:  # the log lines written after this checkpoint will be written again
+            rows = store.read_jsonl(self.log_path)[: state.get("log_lines", 0)]
+            store.atomic_write_bytes(self.log_path, "".join(store.canonical_line(r) for r in rows).encode())
+        return state["epoch"], state["step"], state["iteration"]
+
+    def _save(self, run, optimizer, scaler, epoch: int, step: int, iteration: int) -> None:
+        save_checkpoint(self.path, run, optimizer, run_id=self.run_id, epoch=epoch, step=step, iteration=iteration,
+                        log_lines=len(store.read_jsonl(self.log_path)), scaler=scaler)
+
+    def after_step(self, run, optimizer, scaler, *, epoch: int, next_step: int, steps_in_epoch: int,
+                   iteration: int) -> None:
+        """The timed mid-epoch checkpoint (none at the epoch's last step: the epoch-end one follows)."""
+        if self.minutes and time.monotonic() - self.last_save > 60 * self.minutes \
+                and next_step < steps_in_epoch and self.world == 1:
+            self._save(run, optimizer, scaler, epoch, next_step, iteration)
+            self.last_save = time.monotonic()
+
+    def after_epoch(self, run, optimizer, scaler, *, epochs_done: int, iteration: int) -> None:
+        if self.main:
+            self._save(run, optimizer, scaler, epochs_done, 0, iteration)
+
+    def restart_clock(self) -> None:
+        """Start the mid-epoch interval now (after an epoch-end save and at the start of training)."""
+        self.last_save = time.monotonic()

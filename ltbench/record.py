@@ -1,0 +1,82 @@
+"""result.json, assembled in one place. Every field is documented in docs/results-schema.md.
+
+A record has three parts, always in this order: the header (what ran: known before training), the
+outcome (``TrainOutcome`` when the run is done, the error when it failed), and the wall-clock end.
+The worker (``ltbench.runner``) gathers the header, the engine measures the outcome; both hand their
+parts here. No torch: the schema is readable without the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ltbench import registry, store
+from ltbench.runspec import RunSpec
+
+
+@dataclass
+class TrainOutcome:
+    """What ``engine.train`` measured (the fields of a done record after 'status')."""
+
+    metrics: dict  # test metrics: ltbench.evaluation.summarize plus heads/target_priors/test_sets
+    selection: dict  # ltbench.selection.select_model
+    method_extras: dict  # Method.result_extras()
+    data: dict  # data_record(): the data the run actually saw
+    train_seconds_this_session: float
+    threads: int
+    device: str
+    world_size: int
+    views: list
+
+
+def data_record(data) -> dict:
+    """The 'data' section from an ``LTData`` (class counts, subset hash, names, dataset info)."""
+    return {
+        "num_classes": data.num_classes,
+        "class_counts_train": [int(c) for c in data.class_counts],
+        "class_counts_test": [int(c) for c in data.test_counts],
+        "subset_hash": data.subset_hash,
+        "class_names": data.class_names,
+        "info": data.info,
+    }
+
+
+def plugin_sources(config: dict) -> dict:
+    """Where the run's dataset, backbone and method plugins came from (registry entry sources)."""
+    names = (config["method"]["name"], config["data"]["name"], config["backbone"]["name"])
+    return {e.name: e.source for reg in registry.REGISTRIES.values() for e in reg.entries() if e.name in names}
+
+
+def header(spec: RunSpec, *, started: float, provenance: dict, code: dict) -> dict:
+    """The fields known before training starts (plugins must already be discovered)."""
+    return {
+        "schema_version": store.SCHEMA_VERSION,
+        "run_id": spec.run_id,
+        "recipe": spec.recipe,
+        "grid": spec.grid,
+        "config": spec.config,
+        "seed": spec.seed,
+        "plugins": plugin_sources(spec.config),
+        "code": code,
+        "provenance": provenance,
+        "started": started,
+    }
+
+
+def done(record: dict, outcome: TrainOutcome) -> None:
+    record.update(status="done", **{f.name: getattr(outcome, f.name) for f in fields(outcome)})
+
+
+def failed(record: dict, exc: BaseException, traceback_text: str | None = None) -> None:
+    """A failure: LtbenchError messages stand alone; other exceptions keep their type and traceback."""
+    if traceback_text is None:
+        record.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+    else:
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
+                      traceback=traceback_text)
+
+
+def finish(record: dict, ended: float) -> dict:
+    record["ended"] = ended
+    record["wall_seconds"] = ended - record["started"]
+    return record

@@ -1,0 +1,29 @@
+"""Model selection: which epoch's model a run reports.
+
+Kept apart from the training loop so it can later move to report time (as DomainBed selects from
+logged records): it reads only the final metrics and the rows of log.jsonl, never a model. No torch.
+
+The reported model is the last epoch's (common long-tailed practice). When test accuracy was logged
+during training (``train.eval_every``), the best epoch on the test set is recorded as well, under a
+name that says what it is: an oracle, not a legitimate selection.
+"""
+
+from __future__ import annotations
+
+from ltbench.store import HEADLINE_METRICS
+
+
+def headline(metrics: dict) -> dict:
+    """The shot-group accuracies (all, many, medium, few) of a metrics dict."""
+    return {g: metrics[g] for g in HEADLINE_METRICS}
+
+
+def select_model(final_metrics: dict, log_rows: list[dict], epochs: int) -> dict:
+    """result.json's 'selection' record from the final metrics and the epoch log."""
+    selection: dict = {"strategy": "last", "epoch": epochs}
+    logged = [r for r in log_rows if "test" in r]
+    if logged:
+        best = max(logged + [{"epoch": epochs, "test": headline(final_metrics)}],
+                   key=lambda r: r["test"]["all"] if r["test"]["all"] is not None else -1)
+        selection["oracle_best_on_test"] = {"epoch": best["epoch"], **best["test"]}
+    return selection

@@ -1,0 +1,155 @@
+"""The typed records around a run: RunSpec, the result record and its documented schema, model
+selection, and the checkpoint policy (CheckpointSaver) on a tiny model."""
+
+import json
+import re
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+
+from ltbench import record, store
+from ltbench.checkpoint import CheckpointSaver, load_checkpoint
+from ltbench.runspec import RunSpec
+from ltbench.selection import select_model
+
+SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"
+CONFIG = {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}, "seed": 3}
+SPEC = {"recipe": "r", "run_id": "abc", "config": CONFIG, "grid": {"method": {"name": "ce"}}, "plugins": ["p"],
+        "run_dir": "/x/r/abc"}
+
+
+def test_runspec_round_trips_through_json():
+    spec = RunSpec.from_dict(json.loads(json.dumps(SPEC)))
+    assert spec.seed == 3 and spec.grid == {"method": {"name": "ce"}}
+    assert json.loads(json.dumps(spec.to_dict())) == SPEC
+    assert list(spec.to_dict()) == ["recipe", "run_id", "config", "grid", "plugins", "run_dir"]
+    assert RunSpec.coerce(spec) is spec
+
+
+def test_runspec_fills_optional_fields_and_rejects_missing_ones():
+    spec = RunSpec.from_dict({"recipe": "r", "run_id": "abc", "config": CONFIG})
+    assert spec.grid == {} and spec.plugins == [] and spec.run_dir == ""
+    with pytest.raises(ValueError, match="run_id"):
+        RunSpec.from_dict({"recipe": "r", "config": CONFIG})
+
+
+def test_runspec_to_dict_is_a_copy():
+    spec = RunSpec.from_dict(json.loads(json.dumps(SPEC)))
+    spec.to_dict()["config"]["seed"] = 99
+    assert spec.seed == 3
+
+
+def _headline(all_, many=0.5, medium=0.4, few=0.3):
+    return {"all": all_, "many": many, "medium": medium, "few": few}
+
+
+def test_selection_is_the_last_epoch_and_names_the_test_oracle():
+    final = {**_headline(0.6), "per_class": [0.6]}
+    assert select_model(final, [{"epoch": 1, "loss": 1.0}], epochs=3) == {"strategy": "last", "epoch": 3}
+    logged = [{"epoch": 1, "test": _headline(0.5)}, {"epoch": 2, "test": _headline(0.7, many=0.9)}]
+    selection = select_model(final, logged, epochs=3)
+    assert selection == {"strategy": "last", "epoch": 3, "oracle_best_on_test": {"epoch": 2, **_headline(0.7, many=0.9)}}
+    # the final epoch competes too, and a null accuracy never wins
+    logged = [{"epoch": 1, "test": _headline(None)}]
+    assert select_model(final, logged, epochs=3)["oracle_best_on_test"]["epoch"] == 3
+
+
+def _documented_fields() -> set[str]:
+    return set(re.findall(r"^\| `([a-z_]+)` \|", SCHEMA_DOC.read_text(), flags=re.M))
+
+
+def _outcome() -> record.TrainOutcome:
+    data = SimpleNamespace(num_classes=2, class_counts=[5, 1], test_counts=[3, 3], subset_hash="h",
+                           class_names=["a", "b"], info={})
+    return record.TrainOutcome(metrics={**_headline(0.5)}, selection={"strategy": "last", "epoch": 1},
+                               method_extras={}, data=record.data_record(data), train_seconds_this_session=1.0,
+                               threads=1, device="cpu", world_size=1, views=["default"])
+
+
+def test_every_result_field_is_documented_and_a_done_record_is_usable():
+    spec = RunSpec.from_dict(SPEC)
+    done = record.header(spec, started=10.0, provenance={}, code={})
+    record.done(done, _outcome())
+    record.finish(done, 12.5)
+    assert done["wall_seconds"] == 2.5 and done["status"] == "done" and done["seed"] == 3
+    assert store.result_problem(json.loads(json.dumps(done))) == ""
+    failed = record.header(spec, started=10.0, provenance={}, code={})
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as exc:
+        record.failed(failed, exc, "Traceback ...")
+    record.finish(failed, 11.0)
+    assert failed["error"] == "RuntimeError: boom" and failed["traceback"] == "Traceback ..."
+    assert store.result_problem(failed) == ""
+    undocumented = (set(done) | set(failed) | {"traceback_file"}) - _documented_fields()
+    assert not undocumented, f"result.json fields missing from docs/results-schema.md: {sorted(undocumented)}"
+
+
+class _Method(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.extra = {"calls": 0}
+
+    def extra_state(self):
+        return dict(self.extra)
+
+    def load_extra_state(self, state):
+        self.extra = dict(state)
+
+
+def _tiny_run(seed: int):
+    torch.manual_seed(seed)
+    method = _Method()
+    model = nn.ModuleDict({"backbone": nn.Linear(3, 2), "method": method})
+    return SimpleNamespace(model=model, method=method), torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def test_saver_resumes_state_and_cuts_the_log_back(tmp_path):
+    run, optimizer = _tiny_run(0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    saver = CheckpointSaver(tmp_path, "rid", minutes=0, main=True, world=1)
+    assert saver.resume(run, optimizer, scaler, say=lambda m: None) == (0, 0, 0)
+    store.append_jsonl(tmp_path / store.LOG, {"epoch": 1})
+    run.method.extra = {"calls": 7}
+    saver.after_epoch(run, optimizer, scaler, epochs_done=1, iteration=4)
+    store.append_jsonl(tmp_path / store.LOG, {"epoch": 2})  # written after the checkpoint: must go
+
+    fresh, fresh_optimizer = _tiny_run(1)
+    messages = []
+    resumed = CheckpointSaver(tmp_path, "rid", minutes=0, main=True, world=1)
+    assert resumed.resume(fresh, fresh_optimizer, scaler, say=messages.append) == (1, 0, 4)
+    assert messages == ["resuming from checkpoint: epoch 1, step 0"]
+    assert store.read_jsonl(tmp_path / store.LOG) == [{"epoch": 1}]
+    assert fresh.method.extra == {"calls": 7}
+    for a, b in zip(run.model.parameters(), fresh.model.parameters()):
+        assert torch.equal(a, b)
+    # a checkpoint of another run is refused, and without one the old log goes
+    assert load_checkpoint(tmp_path / store.CHECKPOINT, "other", say=messages.append) is None
+    assert "belongs to run rid" in messages[-1]
+    other = CheckpointSaver(tmp_path, "other", minutes=0, main=True, world=1)
+    assert other.resume(fresh, fresh_optimizer, scaler, say=lambda m: None) == (0, 0, 0)
+    assert not (tmp_path / store.LOG).exists()
+
+
+def test_saver_times_mid_epoch_checkpoints_for_one_process_only(tmp_path):
+    run, optimizer = _tiny_run(0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    path = tmp_path / store.CHECKPOINT
+    off = CheckpointSaver(tmp_path, "rid", minutes=0, main=True, world=1)
+    off.after_step(run, optimizer, scaler, epoch=0, next_step=1, steps_in_epoch=5, iteration=1)
+    assert not path.exists()  # checkpoint_minutes 0: epoch ends only
+    due = CheckpointSaver(tmp_path, "rid", minutes=1e-9, main=True, world=2)
+    time.sleep(0.01)
+    due.after_step(run, optimizer, scaler, epoch=0, next_step=1, steps_in_epoch=5, iteration=1)
+    assert not path.exists()  # several processes: no timed checkpoints
+    due = CheckpointSaver(tmp_path, "rid", minutes=1e-9, main=True, world=1)
+    time.sleep(0.01)
+    due.after_step(run, optimizer, scaler, epoch=0, next_step=5, steps_in_epoch=5, iteration=5)
+    assert not path.exists()  # the epoch's last step: the epoch-end checkpoint follows
+    due.after_step(run, optimizer, scaler, epoch=0, next_step=2, steps_in_epoch=5, iteration=2)
+    state = load_checkpoint(path, "rid", say=print)
+    assert (state["epoch"], state["step"], state["iteration"]) == (0, 2, 2)
