@@ -24,6 +24,16 @@ NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), 
                  # how the same computation is executed (like threads: equal up to float rounding)
                  ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark")}
 
+
+def without_local_fields(config: dict) -> dict:
+    """A resolved run configuration less NOT_IN_RUN_ID: what the run computes. The run id hashes it,
+    and a table row is it less the seed. Sections are copied, so ``config`` is left as it is."""
+    identity = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
+    for section, key in NOT_IN_RUN_ID:
+        if isinstance(identity.get(section), dict):
+            identity[section].pop(key, None)
+    return identity
+
 #: Integers beyond this are never a sensible setting (and overflow NumPy / torch seeds and counters).
 INT_LIMIT = 2**63 - 1
 

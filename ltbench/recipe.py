@@ -22,7 +22,8 @@ from typing import Any, Literal
 import yaml
 
 from ltbench import registry
-from ltbench.config import NOT_IN_RUN_ID, ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict
+from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, \
+    without_local_fields
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
 
@@ -160,10 +161,7 @@ def canonical_json(obj: Any) -> str:
 
 
 def run_id_of(config: dict) -> str:
-    identity = copy.deepcopy(config)
-    for section, key in NOT_IN_RUN_ID:
-        identity.get(section, {}).pop(key, None)
-    return hashlib.sha1(canonical_json(identity).encode()).hexdigest()[:12]
+    return hashlib.sha1(canonical_json(without_local_fields(config)).encode()).hexdigest()[:12]
 
 
 def _grid_points(grid: Any, where: str) -> list[dict]:

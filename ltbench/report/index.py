@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ltbench import store
-from ltbench.config import NOT_IN_RUN_ID
+from ltbench.config import without_local_fields
 
 INDEX_FILE = ".ltbench-index"
 INDEX_VERSION = 3
@@ -39,10 +39,8 @@ PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "pytho
 def config_key(config: dict) -> tuple[str, dict]:
     """Row identity of a run: its resolved configuration less the seed and the path-like fields that
     do not enter the run id. Returns (sha1 of the canonical JSON, the identity dict)."""
-    identity = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items() if k != "seed"}
-    for section, key in NOT_IN_RUN_ID:
-        if isinstance(identity.get(section), dict):
-            identity[section].pop(key, None)
+    identity = without_local_fields(config)
+    identity.pop("seed", None)
     text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16], identity
 
