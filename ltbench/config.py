@@ -216,8 +216,22 @@ def check_range(name: str, value: float | int | None, low: float | None = None, 
         raise ValueError(f"{name} must be {want}{unit}, got {short_repr(value)}")
 
 
+def added_later(default: Any) -> Any:
+    """A dataclass field added to a config after results were recorded, whose default is what those runs did.
+
+    Why: the run id hashes the resolved config, so a new option would otherwise change the id of every earlier
+    run (and split its table rows). ``to_dict`` leaves such a field out while it holds its default; the id
+    changes only for runs that use the new option."""
+    return dataclasses.field(default=default, metadata={"added_later": True})
+
+
 def to_dict(obj: Any) -> dict:
-    return dataclasses.asdict(obj)
+    """A config dataclass as plain data, less ``added_later`` fields that hold their default."""
+    data = dataclasses.asdict(obj)
+    for f in dataclasses.fields(obj):
+        if f.metadata.get("added_later") and data[f.name] == f.default:
+            del data[f.name]
+    return data
 
 
 def join_path(path: str, key: Any) -> str:

@@ -159,6 +159,41 @@ def sra_kappa(r: Tensor, p: int, max_kappa: float = 1e5, min_kappa: float = 1e-6
     return (p * r / denom).clamp(min_kappa, max_kappa)
 
 
+def mean_resultant_length(kappa: Tensor, p: int) -> Tensor:
+    """A_p(kappa) = I_{p/2}(kappa) / I_{p/2-1}(kappa): the expected |mean| of vMF(mu, kappa) samples on S^{p-1}."""
+    _, ratio = _log_iv_scaled_and_ratio(p / 2.0 - 1.0, _as_f64(kappa))
+    return ratio
+
+
+def newton_kappa(r: Tensor, p: int, max_kappa: float = 1e5, min_kappa: float = 1e-6, steps: int = 12) -> Tensor:
+    """The maximum-likelihood kappa, the root of A_p(kappa) = R, by Newton's method from Sra's start.
+
+    Why: Sra's closed form overestimates the root by about R^2/p relative (p = 128, R = 0.87: +0.66%),
+    which the BAPE paper accepts; this solves the equation itself. A_p is increasing and concave, so from
+    Sra's overestimate the first step lands at or below the root and later steps climb to it monotonically
+    with quadratic convergence; 12 steps are far more than needed (tested against mpmath to 1e-8).
+    A_p'(k) = 1 - A_p^2 - (p-1) A_p / k. The iterations run without autograd; one last step is taken on the
+    detached root, so the gradient reaching R is dkappa/dR = 1/A_p'(kappa) (implicit differentiation) and
+    does not pass through the iterations. Clamped like ``sra_kappa``.
+    """
+    r = _as_f64(r).clamp(0.0, 1.0)
+    with torch.no_grad():
+        kappa = sra_kappa(r, p, max_kappa=max_kappa, min_kappa=min_kappa)
+        for _ in range(steps):
+            kappa = (kappa - _newton_step_size(kappa, r, p)).clamp(min_kappa, max_kappa)
+    kappa = kappa - _newton_step_size(kappa, r, p)
+    return kappa.clamp(min_kappa, max_kappa)
+
+
+def _newton_step_size(kappa: Tensor, r: Tensor, p: int) -> Tensor:
+    a = mean_resultant_length(kappa, p)
+    slope = (1.0 - a * a - (p - 1) * a / kappa).clamp_min(1e-300)
+    return (a - r) / slope
+
+
+KAPPA_SOLVERS = {"sra": sra_kappa, "newton": newton_kappa}
+
+
 # ---------------------------------------------------------------------------
 # Prior directions m0
 # ---------------------------------------------------------------------------
@@ -327,12 +362,14 @@ def map_estimate(
     use_prior: bool = True,
     max_kappa: float = 1e5,
     min_kappa: float = 1e-6,
+    kappa_solver: str = "sra",
 ) -> Tuple[Tensor, Tensor]:
     """MAP (or ML) vMF parameters per class (spec §2.4). Returns (mu (K,p), kappa (K,)), float64.
 
     With the conjugate prior (alpha0, beta0, m0) and n observations of mean z̄:
         alpha0 = alpha_hat N_y,  beta0 = beta_hat N_y,  S = beta0 m0 + n z̄,
-        alpha = alpha0 + n,  beta = |S|,  mu = S/beta,  R = beta/alpha,  kappa = Sra(R).
+        alpha = alpha0 + n,  beta = |S|,  mu = S/beta,  R = beta/alpha,  kappa = A_p^{-1}(R),
+    with A_p^{-1} by Sra's approximation (the paper's choice) or by Newton's method (``kappa_solver``).
     ``prior_dir`` must already be unit-norm. Gradients reach ``prior_dir`` through both
     mu and kappa (count and mean are statistics, so callers pass them detached).
 
@@ -362,7 +399,7 @@ def map_estimate(
     safe_alpha = torch.where(valid, alpha, torch.ones_like(alpha))
     mu = torch.where(valid[:, None], s / beta[:, None], m0)
     r = torch.where(valid, beta / safe_alpha, torch.zeros_like(beta))
-    kappa = sra_kappa(r, p, max_kappa=max_kappa, min_kappa=min_kappa)
+    kappa = KAPPA_SOLVERS[kappa_solver](r, p, max_kappa=max_kappa, min_kappa=min_kappa)
     kappa = torch.where(valid, kappa, torch.full_like(kappa, min_kappa))
     return mu, kappa
 

@@ -17,12 +17,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.config import check_range, check_views
+from ltbench.config import added_later, check_range, check_views
 from ltbench.errors import ConfigError, LtbenchError, short_repr
 from ltbench.method import Method, create_method, resolved_method_spec
 from ltbench.registry import METHODS
 
-from ._vmf import OnlineClassMeans, log_cp, map_estimate, simplex_etf, spread_directions
+from ._vmf import KAPPA_SOLVERS, OnlineClassMeans, log_cp, map_estimate, simplex_etf, spread_directions
 
 DA_MODES = ("none", "shared_kappa", "map_test_prior", "debiased")
 
@@ -62,6 +62,9 @@ class BAPEConfig:
     """Let the gradient reach m0 through kappa as well as mu (false: kappa is detached)."""
     prior_dirs: Literal["etf", "spread"] = "etf"
     """Initial m0: simplex ETF (needs K-1 <= p; switches to 'spread' with a note otherwise) or spread directions."""
+    kappa_solver: Literal["sra", "newton"] = added_later("sra")
+    """How kappa = A_p^{-1}(R) is solved: Sra's closed form (the paper's; about R^2/p relative too high) or
+    Newton's method on the exact A_p (the maximum-likelihood root). Left out of the run id at 'sra'."""
 
     def __post_init__(self) -> None:
         # Normalising, not checking: the auxiliary method's defaults are filled in here, at construction,
@@ -194,7 +197,8 @@ class BAPE(Method):
         elif da_mode not in DA_MODES:
             raise ConfigError(f"method.da_mode: unknown mode {da_mode!r}; known: {', '.join(DA_MODES)}")
         mu, kappa = map_estimate(count, mean, self.prior_directions(), prior_count, cfg.alpha_hat, cfg.beta_hat,
-                                 use_prior=cfg.prior, max_kappa=cfg.max_kappa)
+                                 use_prior=cfg.prior, max_kappa=cfg.max_kappa,
+                                 kappa_solver=cfg.kappa_solver)
         if not cfg.kappa_grad:
             kappa = kappa.detach()
         if da_mode == "shared_kappa":
@@ -331,7 +335,7 @@ class BAPE(Method):
             "kappa_da_uniform": kappa_da.cpu().tolist(),
             "mean_norm": self.stats.mean.norm(dim=1).cpu().tolist(),
             "n": self.stats.count.cpu().tolist(),
-            "kappa0": None if r0 is None else self.p * r0 / (1.0 - r0 * r0),
+            "kappa0": None if r0 is None else KAPPA_SOLVERS[cfg.kappa_solver](torch.tensor(r0, dtype=torch.float64), self.p).item(),
             "da_mode": cfg.da_mode,
             "da_train": cfg.da_train,
             "ensemble": cfg.ensemble,

@@ -457,3 +457,17 @@ def test_result_extras():
     _, kappa = ref_params(COUNT, MEAN, M0, COUNTS, 40.0, 8.0)
     np.testing.assert_allclose(extras["kappa"], kappa, rtol=1e-6)  # m0 is a float32 parameter
     np.testing.assert_allclose(extras["kappa_da_uniform"], [np.mean(extras["kappa"])] * 3, rtol=1e-12)
+
+
+def test_newton_kappa_solver_gives_the_maximum_likelihood_root():
+    # kappa_solver: newton solves A_p(kappa) = R exactly, Sra's closed form sits above that root
+    from methods._vmf import mean_resultant_length
+
+    sra, newton = make(prior=False), make(prior=False, kappa_solver="newton")
+    for m in (sra, newton):
+        set_state(m, COUNT, MEAN, M0)
+    r = torch.tensor(np.linalg.norm(np.array(MEAN), axis=1))
+    _, k_sra = sra.class_params("none")
+    _, k_newton = newton.class_params("none")
+    torch.testing.assert_close(mean_resultant_length(k_newton.detach(), 4), r, rtol=1e-10, atol=0)
+    assert (k_sra > k_newton).all()

@@ -136,6 +136,59 @@ def test_sra_is_close_to_exact_root_for_bape_dimensions():
         assert ((approx - kappa) / kappa).abs().max().item() < 0.008
 
 
+def _mp_kappa_root(p, r):
+    """The root of A_p(kappa) = r in 50-digit arithmetic, independent of the code under test."""
+    nu = mpmath.mpf(p) / 2 - 1
+    ratio = lambda k: mpmath.besseli(nu + 1, k) / mpmath.besseli(nu, k) - mpmath.mpf(r)
+    start = mpmath.mpf(p) * r / (1 - mpmath.mpf(r) ** 2)  # Sra's value, a close bracket-free start
+    return float(mpmath.findroot(ratio, start, tol=mpmath.mpf(10) ** -40))
+
+
+@pytest.mark.parametrize("p", [3, 16, 128, 1024])
+def test_newton_kappa_matches_mpmath_root(p):
+    rs = [0.01, 0.2, 0.5, 0.87, 0.95, 0.99]
+    newton = V.newton_kappa(torch.tensor(rs, dtype=F64), p).tolist()
+    for r, got in zip(rs, newton):
+        want = _mp_kappa_root(p, r)
+        assert abs(got - want) / want < 1e-8, (p, r, got, want)
+
+
+def test_sra_overestimates_the_root_newton_fixes_it():
+    # p = 128, R = 0.87: Sra 458.08, exact root 455.00 (about R^2/p = 0.59% high)
+    r = torch.tensor([0.87], dtype=F64)
+    sra, newton = V.sra_kappa(r, 128).item(), V.newton_kappa(r, 128).item()
+    exact = _mp_kappa_root(128, 0.87)
+    assert sra - exact > 2.5 and abs(newton - exact) < 1e-6 * exact
+
+
+def test_newton_kappa_gradient_is_the_implicit_derivative():
+    # dkappa/dR = 1 / A_p'(kappa), checked by a central difference of the solver itself
+    p, r0, h = 128, 0.6, 1e-6
+    r = torch.tensor([r0], dtype=F64, requires_grad=True)
+    V.newton_kappa(r, p).sum().backward()
+    numeric = (V.newton_kappa(torch.tensor([r0 + h], dtype=F64), p) - V.newton_kappa(torch.tensor([r0 - h], dtype=F64), p)) / (2 * h)
+    assert abs(r.grad.item() - numeric.item()) / numeric.item() < 1e-6
+
+
+def test_newton_kappa_degenerate_r_is_clamped_like_sra():
+    k = V.newton_kappa(torch.tensor([0.0, 1.0, 1.5], dtype=F64), 128, max_kappa=1e5, min_kappa=1e-6)
+    assert k.tolist() == [1e-6, 1e5, 1e5]
+
+
+def test_map_estimate_newton_solver_solves_the_ml_equation():
+    K, p = 4, 32
+    g = torch.Generator().manual_seed(0)
+    mean = torch.nn.functional.normalize(torch.randn(K, p, generator=g, dtype=F64), dim=1) * 0.7
+    m0 = torch.nn.functional.normalize(torch.randn(K, p, generator=g, dtype=F64), dim=1)
+    count, n_train = torch.full((K,), 50.0, dtype=F64), torch.full((K,), 10.0, dtype=F64)
+    _, k_sra = V.map_estimate(count, mean, m0, n_train, 40.0, 8.0)
+    _, k_newton = V.map_estimate(count, mean, m0, n_train, 40.0, 8.0, kappa_solver="newton")
+    s = 8.0 * n_train[:, None] * m0 + count[:, None] * mean
+    r = s.norm(dim=1) / (40.0 * n_train + count)
+    assert torch.allclose(V.mean_resultant_length(k_newton, p), r, rtol=1e-10)
+    assert (k_sra > k_newton).all()
+
+
 # ---------------------------------------------------------------------------
 # Prior directions
 # ---------------------------------------------------------------------------
