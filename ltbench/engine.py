@@ -21,7 +21,6 @@ fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import math
 import os
@@ -180,12 +179,14 @@ def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
 
 
 class SeededSamples(torch.utils.data.Dataset):
-    """Every sample a run loads, training and test alike, addressed by a key (source, epoch, index).
+    """Every sample a run loads, training and test alike, addressed by a key (source, index, seed).
 
-    Before building a sample's views it seeds torch's RNG from (seed, epoch, index) (test sources:
-    from (seed, source) + index), so a sample's augmentations do not depend on batch composition, process
-    count, worker count or on which worker loads it. The epoch travels in the key, not in the object,
-    because persistent workers hold their own copy of this object for the whole run.
+    Before building a sample's views it seeds torch's RNG with the key's seed, so a sample's augmentations
+    do not depend on batch composition, process count, worker count or on which worker loads it. The seed
+    comes from (run seed, epoch, index) for training samples and from (run seed, source) + index for test
+    sources. It is derived when the keys are planned (``train_keys`` / ``eval_keys``), in one tight loop in
+    the main process, not per sample in the loading path: there the sha1 costs about 14 us per sample on
+    this CPU (1.6 us in the tight loop), a few percent of a ResNet-8 epoch (docs/performance.md).
     """
 
     def __init__(self, sources: dict[str, MultiView], seed: int):
@@ -194,19 +195,25 @@ class SeededSamples(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return sum(len(s) for s in self.sources.values())
 
-    @functools.lru_cache(maxsize=None)
-    def _source_seed(self, source: str) -> int:
-        return derive_seed(self.seed, "augment", source)
-
     def __getitem__(self, key: tuple[str, int, int]):
-        source, epoch, i = key
-        if source == "train":
-            seed = derive_seed(self.seed, "augment", epoch, i)
-        else:  # one hash per test source, not per image: test passes are long and usually deterministic
-            seed = (self._source_seed(source) + i) % 2**31
+        source, i, seed = key
         # The CPU generator only: torch.manual_seed would also queue a CUDA reseed with a stack trace.
         torch.random.default_generator.manual_seed(seed)
         return self.sources[source][i]
+
+    def train_keys(self, batches: list[np.ndarray], start: int, epoch: int, rank: int = 0,
+                   world: int = 1) -> list[list]:
+        """Keys of the training batches from step ``start`` on. With several processes, process ``rank``
+        takes every ``world``-th sample of each global batch."""
+        return [[("train", int(i), derive_seed(self.seed, "augment", epoch, int(i))) for i in b[rank::world]]
+                for b in batches[start:]]
+
+    def eval_keys(self, source: str, batch_size: int) -> list[list]:
+        """Keys of one test source in order, in batches. One hash per source, not per image: test passes
+        are long and their pipelines usually deterministic."""
+        base, n = derive_seed(self.seed, "augment", source), len(self.sources[source])
+        return [[(source, i, (base + i) % 2**31) for i in range(s, min(s + batch_size, n))]
+                for s in range(0, n, batch_size)]
 
 
 class BatchPlan(torch.utils.data.Sampler):
@@ -258,16 +265,6 @@ class Loader:
         self.loader = None
 
 
-def train_keys(batches: list[np.ndarray], start: int, epoch: int, rank: int = 0, world: int = 1) -> list[list]:
-    """Keys of the training batches from step ``start`` on. With several processes, process ``rank``
-    takes every ``world``-th sample of each global batch."""
-    return [[("train", epoch, int(i)) for i in b[rank::world]] for b in batches[start:]]
-
-
-def eval_keys(source: str, n: int, batch_size: int) -> list[list]:
-    return [[(source, 0, i) for i in range(s, min(s + batch_size, n))] for s in range(0, n, batch_size)]
-
-
 def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
     """The test sets a run evaluates on ('test' and each of eval.test_sets), with the eval pipeline,
     built before any worker starts (persistent workers only see what exists when they fork)."""
@@ -297,7 +294,7 @@ def test_features(run: Run, device: torch.device, source: str = "test", batch_si
     decoding and transforms run in its worker processes when it has any."""
     run.model.eval()
     loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
-    keys = eval_keys(source, len(run.eval_sets[source][0]), batch_size)
+    keys = loader.samples.eval_keys(source, batch_size)
     feats = [backbone_features(run, views[0].to(device, non_blocking=True)).float() for views, _ in loader.run(keys)]
     return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim, device=device)
 
@@ -543,7 +540,8 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     for group, base in zip(s.optimizer.param_groups, s.base_lrs):
         group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
     with s.autocast():
-        features = backbone_features(run, torch.cat(views)).float().split(len(labels))
+        batch = views[0] if len(views) == 1 else torch.cat(views)  # one view: no copy
+        features = backbone_features(run, batch).float().split(len(labels))
         out = run.method.loss(list(features), labels, epoch=epoch)
     if not s.contract_checked:
         check_method_contract(run.method, out, list(features), labels)
@@ -573,7 +571,7 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     batches = epoch_batches(len(run.data.train), o.batch_size, s.seed, epoch)
     meter = EpochMeter()
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
-    keys = train_keys(batches, start_step, epoch, s.rank, s.world)
+    keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
     for step, (views, labels) in enumerate(run.loader.run(keys), start_step):
         views, labels = [v.to(s.device, non_blocking=True) for v in views], labels.to(s.device, non_blocking=True)
         out = train_step(s, views, labels, epoch, step)

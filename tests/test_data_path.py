@@ -13,7 +13,7 @@ import torch
 
 from ltbench import store
 from ltbench.data.base import MultiView
-from ltbench.engine import Loader, SeededSamples, eval_keys, train_keys
+from ltbench.engine import Loader, SeededSamples
 
 
 class WhoLoads(torch.utils.data.Dataset):
@@ -32,16 +32,17 @@ def _pids(loader, keys) -> set[int]:
 
 def test_workers_persist_across_epochs_and_serve_evaluation_too():
     sources = {"train": MultiView(WhoLoads(), [lambda x: x]), "test": MultiView(WhoLoads(), [lambda x: x])}
-    loader = Loader(SeededSamples(sources, seed=0), workers=2)
+    samples = SeededSamples(sources, seed=0)
+    loader = Loader(samples, workers=2)
     batches = [np.arange(0, 5), np.arange(5, 10)]
-    first = _pids(loader, train_keys(batches, 0, epoch=0))
-    second = _pids(loader, train_keys(batches, 0, epoch=1))
-    evaluation = _pids(loader, eval_keys("test", 10, 4))
+    first = _pids(loader, samples.train_keys(batches, 0, epoch=0))
+    second = _pids(loader, samples.train_keys(batches, 0, epoch=1))
+    evaluation = _pids(loader, samples.eval_keys("test", 4))
     assert os.getpid() not in first and len(first) == 2
     assert second == first and evaluation <= first  # the same processes, not new ones
-    labels = [int(y) for _, ys in loader.run(eval_keys("test", 10, 4)) for y in ys]
+    labels = [int(y) for _, ys in loader.run(samples.eval_keys("test", 4)) for y in ys]
     assert labels == list(range(10))  # every test item once, in order
-    resumed = [int(y) for _, ys in loader.run(train_keys(batches, 1, epoch=2)) for y in ys]
+    resumed = [int(y) for _, ys in loader.run(samples.train_keys(batches, 1, epoch=2)) for y in ys]
     assert resumed == list(range(5, 10))  # a pass can start mid-epoch (resume)
     loader.close()
 
@@ -54,9 +55,9 @@ def test_a_sample_is_the_same_whichever_process_builds_it():
     views = [transforms.build(v, data.image, data.pipelines) for v in ("default", "strong", "sim")]
     samples = SeededSamples({"train": MultiView(data.train, views)}, seed=3)
     batches = [np.arange(len(data.train))]
-    inline = next(Loader(samples, 0).run(train_keys(batches, 0, epoch=1)))[0]
-    pooled = next(Loader(samples, 2).run(train_keys(batches, 0, epoch=1)))[0]
-    other_epoch = next(Loader(samples, 0).run(train_keys(batches, 0, epoch=2)))[0]
+    inline = next(Loader(samples, 0).run(samples.train_keys(batches, 0, epoch=1)))[0]
+    pooled = next(Loader(samples, 2).run(samples.train_keys(batches, 0, epoch=1)))[0]
+    other_epoch = next(Loader(samples, 0).run(samples.train_keys(batches, 0, epoch=2)))[0]
     assert all(torch.equal(a, b) for a, b in zip(inline, pooled))
     assert not torch.equal(inline[1], other_epoch[1])
 

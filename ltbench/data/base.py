@@ -137,4 +137,4 @@ class MultiView(Dataset):
 
     def __getitem__(self, i: int):
         image, label = self.base[i]
-        return tuple(t(image) for t in self.transforms), label
+        return tuple([t(image) for t in self.transforms]), label  # a list is cheaper than a generator here
