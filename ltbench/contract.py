@@ -242,6 +242,9 @@ def check_plugin_folder(folder: str | Path) -> int:
     failures = 0
     for kind, entry in found:
         what = f"{kind[:-1]} {entry.name} ({entry.module})"
+        if kind not in CHECKS:  # stage-2 methods: tests/test_posthoc.py's contract runs on every registered one
+            print(f"skip  {what}: no tiny-input contract for this kind")
+            continue
         try:
             note = CHECKS[kind](entry.obj, entry.name)
             print(f"ok    {what}" + (f": {note}" if note else ""))
