@@ -211,9 +211,15 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
             return counts
         frozen, result = load_frozen(run_dir), features.finished_result(run_dir)
         provenance = git_state(Path(__file__).resolve().parent.parent)
-        for spec in todo:
-            status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec), provenance)
-            counts[status] += 1
+        threads_before = torch.get_num_threads()
+        torch.set_num_threads(1)  # stage-2 tensors are small: more threads cost more than they give
+        try:                      # (benchmarks/posthoc_grid.py: 7x slower with 2 threads on a loaded machine)
+            for spec in todo:
+                status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec),
+                                        provenance)
+                counts[status] += 1
+        finally:
+            torch.set_num_threads(threads_before)
         say(f"{run_dir.name}: {counts['done']} stage-2 setting(s) done, {counts['failed']} failed, "
             f"{counts['already']} already there")
         return counts
