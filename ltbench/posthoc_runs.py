@@ -15,6 +15,7 @@ table treats it as one more row ("run label + stage-2 label") and can select it 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import traceback
@@ -166,8 +167,14 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
                       traceback=traceback.format_exc())
     record["ended"] = time.time()
     record["wall_seconds"] = record["ended"] - record["started"]
-    store.atomic_write_json(out_dir / store.RESULT, record)
+    write_compact_json(out_dir / store.RESULT, record)
     return record["status"]
+
+
+def write_compact_json(path: Path, record: dict) -> None:
+    """result.json without indentation: a stage-2 grid writes hundreds per run (6.5 KB indented, 4.3 KB not)."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+    store.atomic_write_bytes(path, text.encode())
 
 
 # ------------------------------------------------------------------------------------------------

@@ -255,3 +255,15 @@ def test_tables_show_stage2_rows_and_select_them_by_posthoc_keys(runs):
     labels = [r.label for r in report.tables(runs["recipe"].root, use_cache=False)[0].rows]
     assert "ce + tau_norm (tau=1)" in labels and "ce" in labels  # default labels: run label + stage-2 label
     assert "bape + bape_refit (alpha_hat=10, kappa_solver=newton)" in labels
+
+
+def test_posthoc_command_line_errors_are_one_line(write_recipe, capsys):
+    from ltbench.cli import main
+
+    assert main(["posthoc", str(write_recipe("none"))]) == 2
+    assert "no stage-2 settings declared" in capsys.readouterr().err
+    bad = write_recipe("bad", {"posthoc": [{"name": "crt", "epochz": 3}]})
+    assert main(["posthoc", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "posthoc[0]" in err and "epochz" in err and "Traceback" not in err
+    assert not (bad.parent / "results").exists()  # nothing written
