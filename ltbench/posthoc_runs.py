@@ -181,16 +181,19 @@ def write_compact_json(path: Path, record: dict) -> None:
 # A run's grid, and a recipe's
 
 
-def pending_settings(run_dir: Path, specs: list[dict], redo_failed: bool = False) -> list[dict]:
-    """The settings of ``specs`` without a usable result below RUN_DIR/posthoc (failed ones count as
-    done unless ``redo_failed``; damaged ones are set aside and redone)."""
+def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, redo_failed: bool = False) -> list[dict]:
+    """The settings of ``specs`` without a usable result below RUN_DIR/posthoc: failed ones count as done
+    unless ``redo_failed``; damaged ones, and results fitted on another checkpoint's features (the run was
+    trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone."""
     todo = []
     for spec in specs:
         out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
         check = store.check_result(out)
         if check.state == "unusable":
             store.set_aside(out / store.RESULT)
-        if check.state == "done" or (check.state == "failed" and not redo_failed):
+        elif check.usable and (check.result.get("features") or {}).get("checkpoint_sha256") != checkpoint_sha256:
+            store.set_aside(out / store.RESULT, "stale")
+        elif check.state == "done" or (check.state == "failed" and not redo_failed):
             continue
         todo.append(spec)
     return todo
@@ -212,7 +215,7 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
         return {"busy": len(specs)}
     with claim:
         meta = features.extract_features(run_dir, dtype, say)
-        todo = pending_settings(run_dir, specs, redo_failed)
+        todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed)
         counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0}
         if not todo:
             return counts
@@ -250,7 +253,8 @@ def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str =
     for spec, state in missing:
         say(f"{spec['run_id']} ({spec['config']['method']['name']}, seed {spec['config']['seed']}) is {state}: "
             f"no stage-2 results for it; finish it with 'ltbench run' and run this again")
-    ready = [s["run_dir"] for s in runs if s not in [m[0] for m in missing]]
+    unfinished_ids = {spec["run_id"] for spec, _ in missing}
+    ready = [s["run_dir"] for s in runs if s["run_id"] not in unfinished_ids]
     totals = {"unfinished": len(missing)}
     if jobs <= 1 or len(ready) <= 1:
         results = [posthoc_one_run(d, specs, dtype, redo_failed, say=say) for d in ready]

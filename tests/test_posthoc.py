@@ -231,6 +231,10 @@ def test_posthoc_command_stores_results_next_to_runs_and_is_idempotent(runs):
     assert result["run_id"] == store.stage2_run_id(run["run_id"], spec)
     assert store.check_result(features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)).state == "done"
     assert set(result["metrics"]) >= {"all", "many", "medium", "few", "per_class", "target_priors", "test_sets"}
+    out = features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)
+    (out / store.RESULT).write_text(json.dumps({**result, "features": {"checkpoint_sha256": "another"}}))
+    assert run_posthoc(recipe.runs, recipe.posthoc, say=said.append)["done"] == 1  # fitted on old features: redone
+    assert (out / "result.json.stale").is_file() and store.check_result(out).state == "done"
 
 
 def test_unfinished_runs_are_reported_not_skipped(runs, tmp_path):
@@ -267,3 +271,10 @@ def test_posthoc_command_line_errors_are_one_line(write_recipe, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "posthoc[0]" in err and "epochz" in err and "Traceback" not in err
     assert not (bad.parent / "results").exists()  # nothing written
+
+
+@pytest.mark.parametrize("name", sorted(POSTHOC.names()))
+def test_every_posthoc_method_passes_the_tiny_input_contract_of_ltbench_check(name):
+    from ltbench.contract import check_posthoc
+
+    check_posthoc(POSTHOC.get(name), name)
