@@ -1,4 +1,4 @@
-"""Command line: ``ltbench run | list | data | table | report | plot | status``.
+"""Command line: ``ltbench run | posthoc | list | data | table | report | plot | status``.
 
 A problem the user can fix is printed as one line on stderr with a non-zero exit and no traceback
 (``--debug`` shows it).
@@ -42,6 +42,22 @@ def cmd_run(args) -> int:
         return launch.print_plan(recipe)
     summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale)
     return 0 if summary.get("failed", 0) == 0 else 1
+
+
+def cmd_posthoc(args) -> int:
+    """The recipe's stage-2 grid over its finished runs (docs/posthoc.md)."""
+    from ltbench.posthoc_runs import run_posthoc
+    from ltbench.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides, results_dir=args.results)
+    if not recipe.posthoc:
+        raise LtbenchError(f"{args.recipe}: posthoc: no stage-2 settings declared; add a 'posthoc:' list, e.g. "
+                           f"[{{name: tau_norm, tau: [0, 0.5, 1]}}] (docs/posthoc.md)")
+    jobs = args.jobs or recipe.launcher.jobs
+    print(f"recipe {recipe.name}: {len(recipe.posthoc)} stage-2 setting(s) x {len(recipe.runs)} run(s), {jobs} job(s)")
+    totals = run_posthoc(recipe.runs, recipe.posthoc, jobs=jobs, dtype=args.dtype, redo_failed=args.rerun_failed)
+    print("stage 2: " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
+    return 0 if not totals.get("failed") and not totals.get("unfinished") else 1
 
 
 def cmd_list(args) -> int:
@@ -198,8 +214,20 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("list", parents=[common], help="registered methods, datasets or backbones and where they come from")
-    p.add_argument("kind", choices=["methods", "datasets", "backbones"])
+    p = sub.add_parser("posthoc", parents=[common],
+                       help="fit the recipe's stage-2 grid (posthoc:) on the frozen features of its finished runs")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
+    p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
+    p.add_argument("--launcher", choices=["local"], default="local",
+                   help="local: runs in worker processes (--jobs); slurm/debug are not supported for stage 2 yet")
+    p.add_argument("--jobs", type=_positive_int, help="runs processed at a time (default: the recipe's launcher.jobs)")
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="feature cache precision")
+    p.add_argument("--rerun-failed", action="store_true", help="fit again the stage-2 settings that failed")
+    p.set_defaults(func=cmd_posthoc)
+
+    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones or stage-2 methods and where they come from")
+    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc"])
     p.add_argument("--plugins", nargs="*", help="extra plugin folders")
     p.set_defaults(func=cmd_list)
 

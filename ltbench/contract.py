@@ -12,6 +12,8 @@ and says which one is broken:
 * backbone: built as ``cls(cfg, in_channels=...)``, ``feature_dim`` set, forward gives finite (N, feature_dim).
 * dataset: ``Config`` defaults validate; ``load()`` gives consistent LTData (or is skipped, with the
   reason, when its files are not on this machine).
+* posthoc (stage-2) method: ``Config`` defaults validate; ``fit()`` then ``predict()`` on a tiny frozen run
+  gives finite (N, K) scores with the target-prior promises of a method.
 """
 
 from __future__ import annotations
@@ -178,6 +180,50 @@ def check_method(cls: Any, name: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Stage-2 (posthoc) methods
+
+
+def tiny_frozen_run():
+    """A FrozenRun of random features under an untrained LA head: enough for the stage-2 promises."""
+    from ltbench.method import create_method
+    from ltbench.posthoc import FrozenRun, SplitInputs
+
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.cat([torch.full((n,), c) for c, n in enumerate(COUNTS)])
+    split = lambda y: SplitInputs(torch.rand(len(y), FEATURE_DIM, generator=gen), y)  # noqa: E731
+    torch.manual_seed(0)
+    method = create_method({"name": "la"}, _context()).eval()
+    config = {"method": {"name": "la"}, "eval": {}, "seed": 0}
+    test = torch.arange(len(COUNTS)).repeat(4)
+    return FrozenRun("contract", config, torch.tensor(COUNTS), method, {"train": split(labels), "test": split(test)})
+
+
+def check_posthoc(cls: Any, name: str) -> None:
+    """Default config validates; fit(); predict() gives finite (N, K) scores, the same for None and a
+    uniform prior, and a prior favouring a class never moves predictions away from it."""
+    from ltbench.posthoc import PosthocMethod
+
+    cfg = default_config(cls, f"posthoc {name}")
+    frozen = tiny_frozen_run()
+    clf = cls(cfg, frozen, 0)
+    _expect(isinstance(clf, PosthocMethod), "a stage-2 method must subclass ltbench.posthoc.PosthocMethod")
+    clf.fit()
+    test, k = frozen.splits["test"], frozen.num_classes
+    with torch.no_grad():
+        scores = clf.predict(test, target_prior=None)
+        _expect(torch.is_tensor(scores) and tuple(scores.shape) == (len(test), k),
+                f"predict() must return (N, K) = {(len(test), k)} scores")
+        _expect(bool(torch.isfinite(scores).all()), "predict() returned non-finite scores")
+        _expect(torch.allclose(scores, clf.predict(test, target_prior=torch.full((k,), 1.0 / k))),
+                "predict() must give the same scores for target_prior None and a uniform prior")
+        favour = torch.full((k,), 1e-3)
+        favour[k - 1] = 1.0
+        moved = clf.predict(test, target_prior=favour).argmax(1)
+        _expect(int((moved == k - 1).sum()) >= int((scores.argmax(1) == k - 1).sum()),
+                "a target prior favouring a class must not move predictions away from it")
+
+
+# --------------------------------------------------------------------------------------------
 # Backbones and datasets
 
 
@@ -226,7 +272,7 @@ def check_dataset(cls: Any, name: str) -> str:
 
 
 CHECKS: dict[str, Callable[[Any, str], Any]] = {"methods": check_method, "backbones": check_backbone,
-                                               "datasets": check_dataset}
+                                               "datasets": check_dataset, "posthoc": check_posthoc}
 
 
 def check_plugin_folder(folder: str | Path) -> int:
@@ -236,12 +282,13 @@ def check_plugin_folder(folder: str | Path) -> int:
     label = f"plugin folder {path}"
     found = [(kind, e) for kind, reg in registry.REGISTRIES.items() for e in reg.entries() if e.source == label]
     if not found:
-        raise LtbenchError(f"{folder}: registers no method, backbone or dataset (a module in it must use "
-                           f"@METHODS.register / @BACKBONES.register / @DATASETS.register; modules whose name "
+        raise LtbenchError(f"{folder}: registers no method, backbone or dataset, nor a stage-2 method (a module "
+                           f"in it must use @METHODS.register / @BACKBONES.register / @DATASETS.register / "
+                           f"@POSTHOC.register; modules whose name "
                            f"starts with '_' are not imported)")
     failures = 0
     for kind, entry in found:
-        what = f"{kind[:-1]} {entry.name} ({entry.module})"
+        what = f"{registry.REGISTRIES[kind].kind} {entry.name} ({entry.module})"
         try:
             note = CHECKS[kind](entry.obj, entry.name)
             print(f"ok    {what}" + (f": {note}" if note else ""))

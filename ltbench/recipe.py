@@ -89,6 +89,7 @@ class RecipeConfig:
     launcher: dict[str, Any] = field(default_factory=dict)
     results_dir: str = "results"
     tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench.report.spec)
+    posthoc: Any = None  # stage-2 settings over the finished runs (ltbench.posthoc.expand_posthoc)
 
     def validate(self) -> None:
         if self.name is not None:
@@ -111,6 +112,7 @@ class Recipe:
     results_dir: Path
     plugins: list[str]
     tables: dict = field(default_factory=dict)  # name -> ltbench.report.spec.TableSpec
+    posthoc: list = field(default_factory=list)  # resolved stage-2 specs (``ltbench posthoc``)
 
     @property
     def root(self) -> Path:
@@ -432,11 +434,21 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
                     "run_dir": str(inside_results(out_dir, name, run_id)),
                 }
             )
+    posthoc = expand_posthoc(top.posthoc, "posthoc")
     if tables:
         from ltbench.report import check_tables
 
-        check_tables(tables, runs, "tables")
-    return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables)
+        check_tables(tables, runs, "tables", posthoc)
+    return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc)
+
+
+def expand_posthoc(entries: Any, where: str) -> list[dict]:
+    """The recipe's ``posthoc:`` grid, resolved and validated like a method config (ltbench/posthoc.py)."""
+    if entries is None:
+        return []
+    from ltbench.posthoc import expand_posthoc as expand  # torch: only for recipes that declare a stage 2
+
+    return expand(entries, where)
 
 
 def inside_results(out_dir: Path, *parts: str) -> Path:

@@ -1,8 +1,9 @@
-"""One registry type for methods, datasets and backbones, and the discovery that fills them.
+"""One registry type for methods, datasets, backbones and stage-2 (posthoc) methods, and the discovery that fills them.
 
 Names are found in three places, always in this order:
 1. the core's own modules (datasets and backbones shipped in ``ltbench``);
-2. Python entry points (groups ``ltbench.methods``, ``ltbench.datasets``, ``ltbench.backbones``);
+2. Python entry points (groups ``ltbench.methods``, ``ltbench.datasets``, ``ltbench.backbones``,
+   ``ltbench.posthoc``);
    the built-in ``methods/`` package is registered this way too, so it is loaded exactly like a
    third-party plugin;
 3. plugin folders, from a recipe's ``plugins:`` list and the ``LTBENCH_PLUGIN_PATH`` environment
@@ -61,7 +62,7 @@ class Registry:
     """A name -> object table filled by the ``@REGISTRY.register(name)`` decorator."""
 
     def __init__(self, kind: str, group: str):
-        self.kind = kind  # "method", "dataset", "backbone"
+        self.kind = kind  # "method", "dataset", "backbone", "posthoc method"
         self.group = group  # entry-point group
         self._entries: dict[str, Entry] = {}
 
@@ -123,7 +124,8 @@ class Registry:
 METHODS = Registry("method", "ltbench.methods")
 DATASETS = Registry("dataset", "ltbench.datasets")
 BACKBONES = Registry("backbone", "ltbench.backbones")
-REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES}
+POSTHOC = Registry("posthoc method", "ltbench.posthoc")  # stage-2 classifiers on frozen features (ltbench/posthoc.py)
+REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES, "posthoc": POSTHOC}
 
 # --------------------------------------------------------------------------------------------
 # Discovery

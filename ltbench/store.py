@@ -46,6 +46,19 @@ HEADLINE_METRICS = ("all", "many", "medium", "few")
 STATUSES = ("pending", "running", "interrupted", "damaged", "done", "failed")  # what run_status returns
 
 
+POSTHOC_DIR = "posthoc"  # RUN_DIR/posthoc/<stage-2 id>/result.json: stage-2 results (ltbench/posthoc_runs.py)
+
+
+def posthoc_id(spec: dict) -> str:
+    """The folder name of a resolved stage-2 setting: sha1 of its canonical JSON, 12 hex digits."""
+    return hashlib.sha1(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
+def stage2_run_id(run_id: str, spec: dict) -> str:
+    """The id of a stage-2 result: '<run id>+<stage-2 id>', unique in a results folder."""
+    return f"{run_id}+{posthoc_id(spec)}"
+
+
 def count_statuses(statuses) -> dict[str, int]:
     """How many runs are in each status: the one tally every launcher, status and report line uses."""
     counts: dict[str, int] = {}

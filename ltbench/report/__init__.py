@@ -105,13 +105,13 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     return out
 
 
-def check_tables(tables_by_name: dict, runs: list[dict], where: str) -> None:
-    """Raise ConfigError when a declared table cannot be built from a recipe's runs (a selector that
-    matches two configurations, ...): called when the recipe is loaded, before any run starts."""
+def check_tables(tables_by_name: dict, runs: list[dict], where: str, posthoc: list[dict] = ()) -> None:
+    """Raise ConfigError when a declared table cannot be built from a recipe's runs and stage-2 settings
+    (a selector that matches two configurations, ...): called when the recipe is loaded, before any run starts."""
     from ltbench.report.build import build_table
     from ltbench.report.expected import expected_of
 
-    expected = expected_of(runs)
+    expected = expected_of(runs, posthoc)
     for name, spec in tables_by_name.items():
         build_table(name, spec, [], expected, where=where, test=None)
 
@@ -129,4 +129,4 @@ def summary_table(recipe) -> str | None:
     records = index.scan(recipe.root)
     if not any(r["status"] == "done" for r in records):
         return None
-    return to_markdown(build_table("default", default_table(), records, expected_of(recipe.runs)))
+    return to_markdown(build_table("default", default_table(), records, expected_of(recipe.runs, recipe.posthoc)))

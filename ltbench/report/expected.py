@@ -59,11 +59,18 @@ def _root_of(path: Path, raw: dict, results: str | Path | None) -> tuple[str, Pa
     return name, out.resolve() / name
 
 
-def expected_of(runs: list[dict]) -> list[dict]:
+def expected_of(runs: list[dict], posthoc: list[dict] = ()) -> list[dict]:
+    """The rows' runs in grid order: every run, then every (run, stage-2 setting) of the recipe's
+    ``posthoc:`` grid, whose config is the run's plus a ``posthoc`` section (ltbench/posthoc_runs.py)."""
     out = []
     for spec in runs:
         key, identity = config_key(spec["config"])
         out.append({"run_id": spec["run_id"], "key": key, "seed": spec["config"]["seed"], "flat": flatten(identity)})
+    for stage2 in posthoc:
+        for spec in runs:
+            key, identity = config_key({**spec["config"], "posthoc": stage2})
+            out.append({"run_id": store.stage2_run_id(spec["run_id"], stage2), "key": key, "seed": spec["config"]["seed"],
+                        "flat": flatten(identity)})
     return out
 
 
@@ -97,7 +104,7 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     from ltbench.recipe import load_recipe
 
     recipe = load_recipe(path, list(overrides), results_dir=results)
-    expected = expected_of(recipe.runs)
+    expected = expected_of(recipe.runs, recipe.posthoc)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     if use_cache and root.is_dir():
         try:

@@ -29,7 +29,7 @@ from ltbench import store
 from ltbench.config import without_local_fields
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 3
+INDEX_VERSION = 4  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {"report", "__pycache__"}
 RUN_FILES = {store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.STARTED, store.SUBMITTED}
@@ -151,14 +151,31 @@ def find_run_dirs(root: Path) -> list[tuple[str, set[str], os.stat_result | None
         subdirs = [e.path for e in entries if e.is_dir() and not e.name.startswith(".") and e.name not in SKIP_DIRS]
         if store.RESULT in files or files & RUN_FILES or (not subdirs and folder != root_s):
             out.append((folder, files, _stat(os.path.join(folder, store.RESULT)) if store.RESULT in files else None))
+            out += stage2_dirs(folder)
             continue
         for sub in subdirs:
             st = _stat(os.path.join(sub, store.RESULT))
             if st is not None:
                 out.append((sub, {store.RESULT}, st))
+                out += stage2_dirs(sub)
             else:
                 stack.append(sub)
     out.sort(key=lambda item: item[0])
+    return out
+
+
+def stage2_dirs(run_dir: str) -> list[tuple[str, set[str], os.stat_result]]:
+    """The stage-2 results of a run (RUN_DIR/posthoc/<id>/result.json, ltbench/posthoc_runs.py): rows of
+    their own. A run without a posthoc folder costs one failed scandir."""
+    try:
+        entries = list(os.scandir(os.path.join(run_dir, store.POSTHOC_DIR)))
+    except OSError:
+        return []
+    out = []
+    for e in entries:
+        st = _stat(os.path.join(e.path, store.RESULT)) if e.is_dir() else None
+        if st is not None:
+            out.append((e.path, {store.RESULT}, st))
     return out
 
 

@@ -71,7 +71,22 @@ def prior_order(name: str) -> tuple:
     return (0, -rho) if m.group(1) == "forward" else (2, rho)
 
 
+STAGE2 = "posthoc."  # the config section of a stage-2 result (ltbench/posthoc_runs.py)
+
+
 def default_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
+    """'run label' or, for a stage-2 result, 'run label + stage-2 label': each is a name plus the fields
+    in which the row differs from the others (fields compared between rows of the same name)."""
+    runs = [{k: v for k, v in f.items() if not k.startswith(STAGE2)} for f in flats]
+    labels = _named_labels(runs, skip)
+    stage2 = [{("method." + k[len(STAGE2):]): v for k, v in f.items() if k.startswith(STAGE2)} for f in flats]
+    which = [i for i, f in enumerate(stage2) if f]
+    for i, text in zip(which, _named_labels([stage2[i] for i in which], set())):
+        labels[i] += " + " + text
+    return labels
+
+
+def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     """Method name plus the fields in which a row differs from the others (method fields compared
     only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
@@ -298,6 +313,10 @@ def _group_values(units: list[Unit], pivot: list[str], spec: TableSpec) -> list[
 
 
 def _matches(flat: dict, where: dict) -> bool:
+    """Every selector key equal. A stage-2 result is selected only by a selector that names a
+    ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
+    if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
+        return False
     return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
 
 

@@ -1,0 +1,156 @@
+"""The stage-2 (post-hoc) interface: a classifier fitted on a finished run's frozen features.
+
+Why a fourth plugin kind: the ablations the field asks for are mostly about the classifier (logit
+adjustment's tau, tau-normalisation, classifier re-training, BAPE's prior and distribution
+adjustment). A stage-2 method takes a finished run as it is (``FrozenRun``: its config, class counts,
+the trained method rebuilt from checkpoint.pt, the cached clean-view features of ltbench/features.py)
+and a seed, fits in closed form or in a few epochs on the cached features, and predicts class scores
+under a target prior exactly the way ``Method.predict`` does, so shifted priors and shifted test sets
+go through the same evaluation core (ltbench/evaluation.py). docs/posthoc.md describes each built-in.
+
+Plugins register with ``@POSTHOC.register(name)`` (built-ins live in ``methods/posthoc_*.py``) and are
+found by the same discovery as methods (core, entry points ``ltbench.posthoc``, plugin folders).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from ltbench.config import EmptyConfig, from_dict, to_dict
+from ltbench.errors import ConfigError, LtbenchError, short_repr
+from ltbench.method import Method
+from ltbench.registry import POSTHOC
+
+
+@dataclass
+class SplitInputs:
+    """One cached split: backbone features (N, d), labels (N,), and BAPE's unit features z (N, p) when
+    the run was a BAPE run (None otherwise)."""
+
+    features: torch.Tensor
+    labels: torch.Tensor
+    z: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class FrozenRun:
+    """A finished run, frozen: what a stage-2 method may use. ``splits`` holds 'train', 'test' and
+    'test_set:<name>'; a stage-2 method fits on 'train' only (never on a test split)."""
+
+    run_id: str
+    config: dict
+    class_counts: torch.Tensor  # training images per class (int64)
+    method: Method  # the trained method, rebuilt from the final checkpoint, in eval mode
+    splits: dict[str, SplitInputs] = field(default_factory=dict)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_counts)
+
+    @property
+    def train(self) -> SplitInputs:
+        return self.splits["train"]
+
+    @property
+    def train_prior(self) -> torch.Tensor:
+        counts = self.class_counts.double()
+        return (counts / counts.sum()).float()
+
+
+class PosthocMethod:
+    """Base class of every stage-2 method: set ``Config``; implement ``fit`` and ``predict``.
+
+    ``predict`` returns scores (N, K) for a split's inputs; like ``Method.predict``, scores for
+    ``target_prior`` None or uniform are the balanced prediction, and a target prior p_t adds the Bayes
+    term log(K p_t) (``target_shift``) to balanced scores.
+    """
+
+    Config: ClassVar[type] = EmptyConfig
+    registered_name: ClassVar[str] = "?"
+
+    def __init__(self, cfg: Any, frozen: FrozenRun, seed: int):
+        self.cfg, self.frozen, self.seed = cfg, frozen, int(seed)
+        self.num_classes = frozen.num_classes
+
+    def fit(self) -> None:
+        """Fit on ``self.frozen.train`` (closed form or a few epochs); the default has nothing to fit."""
+
+    def predict(self, inputs: SplitInputs, *, target_prior: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def target_shift(self, target_prior: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        """log(K p_t), zero for None or uniform: the one rule of ``Method.target_shift``, reused."""
+        return Method.target_shift(self, target_prior, like)
+
+    def result_extras(self) -> dict:
+        """JSON-able facts about the fitted classifier (e.g. kappa per class) for the stage-2 result."""
+        return {}
+
+
+def posthoc_config(name: str, options: dict, where: str) -> Any:
+    return from_dict(POSTHOC.get(name).Config, options, where)
+
+
+def resolved_posthoc_spec(spec: dict, where: str = "posthoc") -> dict:
+    """``{'name': ..., **options}`` with every default filled in: what a stage-2 result is named by."""
+    options = dict(spec)
+    name = options.pop("name")
+    return {"name": name, **to_dict(posthoc_config(name, options, where))}
+
+
+def create_posthoc(spec: dict, frozen: FrozenRun, seed: int, where: str = "posthoc") -> PosthocMethod:
+    """Build and fit a stage-2 method from ``{'name': ..., **options}``."""
+    options = dict(spec)
+    name = options.pop("name")
+    method = POSTHOC.get(name)(posthoc_config(name, options, where), frozen, seed)
+    method.fit()
+    return method
+
+
+MAX_SETTINGS = 100_000  # stage-2 settings a recipe may declare (each is milliseconds to seconds per run)
+
+
+def expand_posthoc(entries, where: str = "posthoc") -> list[dict]:
+    """A recipe's ``posthoc:`` list -> resolved stage-2 specs, in order, duplicates once.
+
+    Each entry is ``{name: ..., option: value, ...}``; an option given as a list is a grid axis, so
+    ``{name: tau_norm, tau: [0, 0.5, 1]}`` is three settings and two list options give their product.
+    """
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}: expected a list of stage-2 settings, e.g. [{{name: tau_norm, tau: [0, 1]}}], "
+                          f"got {short_repr(entries)}")
+    out, seen = [], set()
+    for i, entry in enumerate(entries):
+        here = f"{where}[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ConfigError(f"{here}: expected a mapping with a stage-2 method 'name', got {short_repr(entry)}")
+        for point in _entry_points(entry):
+            try:
+                spec = resolved_posthoc_spec(point, here)
+            except ConfigError:
+                raise
+            except LtbenchError as exc:  # an unknown name: the registry lists the known ones
+                raise ConfigError(f"{here}.name: {exc}") from None
+            text = json.dumps(spec, sort_keys=True)
+            if text not in seen:
+                seen.add(text)
+                out.append(spec)
+        if len(out) > MAX_SETTINGS:
+            raise ConfigError(f"{where}: more than {MAX_SETTINGS} stage-2 settings; split the grid")
+    return out
+
+
+def _entry_points(entry: dict) -> list[dict]:
+    axes = {k: v for k, v in entry.items() if isinstance(v, list) and k != "name"}
+    fixed = {k: v for k, v in entry.items() if k not in axes}
+    return [{**fixed, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]

@@ -1,0 +1,270 @@
+"""Running a recipe's ``posthoc:`` grid over its finished runs, and storing each stage-2 result.
+
+Layout (docs/results-schema.md, "Stage-2 results"): next to the run it was fitted on,
+
+    RUN_DIR/features/...                 the feature cache (ltbench/features.py)
+    RUN_DIR/posthoc/lock                 held while a process works on this run's stage-2 grid
+    RUN_DIR/posthoc/<stage-2 id>/result.json, predictions.npz
+
+The stage-2 id is the sha1 of the resolved stage-2 config (``posthoc_id``), so a setting is computed
+once: ``ltbench posthoc`` skips every setting whose result is usable (``store.check_result``, the same
+rule as for runs) and resumes the rest. A stage-2 result has the metrics schema of a run (all, groups,
+per class, target priors, test sets); its ``config`` is the run's config plus a ``posthoc`` section, so a
+table treats it as one more row ("run label + stage-2 label") and can select it by ``posthoc.*`` keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ltbench import features, registry, store
+from ltbench.config import EvalConfig, from_dict
+from ltbench.errors import LtbenchError
+from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
+from ltbench.method import MethodContext, create_method
+from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
+from ltbench.predictions import save_predictions
+from ltbench.provenance import git_state
+from ltbench.registry import POSTHOC
+from ltbench.selection import headline
+
+POSTHOC_DIR = store.POSTHOC_DIR
+posthoc_id, stage2_run_id = store.posthoc_id, store.stage2_run_id
+
+
+# ------------------------------------------------------------------------------------------------
+# A finished run, frozen
+
+
+def trained_method(config: dict, state: dict, class_counts: torch.Tensor, feature_dim: int):
+    """The run's method with the final checkpoint's weights, in eval mode (no data, no backbone needed)."""
+    ctx = MethodContext(len(class_counts), class_counts, feature_dim, config["optim"]["epochs"])
+    with torch.random.fork_rng(devices=[]):  # initialisation draws must not move the caller's RNG
+        method = create_method(config["method"], ctx)
+    prefix = "method."
+    method.load_state_dict({k[len(prefix):]: v for k, v in state["model"].items() if k.startswith(prefix)})
+    method.load_extra_state(state.get("method_extra", {}))
+    return method.eval()
+
+
+def load_frozen(run_dir: Path) -> FrozenRun:
+    """A finished run with its cached features (extract them first: ``features.extract_features``)."""
+    result = features.finished_result(run_dir)
+    if not features.is_complete(run_dir, (features.read_meta(run_dir) or {}).get("dtype", "float32")):
+        raise LtbenchError(f"{run_dir}: the feature cache is incomplete or stale; run 'ltbench posthoc' to extract it")
+    state = features.load_final_state(run_dir, result)
+    config = result["config"]
+    splits = {}
+    for name in features.cached_splits(config):
+        arrays = features.load_split(run_dir, name)
+        z = torch.from_numpy(arrays["z"]) if "z" in arrays else None
+        splits[name] = SplitInputs(torch.from_numpy(arrays["features"]), torch.from_numpy(arrays["labels"]), z)
+    counts = torch.as_tensor(result["data"]["class_counts_train"], dtype=torch.long)
+    method = trained_method(config, state, counts, splits["train"].features.shape[1])
+    return FrozenRun(result["run_id"], config, counts, method, splits)
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation: the same core and the same metrics as engine.evaluate
+
+
+def checked_scores(clf, inputs: SplitInputs, prior: torch.Tensor, name: str) -> np.ndarray:
+    """argmax of the stage-2 scores, after the shape and finiteness checks runs get too."""
+    with torch.no_grad():
+        scores = clf.predict(inputs, target_prior=prior)
+    k = clf.num_classes
+    if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (len(inputs), k):
+        raise LtbenchError(f"posthoc '{name}': predict() must return a tensor of shape ({len(inputs)}, {k})")
+    if not bool(torch.isfinite(scores).all()):
+        raise LtbenchError(f"posthoc '{name}': predict() returned non-finite scores")
+    return scores.argmax(1).numpy()
+
+
+def evaluate_posthoc(clf, frozen: FrozenRun, name: str) -> tuple[dict, dict]:
+    """(metrics, prediction arrays) of a fitted stage-2 method: test set under the uniform prior, every
+    eval.target_priors (per-class accuracy of the prior-adapted prediction), every eval.test_sets."""
+    ev = from_dict(EvalConfig, frozen.config.get("eval", {}), "eval")
+    counts, k = frozen.class_counts.numpy(), frozen.num_classes
+    test = frozen.splits["test"]
+    pred = checked_scores(clf, test, torch.full((k,), 1.0 / k), name)
+    metrics = summarize(pred, test.labels.numpy(), counts, ev.many_threshold, ev.few_threshold)
+    arrays = {"labels": test.labels.numpy(), "head:main": pred}
+    priors = {}
+    for prior_name in ev.target_priors:
+        direction, rho = parse_prior_name(prior_name)
+        prior = longtail_prior(counts, rho, direction)
+        s = summarize(checked_scores(clf, test, torch.as_tensor(prior, dtype=torch.float32), name),
+                      test.labels.numpy(), counts, ev.many_threshold, ev.few_threshold)
+        priors[prior_name] = {"all": accuracy_under_prior(s["per_class"], prior), **{g: s[g] for g in ("many", "medium", "few")}}
+    if priors:
+        metrics["target_priors"] = priors
+    sets = {}
+    for set_name in ev.test_sets:
+        inputs = frozen.splits[f"test_set:{set_name}"]
+        labels = inputs.labels.numpy()
+        prior = torch.as_tensor(np.bincount(labels, minlength=k) / max(len(labels), 1), dtype=torch.float32)
+        set_pred = checked_scores(clf, inputs, prior, name)
+        arrays[f"set:{set_name}:labels"], arrays[f"set:{set_name}:head:main"] = labels, set_pred
+        sets[set_name] = {"size": int(len(labels)), **headline(summarize(set_pred, labels, counts, ev.many_threshold,
+                                                                          ev.few_threshold))}
+    if sets:
+        metrics["test_sets"] = sets
+    return metrics, arrays
+
+
+# ------------------------------------------------------------------------------------------------
+# One stage-2 result
+
+
+def plugin_code(name: str) -> dict:
+    """Path and sha256 of the stage-2 plugin's module (as a run records its plugins' code)."""
+    import sys
+
+    module = sys.modules.get(POSTHOC.entry(name).module)
+    path = getattr(module, "__file__", None)
+    return {POSTHOC.entry(name).module: {"path": path, "sha256": store.file_sha256(Path(path)) if path else None}}
+
+
+def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) -> dict:
+    """The header of a stage-2 result: what was fitted on what (docs/results-schema.md)."""
+    config = {**run_result["config"], "posthoc": spec}
+    return {"schema_version": store.SCHEMA_VERSION, "kind": "posthoc",
+            "run_id": stage2_run_id(run_result["run_id"], spec), "posthoc_of": run_result["run_id"],
+            "posthoc": spec, "recipe": run_result.get("recipe"), "grid": run_result.get("grid") or {},
+            "config": config, "seed": run_result.get("seed"), "data": run_result.get("data"),
+            "features": {k: meta.get(k) for k in ("checkpoint_sha256", "dtype", "view")},
+            "code": plugin_code(spec["name"]),
+            "provenance": provenance, "started": time.time()}
+
+
+def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, out_dir: Path,
+                   provenance: dict) -> str:
+    """Fit one stage-2 setting, evaluate it, write its result.json (and predictions.npz); 'done' or 'failed'.
+    A failing setting is recorded as failed and never stops the grid."""
+    record = stage2_record(run_result, spec, meta, provenance)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        clf = create_posthoc(spec, frozen, seed=int(run_result["config"].get("seed", 0)))
+        fitted = time.perf_counter()
+        metrics, arrays = evaluate_posthoc(clf, frozen, spec["name"])
+        save_predictions(out_dir, arrays, frozen.num_classes)
+        record.update(status="done", metrics=metrics, method_extras=clf.result_extras(),
+                      fit_seconds=fitted - t0, eval_seconds=time.perf_counter() - fitted)
+    except LtbenchError as exc:
+        record.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+    except Exception as exc:  # a plugin's own bug: kept with its traceback, the grid goes on
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
+                      traceback=traceback.format_exc())
+    record["ended"] = time.time()
+    record["wall_seconds"] = record["ended"] - record["started"]
+    write_compact_json(out_dir / store.RESULT, record)
+    return record["status"]
+
+
+def write_compact_json(path: Path, record: dict) -> None:
+    """result.json without indentation: a stage-2 grid writes hundreds per run (6.5 KB indented, 4.3 KB not)."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+    store.atomic_write_bytes(path, text.encode())
+
+
+# ------------------------------------------------------------------------------------------------
+# A run's grid, and a recipe's
+
+
+def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, redo_failed: bool = False) -> list[dict]:
+    """The settings of ``specs`` without a usable result below RUN_DIR/posthoc: failed ones count as done
+    unless ``redo_failed``; damaged ones, and results fitted on another checkpoint's features (the run was
+    trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone."""
+    todo = []
+    for spec in specs:
+        out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
+        check = store.check_result(out)
+        if check.state == "unusable":
+            store.set_aside(out / store.RESULT)
+        elif check.usable and (check.result.get("features") or {}).get("checkpoint_sha256") != checkpoint_sha256:
+            store.set_aside(out / store.RESULT, "stale")
+        elif check.state == "done" or (check.state == "failed" and not redo_failed):
+            continue
+        todo.append(spec)
+    return todo
+
+
+def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", redo_failed: bool = False,
+                    threads: int = 0, plugins: tuple[str, ...] = (), say: Callable[[str], None] = print) -> dict[str, int]:
+    """Features (when missing), then every pending setting of one finished run, under the run's
+    stage-2 lock. Returns counts: done, failed, already (found done before), busy (locked elsewhere).
+    A worker process gets the plugin folders the recipe imported (``plugins``)."""
+    if threads:
+        torch.set_num_threads(threads)
+    registry.add_plugin_paths(list(plugins))
+    run_dir = Path(run_dir)
+    (run_dir / POSTHOC_DIR).mkdir(exist_ok=True)
+    claim = store.claim_run(run_dir / POSTHOC_DIR)
+    if claim is None:
+        say(f"{run_dir.name}: skipped: another process is running its stage-2 grid")
+        return {"busy": len(specs)}
+    with claim:
+        meta = features.extract_features(run_dir, dtype, say)
+        todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed)
+        counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0}
+        if not todo:
+            return counts
+        frozen, result = load_frozen(run_dir), features.finished_result(run_dir)
+        provenance = git_state(Path(__file__).resolve().parent.parent)
+        threads_before = torch.get_num_threads()
+        torch.set_num_threads(1)  # stage-2 tensors are small: more threads cost more than they give
+        try:                      # (benchmarks/posthoc_grid.py: 7x slower with 2 threads on a loaded machine)
+            for spec in todo:
+                status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec),
+                                        provenance)
+                counts[status] += 1
+        finally:
+            torch.set_num_threads(threads_before)
+        say(f"{run_dir.name}: {counts['done']} stage-2 setting(s) done, {counts['failed']} failed, "
+            f"{counts['already']} already there")
+        return counts
+
+
+def unfinished_runs(runs: list[dict]) -> list[tuple[dict, str]]:
+    """(run spec, status) of every run of the recipe that is not done: reported, never silently skipped."""
+    out = []
+    for spec in runs:
+        state = store.run_status(Path(spec["run_dir"]))
+        if state != "done":
+            out.append((spec, state))
+    return out
+
+
+def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str = "float32",
+                redo_failed: bool = False, say: Callable[[str], None] = print) -> dict[str, int]:
+    """The stage-2 grid ``specs`` over every finished run of ``runs`` (recipe run specs), ``jobs`` runs at a
+    time (worker processes with cores/jobs torch threads each). Returns summed counts, 'unfinished' included."""
+    missing = unfinished_runs(runs)
+    for spec, state in missing:
+        say(f"{spec['run_id']} ({spec['config']['method']['name']}, seed {spec['config']['seed']}) is {state}: "
+            f"no stage-2 results for it; finish it with 'ltbench run' and run this again")
+    unfinished_ids = {spec["run_id"] for spec, _ in missing}
+    ready = [s["run_dir"] for s in runs if s["run_id"] not in unfinished_ids]
+    totals = {"unfinished": len(missing)}
+    if jobs <= 1 or len(ready) <= 1:
+        results = [posthoc_one_run(d, specs, dtype, redo_failed, say=say) for d in ready]
+    else:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            plugins = tuple(registry.plugin_paths())
+            futures = [pool.submit(posthoc_one_run, d, specs, dtype, redo_failed, threads, plugins) for d in ready]
+            results = [f.result() for f in futures]
+    for counts in results:
+        for key, value in counts.items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
