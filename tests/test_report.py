@@ -366,3 +366,18 @@ def test_bootstrap_marks_come_from_stored_predictions(write_recipe):
     ce = rows_by_label(table)["ce"]
     assert ce.cells[(0, 3)].similar and not ce.cells[(0, 0)].similar  # only whole-test-set columns
     assert "paired bootstrap over test images" in report.render(table, "markdown")
+
+
+def test_a_head_row_never_shows_the_main_predictions_shifted_numbers(write_recipe):
+    # results record heads' shot groups only; a head row's prior column stays empty with a note,
+    # never the main prediction's forward50 accuracy under the head's label
+    tables = {"t": {"heads": ["aux"], "columns": ["all", "prior:forward50"]}}
+    path = write_recipe("r", {**LA_GRID, "seeds": [0, 1], "tables": tables})
+    populate(load_recipe(path))
+    table = table_of(path)
+    head_rows = [r for r in table.rows if r.head == "aux"]
+    assert head_rows and all(r.cells[(0, 0)].values for r in head_rows)
+    assert all(not r.cells[(0, 1)].values for r in head_rows)
+    assert any("not recorded" in note for r in head_rows for note in r.notes)
+    main_rows = [r for r in table.rows if not r.head]
+    assert all(r.cells[(0, 1)].values for r in main_rows)

@@ -61,8 +61,10 @@ def _stable_group_order(rows: list[Row]) -> list[Row]:
 
 
 def metric_key(row: Row, column: str) -> str:
-    """The flat metric name a cell reads: a row's head replaces the main prediction's groups."""
-    if row.head and column in GROUPS:
+    """The flat metric name a cell reads. A head row reads its head's numbers only: results record a head's
+    shot groups on the main test set, not its shifted-prior or test-set accuracy, so such a cell stays
+    empty with a 'not recorded' note instead of showing the main prediction's number under the head's label."""
+    if row.head:
         return f"head:{row.head}:{column}"
     return column
 
