@@ -46,16 +46,19 @@ def cmd_run(args) -> int:
 
 def cmd_posthoc(args) -> int:
     """The recipe's stage-2 grid over its finished runs (docs/posthoc.md)."""
-    from ltbench.posthoc_runs import run_posthoc
+    from ltbench.launch import launch_posthoc
     from ltbench.recipe import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides, results_dir=args.results)
     if not recipe.posthoc:
         raise LtbenchError(f"{args.recipe}: posthoc: no stage-2 settings declared; add a 'posthoc:' list, e.g. "
                            f"[{{name: tau_norm, tau: [0, 0.5, 1]}}] (docs/posthoc.md)")
+    if args.launcher:
+        recipe.launcher.name = args.launcher
     jobs = args.jobs or recipe.launcher.jobs
-    print(f"recipe {recipe.name}: {len(recipe.posthoc)} stage-2 setting(s) x {len(recipe.runs)} run(s), {jobs} job(s)")
-    totals = run_posthoc(recipe.runs, recipe.posthoc, jobs=jobs, dtype=args.dtype, redo_failed=args.rerun_failed)
+    print(f"recipe {recipe.name}: {len(recipe.posthoc)} stage-2 setting(s) x {len(recipe.runs)} run(s), "
+          f"launcher {recipe.launcher.name}" + (f", {jobs} job(s)" if recipe.launcher.name == "local" else ""))
+    totals = launch_posthoc(recipe, jobs=jobs, dtype=args.dtype, redo_failed=args.rerun_failed)
     print("stage 2: " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
     return 0 if not totals.get("failed") and not totals.get("unfinished") else 1
 
@@ -219,8 +222,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
-    p.add_argument("--launcher", choices=["local"], default="local",
-                   help="local: runs in worker processes (--jobs); slurm/debug are not supported for stage 2 yet")
+    p.add_argument("--launcher", choices=["local", "slurm", "debug"],
+                   help="local: worker processes here (--jobs); slurm: one array task per finished run")
     p.add_argument("--jobs", type=_positive_int, help="runs processed at a time (default: the recipe's launcher.jobs)")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="feature cache precision")
     p.add_argument("--rerun-failed", action="store_true", help="fit again the stage-2 settings that failed")

@@ -138,6 +138,30 @@ def launch_debug(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait:
 LAUNCHERS = {"local": launch_local, "pool": launch_pool, "slurm": launch_slurm, "debug": launch_debug}
 
 
+def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float32",
+                   redo_failed: bool = False) -> dict[str, int]:
+    """``ltbench posthoc`` through the recipe's launcher: 'local' fits the stage-2 grid here (``jobs`` runs at a
+    time); 'slurm' submits one array task per finished run and returns (run the command again, or
+    ``ltbench table``, once they end: stored settings are skipped); 'debug' runs those tasks in this process.
+    Returns summed counts ('unfinished', 'done', 'failed', 'already', 'busy'; 'submitted' on Slurm)."""
+    from ltbench.posthoc_runs import add_counts, ready_run_dirs, run_posthoc
+
+    name = recipe.launcher.name
+    if name not in ("slurm", "debug"):
+        return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed)
+    from ltbench import slurm
+
+    if name == "slurm":
+        slurm.require_sbatch()
+    run_dirs, totals = ready_run_dirs(recipe.runs)
+    submitted = slurm.submit_posthoc(recipe, run_dirs, recipe.posthoc, name, dtype, redo_failed)
+    if name == "slurm":
+        return {**totals, "submitted": len(run_dirs)}
+    for job in submitted:  # the debug executor runs a task when its result is asked for
+        add_counts(totals, job.result())
+    return totals
+
+
 def report_elsewhere(specs: list[dict]) -> None:
     """Say what became of the runs another process was running when this one reached them."""
     if not specs:

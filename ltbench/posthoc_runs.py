@@ -245,17 +245,27 @@ def unfinished_runs(runs: list[dict]) -> list[tuple[dict, str]]:
     return out
 
 
-def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str = "float32",
-                redo_failed: bool = False, say: Callable[[str], None] = print) -> dict[str, int]:
-    """The stage-2 grid ``specs`` over every finished run of ``runs`` (recipe run specs), ``jobs`` runs at a
-    time (worker processes with cores/jobs torch threads each). Returns summed counts, 'unfinished' included."""
+def ready_run_dirs(runs: list[dict], say: Callable[[str], None] = print) -> tuple[list[str], dict[str, int]]:
+    """The folders of the finished runs among ``runs``, and {'unfinished': n}; each unfinished run is named."""
     missing = unfinished_runs(runs)
     for spec, state in missing:
         say(f"{spec['run_id']} ({spec['config']['method']['name']}, seed {spec['config']['seed']}) is {state}: "
             f"no stage-2 results for it; finish it with 'ltbench run' and run this again")
     unfinished_ids = {spec["run_id"] for spec, _ in missing}
-    ready = [s["run_dir"] for s in runs if s["run_id"] not in unfinished_ids]
-    totals = {"unfinished": len(missing)}
+    return [s["run_dir"] for s in runs if s["run_id"] not in unfinished_ids], {"unfinished": len(missing)}
+
+
+def add_counts(totals: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
+    for key, value in counts.items():
+        totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str = "float32",
+                redo_failed: bool = False, say: Callable[[str], None] = print) -> dict[str, int]:
+    """The stage-2 grid ``specs`` over every finished run of ``runs`` (recipe run specs), ``jobs`` runs at a
+    time (worker processes with cores/jobs torch threads each). Returns summed counts, 'unfinished' included."""
+    ready, totals = ready_run_dirs(runs, say)
     if jobs <= 1 or len(ready) <= 1:
         results = [posthoc_one_run(d, specs, dtype, redo_failed, say=say) for d in ready]
     else:
@@ -265,6 +275,5 @@ def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str =
             futures = [pool.submit(posthoc_one_run, d, specs, dtype, redo_failed, threads, plugins) for d in ready]
             results = [f.result() for f in futures]
     for counts in results:
-        for key, value in counts.items():
-            totals[key] = totals.get(key, 0) + value
+        add_counts(totals, counts)
     return totals

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 import submitit
 
@@ -43,6 +44,19 @@ class RunJob(submitit.helpers.Checkpointable):
         return submitit.helpers.DelayedSubmission(RunJob(), spec, redo)
 
 
+class PosthocJob(submitit.helpers.Checkpointable):
+    """What a Slurm task executes for ``ltbench posthoc``: one finished run's stage-2 grid, its features first."""
+
+    def __call__(self, run_dir: str, specs: list[dict], dtype: str = "float32", redo_failed: bool = False) -> dict:
+        from ltbench.posthoc_runs import posthoc_one_run
+
+        return posthoc_one_run(run_dir, specs, dtype, redo_failed, say=lambda msg: print(msg, flush=True))
+
+    def checkpoint(self, *args) -> submitit.helpers.DelayedSubmission:
+        # Each stage-2 result is stored as soon as it is fitted: a requeued task skips the stored ones.
+        return submitit.helpers.DelayedSubmission(PosthocJob(), *args)
+
+
 def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:
     c: LauncherConfig = recipe.launcher
     folder = recipe.root / "_submitit" / "%j"
@@ -65,14 +79,34 @@ def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:
 def submit(recipe: Recipe, specs: list[dict], wait: bool = False, redo: tuple[str, ...] = ()) -> list[str]:
     """Submit ``specs`` to Slurm as job arrays of at most ``launcher.max_array_size``; returns the job
     ids. ``wait``: block until every run has a result (or its job left the queue)."""
-    if shutil.which("sbatch") is None:
-        raise LtbenchError("launcher slurm: 'sbatch' is not on PATH; run on a Slurm login node "
-                           "(or start a local cluster: scripts/slurm-local.sh up) or use --launcher local")
+    require_sbatch()
     jobs = submit_arrays(recipe, specs, "slurm", redo)
     job_ids = [str(job.job_id) for job in jobs]
     if wait and job_ids:
         wait_for(recipe, specs, job_ids)
     return job_ids
+
+
+def require_sbatch() -> None:
+    if shutil.which("sbatch") is None:
+        raise LtbenchError("launcher slurm: 'sbatch' is not on PATH; run on a Slurm login node "
+                           "(or start a local cluster: scripts/slurm-local.sh up) or use --launcher local")
+
+
+def submit_posthoc(recipe: Recipe, run_dirs: list[str], specs: list[dict], cluster: str, dtype: str = "float32",
+                   redo_failed: bool = False) -> list:
+    """One array task per finished run, fitting the stage-2 grid ``specs`` on it (``cluster``: 'slurm' or
+    'debug'), in arrays of at most ``launcher.max_array_size``. Returns the jobs."""
+    if not run_dirs:
+        return []
+    ex = make_executor(recipe, cluster)
+    size, jobs = max(1, recipe.launcher.max_array_size), []
+    for start in range(0, len(run_dirs), size):
+        chunk = run_dirs[start : start + size]
+        n = len(chunk)
+        jobs += _map_array(ex, PosthocJob(), chunk, [specs] * n, [dtype] * n, [redo_failed] * n)
+        print(f"submitted the stage-2 grid of {n} run(s) as {cluster} job array {str(jobs[-1].job_id).split('_')[0]}")
+    return jobs
 
 
 def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[str, ...] = ()) -> list:
@@ -89,7 +123,7 @@ def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[s
     all_jobs = []
     for start in range(0, len(specs), size):
         chunk = specs[start : start + size]
-        jobs = _submit_array(ex, chunk, redo)
+        jobs = _map_array(ex, RunJob(), chunk, [tuple(redo)] * len(chunk))
         all_jobs += jobs
         for job, spec in zip(jobs, chunk):
             store.atomic_write_json(Path(spec["run_dir"]) / store.SUBMITTED,
@@ -99,15 +133,15 @@ def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[s
     return all_jobs
 
 
-def _submit_array(ex: submitit.AutoExecutor, chunk: list[dict], redo: tuple[str, ...] = ()) -> list:
-    """map_array outside any enclosing Slurm job's environment (submitit's clean_env), but keeping
-    SLURM_CONF, which says which cluster to talk to."""
+def _map_array(ex: submitit.AutoExecutor, job: Callable, *arguments: list) -> list:
+    """``ex.map_array(job, *arguments)`` outside any enclosing Slurm job's environment (submitit's clean_env),
+    but keeping SLURM_CONF, which says which cluster to talk to."""
     conf = os.environ.get("SLURM_CONF")
     try:
         with submitit.helpers.clean_env():
             if conf:
                 os.environ["SLURM_CONF"] = conf
-            return ex.map_array(RunJob(), chunk, [tuple(redo)] * len(chunk))
+            return ex.map_array(job, *arguments)
     except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
         lines = [l for l in str(exc).splitlines() if l.strip()]
         raise LtbenchError(f"sbatch failed: {lines[-1] if lines else exc}") from None

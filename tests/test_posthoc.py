@@ -14,6 +14,7 @@ from ltbench.posthoc import create_posthoc, expand_posthoc
 from ltbench.posthoc_runs import evaluate_posthoc, load_frozen, posthoc_id, run_posthoc
 from ltbench.predictions import load_predictions
 from ltbench.registry import POSTHOC
+from tests.test_slurm_submit import fake_sbatch  # noqa: F401 - a fixture: sbatch that records its calls
 
 BAPE = {"name": "bape", "aux": {"name": "la"}, "aux_views": ["default"], "bape_views": ["default", "default"],
         "proj_dim": 8, "hidden_dim": 16, "alpha_hat": 40.0, "beta_hat": 8.0}
@@ -278,3 +279,40 @@ def test_every_posthoc_method_passes_the_tiny_input_contract_of_ltbench_check(na
     from ltbench.contract import check_posthoc
 
     check_posthoc(POSTHOC.get(name), name)
+
+
+# ------------------------------------------------------------------------------------------------
+# Launchers: the same grid through submitit's debug executor, and as a Slurm array (fake sbatch)
+
+
+def _recipe_with(runs, grid: list[dict], launcher: str):
+    import copy
+
+    recipe = copy.deepcopy(runs["recipe"])
+    recipe.posthoc, recipe.launcher.name = expand_posthoc(grid), launcher
+    return recipe
+
+
+def test_posthoc_through_the_debug_launcher_stores_what_local_would(runs):
+    from ltbench.launch import launch_posthoc
+
+    recipe = _recipe_with(runs, [{"name": "la_posthoc", "tau": [0.25, 0.75]}], "debug")
+    assert launch_posthoc(recipe) == {"unfinished": 0, "already": 0, "done": 6, "failed": 0}
+    for run in recipe.runs:
+        for spec in recipe.posthoc:
+            assert store.check_result(features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)).state == "done"
+    recipe.launcher.name = "local"
+    assert launch_posthoc(recipe)["already"] == 6  # the same results, found by the local launcher
+
+
+def test_posthoc_on_slurm_submits_one_array_task_per_finished_run(runs, fake_sbatch, capsys):
+    from ltbench.launch import launch_posthoc
+    from tests.test_slurm_submit import calls, sbatch_options
+
+    recipe = _recipe_with(runs, [{"name": "tau_norm", "tau": 0.3}], "slurm")
+    assert launch_posthoc(recipe) == {"unfinished": 0, "submitted": 3}
+    (job_id, script), = calls(fake_sbatch)
+    assert sbatch_options(script)["array"] == "0-2%3"  # 3 runs, 3 tasks (parallelism capped at the size)
+    assert f"submitted the stage-2 grid of 3 run(s) as slurm job array {job_id}" in capsys.readouterr().out
+    spec = recipe.posthoc[0]
+    assert not any((features.Path(r["run_dir"]) / "posthoc" / posthoc_id(spec)).exists() for r in recipe.runs)
