@@ -234,6 +234,22 @@ def to_dict(obj: Any) -> dict:
     return data
 
 
+def value_text(v: Any) -> str:
+    """Canonical short text of a config value: 1.0 -> '1', True -> 'true', [a, b] -> '[a,b]'. The one spelling
+    of a value in labels, so progress lines and table rows name a run alike ('la (tau=1)')."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:g}"
+    if v is None:
+        return "none"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(value_text(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}={value_text(x)}" for k, x in sorted(v.items())) + "}"
+    return str(v)
+
+
 def join_path(path: str, key: Any) -> str:
     """'a.b' + 'c' -> 'a.b.c': the field path an error message names (the one helper recipe.py uses too)."""
     return f"{path}.{key}" if path else str(key)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ltbench import store
+from ltbench.config import value_text
 from ltbench.errors import DataMissingError
 from ltbench.recipe import Recipe, distinct_data, run_label
 
@@ -66,7 +67,7 @@ def print_plan(recipe: Recipe) -> int:
     for spec in recipe.runs:
         c = spec["config"]
         status = store.run_status(Path(spec["run_dir"]))
-        print(f"  {spec['run_id']}  {status:<11} {c['data']['name']} rho={c['data'].get('imb_factor', '-')} "
+        print(f"  {spec['run_id']}  {status:<11} {c['data']['name']} rho={value_text(c['data'].get('imb_factor', '-'))} "
               f"{c['backbone']['name']} {run_label(spec)} seed={c['seed']}")
     return 0
 

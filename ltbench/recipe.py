@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from ltbench import registry
-from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, \
+from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text, \
     without_local_fields
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
@@ -476,7 +476,7 @@ def _short(v: Any) -> str:
     if isinstance(v, dict):
         rest = ",".join(f"{k}={_short(x)}" for k, x in v.items() if k != "name")
         return f"{v.get('name', '?')}[{rest}]" if rest else str(v.get("name", v))
-    return str(v)
+    return value_text(v)
 
 
 def distinct_data(runs: list[dict]) -> list[dict]:

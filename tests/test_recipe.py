@@ -136,3 +136,14 @@ def test_reference_bape_runs_keep_their_recorded_run_ids():
     recipe = load_recipe(root / "recipes" / "fmnist_bape.yaml")
     recorded = {p.name for p in (root / "docs" / "reference-results" / "fmnist_bape").iterdir()}
     assert {r["run_id"] for r in recipe.runs} <= recorded
+
+
+def test_progress_labels_spell_values_as_table_rows_do(write_recipe):
+    # one spelling of a value everywhere: the dry-run / progress label and a table row both say 'la (tau=1)'
+    from ltbench.recipe import run_label
+    from ltbench.report.rows import default_labels
+
+    recipe = load_recipe(write_recipe(extra={"grid": {"method": [{"name": "la", "tau": 1.0}, {"name": "la", "tau": 2}]}}))
+    assert [run_label(r) for r in recipe.runs] == ["la (tau=1)", "la (tau=2)"]
+    flats = [{"method.name": "la", "method.tau": 1.0}, {"method.name": "la", "method.tau": 2}]
+    assert default_labels(flats, set()) == ["la (tau=1)", "la (tau=2)"]

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ltbench.config import value_text  # noqa: F401 - re-exported: the report modules import it from here
 from ltbench.errors import ConfigError
 from ltbench.report.spec import GROUPS, PRIOR_NAME, TEMPLATE_FIELD, TableSpec
 
@@ -40,21 +41,6 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
-
-
-def value_text(v: Any) -> str:
-    """Canonical short text of a config value: 1.0 -> '1', True -> 'true', [a, b] -> '[a,b]'."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:g}"
-    if v is None:
-        return "none"
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(value_text(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{k}={value_text(x)}" for k, x in sorted(v.items())) + "}"
-    return str(v)
 
 
 def short_key(key: str) -> str:
