@@ -316,3 +316,14 @@ def test_posthoc_on_slurm_submits_one_array_task_per_finished_run(runs, fake_sba
     assert f"submitted the stage-2 grid of 3 run(s) as slurm job array {job_id}" in capsys.readouterr().out
     spec = recipe.posthoc[0]
     assert not any((features.Path(r["run_dir"]) / "posthoc" / posthoc_id(spec)).exists() for r in recipe.runs)
+
+
+def test_figures_frames_leave_stage2_rows_out_unless_asked(runs):
+    from ltbench import report
+
+    recipe = runs["recipe"]
+    run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)  # the declared grid (idempotent)
+    trained = set(report.load(runs["path"]).runs["row"].dropna())
+    everything = set(report.load(runs["path"], stage2=True).runs["row"].dropna())
+    assert trained == {"ce", "la", "bape"}  # one row per trained method: figures stay readable
+    assert trained < everything and any("la_posthoc" in row for row in everything)

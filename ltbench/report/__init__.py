@@ -28,13 +28,14 @@ from ltbench.errors import LtbenchError
 FORMATS = ("markdown", "latex", "csv")
 
 
-def load(path, results=None, overrides=()):
+def load(path, results=None, overrides=(), stage2: bool = False):
     """Tidy pandas DataFrames of every run below ``path`` (a results folder or a recipe file, with
     the recipe's overrides): runs, heads, shift, test_sets, per_class, class_stats, curves. See
-    ``ltbench.report.frames`` for the columns."""
+    ``ltbench.report.frames`` for the columns. ``stage2``: include stage-2 results (ltbench posthoc) as
+    rows too; off by default, since a grid adds hundreds of rows per run."""
     from ltbench.report.frames import load as _load
 
-    return _load(path, results=results, overrides=overrides)
+    return _load(path, results=results, overrides=overrides, stage2=stage2)
 
 
 def render(table, fmt: str = "markdown") -> str:

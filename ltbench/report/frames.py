@@ -44,13 +44,16 @@ class Frames:
         return [f.name for f in fields(self)]
 
 
-def row_labels(path, results=None, overrides=()) -> tuple[list[dict], dict[str, str]]:
-    """Run records and, for each run folder, the label of the default table's row it belongs to."""
+def row_labels(path, results=None, overrides=(), stage2: bool = False) -> tuple[list[dict], dict[str, str]]:
+    """Run records and, for each run folder, the label of the default table's row it belongs to. Stage-2
+    results (a ``posthoc`` config section) are left out unless ``stage2``."""
     from ltbench.report import source
     from ltbench.report.build import build_table
     from ltbench.report.spec import default_table
 
     records, recipe, _ = source(path, results, overrides=overrides)
+    if not stage2:
+        records = [r for r in records if not (r.get("config") or {}).get("posthoc")]
     expected = recipe.expected if recipe is not None else None
     table = build_table("default", default_table(), records, expected, test=None)
     label_of = {}
@@ -111,10 +114,10 @@ def _curve_lines(row: str, seed, run_dir: str, curves: list) -> None:
         curves.append(flat)
 
 
-def load(path, results=None, overrides=()) -> Frames:
+def load(path, results=None, overrides=(), stage2: bool = False) -> Frames:
     import pandas as pd
 
-    records, label_of = row_labels(path, results, overrides)
+    records, label_of = row_labels(path, results, overrides, stage2)
     runs, heads, shift, sets, per_class, class_stats, curves = [], [], [], [], [], [], []
     priors = sorted({k.split(":")[1] for r in records for k in r.get("metrics", {}) if k.startswith("prior:")},
                     key=prior_order)
