@@ -40,7 +40,7 @@ from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
-from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
+from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.method import Method, MethodContext, create_method
 from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.record import TrainOutcome, data_record
@@ -325,14 +325,12 @@ def evaluate_heads(run: Run, heads: dict, labels: np.ndarray, arrays: dict) -> d
 def evaluate_target_priors(run: Run, feats: torch.Tensor, labels: np.ndarray, device: torch.device) -> dict:
     """metrics.target_priors: the prior-adapted prediction; 'all' is the per-class accuracy weighted
     by the target prior (the test set stays balanced), groups are unweighted."""
-    out = {}
-    counts = run.data.class_counts
-    for name in run.eval.target_priors:
-        direction, rho = parse_prior_name(name)
-        prior = longtail_prior(counts, rho, direction)
-        _, s = score_summary(run, run.method.predict(feats, target_prior=prior_tensor(prior, device)), labels)
-        out[name] = {"all": accuracy_under_prior(s["per_class"], prior), **{g: s[g] for g in ("many", "medium", "few")}}
-    return out
+    def predict_for(prior):
+        return run.method.predict(feats, target_prior=prior_tensor(prior, device)).argmax(1).cpu().numpy()
+
+    e = run.eval
+    return target_prior_metrics(e.target_priors, run.data.class_counts, labels, predict_for, e.many_threshold,
+                                e.few_threshold)
 
 
 def evaluate_test_sets(run: Run, device: torch.device, arrays: dict) -> dict:
@@ -342,7 +340,7 @@ def evaluate_test_sets(run: Run, device: torch.device, arrays: dict) -> dict:
     for name in run.eval.test_sets:
         set_labels = run.eval_sets[f"test_set:{name}"][1]
         set_feats = test_features(run, device, source=f"test_set:{name}")
-        prior = np.bincount(set_labels, minlength=k) / max(len(set_labels), 1)
+        prior = label_prior(set_labels, k)
         prediction, s = score_summary(run, run.method.predict(set_feats, target_prior=prior_tensor(prior, device)),
                                       set_labels)
         arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, prediction

@@ -80,6 +80,25 @@ def accuracy_under_prior(per_class_acc, prior) -> float | None:
     return float((acc[ok] * prior[ok]).sum() / prior[ok].sum())
 
 
+def target_prior_metrics(names, train_counts, labels, predict_for, many_threshold: int,
+                         few_threshold: int) -> dict:
+    """metrics.target_priors, one rule for trained runs and stage-2 results alike: for each named shifted
+    prior, the prediction adapted to it (``predict_for(prior)`` -> argmax per test image); 'all' is its
+    per-class accuracy weighted by the prior (the test set stays balanced), groups are unweighted."""
+    out = {}
+    for name in names:
+        direction, rho = parse_prior_name(name)
+        prior = longtail_prior(train_counts, rho, direction)
+        s = summarize(predict_for(prior), labels, train_counts, many_threshold, few_threshold)
+        out[name] = {"all": accuracy_under_prior(s["per_class"], prior), **{g: s[g] for g in ("many", "medium", "few")}}
+    return out
+
+
+def label_prior(labels, num_classes: int) -> np.ndarray:
+    """The class frequencies of a test set: the known prior a shifted test set is predicted with."""
+    return np.bincount(labels, minlength=num_classes) / max(len(labels), 1)
+
+
 def longtail_prior(train_counts, imb_factor: float, direction: str) -> np.ndarray:
     """LADE/SADE shifted test prior: classes ranked by training count (descending);
     the k-th gets weight (1/rho)^(k/(C-1)) ('forward') or (1/rho)^((C-1-k)/(C-1)) ('backward');

@@ -29,7 +29,7 @@ import torch
 from ltbench import features, registry, store
 from ltbench.config import EvalConfig, from_dict
 from ltbench.errors import LtbenchError
-from ltbench.evaluation import accuracy_under_prior, longtail_prior, parse_prior_name, summarize
+from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.method import MethodContext, create_method
 from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
 from ltbench.predictions import save_predictions
@@ -98,20 +98,17 @@ def evaluate_posthoc(clf, frozen: FrozenRun, name: str) -> tuple[dict, dict]:
     pred = checked_scores(clf, test, torch.full((k,), 1.0 / k), name)
     metrics = summarize(pred, test.labels.numpy(), counts, ev.many_threshold, ev.few_threshold)
     arrays = {"labels": test.labels.numpy(), "head:main": pred}
-    priors = {}
-    for prior_name in ev.target_priors:
-        direction, rho = parse_prior_name(prior_name)
-        prior = longtail_prior(counts, rho, direction)
-        s = summarize(checked_scores(clf, test, torch.as_tensor(prior, dtype=torch.float32), name),
-                      test.labels.numpy(), counts, ev.many_threshold, ev.few_threshold)
-        priors[prior_name] = {"all": accuracy_under_prior(s["per_class"], prior), **{g: s[g] for g in ("many", "medium", "few")}}
+    priors = target_prior_metrics(
+        ev.target_priors, counts, test.labels.numpy(),
+        lambda prior: checked_scores(clf, test, torch.as_tensor(prior, dtype=torch.float32), name),
+        ev.many_threshold, ev.few_threshold)
     if priors:
         metrics["target_priors"] = priors
     sets = {}
     for set_name in ev.test_sets:
         inputs = frozen.splits[f"test_set:{set_name}"]
         labels = inputs.labels.numpy()
-        prior = torch.as_tensor(np.bincount(labels, minlength=k) / max(len(labels), 1), dtype=torch.float32)
+        prior = torch.as_tensor(label_prior(labels, k), dtype=torch.float32)
         set_pred = checked_scores(clf, inputs, prior, name)
         arrays[f"set:{set_name}:labels"], arrays[f"set:{set_name}:head:main"] = labels, set_pred
         sets[set_name] = {"size": int(len(labels)), **headline(summarize(set_pred, labels, counts, ev.many_threshold,
