@@ -94,3 +94,46 @@ def test_latex_compiles_with_pdflatex(shapes_results, tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-3000:]
     assert (tmp_path / "tables.pdf").stat().st_size > 1000
+
+
+def test_versus_rows_give_the_difference_and_welch_p_of_the_seed_values(shapes_results):
+    from scipy import stats
+
+    table = built(shapes_results, "switches")
+    pairs = {(c.row.label, c.reference.label): c for c in table.comparisons}
+    assert list(pairs) == [("LA tau 2", "LA tau 1"), ("LA tau 1, 3 epochs", "Baseline"),
+                           ("LA tau 1, 3 epochs", "LA tau 1")]
+    comp = pairs[("LA tau 1, 3 epochs", "LA tau 1")]
+    for (gi, ci), (difference, p) in comp.cells.items():
+        a, b = comp.row.cells[(gi, ci)].values, comp.reference.cells[(gi, ci)].values
+        assert len(a) == 2 and len(b) == 3  # seed 0 of the 3-epoch row is still running: its 2 seeds only
+        assert difference == pytest.approx(sum(a) / len(a) - sum(b) / len(b))
+        assert p == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)
+    csv_text = report.render(table, "csv")
+    assert csv_text.count(",LA tau 1,") >= 4  # one line per compared cell names the reference row
+
+
+def test_versus_without_a_test_prints_differences_and_says_no_p(shapes_results):
+    text = report.render(built(shapes_results, "switches", test=None), "markdown")
+    assert "| LA tau 2 − LA tau 1           | +1.05 " in text and "(p =" not in text
+    assert "p: none (no test asked" in text
+
+
+@pytest.mark.parametrize("versus,expected", [
+    ("LA tau 3", "tables.t.rows[1].versus: no row is labelled 'LA tau 3'"),
+    ("B", "tables.t.rows[1].versus: a row cannot be compared with itself ('B')"),
+    ("A", "tables.t.rows[1].versus: 'A' labels rows in 2 row groups"),
+])
+def test_bad_versus_labels_are_one_line_errors_at_load_time(tmp_path, versus, expected):
+    import yaml
+
+    from ltbench.errors import ConfigError
+
+    raw = yaml.safe_load((SHAPES / "shapes.yaml").read_text())
+    raw["tables"] = {"t": {"rows": [{"label": "A", "group": "x", "where": {"method.name": "ce"}},
+                                    {"label": "B", "group": "y", "where": {"method.name": "la"}, "versus": versus},
+                                    {"label": "A", "group": "z", "where": {"method.name": "la"}}]}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        load_recipe(path, results_dir=tmp_path / "results")

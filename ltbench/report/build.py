@@ -49,6 +49,10 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
         from ltbench.report.significance_marks import mark_similar
 
         table.test = mark_similar(table, test)
+    if any(r.versus for r in rows):
+        from ltbench.report.significance_marks import compare_rows
+
+        table.comparison_test = compare_rows(table, test)
     return table
 
 

@@ -77,6 +77,10 @@ def legend(table: Table) -> str:
         parts.append(f"{PUBLISHED_MARK}: published result (source in the row), not run here")
     if has_delta(table):
         parts.append("Δ: ours − published, in points, on the last column")
+    if table.comparisons:
+        test = f"two-sided {table.comparison_test}" if table.comparison_test else \
+            "none (no test asked, or fewer than two seeds / no stored predictions)"
+        parts.append(f"differences: a row's mean − its reference row's mean, in points; p: {test}")
     return "; ".join(parts) + "."
 
 
@@ -119,6 +123,46 @@ def body_cells(table: Table, row: Row, latex: bool) -> list[str]:
     return out
 
 
+def p_text(p: float | None) -> str:
+    if p is None:
+        return ""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def _difference_text(found: tuple[float, float | None] | None, digits: int) -> str:
+    if found is None:
+        return ""
+    difference, p = found
+    return f"{difference:+.{digits}f}" + (f" ({p_text(p)})" if p is not None else "")
+
+
+def comparison_rows(table: Table, latex: bool) -> list[list[str]]:
+    """One line per (row, reference row) pair: its label, then per cell 'difference (p = ...)', in the
+    main table's cell layout (an empty Δ cell per column group when the table has a Δ column)."""
+    d = table.spec.digits
+    lines = []
+    for comp in table.comparisons:
+        label = f"{comp.row.label} − {comp.reference.label}"
+        cells = []
+        for gi in range(len(table.groups)):
+            for ci in range(len(table.columns)):
+                text = _difference_text(comp.cells.get((gi, ci)), d)
+                cells.append(latex_escape(text) if latex else text)
+            if has_delta(table):
+                cells.append("")
+        lines.append([latex_escape(label) if latex else label] + cells)
+    return lines
+
+
+def _markdown_comparisons(table: Table) -> str:
+    from tabulate import tabulate
+
+    if not table.comparisons:
+        return ""
+    headers = ["Difference (points)"] + _header_cells(table)
+    return "\n\n" + tabulate(comparison_rows(table, False), headers=headers, tablefmt="github", disable_numparse=True)
+
+
 def to_markdown(table: Table) -> str:
     from tabulate import tabulate
 
@@ -133,7 +177,7 @@ def to_markdown(table: Table) -> str:
             current = row.group
         lines.append([_label(table, i, row, marks, False)] + [_switch(row, s, False) for s in table.spec.switches]
                      + body_cells(table, row, False) + ["" if row.published else n_text(table, row)])
-    text = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True)
+    text = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True) + _markdown_comparisons(table)
     tail = [legend(table)] + notes + [f"Note: {n}" for n in table.notes]
     caption = f"**{table.spec.caption}**\n\n" if table.spec.caption else ""
     return caption + text + "\n\n" + "\n".join(tail)
@@ -205,6 +249,10 @@ def to_latex(table: Table) -> str:
             + body_cells(table, row, True) + ["" if row.published else latex_escape(n_text(table, row))]
         prefix = r"\rowcolor{gray!15} " if row.highlight else ""
         out.append(prefix + " & ".join(cells) + r" \\")
+    if table.comparisons:
+        out += [r"\midrule", rf"\multicolumn{{{width}}}{{l}}{{\textit{{Differences (points)}}}} \\"]
+        for line in comparison_rows(table, True):
+            out.append(" & ".join(line[:1] + [""] * len(switches) + line[1:] + [""]) + r" \\")
     out.append(r"\bottomrule")
     for line in [legend(table)] + notes + [f"Note: {n}" for n in table.notes]:
         out.append(rf"\multicolumn{{{width}}}{{p{{0.9\linewidth}}}}{{\footnotesize {latex_escape(line)}}} \\")
@@ -213,11 +261,13 @@ def to_latex(table: Table) -> str:
 
 
 CSV_FIELDS = ["table", "row", "row_group", "column_group", "column", "mean", "std", "n", "expected", "seeds",
-              "values", "best", "second_best", "not_different_from_best", "published_source", "delta", "note"]
+              "values", "best", "second_best", "not_different_from_best", "published_source", "delta", "note",
+              "versus", "versus_difference", "versus_p"]
 
 
 def to_csv(table: Table) -> str:
-    """Tidy: one line per cell (mean, std, n, seeds, per-seed values), then one line per table note."""
+    """Tidy: one line per cell (mean, std, n, seeds, per-seed values), one per compared cell (versus,
+    difference, p), then one line per table note."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
     w.writeheader()
@@ -241,9 +291,21 @@ def to_csv(table: Table) -> str:
                     "published_source": row.published or "",
                     "delta": "" if not cell or cell.delta is None else f"{cell.delta:.{d}f}",
                     "note": "; ".join(row.notes)})
+    _csv_comparisons(table, w)
     for note in table.notes:
         w.writerow({"table": table.name, "note": note})
     return buf.getvalue()
+
+
+def _csv_comparisons(table: Table, w: csv.DictWriter) -> None:
+    """One line per compared cell: the row, its reference row (versus), the difference and p."""
+    d = table.spec.digits + 2
+    for comp in table.comparisons:
+        for (gi, ci), (difference, p) in sorted(comp.cells.items()):
+            w.writerow({"table": table.name, "row": comp.row.label, "row_group": comp.row.group or "",
+                        "column_group": " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))),
+                        "column": table.columns[ci][1], "versus": comp.reference.label,
+                        "versus_difference": f"{difference:.{d}f}", "versus_p": "" if p is None else f"{p:.6g}"})
 
 
 def render(table: Table, fmt: str) -> str:

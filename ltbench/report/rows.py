@@ -22,7 +22,7 @@ from typing import Any
 
 from ltbench.config import value_text  # noqa: F401 - re-exported: the report modules import it from here
 from ltbench.errors import ConfigError
-from ltbench.report.spec import GROUPS, PRIOR_NAME, TEMPLATE_FIELD, TableSpec
+from ltbench.report.spec import GROUPS, PRIOR_NAME, TEMPLATE_FIELD, TableSpec, versus_targets
 
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
@@ -144,6 +144,16 @@ class Row:
     cells: dict[tuple[int, int], Cell] = field(default_factory=dict)  # (column group, column) -> cell
     notes: list[str] = field(default_factory=list)
     published: str | None = None  # source, for a published reference row
+    versus: list["Row"] = field(default_factory=list)  # rows this one is compared with (spec: versus)
+
+
+@dataclass
+class Comparison:
+    """A row against a reference row it names: per cell (column group, column), the difference of the
+    means in points and a p-value (None: the test could not be made, e.g. fewer than two seeds)."""
+    row: Row
+    reference: Row
+    cells: dict[tuple[int, int], tuple[float, float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,6 +179,8 @@ class Table:
     notes: list[str] = field(default_factory=list)
     test: str | None = None  # significance test used, if any
     expected_seeds: bool = False  # rows show n/expected (a recipe was given)
+    comparisons: list[Comparison] = field(default_factory=list)  # rows' ``versus``, in row order
+    comparison_test: str | None = None  # the test behind the comparisons' p-values
 
     def group_header(self, level: int, gi: int) -> str:
         key, value = self.pivot[level], self.groups[gi][level]
@@ -323,6 +335,8 @@ def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot
         if not row.units:
             row.notes.append("no configuration of this recipe matches this row's selector")
         rows.append(row)
+    for i, row in enumerate(rows):
+        row.versus = [rows[j] for j in versus_targets(spec.rows, i, f"{where}.rows[{i}].versus")]
     return rows
 
 

@@ -9,8 +9,10 @@ images and is used only for columns that are whole-test-set accuracies (all, a h
 
 from __future__ import annotations
 
+import math
+
 from ltbench.report.build import scope_of, scopes
-from ltbench.report.rows import Row, Table
+from ltbench.report.rows import Comparison, Row, Table
 
 TESTS = ("welch", "bootstrap")
 
@@ -57,25 +59,32 @@ def _welch(rows: list[Row], gi: int, ci: int, significance) -> bool:
     return True
 
 
-def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, significance) -> bool:
-    """Paired bootstrap over test images against the best row, on the seeds both rows have; only
-    for whole-test-set accuracies: 'all', a head's 'all', a named test set's 'all'."""
+def _whole_set_correct(table: Table, row: Row, gi: int, col: str) -> dict | None:
+    """Per-seed correctness arrays behind a whole-test-set accuracy cell ('all', a head's 'all', a named
+    test set's 'all'), from the stored predictions; None for any other column."""
     parts = col.split(":")
     if col == "all":
-        head_of, test_set = (lambda r: r.head or "main"), None
+        head, test_set = row.head or "main", None
     elif parts[0] == "head" and parts[2] == "all":
-        head_of, test_set = (lambda r: parts[1]), None
+        head, test_set = parts[1], None
     elif parts[0] == "set" and parts[2] == "all":
-        head_of, test_set = (lambda r: "main"), parts[1]
+        head, test_set = "main", parts[1]
     else:
-        return False
+        return None
     try:
         from ltbench import predictions
     except ImportError:
+        return None
+    return predictions.correct_by_seed({s: rec["dir"] for s, rec in row.units[gi].runs.items()},
+                                       head=head, test_set=test_set)
+
+
+def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, significance) -> bool:
+    """Paired bootstrap over test images against the best row, on the seeds both rows have; only
+    for whole-test-set accuracies."""
+    correct = {str(i): _whole_set_correct(table, r, gi, col) for i, r in enumerate(rows)}
+    if any(c is None for c in correct.values()):
         return False
-    correct = {str(i): predictions.correct_by_seed({s: rec["dir"] for s, rec in r.units[gi].runs.items()},
-                                                   head=head_of(r), test_set=test_set)
-               for i, r in enumerate(rows)}
     verdict = significance.bootstrap_not_different_from_best({k: v for k, v in correct.items() if v})
     if len(verdict) < 2:
         return False
@@ -84,3 +93,54 @@ def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, signif
         cell = rows[int(k)].cells[(gi, ci)]
         cell.similar = bool(same) and cell.mean < best_mean
     return True
+
+
+def compare_rows(table: Table, test: str | None) -> str | None:
+    """Fill ``table.comparisons`` for every row that names reference rows (``versus``): the
+    difference of the means in each cell, and a two-sided p-value. Welch over seeds (each row's
+    seeds as independent draws of its training), or with ``test='bootstrap'`` the paired bootstrap
+    over test images on the seeds both rows have (whole-test-set columns only). Returns the test's
+    description for the legend, or None when no p-value could be computed."""
+    pairs = [(row, ref) for row in table.rows for ref in row.versus]
+    if not pairs:
+        return None
+    significance = _significance_module() if test else None
+    used = False
+    for row, ref in pairs:
+        comparison = Comparison(row, ref)
+        for (gi, ci), cell in row.cells.items():
+            other = ref.cells.get((gi, ci))
+            if cell.mean is None or other is None or other.mean is None:
+                continue
+            p = _pvalue(table, row, ref, gi, ci, test, significance) if significance else None
+            used |= p is not None
+            comparison.cells[(gi, ci)] = (cell.mean - other.mean, p)
+        table.comparisons.append(comparison)
+    if not used:
+        return None
+    if test == "bootstrap":
+        return "paired bootstrap over test images on the seeds both rows have, 10,000 resamples"
+    return "Welch's t-test over seeds"
+
+
+def _significance_module():
+    try:
+        from ltbench import significance
+    except ImportError:
+        return None
+    return significance
+
+
+def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int, test: str, significance) -> float | None:
+    if test == "bootstrap":
+        col = table.columns[ci][0]
+        a, b = _whole_set_correct(table, row, gi, col), _whole_set_correct(table, ref, gi, col)
+        common = sorted(set(a or {}) & set(b or {}), key=str)
+        if not common or any(a[s].shape != b[s].shape for s in common):
+            return None
+        import numpy as np
+
+        return significance.paired_bootstrap_pvalue(np.stack([a[s] for s in common]),
+                                                    np.stack([b[s] for s in common]))
+    p = significance.welch_pvalue(row.cells[(gi, ci)].values, ref.cells[(gi, ci)].values)
+    return None if math.isnan(p) else p

@@ -4,7 +4,8 @@ A table names its rows (each a display label plus a selector on config values, o
 prediction head; or a label template over config values), its columns (metrics: many / medium /
 few / all, shifted priors such as forward50 ... uniform ... backward50, named test sets, heads),
 an optional pivot of config keys into column groups (dataset x imbalance factor, backbone, ...),
-switch columns shown as check marks, row groups, and how numbers are printed. Example::
+switch columns shown as check marks, row groups, rows compared with a reference row (``versus``: a
+difference and a p-value per cell), and how numbers are printed. Example::
 
     tables:
       ablation:
@@ -41,6 +42,7 @@ class RowSpec:
     group: str | None = None  # row group (section) this row belongs to
     highlight: bool = False  # shaded as "ours"
     marks: dict[str, bool] = field(default_factory=dict)  # switch column name -> check / cross
+    versus: str | list[str] | None = None  # label(s) of rows this one is compared with (difference, p-value)
 
 
 @dataclass
@@ -75,6 +77,30 @@ class TableSpec:
             raise ValueError(f"best_scope: expected 'group' or 'table', got {self.best_scope!r}")
         if self.rows is not None and self.heads:
             raise ValueError("heads expands default rows; with explicit rows give each row its own head")
+
+
+def row_label(rows: list[RowSpec], i: int) -> str:
+    return rows[i].label or f"row {i + 1}"
+
+
+def versus_targets(rows: list[RowSpec], i: int, where: str) -> list[int]:
+    """Indices of the rows that row ``i`` names in ``versus``. A label is looked up in the row's own
+    row group first (labels are unique there), then in the whole table, where it must be unique."""
+    out = []
+    for label in rows[i].versus or []:
+        same = [j for j, r in enumerate(rows) if row_label(rows, j) == label]
+        local = [j for j in same if rows[j].group == rows[i].group]
+        hits = local or same
+        if not hits:
+            raise ConfigError(f"{where}: no row is labelled {label!r}; expected the label of another row of "
+                              f"this table")
+        if len(hits) > 1:
+            raise ConfigError(f"{where}: {label!r} labels rows in {len(hits)} row groups; give the rows "
+                              f"distinct labels")
+        if hits[0] == i:
+            raise ConfigError(f"{where}: a row cannot be compared with itself ({label!r})")
+        out.append(hits[0])
+    return out
 
 
 def check_key(key: str, where: str) -> None:
@@ -115,6 +141,8 @@ def parse_table(name: str, raw: Any, where: str) -> TableSpec:
         if dup:
             raise ConfigError(f"{where}.rows: label '{sorted(dup, key=str)[0][1]}' is used twice in one row group")
         for i, row in enumerate(spec.rows):
+            row.versus = [row.versus] if isinstance(row.versus, str) else list(row.versus or [])
+            versus_targets(spec.rows, i, f"{where}.rows[{i}].versus")
             for name, mark in row.marks.items():
                 if not isinstance(mark, bool):
                     raise ConfigError(f"{where}.rows[{i}].marks.{name}: expected true or false, got {mark!r}")
