@@ -138,10 +138,17 @@ def _difference_text(found: tuple[float, float | None] | None, digits: int) -> s
 
 def comparison_rows(table: Table, latex: bool) -> list[list[str]]:
     """One line per (row, reference row) pair: its label, then per cell 'difference (p = ...)', in the
-    main table's cell layout (an empty Δ cell per column group when the table has a Δ column)."""
+    main table's cell layout (an empty Δ cell per column group when the table has a Δ column). In a
+    table with row groups, each group's comparisons follow a line with the group's title."""
     d = table.spec.digits
-    lines = []
+    lines, current = [], None
+    grouped = any(r.group for r in table.rows)
+    width = len(table.groups) * (len(table.columns) + (1 if has_delta(table) else 0))
     for comp in table.comparisons:
+        if grouped and comp.row.group != current:  # the row group's title, as in the main table
+            current = comp.row.group
+            title = latex_escape(current or "") if latex else current or ""
+            lines.append([(rf"\textit{{{title}}}" if latex else f"*{title}*") if title else ""] + [""] * width)
         label = f"{comp.row.label} − {comp.reference.label}"
         cells = []
         for gi in range(len(table.groups)):
