@@ -1,4 +1,5 @@
-"""Which cells are not significantly different from the best of their column and group.
+"""Which cells are not significantly different from the best of their column and group, and how a row
+differs from the reference rows it names (``versus``).
 
 The tests themselves live in ``ltbench.significance`` (Welch's t-test over seeds; a paired bootstrap
 over test images from the per-run predictions in ``ltbench.predictions``); this module only decides
