@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.config import check_range, check_views
+from ltbench.config import added_later, check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -45,6 +45,10 @@ class LAConfig:
     # predict with c * cos(h, w_y), c = mean_y ||w_y|| * (running mean of ||h|| over training features),
     # so the logits keep their average magnitude but lose the per-class and per-sample norms.
     test_normalize: bool = False
+    # Which views enter the loss: 'first' (the method's first view, as published), or 'all' (the loss averaged
+    # over every view in `views`). 'all' with BAPE's three views is the compute-matched LA control for BAPE+LA:
+    # the same images through the backbone per step, without the BAPE loss (docs/results.md).
+    loss_views: Literal["first", "all"] = added_later("first")
 
     def validate(self) -> None:
         check_range("tau", self.tau, 0, 100)
@@ -85,6 +89,15 @@ class _LinearHeadMethod(Method):
         scale = w.norm(dim=1).mean() * self.feature_norm.float()
         return scale * (F.normalize(h.float(), dim=1) @ F.normalize(w, dim=1).T)
 
+    def view_loss(self, features, labels, shift: torch.Tensor | None) -> dict:
+        """CE(z + shift, y) on the first view, or its mean over every view (``loss_views: all``). The logits
+        reported for training accuracy are the first view's either way."""
+        views = features if self.cfg.loss_views == "all" else features[:1]
+        logits = [self.train_logits(h) for h in views]
+        losses = [F.cross_entropy(z if shift is None else z + shift.to(z.dtype), labels) for z in logits]
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
+        return {"loss": loss, "logits": logits[0].detach()}
+
     def adjustment(self) -> torch.Tensor:
         """log(π_train**τ + 1e-12) on the head's device."""
         return log_prior_adjustment(self.ctx.train_prior, self.tau).to(self.head.weight.device)
@@ -120,9 +133,7 @@ class LogitAdjustedLoss(_LinearHeadMethod):
     """Logit-adjusted loss CE(z + τ·log π, y). Predicts z + log(K·p_t): z is already balanced (see module doc)."""
 
     def loss(self, features, labels, *, epoch):
-        logits = self.train_logits(features[0])
-        loss = F.cross_entropy(logits + self.adjustment().to(logits.dtype), labels)
-        return {"loss": loss, "logits": logits.detach()}
+        return self.view_loss(features, labels, self.adjustment())
 
     def predict(self, features, *, target_prior=None):
         z = self.test_logits(features)
@@ -137,8 +148,7 @@ class PostHocLogitAdjustment(_LinearHeadMethod):
     """
 
     def loss(self, features, labels, *, epoch):
-        logits = self.train_logits(features[0])
-        return {"loss": F.cross_entropy(logits, labels), "logits": logits.detach()}
+        return self.view_loss(features, labels, None)
 
     def predict(self, features, *, target_prior=None):
         z = self.test_logits(features)

@@ -140,6 +140,27 @@ def test_la_posthoc(tau):
     np.testing.assert_allclose(heads["erm"].double().numpy(), z, **TOL)
 
 
+@pytest.mark.parametrize("name", ["la", "la_posthoc"])
+def test_loss_views_all_averages_the_loss_over_every_view(name):
+    # loss_views: all is the compute-matched LA control for BAPE+LA (three views per image); 'first' is the published loss
+    x2 = X[::-1] * 0.5
+    shift = np.log(PI + 1e-12) if name == "la" else 0.0
+    per_view = [ce_ref(X @ W.T + B + shift, Y), ce_ref(x2 @ W.T + B + shift, Y)]
+    for mode, expected in (("first", per_view[0]), ("all", np.mean(per_view))):
+        m = make(name, loss_views=mode)
+        set_linear(m)
+        out = m.loss([t(X), t(x2)], torch.as_tensor(Y), epoch=0)
+        assert float(out["loss"].detach()) == pytest.approx(expected, rel=1e-6), mode
+        np.testing.assert_allclose(out["logits"].double().numpy(), linear_logits(), **TOL)  # first view's logits
+
+
+def test_loss_views_at_its_default_stays_out_of_the_run_config():
+    from ltbench.config import to_dict
+
+    assert "loss_views" not in to_dict(make("la").cfg)  # earlier LA runs keep their run ids
+    assert to_dict(make("la", loss_views="all").cfg)["loss_views"] == "all"
+
+
 def test_la_posthoc_tau_changes_after_training():
     m = make("la_posthoc")
     set_linear(m)
