@@ -60,7 +60,7 @@ def _welch(rows: list[Row], gi: int, ci: int, significance) -> bool:
     return True
 
 
-def _whole_set_correct(table: Table, row: Row, gi: int, col: str) -> dict | None:
+def _whole_set_correct(row: Row, gi: int, col: str) -> dict | None:
     """Per-seed correctness arrays behind a whole-test-set accuracy cell ('all', a head's 'all', a named
     test set's 'all'), from the stored predictions; None for any other column."""
     parts = col.split(":")
@@ -83,7 +83,7 @@ def _whole_set_correct(table: Table, row: Row, gi: int, col: str) -> dict | None
 def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, significance) -> bool:
     """Paired bootstrap over test images against the best row, on the seeds both rows have; only
     for whole-test-set accuracies."""
-    correct = {str(i): _whole_set_correct(table, r, gi, col) for i, r in enumerate(rows)}
+    correct = {str(i): _whole_set_correct(r, gi, col) for i, r in enumerate(rows)}
     if any(c is None for c in correct.values()):
         return False
     verdict = significance.bootstrap_not_different_from_best({k: v for k, v in correct.items() if v})
@@ -135,7 +135,7 @@ def _significance_module():
 def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int, test: str, significance) -> float | None:
     if test == "bootstrap":
         col = table.columns[ci][0]
-        a, b = _whole_set_correct(table, row, gi, col), _whole_set_correct(table, ref, gi, col)
+        a, b = _whole_set_correct(row, gi, col), _whole_set_correct(ref, gi, col)
         common = sorted(set(a or {}) & set(b or {}), key=str)
         if not common or any(a[s].shape != b[s].shape for s in common):
             return None
