@@ -99,10 +99,8 @@ def submit_posthoc(recipe: Recipe, run_dirs: list[str], specs: list[dict], clust
     'debug'), in arrays of at most ``launcher.max_array_size``. Returns the jobs."""
     if not run_dirs:
         return []
-    ex = make_executor(recipe, cluster)
-    size, jobs = max(1, recipe.launcher.max_array_size), []
-    for start in range(0, len(run_dirs), size):
-        chunk = run_dirs[start : start + size]
+    ex, jobs = make_executor(recipe, cluster), []
+    for chunk in _array_chunks(recipe, run_dirs):
         n = len(chunk)
         jobs += _map_array(ex, PosthocJob(), chunk, [specs] * n, [dtype] * n, [redo_failed] * n)
         print(f"submitted the stage-2 grid of {n} run(s) as {cluster} job array {str(jobs[-1].job_id).split('_')[0]}")
@@ -119,10 +117,8 @@ def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[s
     ex = make_executor(recipe, cluster)
     for spec in specs:
         prepare_run_dir(spec)
-    size = max(1, recipe.launcher.max_array_size)
     all_jobs = []
-    for start in range(0, len(specs), size):
-        chunk = specs[start : start + size]
+    for chunk in _array_chunks(recipe, specs):
         jobs = _map_array(ex, RunJob(), chunk, [tuple(redo)] * len(chunk))
         all_jobs += jobs
         for job, spec in zip(jobs, chunk):
@@ -131,6 +127,12 @@ def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[s
                                      "logs": str(recipe.root / "_submitit" / str(job.job_id).split("_")[0])})
         print(f"submitted {len(chunk)} run(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
     return all_jobs
+
+
+def _array_chunks(recipe: Recipe, items: list) -> list[list]:
+    """``items`` cut into job arrays of at most ``launcher.max_array_size`` tasks."""
+    size = max(1, recipe.launcher.max_array_size)
+    return [items[start : start + size] for start in range(0, len(items), size)]
 
 
 def _map_array(ex: submitit.AutoExecutor, job: Callable, *arguments: list) -> list:

@@ -24,9 +24,8 @@ def mark_similar(table: Table, test: str) -> str | None:
     if test == "welch" and sum(1 for r in table.rows if not r.published
                                and any(len(c.values) >= 2 for c in r.cells.values())) < 2:
         return None  # nothing to test: spare the numpy/scipy import
-    try:
-        from ltbench import significance
-    except ImportError:  # the significance module is not installed in this build
+    significance = _significance_module()
+    if significance is None:  # the significance module is not installed in this build
         return None
     used = False
     for gi in range(len(table.groups)):

@@ -86,8 +86,8 @@ def row_label(rows: list[RowSpec], i: int) -> str:
 def versus_targets(rows: list[RowSpec], i: int, where: str) -> list[int]:
     """Indices of the rows that row ``i`` names in ``versus``. A label is looked up in the row's own
     row group first (labels are unique there), then in the whole table, where it must be unique."""
-    out = []
-    for label in rows[i].versus or []:
+    out, versus = [], rows[i].versus
+    for label in [versus] if isinstance(versus, str) else versus or []:
         same = [j for j, r in enumerate(rows) if row_label(rows, j) == label]
         local = [j for j in same if rows[j].group == rows[i].group]
         hits = local or same
@@ -141,7 +141,6 @@ def parse_table(name: str, raw: Any, where: str) -> TableSpec:
         if dup:
             raise ConfigError(f"{where}.rows: label '{sorted(dup, key=str)[0][1]}' is used twice in one row group")
         for i, row in enumerate(spec.rows):
-            row.versus = [row.versus] if isinstance(row.versus, str) else list(row.versus or [])
             versus_targets(spec.rows, i, f"{where}.rows[{i}].versus")
             for name, mark in row.marks.items():
                 if not isinstance(mark, bool):
