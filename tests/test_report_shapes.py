@@ -109,13 +109,16 @@ def test_versus_rows_give_the_difference_and_welch_p_of_the_seed_values(shapes_r
         assert len(a) == 2 and len(b) == 3  # seed 0 of the 3-epoch row is still running: its 2 seeds only
         assert difference == pytest.approx(sum(a) / len(a) - sum(b) / len(b))
         assert p == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)
+    # seed 1 of 'LA tau 2' failed: its difference rests on 2 seeds against 3, and the line says so
+    assert "LA tau 2 − LA tau 1 (n 2 vs 3)" in report.render(table, "markdown")
     csv_text = report.render(table, "csv")
+    assert "reference seeds: 0 1 2" in csv_text
     assert csv_text.count(",LA tau 1,") >= 4  # one line per compared cell names the reference row
 
 
 def test_versus_without_a_test_prints_differences_and_says_no_p(shapes_results):
     text = report.render(built(shapes_results, "switches", test=None), "markdown")
-    assert "| LA tau 2 − LA tau 1           | +1.05 " in text and "(p =" not in text
+    assert "| LA tau 2 − LA tau 1 (n 2 vs 3)           | +1.05 " in text and "(p =" not in text
     assert "p: none (no test asked" in text
 
 

@@ -136,6 +136,16 @@ def _difference_text(found: tuple[float, float | None] | None, digits: int) -> s
     return f"{difference:+.{digits}f}" + (f" ({p_text(p)})" if p is not None else "")
 
 
+def comparison_n(comp) -> str:
+    """' (n 2 vs 3)' when the two rows' compared cells rest on different seeds, so a difference over an
+    incomplete row never passes for a full one; '' when every compared cell has the same seeds on both sides."""
+    for gi, ci in sorted(comp.cells):
+        a, b = comp.row.cells[(gi, ci)].seeds, comp.reference.cells[(gi, ci)].seeds
+        if sorted(a, key=str) != sorted(b, key=str):
+            return f" (n {len(a)} vs {len(b)})"
+    return ""
+
+
 def comparison_rows(table: Table, latex: bool) -> list[list[str]]:
     """One line per (row, reference row) pair: its label, then per cell 'difference (p = ...)', in the
     main table's cell layout (an empty Δ cell per column group when the table has a Δ column). In a
@@ -149,7 +159,7 @@ def comparison_rows(table: Table, latex: bool) -> list[list[str]]:
             current = comp.row.group
             title = latex_escape(current or "") if latex else current or ""
             lines.append([(rf"\textit{{{title}}}" if latex else f"*{title}*") if title else ""] + [""] * width)
-        label = f"{comp.row.label} − {comp.reference.label}"
+        label = f"{comp.row.label} − {comp.reference.label}" + comparison_n(comp)
         cells = []
         for gi in range(len(table.groups)):
             for ci in range(len(table.columns)):
@@ -305,14 +315,17 @@ def to_csv(table: Table) -> str:
 
 
 def _csv_comparisons(table: Table, w: csv.DictWriter) -> None:
-    """One line per compared cell: the row, its reference row (versus), the difference and p."""
+    """One line per compared cell: the row, its reference row (versus), the difference and p, and the seeds
+    of both sides (the row's in 'seeds', the reference row's in 'note')."""
     d = table.spec.digits + 2
     for comp in table.comparisons:
         for (gi, ci), (difference, p) in sorted(comp.cells.items()):
             w.writerow({"table": table.name, "row": comp.row.label, "row_group": comp.row.group or "",
                         "column_group": " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))),
                         "column": table.columns[ci][1], "versus": comp.reference.label,
-                        "versus_difference": f"{difference:.{d}f}", "versus_p": "" if p is None else f"{p:.6g}"})
+                        "versus_difference": f"{difference:.{d}f}", "versus_p": "" if p is None else f"{p:.6g}",
+                        "seeds": " ".join(map(str, comp.row.cells[(gi, ci)].seeds)),
+                        "note": f"reference seeds: {' '.join(map(str, comp.reference.cells[(gi, ci)].seeds))}"})
 
 
 def render(table: Table, fmt: str) -> str:
