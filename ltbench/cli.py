@@ -169,8 +169,10 @@ def cmd_status(args) -> int:
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         from ltbench.recipe import load_recipe
 
-        recipe = load_recipe(p, results_dir=args.results)
-        return launch.print_status(recipe.root, recipe.runs)
+        recipe = load_recipe(p, args.overrides, results_dir=args.results)
+        return launch.print_status(recipe.root, recipe.runs, recipe.override_keys)
+    if args.overrides:
+        raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
     return launch.print_status(_recipe_root(args.path, args.results))
 
 
@@ -242,6 +244,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
     p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_status)
 

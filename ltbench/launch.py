@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ltbench import store
 from ltbench.config import value_text
-from ltbench.errors import DataMissingError
+from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.recipe import Recipe, distinct_data, run_label
 
 
@@ -62,14 +62,71 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dic
     return out, store.count_statuses(statuses)
 
 
+def check_results_root(root: Path) -> None:
+    """What ``store.ensure_writable`` checks, without creating anything: the nearest existing folder on
+    the way to the results root must be a writable folder (a dry run writes nothing)."""
+    folder = Path(root)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise LtbenchError(f"results directory {root} is not writable ({folder} is not a writable folder); "
+                           f"choose another with --results DIR or fix its permissions")
+
+
 def print_plan(recipe: Recipe) -> int:
+    """``--dry-run``: every check a real launch makes before training (recipe, results folder, data
+    present), then one line per run that names everything in which it differs from the others."""
+    check_results_root(recipe.root)
+    preflight(recipe)
+    lines = run_lines(recipe.runs, recipe.override_keys)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
-    for spec in recipe.runs:
-        c = spec["config"]
+    for spec, line in zip(recipe.runs, lines):
         status = store.run_status(Path(spec["run_dir"]))
-        print(f"  {spec['run_id']}  {status:<11} {c['data']['name']} rho={value_text(c['data'].get('imb_factor', '-'))} "
-              f"{c['backbone']['name']} {run_label(spec)} seed={c['seed']}")
+        print(f"  {spec['run_id']}  {status:<11} {line}")
     return 0
+
+
+ALWAYS_SHOWN = ("method.name", "data.name", "data.imb_factor", "seed")
+
+
+def run_lines(specs: list[dict], override_keys: list[str] = ()) -> list[str]:
+    """One text per run: the method with the options its grid point or the command line set (values as
+    resolved), the dataset, its imbalance and the seed, then every other setting in which the runs differ
+    (method options compared between runs of the same method), so no two runs read alike."""
+    from ltbench.identity import differing_settings, identity_of
+    from ltbench.report.rows import flatten
+
+    flats = [flatten(identity_of(s["config"])) for s in specs]
+    differ = set(differing_settings([s["config"] for s in specs]))
+    same_method: dict[str, list[dict]] = {}
+    for flat in flats:
+        same_method.setdefault(str(flat.get("method.name")), []).append(flat)
+    varying = {name: _varying_keys(group) for name, group in same_method.items()}
+    lines = []
+    for spec, flat in zip(specs, flats):
+        name = str(flat.get("method.name"))
+        named = _method_keys_named(spec.get("grid") or {}) | {k for k in override_keys if k.startswith("method.")}
+        options = [k for k in sorted(flat) if k.startswith("method.") and k != "method.name"
+                   and (k in varying[name] or k in named or any(k.startswith(n + ".") for n in named))]
+        label = name + (f" ({', '.join(f'{k[7:]}={value_text(flat[k])}' for k in options)})" if options else "")
+        others = [f"{k}={value_text(flat[k])}" for k in sorted(differ) if k in flat
+                  and not k.startswith("method.") and k not in ALWAYS_SHOWN]
+        lines.append(f"{label} on {flat.get('data.name')} rho={value_text(flat.get('data.imb_factor', '-'))} "
+                     f"seed={flat.get('seed')}" + (f"  {' '.join(others)}" if others else ""))
+    return lines
+
+
+def _varying_keys(flats: list[dict]) -> set[str]:
+    keys = {k for f in flats for k in f}
+    return {k for k in keys if len({value_text(f.get(k)) if k in f else "<absent>" for f in flats}) > 1}
+
+
+def _method_keys_named(grid: dict) -> set[str]:
+    """The method options a grid point sets: 'method.tau', or each key of a whole 'method' mapping."""
+    keys = {k for k in grid if k.startswith("method.")}
+    if isinstance(grid.get("method"), dict):
+        keys |= {f"method.{k}" for k in grid["method"] if k != "name"}
+    return keys
 
 
 def _announce(recipe: Recipe, specs: list[dict], found: dict[str, int], redo: tuple[str, ...]) -> None:
@@ -347,13 +404,32 @@ def _run_dirs_under(root: Path) -> list[Path]:
         raise DataMissingError(f"{root}: no such results directory")
 
     def children(folder: Path) -> list[Path]:
-        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+        return sorted(p for p in folder.iterdir()
+                      if p.is_dir() and not p.name.startswith(("_", ".")) and p.name not in store.OWNED_DIRS)
 
     out = []
     for child in children(root):
         inner = [] if _is_run_dir(child) else children(child)
         out += inner if any(_is_run_dir(p) for p in inner) else [child]
     return out
+
+
+def _describe_found(run_dirs: list[Path]) -> dict[Path, str]:
+    """Run lines of the folders found under a results directory, from their result.json or spec.json."""
+    import json
+
+    specs = {}
+    for run_dir in run_dirs:
+        record = store.read_result(run_dir)
+        if record is None:
+            try:
+                record = json.loads((run_dir / store.SPEC).read_text())
+            except (OSError, ValueError):
+                continue
+        config = record.get("config") if isinstance(record, dict) else None
+        if isinstance(config, dict) and all(isinstance(config.get(s), dict) for s in ("data", "method")):
+            specs[run_dir] = {"config": config, "grid": record.get("grid") if isinstance(record.get("grid"), dict) else {}}
+    return dict(zip(specs, run_lines(list(specs.values())))) if specs else {}
 
 
 def describe_run(run_dir: Path) -> tuple[str, str]:
@@ -404,17 +480,20 @@ def describe_run(run_dir: Path) -> tuple[str, str]:
     return status, "; ".join(notes)
 
 
-def print_status(root: Path, specs: list[dict] | None = None) -> int:
+def print_status(root: Path, specs: list[dict] | None = None, override_keys: list[str] = ()) -> int:
     """Each run's state read from disk, and a summary line. ``specs``: the runs of a recipe (so runs
-    never launched show as pending); otherwise every folder under ``root``."""
+    never launched show as pending); otherwise every folder under ``root``. Each line names the run
+    (method, dataset, imbalance, seed, the settings in which the runs differ), its state and notes."""
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s["run_dir"]) for s in specs]
+    described = _describe_found(run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
     statuses = []
     for run_dir in run_dirs:
         status, note = describe_run(run_dir)
         statuses.append(status)
         name = run_dir.relative_to(root) if specs is None else run_dir.name
-        print((f"{name}  {status:<11}" + (f"  {note}" if note else "")).rstrip())
+        what = described.get(run_dir, "") if status != "not a run" else ""
+        print(f"{name}  {status:<11}" + "".join(f"  {t}" for t in (what, note) if t))
     counts = store.count_statuses(statuses)
     print(store.format_counts(counts) or "no runs")
     if counts.get("damaged") or counts.get("interrupted"):

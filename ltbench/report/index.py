@@ -16,7 +16,6 @@ so a table can say it out loud instead of crashing or silently dropping the run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -25,24 +24,17 @@ from array import array
 from collections.abc import Mapping
 from pathlib import Path
 
-from ltbench import store
-from ltbench.config import without_local_fields
+from ltbench import identity, store
 
 INDEX_FILE = ".ltbench-index"
 INDEX_VERSION = 4  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
-SKIP_DIRS = {"report", "__pycache__"}
+SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 RUN_FILES = {store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.STARTED, store.SUBMITTED}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
 
 
-def config_key(config: dict) -> tuple[str, dict]:
-    """Row identity of a run: its resolved configuration less the seed and the path-like fields that
-    do not enter the run id. Returns (sha1 of the canonical JSON, the identity dict)."""
-    identity = without_local_fields(config)
-    identity.pop("seed", None)
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:16], identity
+config_key = identity.row_key  # a row is a run's identity less the seed (ltbench/identity.py)
 
 
 def flat_metrics(metrics: dict) -> dict[str, float]:

@@ -22,7 +22,8 @@ from typing import Any
 
 from ltbench.config import value_text  # noqa: F401 - re-exported: the report modules import it from here
 from ltbench.errors import ConfigError
-from ltbench.report.spec import GROUPS, PRIOR_NAME, TEMPLATE_FIELD, TableSpec, versus_targets
+from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
+from ltbench.report.spec import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
@@ -45,16 +46,6 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 
 def short_key(key: str) -> str:
     return key.split(".", 1)[1] if "." in key else key
-
-
-def prior_order(name: str) -> tuple:
-    """forward50 < forward10 < ... < uniform < backward2 < ... < backward50 (test prior from like the
-    training profile to reversed)."""
-    m = re.match(r"^(forward|backward)(\d+(?:\.\d+)?)$", name)
-    if name == "uniform" or not m:
-        return (1, 0.0)
-    rho = float(m.group(2))
-    return (0, -rho) if m.group(1) == "forward" else (2, rho)
 
 
 STAGE2 = "posthoc."  # the config section of a stage-2 result (ltbench/posthoc_runs.py)
@@ -282,7 +273,7 @@ def expand_columns(spec: TableSpec, units: list[Unit]) -> list[tuple[str, str]]:
         elif name == "priors":
             priors = sorted({k.split(":")[1] for k in metric_names(units, "prior:")}, key=prior_order)
             cols += [(f"prior:{p}:all", p) for p in priors]
-        elif PRIOR_NAME.match(name):
+        elif is_prior_name(name):
             cols.append((f"prior:{name}:all", name))
         else:
             parts = name.split(":")

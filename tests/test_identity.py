@@ -1,0 +1,78 @@
+"""Run identity (ltbench/identity.py): one rule for run ids, table rows, stage-2 ids and stale code."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from ltbench import identity
+from ltbench.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "docs" / "reference-results"
+
+
+def test_every_reference_result_keeps_its_recorded_id():
+    """The committed results (and every study made before identity.py) keep their ids: the new
+    execution settings are normalised to their default, never removed."""
+    checked = 0
+    for path in sorted(REFERENCE.rglob("result.json")):
+        result = json.loads(path.read_text())
+        if result.get("kind") == "posthoc":
+            run_config = {k: v for k, v in result["config"].items() if k != "posthoc"}
+            assert identity.run_id(run_config) == result["posthoc_of"], path
+            assert identity.stage2_run_id(result["posthoc_of"], result["posthoc"]) == result["run_id"], path
+        else:
+            assert identity.run_id(result["config"]) == result["run_id"] == path.parent.name, path
+        checked += 1
+    assert checked > 3000
+
+
+def test_every_train_field_is_declared_computation_or_execution_setting():
+    """A new train: field must be declared in identity.py, one way or the other."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    execution = {k for s, k in identity.DROPPED | set(identity.NORMALISED) if s == "train"}
+    assert names == execution | identity.TRAIN_COMPUTATION
+    assert not execution & identity.TRAIN_COMPUTATION
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for (section, key), value in identity.NORMALISED.items():
+        assert section == "train" and defaults[key] == value and type(defaults[key]) is type(value)
+
+
+def test_execution_settings_leave_the_id_and_the_row_alone():
+    config = {"data": {"name": "x", "root": "/a"}, "train": {"num_workers": 0, "checkpoint_minutes": 0.0,
+                                                             "eval_every": 0, "threads": None}, "seed": 1}
+    other = json.loads(json.dumps(config))
+    other["data"]["root"], other["train"].update(num_workers=3, checkpoint_minutes=5.0, threads=2)
+    assert identity.run_id(config) == identity.run_id(other)
+    assert identity.row_key(config) == identity.row_key(other)
+    assert config["train"]["num_workers"] == 0 and other["train"]["num_workers"] == 3  # not modified
+    evaluated = json.loads(json.dumps(config))
+    evaluated["train"]["eval_every"] = 1  # records the test curve and the oracle epoch: another computation
+    assert identity.run_id(evaluated) != identity.run_id(config)
+    assert identity.differing_settings([config, other, evaluated]) == ["train.eval_every"]
+
+
+def test_code_paths_are_recorded_relative_and_old_absolute_ones_are_mapped(tmp_path):
+    import ltbench.backbones as module
+
+    entry = identity.code_entry("ltbench.backbones", module.__file__)
+    assert entry["path"] == "ltbench/backbones.py"
+    assert identity.changed_code({"code": {"ltbench.backbones": entry}}) == ([], [])
+    old = {"path": "/some/other/clone/ltbench/backbones.py", "sha256": entry["sha256"]}
+    assert identity.changed_code({"code": {"ltbench.backbones": old}}) == ([], [])
+    assert identity.changed_code({"code": {"ltbench.backbones": {**old, "sha256": "0" * 64}}}) == (["ltbench.backbones"], [])
+    pkg = tmp_path / "my_plugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "loss.py").write_text("X = 1\n")
+    plugin = identity.code_entry("my_plugins.loss", str(pkg / "loss.py"))
+    assert plugin["path"] == "my_plugins/loss.py"
+    result = {"code": {"my_plugins.loss": plugin}, "plugins": [str(pkg)]}
+    assert identity.changed_code(result) == ([], [])
+    (pkg / "loss.py").write_text("X = 2\n")
+    assert identity.changed_code(result) == (["my_plugins.loss"], [])
+    assert identity.changed_code({"code": {"my_plugins.loss": plugin}}) == ([], ["my_plugins.loss"])
