@@ -197,7 +197,7 @@ LAUNCHERS = {"local": launch_local, "pool": launch_pool, "slurm": launch_slurm, 
 
 
 def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float32",
-                   redo_failed: bool = False) -> dict[str, int]:
+                   redo_failed: bool = False, redo_stale: bool = False) -> dict[str, int]:
     """``ltbench posthoc`` through the recipe's launcher: 'local' fits the stage-2 grid here (``jobs`` runs at a
     time); 'slurm' submits one array task per finished run and returns (run the command again, or
     ``ltbench table``, once they end: stored settings are skipped); 'debug' runs those tasks in this process.
@@ -206,13 +206,14 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
 
     name = recipe.launcher.name
     if name not in ("slurm", "debug"):
-        return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed)
+        return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed,
+                           redo_stale=redo_stale)
     from ltbench import slurm
 
     if name == "slurm":
         slurm.require_sbatch()
     run_dirs, totals = ready_run_dirs(recipe.runs)
-    submitted = slurm.submit_posthoc(recipe, run_dirs, recipe.posthoc, name, dtype, redo_failed)
+    submitted = slurm.submit_posthoc(recipe, run_dirs, recipe.posthoc, name, dtype, redo_failed, redo_stale)
     if name == "slurm":
         return {**totals, "submitted": len(run_dirs)}
     for job in submitted:  # the debug executor runs a task when its result is asked for
@@ -432,6 +433,26 @@ def _describe_found(run_dirs: list[Path]) -> dict[Path, str]:
     return dict(zip(specs, run_lines(list(specs.values())))) if specs else {}
 
 
+def stage2_state(run_dir: Path) -> tuple[str, int]:
+    """('stage 2: 12 done, 3 stale (code changed: ...)', number stale) of a finished run's stage-2 results
+    (RUN_DIR/posthoc/<id>/result.json); ('', 0) when it has none."""
+    states, changed = [], set()
+    for result_path in sorted((run_dir / store.POSTHOC_DIR).glob(f"*/{store.RESULT}")):
+        check = store.check_result(result_path.parent)
+        state = check.state if check.usable else "damaged"
+        if state == "done" and store.changed_code(check.result)[0]:
+            state = "stale"
+            changed.update(store.changed_code(check.result)[0])
+        states.append(state)
+    if not states:
+        return "", 0
+    counts = store.count_statuses(states)
+    text = f"stage 2: {store.format_counts(counts)}"
+    if changed:
+        text += f" (code changed since: {', '.join(sorted(changed))}; 'ltbench posthoc --rerun-stale' fits them again)"
+    return text, counts.get("stale", 0)
+
+
 def describe_run(run_dir: Path) -> tuple[str, str]:
     """(status, note) of one run folder for 'ltbench status': never raises on damaged contents."""
     if not run_dir.exists():
@@ -487,15 +508,19 @@ def print_status(root: Path, specs: list[dict] | None = None, override_keys: lis
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s["run_dir"]) for s in specs]
     described = _describe_found(run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
-    statuses = []
+    statuses, stale_stage2 = [], 0
     for run_dir in run_dirs:
         status, note = describe_run(run_dir)
         statuses.append(status)
+        stage2, stale = stage2_state(run_dir) if status in ("done", "stale") else ("", 0)
+        stale_stage2 += stale
         name = run_dir.relative_to(root) if specs is None else run_dir.name
         what = described.get(run_dir, "") if status != "not a run" else ""
-        print(f"{name}  {status:<11}" + "".join(f"  {t}" for t in (what, note) if t))
+        print(f"{name}  {status:<11}" + "".join(f"  {t}" for t in (what, note, stage2) if t))
     counts = store.count_statuses(statuses)
     print(store.format_counts(counts) or "no runs")
+    if stale_stage2:
+        print(f"{stale_stage2} stage-2 result(s) are stale; to fit them again: ltbench posthoc RECIPE --rerun-stale")
     if counts.get("damaged") or counts.get("interrupted"):
         print("to redo the damaged and resume the interrupted runs: ltbench run RECIPE")
     for kind in ("failed", "stale"):

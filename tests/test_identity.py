@@ -76,3 +76,44 @@ def test_code_paths_are_recorded_relative_and_old_absolute_ones_are_mapped(tmp_p
     (pkg / "loss.py").write_text("X = 2\n")
     assert identity.changed_code(result) == (["my_plugins.loss"], [])
     assert identity.changed_code({"code": {"my_plugins.loss": plugin}}) == ([], ["my_plugins.loss"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Data identity: a dataset whose files live under data.root names them
+
+
+@pytest.mark.slow
+def test_two_folders_with_different_contents_never_share_a_run_id_or_a_row(tmp_path, capsys, monkeypatch):
+    """The folder dataset of docs/adding-a-dataset.md: data.root is an execution setting, so the plugin's
+    data_identity() (a digest of its file) keeps two folders apart, and a copy of one folder together."""
+    import shutil
+
+    import numpy as np
+
+    from tests.test_plugin_docs import restore_registries, run_cli, tiny_recipe, write_doc_example, write_npz  # noqa: F401
+
+    folder = write_doc_example("adding-a-dataset.md", tmp_path)
+    write_npz(tmp_path / "first")
+    shutil.copytree(tmp_path / "first", tmp_path / "copy")
+    write_npz(tmp_path / "other")
+    with np.load(tmp_path / "other" / "images.npz") as f:  # 10 head-class images fewer, as in the issue
+        arrays = {k: f[k] for k in f.files}
+    keep = np.r_[10:len(arrays["y_train"])]
+    np.savez(tmp_path / "other" / "images.npz", **{**arrays, "x_train": arrays["x_train"][keep],
+                                                   "y_train": arrays["y_train"][keep]})
+    recipes = {name: tiny_recipe(tmp_path / f"{name}.yaml", name=name, plugins=[str(folder)],
+                                 data={"name": "npz_lt", "imb_factor": 2, "root": str(tmp_path / name)})
+               for name in ("first", "copy", "other")}
+    from ltbench.recipe import load_recipe
+
+    ids = {name: load_recipe(path).runs[0]["run_id"] for name, path in recipes.items()}
+    assert ids["first"] == ids["copy"] != ids["other"]
+    code, out, err = run_cli(["run", recipes["first"]], capsys)
+    assert code == 0 and "1 done" in out, out + err
+    code, out, err = run_cli(["table", recipes["other"]], capsys)  # never "read from first/ (same run id)"
+    assert code == 0 and "read from" not in out and "0/1" in out and "never run" in out, out + err
+    code, out, err = run_cli(["table", recipes["copy"]], capsys)  # the same data elsewhere: the same run
+    assert code == 0 and "read from first/" in out, out + err
+    shutil.copy(tmp_path / "other" / "images.npz", tmp_path / "first" / "images.npz")  # the data changed
+    code, out, err = run_cli(["table", recipes["first"]], capsys)
+    assert code == 0 and "were made from other data" in out and "0/1" in out, out + err

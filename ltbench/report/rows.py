@@ -223,7 +223,22 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
         notes.append(f"{len(foreign)} run folder(s) are not runs of this recipe (other settings, or made by "
                      f"another version of it) and are left out: {shown}{more}")
+        notes += other_data_notes(foreign, expected)
     return sorted(units.values(), key=lambda u: u.order), notes
+
+
+def other_data_notes(foreign: list[dict], expected: list[dict]) -> list[str]:
+    """Say when left-out runs were made from other data than the recipe's now (a dataset that names its
+    data by a digest of its files, identity.DATA_IDENTITY): the files under data.root have changed."""
+    from ltbench.identity import DATA_IDENTITY
+
+    now = {e["flat"].get(DATA_IDENTITY) for e in expected} - {None}
+    before = [r for r in foreign if (r.get("config") or {}).get(DATA_IDENTITY) not in (None, *now)]
+    if not now or not before:
+        return []
+    old = sorted({r["config"][DATA_IDENTITY] for r in before})
+    return [f"{len(before)} of them were made from other data (data identity {', '.join(old[:3])}; this "
+            f"recipe's data now: {', '.join(sorted(now)[:3])}): the dataset's files changed since those runs"]
 
 
 def _name(rec: dict) -> str:
