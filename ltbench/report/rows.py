@@ -157,6 +157,7 @@ class Unit:
     runs: dict[int, dict] = field(default_factory=dict)  # seed -> record (done preferred)
     problems: dict[int, str] = field(default_factory=dict)  # seed -> status text (failed, pending, ...)
     borrowed: dict[int, str] = field(default_factory=dict)  # seed -> sibling recipe folder it was read from
+    stale: dict[int, list] = field(default_factory=dict)  # seed -> modules changed since its result was made
 
 
 @dataclass
@@ -254,6 +255,10 @@ def _place(unit: Unit, seed, rec: dict) -> None:
             unit.problems.pop(seed, None)
         if rec.get("note"):
             unit.problems.setdefault(seed, f"seed {seed}: {rec['note']}")
+        if unit.runs[seed] is rec:
+            unit.stale.pop(seed, None)
+            if rec.get("stale"):
+                unit.stale[seed] = list(rec["stale"])
         if rec.get("borrowed"):
             unit.borrowed[seed] = rec["borrowed"]
         return
