@@ -117,3 +117,90 @@ def test_two_folders_with_different_contents_never_share_a_run_id_or_a_row(tmp_p
     shutil.copy(tmp_path / "other" / "images.npz", tmp_path / "first" / "images.npz")  # the data changed
     code, out, err = run_cli(["table", recipes["first"]], capsys)
     assert code == 0 and "were made from other data" in out and "0/1" in out, out + err
+
+
+# ------------------------------------------------------------------------------------------------
+# Execution settings: provably not part of what a run computes
+
+
+EXECUTION_VARIANTS = {  # every train: execution setting of identity.py, set away from its default
+    "num_workers": ["train.num_workers=1"],
+    "checkpoint_minutes": ["train.checkpoint_minutes=0.0001"],  # a mid-epoch checkpoint after (nearly) every step
+    "threads": ["train.threads=1"],
+    "progress": ["train.progress=true"],
+    "channels_last": ["train.channels_last=true"],
+    "cudnn_benchmark": ["train.cudnn_benchmark=false"],
+    "compile": ["train.compile=aot_eager"],
+}
+
+
+def _train_tiny(recipe_path, overrides, results_dir) -> dict:
+    from ltbench.launch import run_local
+    from ltbench.recipe import load_recipe
+    from ltbench.store import read_result
+
+    recipe = load_recipe(recipe_path, overrides, results_dir=results_dir)
+    run_local(recipe.runs)
+    (spec,) = recipe.runs
+    result = read_result(Path(spec["run_dir"]))
+    assert result and result["status"] == "done", result
+    return {**result, "run_dir": spec["run_dir"]}
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    import yaml
+
+    from tests.conftest import TINY, deep_update
+
+    tmp = tmp_path_factory.mktemp("execution")
+    path = tmp / "tiny.yaml"
+    path.write_text(yaml.safe_dump(deep_update(TINY, {"optim": {"epochs": 2}, "train": {"threads": 2}})))
+    return path, _train_tiny(path, [], tmp / "baseline")
+
+
+def test_the_variants_cover_every_train_execution_setting():
+    assert set(EXECUTION_VARIANTS) == {k for s, k in identity.DROPPED | set(identity.NORMALISED) if s == "train"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", sorted(EXECUTION_VARIANTS))
+def test_an_execution_setting_changes_neither_the_id_nor_the_metrics(setting, baseline, tmp_path):
+    """Trained under the setting, a tiny run has the baseline's run id and the same per-class accuracy and
+    test predictions, bit for bit on this CPU. (Threads and compile change float summation order in
+    general; on this tiny network the numbers are equal, and README says they may drift on longer runs.)"""
+    path, base = baseline
+    if setting == "compile":
+        pytest.importorskip("torch._dynamo")
+    other = _train_tiny(path, EXECUTION_VARIANTS[setting], tmp_path / setting)
+    assert other["run_id"] == base["run_id"]
+    assert other["metrics"]["per_class"] == base["metrics"]["per_class"], setting
+    assert other["metrics"]["all"] == base["metrics"]["all"]
+
+
+@pytest.mark.slow
+def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_another(baseline, tmp_path, capsys):
+    import shutil
+
+    from ltbench import report, store
+    from ltbench.launch import runs_to_launch
+    from ltbench.recipe import load_recipe
+
+    path, base = baseline
+    results = tmp_path / "results"
+    shutil.copytree(Path(base["run_dir"]).parent.parent, results)  # results/<recipe>/<run id>
+    other = ["train.num_workers=1", "train.checkpoint_minutes=30", "train.threads=1"]
+    recipe = load_recipe(path, other, results_dir=results)
+    todo, found = runs_to_launch(recipe)
+    assert todo == [] and found == {"done": 1}  # skipped: the same run
+    (table,) = report.tables(path, results, overrides=other, use_cache=False)
+    assert not table.notes  # no "not runs of this recipe", no missing seed
+    assert [r.notes for r in table.rows] == [["Many not recorded for seed(s) 0"]]  # the tiny data has no many-shot class
+    assert next(iter(table.rows[0].units.values())).runs[0]["run_id"] == base["run_id"]
+    run_dir = Path(recipe.runs[0]["run_dir"])
+    (run_dir / store.RESULT).unlink()  # as if killed after its last checkpoint: the next launch resumes it
+    from ltbench.launch import run_local
+
+    run_local(recipe.runs)
+    assert "resuming from checkpoint" in capsys.readouterr().out
+    assert store.read_result(run_dir)["metrics"]["per_class"] == base["metrics"]["per_class"]
