@@ -180,6 +180,18 @@ def _package_parent(top: str, plugin_dirs: list[str]) -> Path | None:
     return Path(locations[0]).parent if locations else None
 
 
+PLUGIN_FOLDER_SOURCE = "plugin folder "  # how the registry names a plugin's source (registry._import_plugin_folder)
+
+
+def recorded_plugin_folders(plugins) -> list[str]:
+    """The plugin folders a result names: a list of folders (a run spec), or the result's ``plugins``
+    (name -> source, 'plugin folder /path/pkg' for a folder plugin)."""
+    if isinstance(plugins, dict):
+        plugins = [s[len(PLUGIN_FOLDER_SOURCE):] for s in plugins.values()
+                   if isinstance(s, str) and s.startswith(PLUGIN_FOLDER_SOURCE)]
+    return [p for p in plugins or [] if isinstance(p, str)]
+
+
 def changed_code(result: dict) -> tuple[list[str], list[str]]:
     """(modules whose source differs from the hash in ``result['code']``, modules whose file is gone).
 
@@ -187,7 +199,7 @@ def changed_code(result: dict) -> tuple[list[str], list[str]]:
     status and tables can say which finished results are stale without torch.
     """
     changed, gone = [], []
-    plugin_dirs = [p for p in (result.get("plugins") or []) if isinstance(p, str)]
+    plugin_dirs = recorded_plugin_folders(result.get("plugins"))
     for module, entry in sorted((result.get("code") or {}).items()):
         if not isinstance(entry, dict):
             continue

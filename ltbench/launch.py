@@ -83,7 +83,40 @@ def print_plan(recipe: Recipe) -> int:
     for spec, line in zip(recipe.runs, lines):
         status = store.run_status(Path(spec["run_dir"]))
         print(f"  {spec['run_id']}  {status:<11} {line}")
+    changed = other_data_note(recipe.root, recipe.runs)
+    if changed:
+        print(changed)
     return 0
+
+
+def other_data_note(root: Path, specs: list[dict]) -> str:
+    """Say so when run folders of this recipe's results were made from other data than the dataset's files
+    hold now (a dataset that names its data, ``identity.DATA_IDENTITY``): they are no longer its runs."""
+    import json
+
+    from ltbench.identity import DATA_IDENTITY
+
+    now = {s["config"].get(DATA_IDENTITY) for s in specs} - {None}
+    if not now or not Path(root).is_dir():
+        return ""
+    ours, before = {s["run_id"] for s in specs}, set()
+    count = 0
+    for folder in sorted(p for p in Path(root).iterdir() if p.is_dir() and p.name not in ours):
+        record = store.read_result(folder)
+        if record is None:
+            try:
+                record = json.loads((folder / store.SPEC).read_text())
+            except (OSError, ValueError):
+                continue
+        old = (record.get("config") or {}).get(DATA_IDENTITY) if isinstance(record, dict) else None
+        if isinstance(old, str) and old not in now:
+            count += 1
+            before.add(old)
+    if not count:
+        return ""
+    return (f"{count} run folder(s) in {root} were made from other data (data identity {', '.join(sorted(before)[:3])}; "
+            f"now {', '.join(sorted(now)[:3])}): the dataset's files have changed since; they are not runs of this "
+            f"recipe now")
 
 
 ALWAYS_SHOWN = ("method.name", "data.name", "data.imb_factor", "seed")
@@ -143,6 +176,9 @@ def _announce(recipe: Recipe, specs: list[dict], found: dict[str, int], redo: tu
         print(f"  {found['damaged']} run(s) have an unusable result.json: they run again")
     if found.get("running"):
         print(f"  {found['running']} run(s) look busy in another process: skipped if they still are")
+    changed = other_data_note(recipe.root, recipe.runs)
+    if changed:
+        print(f"  {changed}")
 
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False) -> dict[str, int]:
@@ -519,6 +555,9 @@ def print_status(root: Path, specs: list[dict] | None = None, override_keys: lis
         print(f"{name}  {status:<11}" + "".join(f"  {t}" for t in (what, note, stage2) if t))
     counts = store.count_statuses(statuses)
     print(store.format_counts(counts) or "no runs")
+    changed = other_data_note(root, specs) if specs is not None else ""
+    if changed:
+        print(changed)
     if stale_stage2:
         print(f"{stale_stage2} stage-2 result(s) are stale; to fit them again: ltbench posthoc RECIPE --rerun-stale")
     if counts.get("damaged") or counts.get("interrupted"):

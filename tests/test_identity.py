@@ -75,6 +75,8 @@ def test_code_paths_are_recorded_relative_and_old_absolute_ones_are_mapped(tmp_p
     assert identity.changed_code(result) == ([], [])
     (pkg / "loss.py").write_text("X = 2\n")
     assert identity.changed_code(result) == (["my_plugins.loss"], [])
+    as_recorded = {"code": {"my_plugins.loss": plugin}, "plugins": {"my_loss": f"plugin folder {pkg}"}}
+    assert identity.changed_code(as_recorded) == (["my_plugins.loss"], [])  # a result's name -> source form
     assert identity.changed_code({"code": {"my_plugins.loss": plugin}}) == ([], ["my_plugins.loss"])
 
 
@@ -117,6 +119,9 @@ def test_two_folders_with_different_contents_never_share_a_run_id_or_a_row(tmp_p
     shutil.copy(tmp_path / "other" / "images.npz", tmp_path / "first" / "images.npz")  # the data changed
     code, out, err = run_cli(["table", recipes["first"]], capsys)
     assert code == 0 and "were made from other data" in out and "0/1" in out, out + err
+    for command in (["run", recipes["first"], "--dry-run"], ["status", recipes["first"]]):
+        code, out, err = run_cli(command, capsys)
+        assert code == 0 and "1 run folder(s)" in out and "were made from other data" in out, out + err
 
 
 # ------------------------------------------------------------------------------------------------
