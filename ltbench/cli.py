@@ -58,8 +58,12 @@ def cmd_posthoc(args) -> int:
     jobs = args.jobs or recipe.launcher.jobs
     print(f"recipe {recipe.name}: {len(recipe.posthoc)} stage-2 setting(s) x {len(recipe.runs)} run(s), "
           f"launcher {recipe.launcher.name}" + (f", {jobs} job(s)" if recipe.launcher.name == "local" else ""))
-    totals = launch_posthoc(recipe, jobs=jobs, dtype=args.dtype, redo_failed=args.rerun_failed)
-    print("stage 2: " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
+    totals = launch_posthoc(recipe, jobs=jobs, dtype=args.dtype, redo_failed=args.rerun_failed,
+                            redo_stale=args.rerun_stale)
+    print("stage 2: " + ", ".join(f"{v} {k}" for k, v in totals.items() if v and k != "stale"))
+    if totals.get("stale"):
+        print(f"  {totals['stale']} stage-2 result(s) were fitted by stage-2 code that has changed since (counted in "
+              f"'already'); add --rerun-stale to fit them again")
     return 0 if not totals.get("failed") and not totals.get("unfinished") else 1
 
 
@@ -169,8 +173,10 @@ def cmd_status(args) -> int:
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         from ltbench.recipe import load_recipe
 
-        recipe = load_recipe(p, results_dir=args.results)
-        return launch.print_status(recipe.root, recipe.runs)
+        recipe = load_recipe(p, args.overrides, results_dir=args.results)
+        return launch.print_status(recipe.root, recipe.runs, recipe.override_keys)
+    if args.overrides:
+        raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
     return launch.print_status(_recipe_root(args.path, args.results))
 
 
@@ -227,6 +233,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_positive_int, help="runs processed at a time (default: the recipe's launcher.jobs)")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="feature cache precision")
     p.add_argument("--rerun-failed", action="store_true", help="fit again the stage-2 settings that failed")
+    p.add_argument("--rerun-stale", action="store_true",
+                   help="fit again the stage-2 results whose stage-2 plugin code has changed since")
     p.set_defaults(func=cmd_posthoc)
 
     p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones or stage-2 methods and where they come from")
@@ -242,6 +250,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
     p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_status)
 

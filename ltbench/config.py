@@ -16,23 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ltbench.errors import ConfigError, short_repr
+from ltbench.identity import DROPPED, identity_of
 
-# Configuration fields that do not change what a run computes (paths, local resources): the run id
-# and a table row's identity both leave them out.
-NOT_IN_RUN_ID = {("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
-                 ("train", "threads"), ("train", "progress"),
-                 # how the same computation is executed (like threads: equal up to float rounding)
-                 ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark")}
-
-
-def without_local_fields(config: dict) -> dict:
-    """A resolved run configuration less NOT_IN_RUN_ID: what the run computes. The run id hashes it,
-    and a table row is it less the seed. Sections are copied, so ``config`` is left as it is."""
-    identity = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
-    for section, key in NOT_IN_RUN_ID:
-        if isinstance(identity.get(section), dict):
-            identity[section].pop(key, None)
-    return identity
+# Which configuration fields are execution settings (not part of what a run computes) is declared in
+# ltbench/identity.py, the one home of run identity; these names are kept for the code that imports them.
+NOT_IN_RUN_ID = DROPPED
+without_local_fields = identity_of
 
 #: Integers beyond this are never a sensible setting (and overflow NumPy / torch seeds and counters).
 INT_LIMIT = 2**63 - 1
@@ -361,18 +350,10 @@ def check_views(views: list[str] | None, what: str = "views") -> None:
 
 
 def check_prior_name(name: str, where: str) -> tuple[str, float]:
-    """'forward50' -> ('forward', 50.0), checked: uniform, forward<rho> or backward<rho> with 1 <= rho <= 1e6."""
-    hint = "use uniform, forward<rho> or backward<rho> with rho >= 1, e.g. forward50"
-    for direction in ("forward", "backward"):
-        if name.startswith(direction):
-            try:
-                rho = float(name[len(direction):])
-            except ValueError:
-                break
-            if not (math.isfinite(rho) and 1 <= rho <= 1e6):
-                break
-            return direction, rho
-    if name == "uniform":
-        return "uniform", 1.0
-    prefix = f"{where}: " if where else ""
-    raise ValueError(f"{prefix}unknown target prior {short_repr(name)}; {hint}")
+    """'forward50' -> ('forward', 50.0): the one prior grammar of ltbench/priors.py, with ``where`` in front."""
+    from ltbench.priors import parse_prior
+
+    try:
+        return parse_prior(name)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}" if where else str(exc)) from None

@@ -119,7 +119,7 @@ def longtail_prior(train_counts, imb_factor: float, direction: str) -> np.ndarra
 
 def parse_prior_name(name: str) -> tuple[str, float]:
     """'forward50' -> ('forward', 50.0); 'uniform' -> ('uniform', 1.0). ValueError for anything else
-    (the grammar lives in ``config.check_prior_name``, which validates recipes before any run)."""
-    from ltbench.config import check_prior_name
+    (the one grammar: ltbench/priors.py, which also validates recipes before any run)."""
+    from ltbench.priors import parse_prior
 
-    return check_prior_name(name, "")
+    return parse_prior(name)

@@ -10,7 +10,6 @@ filters them with ``match``.  No torch: tables and reports import this on a logi
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,9 +18,9 @@ from typing import Any
 import yaml
 
 from ltbench.errors import LtbenchError
+from ltbench.priors import is_prior_name
 
 GROUP_METRICS = ("many", "medium", "few", "all")
-SHIFTED_METRIC = re.compile(r"^(forward|backward)[1-9][0-9]*$|^uniform$")
 ENTRY_FIELDS = ("method", "label", "dataset", "imb_factor", "backbone", "epochs", "note", "settings")
 BLOCK_KEYS = {"source", "shared", "columns", "rows"}
 
@@ -57,7 +56,7 @@ def default_path() -> Path:
 
 
 def is_metric(key: str) -> bool:
-    return key in GROUP_METRICS or bool(SHIFTED_METRIC.match(key))
+    return key in GROUP_METRICS or is_prior_name(key)
 
 
 def load_published(path: Path | None = None) -> list[Published]:

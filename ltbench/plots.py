@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ltbench.errors import LtbenchError
-from ltbench.evaluation import GROUPS, parse_prior_name
+from ltbench.evaluation import GROUPS
 from ltbench.store import atomic_write_bytes
 
 FORMATS = ("png", "pdf")
@@ -201,8 +201,9 @@ def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa") -> list[Pat
 
 def prior_position(name: str) -> float:
     """Natural order of test priors: forward50 < ... < forward2 < uniform < backward2 < ... < backward50."""
-    direction, rho = parse_prior_name(name)
-    return {"forward": -1.0, "uniform": 0.0, "backward": 1.0}[direction] * float(np.log(rho) if rho > 1 else 0.0)
+    from ltbench.priors import prior_position as position
+
+    return position(name)
 
 
 def figure_shift(df: pd.DataFrame) -> Figure:

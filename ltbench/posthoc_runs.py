@@ -123,12 +123,15 @@ def evaluate_posthoc(clf, frozen: FrozenRun, name: str) -> tuple[dict, dict]:
 
 
 def plugin_code(name: str) -> dict:
-    """Path and sha256 of the stage-2 plugin's module (as a run records its plugins' code)."""
+    """Path (relative to its package's folder) and sha256 of the stage-2 plugin's module, as a run
+    records its plugins' code; ``identity.changed_code`` compares them with the files now."""
     import sys
 
-    module = sys.modules.get(POSTHOC.entry(name).module)
-    path = getattr(module, "__file__", None)
-    return {POSTHOC.entry(name).module: {"path": path, "sha256": store.file_sha256(Path(path)) if path else None}}
+    from ltbench.identity import code_entry
+
+    module_name = POSTHOC.entry(name).module
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    return {module_name: code_entry(module_name, os.path.abspath(path)) if path else {"path": None, "sha256": None}}
 
 
 def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) -> dict:
@@ -139,7 +142,7 @@ def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) ->
             "posthoc": spec, "recipe": run_result.get("recipe"), "grid": run_result.get("grid") or {},
             "config": config, "seed": run_result.get("seed"), "data": run_result.get("data"),
             "features": {k: meta.get(k) for k in ("checkpoint_sha256", "dtype", "view")},
-            "code": plugin_code(spec["name"]),
+            "code": plugin_code(spec["name"]), "plugins": run_result.get("plugins") or [],
             "provenance": provenance, "started": time.time()}
 
 
@@ -178,10 +181,13 @@ def write_compact_json(path: Path, record: dict) -> None:
 # A run's grid, and a recipe's
 
 
-def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, redo_failed: bool = False) -> list[dict]:
+def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, redo_failed: bool = False,
+                     redo_stale: bool = False, stale: list | None = None) -> list[dict]:
     """The settings of ``specs`` without a usable result below RUN_DIR/posthoc: failed ones count as done
     unless ``redo_failed``; damaged ones, and results fitted on another checkpoint's features (the run was
-    trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone."""
+    trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone. Results whose stage-2
+    plugin code has changed since (``identity.changed_code``) are set aside and redone with ``redo_stale``,
+    else kept and appended to ``stale``, so the caller says so."""
     todo = []
     for spec in specs:
         out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
@@ -190,6 +196,12 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
             store.set_aside(out / store.RESULT)
         elif check.usable and (check.result.get("features") or {}).get("checkpoint_sha256") != checkpoint_sha256:
             store.set_aside(out / store.RESULT, "stale")
+        elif check.state == "done" and store.changed_code(check.result)[0]:
+            if not redo_stale:
+                if stale is not None:
+                    stale.append(spec)
+                continue
+            store.set_aside(out / store.RESULT, "stale")
         elif check.state == "done" or (check.state == "failed" and not redo_failed):
             continue
         todo.append(spec)
@@ -197,9 +209,11 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
 
 
 def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", redo_failed: bool = False,
-                    threads: int = 0, plugins: tuple[str, ...] = (), say: Callable[[str], None] = print) -> dict[str, int]:
+                    threads: int = 0, plugins: tuple[str, ...] = (), say: Callable[[str], None] = print,
+                    redo_stale: bool = False) -> dict[str, int]:
     """Features (when missing), then every pending setting of one finished run, under the run's
-    stage-2 lock. Returns counts: done, failed, already (found done before), busy (locked elsewhere).
+    stage-2 lock. Returns counts: done, failed, already (found done before; 'stale' of them were made by
+    stage-2 code that has changed since and are kept unless ``redo_stale``), busy (locked elsewhere).
     A worker process gets the plugin folders the recipe imported (``plugins``)."""
     if threads:
         torch.set_num_threads(threads)
@@ -212,8 +226,9 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
         return {"busy": len(specs)}
     with claim:
         meta = features.extract_features(run_dir, dtype, say)
-        todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed)
-        counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0}
+        stale: list[dict] = []
+        todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed, redo_stale, stale)
+        counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0, **({"stale": len(stale)} if stale else {})}
         if not todo:
             return counts
         frozen, result = load_frozen(run_dir), features.finished_result(run_dir)
@@ -259,17 +274,18 @@ def add_counts(totals: dict[str, int], counts: dict[str, int]) -> dict[str, int]
 
 
 def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str = "float32",
-                redo_failed: bool = False, say: Callable[[str], None] = print) -> dict[str, int]:
+                redo_failed: bool = False, say: Callable[[str], None] = print, redo_stale: bool = False) -> dict[str, int]:
     """The stage-2 grid ``specs`` over every finished run of ``runs`` (recipe run specs), ``jobs`` runs at a
     time (worker processes with cores/jobs torch threads each). Returns summed counts, 'unfinished' included."""
     ready, totals = ready_run_dirs(runs, say)
     if jobs <= 1 or len(ready) <= 1:
-        results = [posthoc_one_run(d, specs, dtype, redo_failed, say=say) for d in ready]
+        results = [posthoc_one_run(d, specs, dtype, redo_failed, say=say, redo_stale=redo_stale) for d in ready]
     else:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             plugins = tuple(registry.plugin_paths())
-            futures = [pool.submit(posthoc_one_run, d, specs, dtype, redo_failed, threads, plugins) for d in ready]
+            futures = [pool.submit(posthoc_one_run, d, specs, dtype, redo_failed, threads, plugins, print, redo_stale)
+                       for d in ready]
             results = [f.result() for f in futures]
     for counts in results:
         add_counts(totals, counts)

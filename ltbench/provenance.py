@@ -8,7 +8,6 @@ seed spread.
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib.util
 import inspect
 import os
@@ -144,10 +143,11 @@ def plugin_code(config: dict) -> dict[str, dict]:
     for reg, name in wanted:
         if name in reg:
             modules |= _module_closure(reg.entry(name).module)
+    from ltbench.identity import code_entry
+
     out = {}
     for name in sorted(modules):
         path = getattr(sys.modules.get(name), "__file__", None)
         if path and os.path.isfile(path):
-            with open(path, "rb") as f:
-                out[name] = {"path": os.path.abspath(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
+            out[name] = code_entry(name, os.path.abspath(path))  # path relative to its package's folder
     return out

@@ -10,9 +10,7 @@ paths or launcher settings, so the same experiment always lands in the same dire
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -21,9 +19,8 @@ from typing import Any, Literal
 
 import yaml
 
-from ltbench import registry
-from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text, \
-    without_local_fields
+from ltbench import identity, registry
+from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
 
@@ -113,6 +110,7 @@ class Recipe:
     plugins: list[str]
     tables: dict = field(default_factory=dict)  # name -> ltbench.report.spec.TableSpec
     posthoc: list = field(default_factory=list)  # resolved stage-2 specs (``ltbench posthoc``)
+    override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
 
     @property
     def root(self) -> Path:
@@ -158,12 +156,8 @@ def set_dotted(tree: dict, key: str, value: Any, where: str) -> None:
     node[parts[-1]] = copy.deepcopy(value)
 
 
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def run_id_of(config: dict) -> str:
-    return hashlib.sha1(canonical_json(without_local_fields(config)).encode()).hexdigest()[:12]
+canonical_json = identity.canonical_json
+run_id_of = identity.run_id  # the rule lives in ltbench/identity.py
 
 
 def _grid_points(grid: Any, where: str) -> list[dict]:
@@ -369,22 +363,95 @@ def _check_yaml_size(data: Any, where: str) -> None:
 
 
 def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | Path | None = None) -> Recipe:
+    """A recipe file with dotted overrides. An override of a run's configuration (data, backbone, method,
+    optim, train, eval) applies to every run, after the grid: the command line wins, as in Hydra. One under
+    a plugin's section (method.tau) applies to the runs whose plugin has that option and must fit at
+    least one of them; any other override (seeds, launcher.jobs, grid...) edits the recipe itself."""
     path = Path(path)
     raw = load_yaml(path)
     where = str(path)
+    run_overrides = []
     for text in overrides:
         key, value = parse_override(text)
-        set_dotted(raw, key, value, f"{where}: override {short_repr(text, 80)}")
+        if key.split(".")[0] in RUN_SECTIONS:
+            run_overrides.append(RunOverride(key, value, text))
+        else:
+            set_dotted(raw, key, value, f"{where}: override {short_repr(text, 80)}")
     # Errors carry the file name in front of the dotted field.
     try:
         top = from_dict(RecipeConfig, raw, "")
-        return _expand(path, raw, top, results_dir)
+        return _expand(path, raw, top, results_dir, run_overrides)
     except ConfigError as exc:
         msg = str(exc)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
-def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
+@dataclass(frozen=True)
+class RunOverride:
+    key: str  # dotted, under one of RUN_SECTIONS
+    value: Any
+    text: str  # as typed, for messages
+
+
+PLUGIN_SECTIONS = ("data", "backbone", "method")  # options depend on the plugin a run names
+
+
+def apply_run_overrides(cfg: dict, overrides: list[RunOverride], used: set[str]) -> None:
+    """Set each override in one grid point's configuration (in place), after the grid. An option of a
+    plugin section is set only where the run's plugin has it (method.tau: on la, not on ce); ``used``
+    collects the overrides that applied, so one that fits no run is refused instead of ignored."""
+    for ov in overrides:
+        section = ov.key.split(".")[0]
+        if section in PLUGIN_SECTIONS and "." in ov.key:
+            trial = copy.deepcopy(cfg)
+            set_dotted(trial, ov.key, ov.value, f"override {short_repr(ov.text, 80)}")
+            try:
+                resolve_run_config(trial, 0, "")
+            except ConfigError as exc:
+                if _is_unknown_key(str(exc), ov.key):
+                    continue  # this run's plugin has no such option
+            cfg.clear()
+            cfg.update(trial)
+        else:
+            set_dotted(cfg, ov.key, ov.value, f"override {short_repr(ov.text, 80)}")
+        used.add(ov.text)
+
+
+def _is_unknown_key(message: str, key: str) -> bool:
+    parts = key.split(".")
+    return any(message.startswith(f"{'.'.join(parts[:i])}: unknown key") for i in range(2, len(parts) + 1))
+
+
+def check_overrides_used(overrides: list[RunOverride], used: set[str], runs: list[dict]) -> None:
+    """An override that no run has is an error naming it and the runs' plugins (never silently ignored)."""
+    for ov in overrides:
+        if ov.text not in used:
+            section = ov.key.split(".")[0]
+            names = sorted({r["config"][section]["name"] for r in runs})
+            raise ConfigError(f"override {short_repr(ov.text, 80)}: no run of this recipe has '{ov.key}' (its "
+                              f"{section} plugins: {', '.join(names)}); 'ltbench list {_LIST_KIND[section]}' and "
+                              f"the plugin's Config say which options each has")
+
+
+_LIST_KIND = {"data": "datasets", "backbone": "backbones", "method": "methods"}
+
+
+def data_identity(data: dict, cache: dict) -> str | None:
+    """What identifies a run's data beyond its options, from the dataset plugin (None: its options do,
+    as for the built-in datasets, whose files are fixed and checksummed). Asked once per data config."""
+    key = canonical_json(data)
+    if key not in cache:
+        options = dict(data)
+        cls = DATASETS.get(options.pop("name"))
+        ask = getattr(cls, "data_identity", None)
+        cache[key] = ask(cls(from_dict(cls.Config, options, "data"))) if callable(ask) else None
+        if cache[key] is not None and not isinstance(cache[key], str):
+            raise ConfigError(f"data.name: {data['name']}: data_identity() must return a string or None, "
+                              f"got {short_repr(cache[key])}")
+    return cache[key]
+
+
+def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = ()) -> Recipe:
     from ltbench.report.spec import parse_tables
 
     name = top.name or path.stem
@@ -409,13 +476,16 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
     except RegistryError as exc:
         raise ConfigError(f"plugins: {exc}") from None
     base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
-    runs, seen = [], set()
+    runs, seen, used, identities = [], set(), set(), {}
     for point in points:
         cfg = copy.deepcopy(base)
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
+        apply_run_overrides(cfg, list(run_overrides), used)
         for seed in top.seeds:
             config = resolve_run_config(cfg, seed, "")
+            if data_identity(config["data"], identities) is not None:
+                config[identity.DATA_IDENTITY] = identities[canonical_json(config["data"])]
             try:
                 run_id = run_id_of(config)
             except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
@@ -434,12 +504,14 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir) -> Recipe:
                     "run_dir": str(inside_results(out_dir, name, run_id)),
                 }
             )
+    check_overrides_used(list(run_overrides), used, runs)
     posthoc = expand_posthoc(top.posthoc, "posthoc")
     if tables:
         from ltbench.report import check_tables
 
         check_tables(tables, runs, "tables", posthoc)
-    return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc)
+    return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
+                  [ov.key for ov in run_overrides])
 
 
 def expand_posthoc(entries: Any, where: str) -> list[dict]:

@@ -47,10 +47,12 @@ class RunJob(submitit.helpers.Checkpointable):
 class PosthocJob(submitit.helpers.Checkpointable):
     """What a Slurm task executes for ``ltbench posthoc``: one finished run's stage-2 grid, its features first."""
 
-    def __call__(self, run_dir: str, specs: list[dict], dtype: str = "float32", redo_failed: bool = False) -> dict:
+    def __call__(self, run_dir: str, specs: list[dict], dtype: str = "float32", redo_failed: bool = False,
+                 redo_stale: bool = False) -> dict:
         from ltbench.posthoc_runs import posthoc_one_run
 
-        return posthoc_one_run(run_dir, specs, dtype, redo_failed, say=lambda msg: print(msg, flush=True))
+        return posthoc_one_run(run_dir, specs, dtype, redo_failed, say=lambda msg: print(msg, flush=True),
+                               redo_stale=redo_stale)
 
     def checkpoint(self, *args) -> submitit.helpers.DelayedSubmission:
         # Each stage-2 result is stored as soon as it is fitted: a requeued task skips the stored ones.
@@ -94,7 +96,7 @@ def require_sbatch() -> None:
 
 
 def submit_posthoc(recipe: Recipe, run_dirs: list[str], specs: list[dict], cluster: str, dtype: str = "float32",
-                   redo_failed: bool = False) -> list:
+                   redo_failed: bool = False, redo_stale: bool = False) -> list:
     """One array task per finished run, fitting the stage-2 grid ``specs`` on it (``cluster``: 'slurm' or
     'debug'), in arrays of at most ``launcher.max_array_size``. Returns the jobs."""
     if not run_dirs:
@@ -102,7 +104,7 @@ def submit_posthoc(recipe: Recipe, run_dirs: list[str], specs: list[dict], clust
     ex, jobs = make_executor(recipe, cluster), []
     for chunk in _array_chunks(recipe, run_dirs):
         n = len(chunk)
-        jobs += _map_array(ex, PosthocJob(), chunk, [specs] * n, [dtype] * n, [redo_failed] * n)
+        jobs += _map_array(ex, PosthocJob(), chunk, [specs] * n, [dtype] * n, [redo_failed] * n, [redo_stale] * n)
         print(f"submitted the stage-2 grid of {n} run(s) as {cluster} job array {str(jobs[-1].job_id).split('_')[0]}")
     return jobs
 

@@ -23,7 +23,6 @@ This module imports no torch, so status and tables work on a login node.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import math
 import os
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ltbench import identity
 from ltbench.errors import DiskFullError, LtbenchError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
@@ -47,16 +47,14 @@ STATUSES = ("pending", "running", "interrupted", "damaged", "done", "failed")  #
 
 
 POSTHOC_DIR = "posthoc"  # RUN_DIR/posthoc/<stage-2 id>/result.json: stage-2 results (ltbench/posthoc_runs.py)
+# Folders ltbench itself writes beside the run folders of a recipe (``ltbench report``): never runs.
+# (Names starting with '_' or '.', such as _submitit and the caches, are skipped as well.)
+OWNED_DIRS = ("report",)
 
 
-def posthoc_id(spec: dict) -> str:
-    """The folder name of a resolved stage-2 setting: sha1 of its canonical JSON, 12 hex digits."""
-    return hashlib.sha1(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
-
-
-def stage2_run_id(run_id: str, spec: dict) -> str:
-    """The id of a stage-2 result: '<run id>+<stage-2 id>', unique in a results folder."""
-    return f"{run_id}+{posthoc_id(spec)}"
+# Stage-2 ids and the stale-code rule live in ltbench/identity.py (the one home of run identity).
+posthoc_id, stage2_run_id = identity.posthoc_id, identity.stage2_run_id
+file_sha256, changed_code = identity.file_sha256, identity.changed_code
 
 
 def count_statuses(statuses) -> dict[str, int]:
@@ -447,41 +445,3 @@ def iter_results(root: Path) -> list[dict]:
 def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
     """(run directory, check) for every result.json below ``root``, usable or not."""
     return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]
-
-
-# ------------------------------------------------------------------------------------------------
-# Code hashes: which results were computed by code that has changed since
-
-
-_sha_cache: dict[tuple, str] = {}
-
-
-def file_sha256(path: Path) -> str | None:
-    """sha256 of a file's bytes, None when it cannot be read; cached per (path, size, mtime), since a
-    status of a large grid asks for the same few plugin files once per run."""
-    try:
-        st = os.stat(path)
-        key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in _sha_cache:
-            _sha_cache[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        return _sha_cache[key]
-    except (OSError, TypeError, ValueError):
-        return None
-
-
-def changed_code(result: dict) -> tuple[list[str], list[str]]:
-    """(modules whose source differs from the hash in ``result['code']``, modules whose file is gone).
-
-    A run records ``code: {module: {path, sha256}}`` for the plugin modules it used; comparing files
-    on disk needs no import, so status can say which finished runs are stale without torch.
-    """
-    changed, gone = [], []
-    for module, entry in sorted((result.get("code") or {}).items()):
-        if not isinstance(entry, dict):
-            continue
-        now = file_sha256(entry.get("path", ""))
-        if now is None:
-            gone.append(module)
-        elif now != entry.get("sha256"):
-            changed.append(module)
-    return changed, gone

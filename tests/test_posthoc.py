@@ -238,6 +238,28 @@ def test_posthoc_command_stores_results_next_to_runs_and_is_idempotent(runs):
     assert (out / "result.json.stale").is_file() and store.check_result(out).state == "done"
 
 
+def test_stage2_results_of_changed_stage2_code_are_stale_and_refitted_on_request(runs, cli):
+    """The stale rule of runs (identity.changed_code) holds for stage-2 results too: a result whose recorded
+    stage-2 module hash differs from the file now is kept and reported, and fitted again with --rerun-stale."""
+    recipe = runs["recipe"]
+    run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)
+    spec, run = recipe.posthoc[0], recipe.runs[0]
+    out = features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)
+    result = json.loads((out / store.RESULT).read_text())
+    (module, entry), = result["code"].items()
+    assert not features.Path(entry["path"]).is_absolute() and store.changed_code(result) == ([], [])
+    old = {**result, "code": {module: {**entry, "sha256": "0" * 64}}}  # as if fitted by an older version
+    (out / store.RESULT).write_text(json.dumps(old))
+    kept = run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)
+    assert kept["stale"] == 1 and kept["done"] == 0 and json.loads((out / store.RESULT).read_text()) == old
+    status = cli("status", recipe.path)
+    assert "stage 2:" in status.stdout and "1 stale" in status.stdout and module in status.stdout, status.stdout
+    assert "1 stage-2 result(s) are stale" in status.stdout and "--rerun-stale" in status.stdout
+    redone = run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None, redo_stale=True)
+    assert redone["done"] == 1 and "stale" not in redone
+    assert (out / "result.json.stale").is_file() and store.changed_code(json.loads((out / store.RESULT).read_text())) == ([], [])
+
+
 def test_unfinished_runs_are_reported_not_skipped(runs, tmp_path):
     recipe = runs["recipe"]
     ghost = {**recipe.runs[0], "run_id": "ghost", "run_dir": str(tmp_path / "ghost")}

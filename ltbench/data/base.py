@@ -77,6 +77,19 @@ class DatasetBuilder:
     def load(self) -> LTData:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def data_identity(self) -> str | None:
+        """What identifies this dataset's data beyond its options, or None when the options do.
+
+        Options such as ``root`` are execution settings (ltbench/identity.py): they say where files are,
+        not what they hold, so they are left out of the run id. A dataset whose files the user chooses
+        (an image folder, an .npz under ``data.root``) returns a digest of them here (``digest_files``),
+        so results of different data never share a run id or a table row. Called when a recipe is
+        loaded (once per distinct ``data:`` configuration): keep it cheap, and raise DataMissingError
+        when the files are missing. The built-in datasets return None: their files are fixed and
+        checksummed (CIFAR, Fashion-MNIST) or named by published split lists.
+        """
+        return None
+
     @classmethod
     def check_test_set_name(cls, name: str) -> None:
         """Raise ValueError when ``name`` cannot name an extra test set of this dataset.
@@ -99,6 +112,24 @@ class DatasetBuilder:
 
         shifted = shifted_test(data, name)
         return shifted.test, shifted.test_labels
+
+
+def digest_files(paths: Sequence[Path], root: Path | None = None, content: bool = True) -> str:
+    """sha256 (16 hex digits) of files, for ``DatasetBuilder.data_identity``: their names (relative to
+    ``root`` when given, so a copy of a folder elsewhere has the same digest) and their bytes, or only
+    their sizes with ``content=False`` (for large image folders, where reading every file would cost
+    minutes: a removed, added, renamed or resized file still changes it)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted(Path(p) for p in paths):
+        name = path.relative_to(root).as_posix() if root is not None else path.name
+        h.update(f"{name}\0{path.stat().st_size}\0".encode())
+        if content:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()[:16]
 
 
 def data_roots(root: str | None, folder: str, *extra: str) -> list[Path]:

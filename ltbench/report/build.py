@@ -99,6 +99,8 @@ def fill_row(table: Table, row: Row) -> None:
                 notes.setdefault(f"seed(s) {', '.join(map(str, missing))} missing (never run)", []).append(where)
         for seed in sorted(unit.problems, key=str):
             notes.setdefault(unit.problems[seed], []).append(where)
+        for text in stale_notes(unit):
+            notes.setdefault(text, []).append(where)
         for folder in sorted(set(unit.borrowed.values())):
             seeds = [str(s) for s, f in sorted(unit.borrowed.items(), key=str) if f == folder]
             notes.setdefault(f"seed(s) {', '.join(seeds)} read from {folder}/ (same run id, same computation)",
@@ -115,6 +117,18 @@ def fill_row(table: Table, row: Row) -> None:
         absent = [gi for gi in range(len(table.groups)) if gi not in row.units]
         row.notes.append("no configuration for " + ", ".join(
             " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))) for gi in absent))
+
+
+def stale_notes(unit) -> list[str]:
+    """'seed(s) 0, 1 stale: ...': finished results (counted) whose plugin code has changed since they were
+    made (identity.changed_code), one note per set of changed modules."""
+    by_modules: dict[str, list[str]] = {}
+    for seed, modules in sorted(unit.stale.items(), key=lambda item: str(item[0])):
+        by_modules.setdefault(", ".join(modules[:4]), []).append(str(seed))
+    redo = "ltbench posthoc --rerun-stale" if any(k.startswith("posthoc.") for k in unit.flat) \
+        else "ltbench run --rerun-stale"
+    return [f"seed(s) {', '.join(seeds)} stale: made by code that has changed since ({modules}); counted, "
+            f"'{redo}' redoes them" for modules, seeds in by_modules.items()]
 
 
 def _note_missing_without_recipe(table: Table, seeds: list) -> None:

@@ -4,7 +4,8 @@ Expanding a recipe validates every run against the plugins' Config classes, whic
 method modules and therefore torch (about 2 s). A table must not pay that each time, so the
 expansion is cached in the results folder (``.ltbench-recipe-<name>.json``), keyed by the recipe
 file's bytes, the results folder and the size and mtime of every Python file of ltbench, the
-built-in methods and the recipe's plugin folders: editing any of them expands the recipe again.
+built-in methods and the recipe's plugin folders: editing any of them expands the recipe again. A
+recipe whose dataset names its data by a digest of its files is never cached (its files may change).
 A method installed from another package and upgraded in place is not seen; delete the cache file
 (or run ``ltbench table --no-cache``) after such an upgrade.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench import store
+from ltbench.identity import DATA_IDENTITY
 from ltbench.report.index import config_key
 from ltbench.report.rows import flatten
 from ltbench.report.spec import TableSpec, parse_tables
@@ -106,7 +108,10 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     recipe = load_recipe(path, list(overrides), results_dir=results)
     expected = expected_of(recipe.runs, recipe.posthoc)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
-    if use_cache and root.is_dir():
+    # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
+    # any file this cache watches: such a recipe is expanded every time, never read from the cache.
+    volatile = any(DATA_IDENTITY in spec["config"] for spec in recipe.runs)
+    if use_cache and root.is_dir() and not volatile:
         try:
             compact = {"version": CACHE_VERSION, "signature": signature, "seeds": seeds,
                        "expected": [[e["run_id"], e["key"], e["seed"]] for e in expected],

@@ -16,7 +16,6 @@ so a table can say it out loud instead of crashing or silently dropping the run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -25,24 +24,17 @@ from array import array
 from collections.abc import Mapping
 from pathlib import Path
 
-from ltbench import store
-from ltbench.config import without_local_fields
+from ltbench import identity, store
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 4  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too
+INDEX_VERSION = 5  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
-SKIP_DIRS = {"report", "__pycache__"}
+SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 RUN_FILES = {store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.STARTED, store.SUBMITTED}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
 
 
-def config_key(config: dict) -> tuple[str, dict]:
-    """Row identity of a run: its resolved configuration less the seed and the path-like fields that
-    do not enter the run id. Returns (sha1 of the canonical JSON, the identity dict)."""
-    identity = without_local_fields(config)
-    identity.pop("seed", None)
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:16], identity
+config_key = identity.row_key  # a row is a run's identity less the seed (ltbench/identity.py)
 
 
 def flat_metrics(metrics: dict) -> dict[str, float]:
@@ -77,6 +69,8 @@ def summarize_result(data: dict, run_dir_name: str) -> dict:
     }
     if data["status"] == "done":
         rec["metrics"] = flat_metrics(data["metrics"])
+        if isinstance(data.get("code"), dict) and data["code"]:
+            rec["code"] = {"code": data["code"], "plugins": data.get("plugins") or []}
     else:
         err = str(data.get("error") or "").strip().splitlines()
         rec["error"] = err[-1][:200] if err else ""
@@ -231,7 +225,7 @@ def _prefixed(columns: dict[str, int], prefix: str) -> list[str]:
 
 def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
     """(json part, metric column index, float64 matrix) of the cache file, or empty ones."""
-    empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "metrics": []}
+    empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "codes": {}, "metrics": []}
     try:
         blob = path.read_bytes()
         if not blob.startswith(CACHE_MAGIC):
@@ -250,7 +244,8 @@ def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
         return empty, {}, None
 
 
-def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], configs: dict) -> None:
+def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], configs: dict,
+                codes: dict | None = None) -> None:
     names = sorted({k for m in metrics.values() for k in m})
     col = {n: i for i, n in enumerate(names)}
     values = array("d", [math.nan]) * (len(names) * len(runs))
@@ -259,7 +254,8 @@ def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], 
         for k in metrics.get(rel, {}):
             values[row * len(names) + col[k]] = metrics[rel][k]
         meta_runs[rel] = entry + [row]
-    meta = json.dumps({"version": INDEX_VERSION, "metrics": names, "runs": meta_runs, "configs": configs},
+    meta = json.dumps({"version": INDEX_VERSION, "metrics": names, "runs": meta_runs, "configs": configs,
+                       "codes": codes or {}},
                       separators=(",", ":")).encode()
     try:
         store.atomic_write_bytes(path, CACHE_MAGIC + len(meta).to_bytes(8, "little") + meta + values.tobytes())
@@ -272,7 +268,7 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
     root_s = os.fspath(root)
     cache_path = Path(root_s) / INDEX_FILE
     meta, columns, values = _load_cache(cache_path) if use_cache else ({"runs": {}, "configs": {}}, {}, None)
-    cached, configs = meta["runs"], meta["configs"]
+    cached, configs, codes = meta["runs"], meta["configs"], meta.get("codes") or {}
     width = len(columns)
     fresh: dict[str, list] = {}
     fresh_metrics: dict[str, Mapping] = {}
@@ -293,6 +289,9 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
                 changed = True
                 if "config" in rec:
                     configs[rec["key"]] = rec["config"]
+                if "code" in rec:  # a few distinct code sets across thousands of runs: stored once each
+                    rec["code_key"] = _code_key(rec["code"])
+                    codes[rec["code_key"]] = rec.pop("code")
             if "key" in rec:
                 rec["config"] = configs.get(rec["key"]) or rec.get("config")
             fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
@@ -305,8 +304,31 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
         records.append(rec)
     if use_cache and (changed or len(fresh) != len(cached)):
         used = {entry[1].get("key") for entry in fresh.values()}
-        _save_cache(cache_path, fresh, fresh_metrics, {k: v for k, v in configs.items() if k in used})
+        used_codes = {entry[1].get("code_key") for entry in fresh.values()}
+        _save_cache(cache_path, fresh, fresh_metrics, {k: v for k, v in configs.items() if k in used},
+                    {k: v for k, v in codes.items() if k in used_codes})
+    mark_stale(records, codes)
     return records
+
+
+def _code_key(code: dict) -> str:
+    import hashlib
+
+    return hashlib.sha1(json.dumps(code, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def mark_stale(records: list[dict], codes: dict) -> None:
+    """``stale``: the modules whose source changed since a finished result was made (identity.changed_code,
+    the rule status and run use), checked once per distinct code set, from the files on disk now."""
+    verdict: dict[str, list[str]] = {}
+    for rec in records:
+        key = rec.get("code_key")
+        if key is None or key not in codes:
+            continue
+        if key not in verdict:
+            verdict[key] = identity.changed_code(codes[key])[0]
+        if verdict[key]:
+            rec["stale"] = verdict[key]
 
 
 def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -> list[dict]:
@@ -325,6 +347,9 @@ def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -
             path = sib / run_id / store.RESULT
             if path.is_file():
                 rec = read_result_file(path)
+                code = rec.pop("code", None)
+                if code and identity.changed_code(code)[0]:
+                    rec["stale"] = identity.changed_code(code)[0]
                 if rec.get("status") == "done":
                     rec["dir"] = str(path.parent)
                     rec["name"] = f"../{sib.name}/{run_id}"

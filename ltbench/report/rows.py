@@ -22,7 +22,8 @@ from typing import Any
 
 from ltbench.config import value_text  # noqa: F401 - re-exported: the report modules import it from here
 from ltbench.errors import ConfigError
-from ltbench.report.spec import GROUPS, PRIOR_NAME, TEMPLATE_FIELD, TableSpec, versus_targets
+from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
+from ltbench.report.spec import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
@@ -45,16 +46,6 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 
 def short_key(key: str) -> str:
     return key.split(".", 1)[1] if "." in key else key
-
-
-def prior_order(name: str) -> tuple:
-    """forward50 < forward10 < ... < uniform < backward2 < ... < backward50 (test prior from like the
-    training profile to reversed)."""
-    m = re.match(r"^(forward|backward)(\d+(?:\.\d+)?)$", name)
-    if name == "uniform" or not m:
-        return (1, 0.0)
-    rho = float(m.group(2))
-    return (0, -rho) if m.group(1) == "forward" else (2, rho)
 
 
 STAGE2 = "posthoc."  # the config section of a stage-2 result (ltbench/posthoc_runs.py)
@@ -166,6 +157,7 @@ class Unit:
     runs: dict[int, dict] = field(default_factory=dict)  # seed -> record (done preferred)
     problems: dict[int, str] = field(default_factory=dict)  # seed -> status text (failed, pending, ...)
     borrowed: dict[int, str] = field(default_factory=dict)  # seed -> sibling recipe folder it was read from
+    stale: dict[int, list] = field(default_factory=dict)  # seed -> modules changed since its result was made
 
 
 @dataclass
@@ -232,7 +224,22 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
         notes.append(f"{len(foreign)} run folder(s) are not runs of this recipe (other settings, or made by "
                      f"another version of it) and are left out: {shown}{more}")
+        notes += other_data_notes(foreign, expected)
     return sorted(units.values(), key=lambda u: u.order), notes
+
+
+def other_data_notes(foreign: list[dict], expected: list[dict]) -> list[str]:
+    """Say when left-out runs were made from other data than the recipe's now (a dataset that names its
+    data by a digest of its files, identity.DATA_IDENTITY): the files under data.root have changed."""
+    from ltbench.identity import DATA_IDENTITY
+
+    now = {e["flat"].get(DATA_IDENTITY) for e in expected} - {None}
+    before = [r for r in foreign if (r.get("config") or {}).get(DATA_IDENTITY) not in (None, *now)]
+    if not now or not before:
+        return []
+    old = sorted({r["config"][DATA_IDENTITY] for r in before})
+    return [f"{len(before)} of them were made from other data (data identity {', '.join(old[:3])}; this "
+            f"recipe's data now: {', '.join(sorted(now)[:3])}): the dataset's files changed since those runs"]
 
 
 def _name(rec: dict) -> str:
@@ -248,6 +255,10 @@ def _place(unit: Unit, seed, rec: dict) -> None:
             unit.problems.pop(seed, None)
         if rec.get("note"):
             unit.problems.setdefault(seed, f"seed {seed}: {rec['note']}")
+        if unit.runs[seed] is rec:
+            unit.stale.pop(seed, None)
+            if rec.get("stale"):
+                unit.stale[seed] = list(rec["stale"])
         if rec.get("borrowed"):
             unit.borrowed[seed] = rec["borrowed"]
         return
@@ -282,7 +293,7 @@ def expand_columns(spec: TableSpec, units: list[Unit]) -> list[tuple[str, str]]:
         elif name == "priors":
             priors = sorted({k.split(":")[1] for k in metric_names(units, "prior:")}, key=prior_order)
             cols += [(f"prior:{p}:all", p) for p in priors]
-        elif PRIOR_NAME.match(name):
+        elif is_prior_name(name):
             cols.append((f"prior:{name}:all", name))
         else:
             parts = name.split(":")

@@ -27,10 +27,10 @@ from typing import Any
 
 from ltbench.config import from_dict
 from ltbench.errors import ConfigError
+from ltbench.priors import HINT, is_prior_name
 
 SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc")  # posthoc: stage-2 results (ltbench/posthoc_runs.py)
 GROUPS = ("many", "medium", "few", "all")
-PRIOR_NAME = re.compile(r"^(uniform|(forward|backward)\d+(\.\d+)?)$")
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][\w.]*)\}")
 
 
@@ -111,13 +111,13 @@ def check_key(key: str, where: str) -> None:
 
 
 def check_column(name: str, where: str) -> None:
-    if name in GROUPS or name == "priors" or PRIOR_NAME.match(name):
+    if name in GROUPS or name == "priors" or is_prior_name(name):
         return
     parts = name.split(":")
     if parts[0] in ("prior", "set", "head") and len(parts) in (2, 3) and all(parts) and \
             (len(parts) == 2 or parts[2] in GROUPS):
-        if parts[0] == "prior" and not PRIOR_NAME.match(parts[1]):
-            raise ConfigError(f"{where}: '{parts[1]}' is not a prior name (uniform, forward<rho>, backward<rho>)")
+        if parts[0] == "prior" and not is_prior_name(parts[1]):
+            raise ConfigError(f"{where}: '{parts[1]}' is not a prior name; {HINT}")
         return
     raise ConfigError(f"{where}: unknown column '{name}'; expected one of {', '.join(GROUPS)}, a shifted prior "
                       f"(forward50, uniform, backward10, or 'priors' for all), set:<test set>[:<group>] or "
