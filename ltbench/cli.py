@@ -229,8 +229,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rerun-failed", action="store_true", help="fit again the stage-2 settings that failed")
     p.set_defaults(func=cmd_posthoc)
 
-    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones or stage-2 methods and where they come from")
-    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc"])
+    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers or stage-2 methods and where they come from")
+    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers"])
     p.add_argument("--plugins", nargs="*", help="extra plugin folders")
     p.set_defaults(func=cmd_list)
 

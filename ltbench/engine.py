@@ -21,7 +21,6 @@ fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import os
 import sys
@@ -46,12 +45,12 @@ from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.record import TrainOutcome, data_record
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.runspec import RunSpec
+from ltbench.samplers import Sampler, SamplerContext, create_sampler
+from ltbench.samplers.uniform import uniform_order
 from ltbench.selection import headline, select_model
+from ltbench.seeding import derive_seed  # noqa: F401 - engine.derive_seed stays importable
 
 
-def derive_seed(*parts) -> int:
-    """A 31-bit seed from any parts (the first 4 bytes of their sha1: called once per sample)."""
-    return int.from_bytes(hashlib.sha1(repr(parts).encode()).digest()[:4], "big") % (2**31)
 
 
 def set_threads(train: TrainConfig) -> int:
@@ -99,6 +98,7 @@ class Run:
     eval_sets: dict = field(default_factory=dict)  # source name -> (MultiView, labels); see eval_sources
     loader: Loader | None = None  # set by train(); evaluate() falls back to a worker-less one
     compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
+    sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -136,6 +136,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     run = Run(builder, data, backbone, method, model, optim,
               from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
     run.eval_sets = eval_sources(run)
+    run.sampler = create_sampler(config.get("sampler"), SamplerContext(data.train_labels, data.num_classes, optim.epochs))
     return run
 
 
@@ -164,13 +165,30 @@ def lr_factor(o: OptimConfig, iteration: int, iters_per_epoch: int) -> float:
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """The sample order of one epoch, cut into batches (a final batch of 1 is dropped: BatchNorm)."""
-    gen = torch.Generator().manual_seed(derive_seed(seed, "order", epoch))
-    order = torch.randperm(n, generator=gen).numpy()
+    """The uniform sample order of one epoch, cut into batches (the default sampler's; see cut_batches)."""
+    return cut_batches(uniform_order(n, seed, epoch), batch_size)
+
+
+def cut_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """An epoch's order cut into batches (a final batch of 1 is dropped: BatchNorm)."""
+    n = len(order)
     batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
     if len(batches) > 1 and len(batches[-1]) == 1:
         batches.pop()
     return batches
+
+
+def sampled_batches(run: Run, seed: int, epoch: int) -> list[np.ndarray]:
+    """The batches of one training epoch in the order the run's sampler gives (ltbench/samplers/)."""
+    n = len(run.data.train)
+    if run.sampler is None:
+        return epoch_batches(n, run.optim.batch_size, seed, epoch)
+    order = np.asarray(run.sampler.epoch_order(seed, epoch), dtype=np.int64)
+    if order.shape != (n,) or (n and (order.min() < 0 or order.max() >= n)):
+        name = getattr(run.sampler, "registered_name", "?")
+        raise MethodContractError(f"sampler '{name}': epoch_order() must give {n} indices in [0, {n}) (one epoch "
+                                  f"is len(train) draws), got shape {order.shape}; see ltbench/samplers/__init__.py")
+    return cut_batches(order, run.optim.batch_size)
 
 
 def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -481,7 +499,7 @@ def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     if o.batch_size < world:
         raise ValueError(f"optim.batch_size ({o.batch_size}) must be at least the number of processes ({world})")
     s = Session(spec, run, device, optimizer, scaler, rank, world, threads, say)
-    s.iters_per_epoch = len(epoch_batches(len(run.data.train), o.batch_size, spec.seed, 0))
+    s.iters_per_epoch = len(sampled_batches(run, spec.seed, 0))
     s.base_lrs = [g["lr"] for g in optimizer.param_groups]
     return s
 
@@ -566,7 +584,7 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     run, o = s.run, s.run.optim
     run.model.train()
     run.method.on_epoch_start(epoch)
-    batches = epoch_batches(len(run.data.train), o.batch_size, s.seed, epoch)
+    batches = sampled_batches(run, s.seed, epoch)
     meter = EpochMeter()
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)

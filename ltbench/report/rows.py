@@ -43,7 +43,14 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Fields a run's configuration leaves out while they hold their default (so that older run ids hold),
+# with that default: rows are selected and labelled as if the field were there.
+IMPLIED = {"sampler.name": "uniform"}
+
+
 def short_key(key: str) -> str:
+    if key == "sampler.name":  # 'sampler=class_balanced', not 'name=class_balanced'
+        return "sampler"
     return key.split(".", 1)[1] if "." in key else key
 
 
@@ -77,7 +84,7 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
     keys = sorted({k for f in flats for k in f} - skip - {"method.name"})
-    texts = [{k: value_text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
+    texts = [{k: value_text(f[k]) if k in f else IMPLIED.get(k, "<absent>") for k in keys} for f in flats]
     varying_all = {k for k in keys if not k.startswith("method.") and len({t[k] for t in texts}) > 1}
     seen_by_method: dict[str, dict[str, set]] = {}
     for name, t in zip(names, texts):
@@ -89,7 +96,7 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     labels = []
     for f, name, t in zip(flats, names, texts):
         parts = [f"{short_key(k)}={t[k]}" for k in keys
-                 if k in f and (k in varying_all or k in varying_method[name])]
+                 if (k in f or k in IMPLIED) and (k in varying_all or k in varying_method[name])]
         labels.append(name + (f" ({', '.join(parts)})" if parts else ""))
     return labels
 
@@ -315,7 +322,8 @@ def _matches(flat: dict, where: dict) -> bool:
     ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
     if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
         return False
-    return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
+    return all((k in flat or k in IMPLIED) and value_text(flat.get(k, IMPLIED.get(k))) == value_text(v)
+               for k, v in where.items())
 
 
 def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],

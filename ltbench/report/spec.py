@@ -28,7 +28,7 @@ from typing import Any
 from ltbench.config import from_dict
 from ltbench.errors import ConfigError
 
-SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc")  # posthoc: stage-2 results (ltbench/posthoc_runs.py)
+SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler")  # posthoc: stage-2 results (ltbench/posthoc_runs.py)
 GROUPS = ("many", "medium", "few", "all")
 PRIOR_NAME = re.compile(r"^(uniform|(forward|backward)\d+(\.\d+)?)$")
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][\w.]*)\}")
