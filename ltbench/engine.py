@@ -222,9 +222,21 @@ class SeededSamples(torch.utils.data.Dataset):
     def train_keys(self, batches: list[np.ndarray], start: int, epoch: int, rank: int = 0,
                    world: int = 1) -> list[list]:
         """Keys of the training batches from step ``start`` on. With several processes, process ``rank``
-        takes every ``world``-th sample of each global batch."""
-        return [[("train", int(i), derive_seed(self.seed, "augment", epoch, int(i))) for i in b[rank::world]]
-                for b in batches[start:]]
+        takes every ``world``-th sample of each global batch. An image drawn again in the same epoch (a
+        re-sampler, ltbench/samplers/) gets a fresh augmentation: its k-th repeat is seeded with k too,
+        counted over the whole epoch so the seed does not depend on ``start``, ``rank`` or ``world``."""
+        seen: dict[int, int] = {}
+        keys = []
+        for step, b in enumerate(batches):
+            row = []
+            for position, i in enumerate(b.tolist()):
+                k = seen[i] = seen.get(i, -1) + 1
+                if step >= start and position % world == rank:
+                    parts = (self.seed, "augment", epoch, i) if k == 0 else (self.seed, "augment", epoch, i, k)
+                    row.append(("train", i, derive_seed(*parts)))
+            if step >= start:
+                keys.append(row)
+        return keys
 
     def eval_keys(self, source: str, batch_size: int) -> list[list]:
         """Keys of one test source in order, in batches. One hash per source, not per image: test passes
