@@ -303,6 +303,8 @@ def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
     for name in run.eval.test_sets:
         dataset, labels = run.builder.test_set(name, run.data)
         out[f"test_set:{name}"] = (MultiView(dataset, [tf]), np.asarray(labels))
+    if run.data.val is not None:  # the validation split (ltbench/data/validation.py), clean view like test
+        out["val"] = (MultiView(run.data.val, [tf]), np.asarray(run.data.val_labels))
     return out
 
 
@@ -398,7 +400,46 @@ def evaluate(run: Run, device: torch.device) -> dict:
     out[PREDICTION_ARRAYS] = arrays
     if run.eval.test_sets:
         out["test_sets"] = evaluate_test_sets(run, device, arrays)
+    if "val" in run.eval_sets:
+        out["val"] = evaluate_val(run, device)
     return out
+
+
+@torch.no_grad()
+def evaluate_val(run: Run, device: torch.device) -> dict:
+    """metrics.val: the validation split under the uniform prior, with the test set's shot groups (from
+    training counts). What selection may look at; the test metrics never are."""
+    labels = run.eval_sets["val"][1]
+    scores = run.method.predict(test_features(run, device, "val"), target_prior=None)
+    _, summary = score_summary(run, scores, labels)
+    return {**headline(summary), "per_class": summary["per_class"], "size": int(len(labels))}
+
+
+BEST_VAL = "best_val.pt"  # the model of the best validation epoch so far (eval.select: best_val)
+
+
+def track_best_val(s: Session, row: dict, epoch: int) -> None:
+    """eval.select best_val: validate after each epoch; when validation All beats every earlier logged
+    epoch (ties keep the earlier), rank 0 saves the model to RUN_DIR/best_val.pt. Done before the log row
+    and the epoch checkpoint, so a resumed run replays the epoch and rewrites the same file."""
+    row["val"] = headline(evaluate_val(s.run, s.device))
+    if not s.main:
+        return
+    run_dir = Path(s.spec.run_dir)
+    earlier = [r["val"]["all"] for r in store.read_jsonl(run_dir / store.LOG) if "val" in r and r["epoch"] <= epoch]
+    if row["val"]["all"] is not None and all(row["val"]["all"] > a for a in earlier if a is not None):
+        tmp = run_dir / f".{BEST_VAL}.tmp-{os.getpid()}"
+        torch.save({"epoch": epoch + 1, "model": s.run.model.state_dict(),
+                    "method_extra": s.run.method.extra_state()}, tmp)
+        os.replace(tmp, run_dir / BEST_VAL)
+
+
+def load_best_val(s: Session) -> None:
+    """Put the best validation epoch's weights back into the model before the final evaluation."""
+    distributed.barrier()
+    state = torch.load(Path(s.spec.run_dir) / BEST_VAL, map_location=s.device, weights_only=False)
+    s.run.model.load_state_dict(state["model"])
+    s.run.method.load_extra_state(state.get("method_extra", {}))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -617,6 +658,8 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     the final evaluation follows); logged by rank 0 and reported."""
     run, o = s.run, s.run.optim
     row = meter.row(epoch, s.optimizer.param_groups[0]["lr"])
+    if run.eval.select == "best_val":
+        track_best_val(s, row, epoch)
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
         row["test"] = headline(evaluate(run, s.device))
     if s.main:
@@ -630,9 +673,12 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
 def final_outcome(s: Session, started: float) -> TrainOutcome:
     """Final evaluation, model selection, predictions.npz (rank 0), and the measured outcome."""
     run, run_dir = s.run, Path(s.spec.run_dir)
+    if run.eval.select == "best_val":
+        load_best_val(s)
     metrics = evaluate(run, s.device)
     run.loader.close()
-    selection = select_model(metrics, store.read_jsonl(run_dir / store.LOG) if s.main else [], run.optim.epochs)
+    selection = select_model(metrics, store.read_jsonl(run_dir / store.LOG) if s.main else [], run.optim.epochs,
+                             run.eval.select)
     predictions = metrics.pop(PREDICTION_ARRAYS)
     if s.main:
         save_predictions(run_dir, predictions, run.data.num_classes)

@@ -26,6 +26,7 @@ from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, ch
     without_local_fields
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
+from ltbench.data.validation import declares_validation
 from ltbench.samplers import resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
@@ -248,6 +249,9 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
                               method["name"], join_path(where, "sampler"))
     if sampler is not None:  # the default (uniform) stays out of the configuration: earlier run ids hold
         config["sampler"] = sampler
+    if config["eval"].get("select") == "best_val" and not declares_validation(config["data"]):
+        raise ConfigError(f"{join_path(where, 'eval.select')}: best_val needs a validation split; set data.val_per_class "
+                          f"(e.g. 20) or data.val_split (e.g. val for ImageNet-LT); docs/protocol.md")
     builder = DATASETS.get(config["data"]["name"])
     for i, name in enumerate(config["eval"]["test_sets"]):
         try:
