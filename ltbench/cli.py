@@ -123,7 +123,7 @@ def cmd_table(args) -> int:
     test = None if args.test == "none" else args.test
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
-                          overrides=args.overrides, digits=args.digits)
+                          overrides=args.overrides, digits=args.digits, select=args.select)
     for i, table in enumerate(built):
         if i:
             print()
@@ -264,6 +264,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch",
                    help="mark cells not significantly different from the best (default: welch over seeds)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
+    p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
+                   "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true", help="read every result.json again (ignore the index cache)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)
