@@ -127,7 +127,7 @@ def cmd_table(args) -> int:
     test = None if args.test == "none" else args.test
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
-                          overrides=args.overrides, digits=args.digits)
+                          overrides=args.overrides, digits=args.digits, select=args.select)
     for i, table in enumerate(built):
         if i:
             print()
@@ -237,8 +237,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="fit again the stage-2 results whose stage-2 plugin code has changed since")
     p.set_defaults(func=cmd_posthoc)
 
-    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones or stage-2 methods and where they come from")
-    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc"])
+    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers or stage-2 methods and where they come from")
+    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers"])
     p.add_argument("--plugins", nargs="*", help="extra plugin folders")
     p.set_defaults(func=cmd_list)
 
@@ -273,6 +273,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch",
                    help="mark cells not significantly different from the best (default: welch over seeds)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
+    p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
+                   "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true", help="read every result.json again (ignore the index cache)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)

@@ -321,6 +321,9 @@ class EvalConfig:
     # Extra test sets by name (e.g. forward50): the dataset's published shifted list, or the SADE subset of
     # the balanced test split; predicted with their (known) class prior.
     test_sets: list[str] = field(default_factory=list)
+    # Which epoch's model the run reports: the last (common practice), or the one with the best validation
+    # All (needs a validation split, data.val_per_class or data.val_split; docs/protocol.md).
+    select: Literal["last", "best_val"] = added_later("last")
 
     def validate(self) -> None:
         check_range("few_threshold", self.few_threshold, 0, INT_LIMIT)

@@ -21,7 +21,6 @@ fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import os
 import sys
@@ -46,12 +45,12 @@ from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.record import TrainOutcome, data_record
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.runspec import RunSpec
+from ltbench.samplers import Sampler, SamplerContext, create_sampler
+from ltbench.samplers.uniform import uniform_order
 from ltbench.selection import headline, select_model
+from ltbench.seeding import derive_seed  # noqa: F401 - engine.derive_seed stays importable
 
 
-def derive_seed(*parts) -> int:
-    """A 31-bit seed from any parts (the first 4 bytes of their sha1: called once per sample)."""
-    return int.from_bytes(hashlib.sha1(repr(parts).encode()).digest()[:4], "big") % (2**31)
 
 
 def set_threads(train: TrainConfig) -> int:
@@ -99,6 +98,7 @@ class Run:
     eval_sets: dict = field(default_factory=dict)  # source name -> (MultiView, labels); see eval_sources
     loader: Loader | None = None  # set by train(); evaluate() falls back to a worker-less one
     compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
+    sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -136,6 +136,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     run = Run(builder, data, backbone, method, model, optim,
               from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
     run.eval_sets = eval_sources(run)
+    run.sampler = create_sampler(config.get("sampler"), SamplerContext(data.train_labels, data.num_classes, optim.epochs))
     return run
 
 
@@ -164,13 +165,30 @@ def lr_factor(o: OptimConfig, iteration: int, iters_per_epoch: int) -> float:
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """The sample order of one epoch, cut into batches (a final batch of 1 is dropped: BatchNorm)."""
-    gen = torch.Generator().manual_seed(derive_seed(seed, "order", epoch))
-    order = torch.randperm(n, generator=gen).numpy()
+    """The uniform sample order of one epoch, cut into batches (the default sampler's; see cut_batches)."""
+    return cut_batches(uniform_order(n, seed, epoch), batch_size)
+
+
+def cut_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """An epoch's order cut into batches (a final batch of 1 is dropped: BatchNorm)."""
+    n = len(order)
     batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
     if len(batches) > 1 and len(batches[-1]) == 1:
         batches.pop()
     return batches
+
+
+def sampled_batches(run: Run, seed: int, epoch: int) -> list[np.ndarray]:
+    """The batches of one training epoch in the order the run's sampler gives (ltbench/samplers/)."""
+    n = len(run.data.train)
+    if run.sampler is None:
+        return epoch_batches(n, run.optim.batch_size, seed, epoch)
+    order = np.asarray(run.sampler.epoch_order(seed, epoch), dtype=np.int64)
+    if order.shape != (n,) or (n and (order.min() < 0 or order.max() >= n)):
+        name = getattr(run.sampler, "registered_name", "?")
+        raise MethodContractError(f"sampler '{name}': epoch_order() must give {n} indices in [0, {n}) (one epoch "
+                                  f"is len(train) draws), got shape {order.shape}; see ltbench/samplers/__init__.py")
+    return cut_batches(order, run.optim.batch_size)
 
 
 def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -204,9 +222,21 @@ class SeededSamples(torch.utils.data.Dataset):
     def train_keys(self, batches: list[np.ndarray], start: int, epoch: int, rank: int = 0,
                    world: int = 1) -> list[list]:
         """Keys of the training batches from step ``start`` on. With several processes, process ``rank``
-        takes every ``world``-th sample of each global batch."""
-        return [[("train", int(i), derive_seed(self.seed, "augment", epoch, int(i))) for i in b[rank::world]]
-                for b in batches[start:]]
+        takes every ``world``-th sample of each global batch. An image drawn again in the same epoch (a
+        re-sampler, ltbench/samplers/) gets a fresh augmentation: its k-th repeat is seeded with k too,
+        counted over the whole epoch so the seed does not depend on ``start``, ``rank`` or ``world``."""
+        seen: dict[int, int] = {}
+        keys = []
+        for step, b in enumerate(batches):
+            row = []
+            for position, i in enumerate(b.tolist()):
+                k = seen[i] = seen.get(i, -1) + 1
+                if step >= start and position % world == rank:
+                    parts = (self.seed, "augment", epoch, i) if k == 0 else (self.seed, "augment", epoch, i, k)
+                    row.append(("train", i, derive_seed(*parts)))
+            if step >= start:
+                keys.append(row)
+        return keys
 
     def eval_keys(self, source: str, batch_size: int) -> list[list]:
         """Keys of one test source in order, in batches. One hash per source, not per image: test passes
@@ -273,6 +303,8 @@ def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
     for name in run.eval.test_sets:
         dataset, labels = run.builder.test_set(name, run.data)
         out[f"test_set:{name}"] = (MultiView(dataset, [tf]), np.asarray(labels))
+    if run.data.val is not None:  # the validation split (ltbench/data/validation.py), clean view like test
+        out["val"] = (MultiView(run.data.val, [tf]), np.asarray(run.data.val_labels))
     return out
 
 
@@ -368,7 +400,46 @@ def evaluate(run: Run, device: torch.device) -> dict:
     out[PREDICTION_ARRAYS] = arrays
     if run.eval.test_sets:
         out["test_sets"] = evaluate_test_sets(run, device, arrays)
+    if "val" in run.eval_sets:
+        out["val"] = evaluate_val(run, device)
     return out
+
+
+@torch.no_grad()
+def evaluate_val(run: Run, device: torch.device) -> dict:
+    """metrics.val: the validation split under the uniform prior, with the test set's shot groups (from
+    training counts). What selection may look at; the test metrics never are."""
+    labels = run.eval_sets["val"][1]
+    scores = run.method.predict(test_features(run, device, "val"), target_prior=None)
+    _, summary = score_summary(run, scores, labels)
+    return {**headline(summary), "per_class": summary["per_class"], "size": int(len(labels))}
+
+
+BEST_VAL = "best_val.pt"  # the model of the best validation epoch so far (eval.select: best_val)
+
+
+def track_best_val(s: Session, row: dict, epoch: int) -> None:
+    """eval.select best_val: validate after each epoch; when validation All beats every earlier logged
+    epoch (ties keep the earlier), rank 0 saves the model to RUN_DIR/best_val.pt. Done before the log row
+    and the epoch checkpoint, so a resumed run replays the epoch and rewrites the same file."""
+    row["val"] = headline(evaluate_val(s.run, s.device))
+    if not s.main:
+        return
+    run_dir = Path(s.spec.run_dir)
+    earlier = [r["val"]["all"] for r in store.read_jsonl(run_dir / store.LOG) if "val" in r and r["epoch"] <= epoch]
+    if row["val"]["all"] is not None and all(row["val"]["all"] > a for a in earlier if a is not None):
+        tmp = run_dir / f".{BEST_VAL}.tmp-{os.getpid()}"
+        torch.save({"epoch": epoch + 1, "model": s.run.model.state_dict(),
+                    "method_extra": s.run.method.extra_state()}, tmp)
+        os.replace(tmp, run_dir / BEST_VAL)
+
+
+def load_best_val(s: Session) -> None:
+    """Put the best validation epoch's weights back into the model before the final evaluation."""
+    distributed.barrier()
+    state = torch.load(Path(s.spec.run_dir) / BEST_VAL, map_location=s.device, weights_only=False)
+    s.run.model.load_state_dict(state["model"])
+    s.run.method.load_extra_state(state.get("method_extra", {}))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -481,7 +552,7 @@ def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     if o.batch_size < world:
         raise ValueError(f"optim.batch_size ({o.batch_size}) must be at least the number of processes ({world})")
     s = Session(spec, run, device, optimizer, scaler, rank, world, threads, say)
-    s.iters_per_epoch = len(epoch_batches(len(run.data.train), o.batch_size, spec.seed, 0))
+    s.iters_per_epoch = len(sampled_batches(run, spec.seed, 0))
     s.base_lrs = [g["lr"] for g in optimizer.param_groups]
     return s
 
@@ -566,7 +637,7 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     run, o = s.run, s.run.optim
     run.model.train()
     run.method.on_epoch_start(epoch)
-    batches = epoch_batches(len(run.data.train), o.batch_size, s.seed, epoch)
+    batches = sampled_batches(run, s.seed, epoch)
     meter = EpochMeter()
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
@@ -587,6 +658,8 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     the final evaluation follows); logged by rank 0 and reported."""
     run, o = s.run, s.run.optim
     row = meter.row(epoch, s.optimizer.param_groups[0]["lr"])
+    if run.eval.select == "best_val":
+        track_best_val(s, row, epoch)
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
         row["test"] = headline(evaluate(run, s.device))
     if s.main:
@@ -600,9 +673,12 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
 def final_outcome(s: Session, started: float) -> TrainOutcome:
     """Final evaluation, model selection, predictions.npz (rank 0), and the measured outcome."""
     run, run_dir = s.run, Path(s.spec.run_dir)
+    if run.eval.select == "best_val":
+        load_best_val(s)
     metrics = evaluate(run, s.device)
     run.loader.close()
-    selection = select_model(metrics, store.read_jsonl(run_dir / store.LOG) if s.main else [], run.optim.epochs)
+    selection = select_model(metrics, store.read_jsonl(run_dir / store.LOG) if s.main else [], run.optim.epochs,
+                             run.eval.select)
     predictions = metrics.pop(PREDICTION_ARRAYS)
     if s.main:
         save_predictions(run_dir, predictions, run.data.num_classes)

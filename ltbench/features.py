@@ -35,6 +35,7 @@ from ltbench import store
 from ltbench.checkpoint import load_checkpoint
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
+from ltbench.data.validation import declares_validation
 from ltbench.errors import LtbenchError
 
 FEATURES_DIR = "features"
@@ -56,6 +57,9 @@ def finished_result(run_dir: Path) -> dict:
         why = {"missing": "it has no result.json (not finished)", "failed": "it failed"}.get(
             check.state, f"its result is unusable ({check.reason})")
         raise LtbenchError(f"{run_dir}: cannot extract features: {why}; finish it with 'ltbench run' first")
+    if (check.result.get("selection") or {}).get("strategy") == "best_val":
+        raise LtbenchError(f"{run_dir}: stage 2 needs the reported model's checkpoint, and a best_val run reports an "
+                           f"earlier epoch than its final checkpoint; use eval.select: last for stage-1 runs of a stage 2")
     return check.result
 
 
@@ -80,8 +84,10 @@ def checkpoint_digest(run_dir: Path) -> str:
 
 
 def cached_splits(config: dict) -> list[str]:
-    """The splits a run's cache holds: train, test, and test_set:<name> for each eval.test_sets."""
-    return ["train", "test"] + [f"test_set:{name}" for name in config.get("eval", {}).get("test_sets", [])]
+    """The splits a run's cache holds: train, test, test_set:<name> for each eval.test_sets, and val when the
+    run has a validation split (stage-2 settings are then scored on it too, for ``ltbench table --select val``)."""
+    val = ["val"] if declares_validation(config.get("data", {})) else []
+    return ["train", "test"] + [f"test_set:{name}" for name in config.get("eval", {}).get("test_sets", [])] + val
 
 
 def read_meta(run_dir: Path) -> dict | None:

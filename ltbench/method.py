@@ -39,6 +39,9 @@ class Method(nn.Module):
 
     Config: ClassVar[type] = EmptyConfig
     registered_name: ClassVar[str] = "?"
+    # The training sampler the method needs, as a recipe would write it (e.g. {"name": "class_balanced"}),
+    # or None: the recipe's `sampler:` section decides (default uniform). A recipe naming another is refused.
+    sampler: ClassVar[dict | None] = None
 
     def __init__(self, cfg: Any, ctx: MethodContext):
         super().__init__()

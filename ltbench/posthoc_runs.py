@@ -115,6 +115,11 @@ def evaluate_posthoc(clf, frozen: FrozenRun, name: str) -> tuple[dict, dict]:
                                                                           ev.few_threshold))}
     if sets:
         metrics["test_sets"] = sets
+    if "val" in frozen.splits:  # the score `ltbench table --select val` chooses settings by
+        val = frozen.splits["val"]
+        val_pred = checked_scores(clf, val, torch.full((k,), 1.0 / k), name)
+        summary = summarize(val_pred, val.labels.numpy(), counts, ev.many_threshold, ev.few_threshold)
+        metrics["val"] = {**headline(summary), "per_class": summary["per_class"], "size": int(len(val))}
     return metrics, arrays
 
 

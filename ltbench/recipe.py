@@ -23,6 +23,8 @@ from ltbench import identity, registry
 from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
+from ltbench.data.validation import declares_validation
+from ltbench.samplers import resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
 # runs, so a typo or a hostile file must be refused quickly and with bounded memory.
@@ -33,7 +35,7 @@ MAX_OVERRIDE_CHARS = 10_000
 MAX_RUNS = 10_000  # runs a recipe may expand into (grid points x seeds)
 MAX_SEEDS = 1_000
 # Sections of a run's configuration: the only things a grid key or an override below the top may set.
-RUN_SECTIONS = ("data", "backbone", "method", "optim", "train", "eval")
+RUN_SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "sampler")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
 DOTTED_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -87,6 +89,7 @@ class RecipeConfig:
     results_dir: str = "results"
     tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench.report.spec)
     posthoc: Any = None  # stage-2 settings over the finished runs (ltbench.posthoc.expand_posthoc)
+    sampler: dict[str, Any] = field(default_factory=dict)  # training sampler {name, **options} (ltbench/samplers/)
 
     def validate(self) -> None:
         if self.name is not None:
@@ -236,6 +239,13 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         "seed": seed,
     }
     _check_view_names(method_resolved, mwhere)
+    sampler = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
+                              method["name"], join_path(where, "sampler"))
+    if sampler is not None:  # the default (uniform) stays out of the configuration: earlier run ids hold
+        config["sampler"] = sampler
+    if config["eval"].get("select") == "best_val" and not declares_validation(config["data"]):
+        raise ConfigError(f"{join_path(where, 'eval.select')}: best_val needs a validation split; set data.val_per_class "
+                          f"(e.g. 20) or data.val_split (e.g. val for ImageNet-LT); docs/protocol.md")
     builder = DATASETS.get(config["data"]["name"])
     for i, name in enumerate(config["eval"]["test_sets"]):
         try:
@@ -541,6 +551,9 @@ def run_label(run: dict) -> str:
               if k.startswith("method.") and k != "method.name"]
     if isinstance(grid.get("method"), dict):
         extras += [f"{k}={_short(v)}" for k, v in grid["method"].items() if k != "name"]
+    sampler = run["config"].get("sampler")  # absent: the default, uniform
+    if sampler:
+        extras.append(f"sampler={_short(sampler)}")
     return run["config"]["method"]["name"] + (f" ({', '.join(extras)})" if extras else "")
 
 

@@ -30,8 +30,9 @@ class TrainOutcome:
 
 
 def data_record(data) -> dict:
-    """The 'data' section from an ``LTData`` (class counts, subset hash, names, dataset info)."""
-    return {
+    """The 'data' section from an ``LTData`` (class counts, subset hash, names, dataset info, and the
+    validation split's counts when there is one)."""
+    out = {
         "num_classes": data.num_classes,
         "class_counts_train": [int(c) for c in data.class_counts],
         "class_counts_test": [int(c) for c in data.test_counts],
@@ -39,11 +40,16 @@ def data_record(data) -> dict:
         "class_names": data.class_names,
         "info": data.info,
     }
+    val = getattr(data, "val_counts", None)
+    if val is not None:
+        out["class_counts_val"] = [int(c) for c in val]
+    return out
 
 
 def plugin_sources(config: dict) -> dict:
     """Where the run's dataset, backbone and method plugins came from (registry entry sources)."""
-    names = (config["method"]["name"], config["data"]["name"], config["backbone"]["name"])
+    names = (config["method"]["name"], config["data"]["name"], config["backbone"]["name"],
+             (config.get("sampler") or {}).get("name"))
     return {e.name: e.source for reg in registry.REGISTRIES.values() for e in reg.entries() if e.name in names}
 
 

@@ -1,9 +1,9 @@
-"""One registry type for methods, datasets, backbones and stage-2 (posthoc) methods, and the discovery that fills them.
+"""One registry type for methods, datasets, backbones, samplers and stage-2 (posthoc) methods, and the discovery that fills them.
 
 Names are found in three places, always in this order:
 1. the core's own modules (datasets and backbones shipped in ``ltbench``);
 2. Python entry points (groups ``ltbench.methods``, ``ltbench.datasets``, ``ltbench.backbones``,
-   ``ltbench.posthoc``);
+   ``ltbench.posthoc``, ``ltbench.samplers``);
    the built-in ``methods/`` package is registered this way too, so it is loaded exactly like a
    third-party plugin;
 3. plugin folders, from a recipe's ``plugins:`` list and the ``LTBENCH_PLUGIN_PATH`` environment
@@ -30,7 +30,9 @@ from typing import Any, Callable, Iterator
 from ltbench.errors import LtbenchError, short_repr, shorten
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
-CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones")
+CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones",
+                "ltbench.samplers.uniform", "ltbench.samplers.class_balanced", "ltbench.samplers.square_root",
+                "ltbench.samplers.progressive")
 
 
 class RegistryError(LtbenchError):
@@ -61,9 +63,12 @@ def _source(label: str) -> Iterator[None]:
 class Registry:
     """A name -> object table filled by the ``@REGISTRY.register(name)`` decorator."""
 
-    def __init__(self, kind: str, group: str):
+    def __init__(self, kind: str, group: str, hint_cutoff: float = 0.6):
         self.kind = kind  # "method", "dataset", "backbone", "posthoc method"
         self.group = group  # entry-point group
+        # How alike a known name must be to be suggested (difflib's ratio); a registry of a few names
+        # unlike each other suggests the closest one whatever was typed (0.0).
+        self.hint_cutoff = hint_cutoff
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str) -> Callable[[Any], Any]:
@@ -109,7 +114,7 @@ class Registry:
 
     def unknown_message(self, name: str) -> str:
         known = sorted(self._entries)
-        close = difflib.get_close_matches(name, known, n=1)
+        close = difflib.get_close_matches(name, known, n=1, cutoff=self.hint_cutoff)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         return (
             f"unknown {self.kind} '{name}'.{hint} Known: {', '.join(known) or '(none)'}. "
@@ -125,7 +130,9 @@ METHODS = Registry("method", "ltbench.methods")
 DATASETS = Registry("dataset", "ltbench.datasets")
 BACKBONES = Registry("backbone", "ltbench.backbones")
 POSTHOC = Registry("posthoc method", "ltbench.posthoc")  # stage-2 classifiers on frozen features (ltbench/posthoc.py)
-REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES, "posthoc": POSTHOC}
+SAMPLERS = Registry("sampler", "ltbench.samplers", hint_cutoff=0.0)  # training-set samplers (ltbench/samplers/)
+REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES, "posthoc": POSTHOC,
+              "samplers": SAMPLERS}
 
 # --------------------------------------------------------------------------------------------
 # Discovery

@@ -69,13 +69,13 @@ LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its lo
     3: ("ltbench.runner", "ltbench.features", "ltbench.posthoc_runs"),
     2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
     1: ("ltbench.data", "ltbench.backbones", "ltbench.method", "ltbench.posthoc", "methods", "ltbench.evaluation", "ltbench.predictions",
-        "ltbench.significance", "ltbench.literature", "ltbench.distributed"),
+        "ltbench.significance", "ltbench.literature", "ltbench.distributed", "ltbench.samplers"),
     0: ("ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record", "ltbench.runspec",
-        "ltbench.identity", "ltbench.priors", "ltbench"),
+        "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench"),
 }
 TORCH_FREE = ("ltbench.report", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
               "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
-              "ltbench.runspec", "ltbench.identity", "ltbench.priors")
+              "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding")
 
 
 def all_modules() -> dict[str, Path]:

@@ -47,6 +47,9 @@ class LTData:
     pipelines: dict[str, str] = field(default_factory=dict)
     class_names: list[str] | None = None
     info: dict[str, Any] = field(default_factory=dict)  # recorded in the result (files, checksums, ...)
+    # A validation split (ltbench/data/validation.py), never trained on and never the test set; None: none.
+    val: Dataset | None = None
+    val_labels: np.ndarray | None = None
 
     @property
     def class_counts(self) -> np.ndarray:
@@ -55,6 +58,10 @@ class LTData:
     @property
     def test_counts(self) -> np.ndarray:
         return np.bincount(self.test_labels, minlength=self.num_classes)
+
+    @property
+    def val_counts(self) -> np.ndarray | None:
+        return None if self.val_labels is None else np.bincount(self.val_labels, minlength=self.num_classes)
 
 
 class DatasetBuilder:

@@ -31,9 +31,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ltbench.config import check_range
+from ltbench.config import added_later, check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
+from ltbench.data.validation import counts_record, unused_per_class
 from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
 
@@ -89,11 +90,13 @@ class CIFARLTConfig:
     data_seed: int = 0  # seed of the legacy global NumPy RNG that picks the subset (LDAM-DRW rand_number: 0)
     root: str | None = None  # folder holding cifar-10-batches-py/ or cifar-100-python/; default: search
     download: bool = False  # fetch the archive with torchvision when missing (needs internet); never by default
+    val_per_class: int = added_later(0)  # balanced validation: images per class drawn from those the subset did not keep (0: none; docs/protocol.md)
 
     def validate(self) -> None:
         check_range("imb_factor", self.imb_factor, 1, 500,
                     unit=" (rho = n_max / n_min; above 500 the rarest CIFAR-100 class has no image)")
         check_range("data_seed", self.data_seed, 0, 2**32 - 1)
+        check_range("val_per_class", self.val_per_class, 0, 5000)
 
 
 def candidate_roots(root: str | None) -> list[Path]:
@@ -274,7 +277,7 @@ class CIFARLT(DatasetBuilder):
         if standard and known is not None and len(idx) != known:  # would be a floating-point regression
             raise LtbenchError(f"{lay.name} rho={cfg.imb_factor}: {len(idx)} training images, the protocol has {known}")
         sub_y = train_y[idx]
-        return LTData(
+        data = LTData(
             name=lay.name,
             num_classes=lay.num_classes,
             image=ImageSpec(size=32, channels=3, mean=MEAN, std=STD, kind="small"),
@@ -295,6 +298,11 @@ class CIFARLT(DatasetBuilder):
                 "train_labels_sha1": hashlib.sha1(train_y.astype(np.int64).tobytes()).hexdigest(),
             },
         )
+        if cfg.val_per_class:  # after the subset, with its own generator: the LDAM-DRW subset is untouched
+            val_idx = unused_per_class(train_y, idx, cfg.val_per_class, cfg.data_seed)
+            data.val, data.val_labels = ArrayImages(torch.from_numpy(train_x[val_idx]), train_y[val_idx]), train_y[val_idx]
+            data.info["validation"] = counts_record(data.val_labels, lay.num_classes, cfg.val_per_class)
+        return data
 
 
 @DATASETS.register("cifar10_lt")

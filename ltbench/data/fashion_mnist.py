@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ltbench.config import check_range
+from ltbench.config import added_later, check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.idx import read_idx
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
+from ltbench.data.validation import counts_record, unused_per_class
 from ltbench.errors import DataMissingError
 from ltbench.registry import DATASETS
 
@@ -39,6 +40,7 @@ class FashionMNISTLTConfig:
     max_per_class: int = 6000  # n_max; 500 gives the CIFAR-100-LT profile with all three shot groups
     data_seed: int = 0  # seed of the legacy global NumPy RNG that picks the subset (LDAM-DRW: 0)
     root: str | None = None  # folder with the IDX files; default: search (see candidate_roots)
+    val_per_class: int = added_later(0)  # balanced validation: images per class drawn from those the subset did not keep (0: none; docs/protocol.md)
 
     def validate(self) -> None:
         if not 1 <= self.max_per_class <= 6000:
@@ -46,6 +48,7 @@ class FashionMNISTLTConfig:
         check_range("imb_factor", self.imb_factor, 1, self.max_per_class,
                     unit=" (rho = n_max / n_min; at most max_per_class so the rarest class keeps an image)")
         check_range("data_seed", self.data_seed, 0, 2**32 - 1)
+        check_range("val_per_class", self.val_per_class, 0, 6000)
 
 
 def candidate_roots(root: str | None) -> list[Path]:
@@ -91,7 +94,7 @@ class FashionMNISTLT(DatasetBuilder):
         train_x = torch.from_numpy(arrays["train_images"][idx].copy()).unsqueeze(1)
         test_x = torch.from_numpy(arrays["test_images"].copy()).unsqueeze(1)
         test_y = arrays["test_labels"].astype(np.int64)
-        return LTData(
+        data = LTData(
             name="fashion_mnist_lt",
             num_classes=10,
             image=ImageSpec(size=28, channels=1, mean=MEAN, std=STD),
@@ -104,6 +107,12 @@ class FashionMNISTLT(DatasetBuilder):
             class_names=CLASS_NAMES,
             info={"files": {k: str(v) for k, v in files.items()}, "counts_profile": counts},
         )
+        if cfg.val_per_class:  # after the subset: the LDAM-DRW draw is exactly as without validation
+            val_idx = unused_per_class(train_y, idx, cfg.val_per_class, cfg.data_seed)
+            data.val = ArrayImages(torch.from_numpy(arrays["train_images"][val_idx].copy()).unsqueeze(1), train_y[val_idx])
+            data.val_labels = train_y[val_idx]
+            data.info["validation"] = counts_record(data.val_labels, 10, cfg.val_per_class)
+        return data
 
 
 def download(folder: str) -> None:

@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from ltbench.config import check_range
+from ltbench.config import added_later, check_range
 from ltbench.data.base import DatasetBuilder, ImageSpec, LTData
+from ltbench.data.validation import counts_record, hold_out
 from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
 
@@ -107,6 +108,11 @@ class SplitListConfig:
     # default: the benchmark's (1000 / 365 / 8142), and the train list must span exactly that many labels;
     # set it only for a reduced or custom list (labels must then be < num_classes)
     num_classes: int | None = None
+    # Validation (docs/protocol.md): a published list ('val' for ImageNet-LT and Places-LT), or, where the
+    # val list is the test set (iNaturalist 2018), val_per_class images per class held out of the training
+    # list (each class keeps at least one; this changes the training set, so it is in the run id).
+    val_split: str | None = added_later(None)
+    val_per_class: int = added_later(0)
 
     def validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_]+", self.test_split):
@@ -114,6 +120,15 @@ class SplitListConfig:
         if self.test_split == "train":
             raise ValueError("test_split must not be the training list")
         check_range("num_classes", self.num_classes, 2, 1_000_000)
+        check_range("val_per_class", self.val_per_class, 0, 100_000)
+        if self.val_split is not None:
+            if not re.fullmatch(r"[A-Za-z0-9_]+", self.val_split) or self.val_split == "train":
+                raise ValueError(f"val_split must name a published list other than train, such as val, got {self.val_split!r}")
+            if self.val_split == self.test_split:
+                raise ValueError(f"val_split {self.val_split!r} is the test list (test_split); choosing on it is choosing "
+                                 f"on the test set: hold images out of train instead with val_per_class")
+            if self.val_per_class:
+                raise ValueError("val_split and val_per_class are two validation sets; set one of them")
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,6 +328,8 @@ class SplitListDataset(DatasetBuilder):
                                  "published_lines": known}
             if cfg.num_classes is None and known is not None and known != len(lst.paths):
                 warnings.warn(f"{lst.path}: {len(lst.paths)} samples, the published list has {known}", stacklevel=2)
+        if cfg.val_per_class or cfg.val_split:
+            return self.with_validation(train, test, k, root, info_lists)
         return LTData(
             name=bench.name,
             num_classes=k,
@@ -325,6 +342,36 @@ class SplitListDataset(DatasetBuilder):
             pipelines={**VIEW_ALIASES, **bench.pipelines},
             class_names=folder_class_names(train, k),
             info={"root": str(root) if root else None, "test_split": cfg.test_split, "lists": info_lists},
+        )
+
+
+    def with_validation(self, train: SplitList, test: SplitList, k: int, root, info_lists: dict) -> LTData:
+        """The dataset with its validation split: the published ``val_split`` list, or ``val_per_class``
+        images per class held out of the training list (the training set is then the rest)."""
+        cfg, bench = self.cfg, self.bench
+        subset_hash = train.sha1
+        if cfg.val_split:
+            val = read_split_list(find_list(bench, cfg, cfg.val_split))
+            check_labels(val, k)
+            info_lists[cfg.val_split] = {"file": str(val.path), "lines": len(val.paths), "sha1": val.sha1,
+                                         "published_lines": bench.known_lines.get(cfg.val_split)}
+            val_paths, val_labels, val_lines, source = val.paths, val.labels, val.lines, str(val.path)
+        else:
+            keep, held = hold_out(train.labels, cfg.val_per_class, 0)
+            val_paths, val_labels, val_lines = [train.paths[i] for i in held], train.labels[held], train.lines[held]
+            source = f"{train.path} (held out)"
+            subset_hash = hashlib.sha1((train.sha1 + ":" + ",".join(map(str, keep))).encode()).hexdigest()
+            train = SplitList(train.path, [train.paths[i] for i in keep], train.labels[keep], train.lines[keep], train.sha1)
+        return LTData(
+            name=bench.name, num_classes=k,
+            image=ImageSpec(size=224, channels=3, mean=bench.mean, std=bench.std, kind="large"),
+            train=FileImages(root, train.paths, train.labels, str(train.path), train.lines), train_labels=train.labels,
+            test=FileImages(root, test.paths, test.labels, str(test.path), test.lines), test_labels=test.labels,
+            subset_hash=subset_hash, pipelines={**VIEW_ALIASES, **bench.pipelines},
+            class_names=folder_class_names(train, k),
+            info={"root": str(root) if root else None, "test_split": cfg.test_split, "lists": info_lists,
+                  "validation": counts_record(val_labels, k, cfg.val_per_class)},
+            val=FileImages(root, val_paths, val_labels, source, val_lines), val_labels=np.asarray(val_labels),
         )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ltbench.config import check_range
+from ltbench.config import added_later, check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES
 from ltbench.data.profile import exponential_counts
 from ltbench.registry import DATASETS
@@ -31,6 +31,7 @@ class SyntheticLTConfig:
     channels: int = 3
     noise: float = 0.35
     data_seed: int = 0
+    val_per_class: int = added_later(0)  # validation images per class, generated after train and test
 
     def validate(self) -> None:
         check_range("num_classes", self.num_classes, 2, 100_000)  # iNat-sized label spaces included
@@ -42,6 +43,7 @@ class SyntheticLTConfig:
         check_range("channels", self.channels, 1, 4)
         check_range("noise", self.noise, 0, 100)
         check_range("data_seed", self.data_seed, 0, 2**32 - 1)
+        check_range("val_per_class", self.val_per_class, 0, 10_000)
         images = self.num_classes * (self.max_per_class + self.test_per_class)
         if images * self.channels * self.image_size**2 > 2**30:
             raise ValueError(f"{images} images of {self.channels}x{self.image_size}x{self.image_size} need more than "
@@ -71,6 +73,7 @@ class SyntheticLT(DatasetBuilder):
         train_x, train_y = sample(counts)
         test_x, test_y = sample([cfg.test_per_class] * k)
         digest = hashlib.sha1(train_x.numpy().tobytes() + train_y.tobytes()).hexdigest()
+        val = sample([cfg.val_per_class] * k) if cfg.val_per_class else None  # drawn last: train and test unchanged
         return LTData(
             name="synthetic_lt",
             num_classes=k,
@@ -82,4 +85,6 @@ class SyntheticLT(DatasetBuilder):
             subset_hash=digest,
             pipelines=dict(VIEW_ALIASES),
             info={"counts_profile": counts},
+            val=ArrayImages(*val) if val else None,
+            val_labels=val[1] if val else None,
         )

@@ -64,7 +64,7 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
            test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
-           overrides: list[str] = (), digits: int | None = None) -> list:
+           overrides: list[str] = (), digits: int | None = None, select: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table."""
     from ltbench.report.build import build_table
     from ltbench.report.spec import default_table
@@ -90,6 +90,8 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
             spec.published = published
         if digits is not None:
             spec.digits = digits
+        if select is not None:  # ltbench table --select val|test
+            spec.select = select
         recs, exp = records, expected
         if spec.include and recipe is not None:  # e.g. CIFAR-10-LT beside CIFAR-100-LT in one table
             recs, exp = list(records), list(expected)

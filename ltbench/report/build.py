@@ -8,7 +8,7 @@ are not significantly different from the best of their column and group.
 
 from __future__ import annotations
 
-from ltbench.report.rows import (GROUPS, Cell, Row, Table, Unit, _group_values, _matches, default_rows, group_title,
+from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit, _group_values, _matches, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
 from ltbench.report.spec import TableSpec
 
@@ -101,6 +101,9 @@ def fill_row(table: Table, row: Row) -> None:
             notes.setdefault(unit.problems[seed], []).append(where)
         for text in stale_notes(unit):
             notes.setdefault(text, []).append(where)
+        if unit.chosen:
+            picks = "; ".join(f"seed {s}: {c}" for s, c in sorted(unit.chosen.items(), key=lambda x: str(x[0])))
+            notes.setdefault(f"{SELECTION_TEXT[table.spec.select]}: {picks}", []).append(where)
         for folder in sorted(set(unit.borrowed.values())):
             seeds = [str(s) for s, f in sorted(unit.borrowed.items(), key=str) if f == folder]
             notes.setdefault(f"seed(s) {', '.join(seeds)} read from {folder}/ (same run id, same computation)",

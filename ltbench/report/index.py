@@ -27,7 +27,7 @@ from pathlib import Path
 from ltbench import identity, store
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 5  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records
+INDEX_VERSION = 6  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all')
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 RUN_FILES = {store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.STARTED, store.SUBMITTED}
@@ -48,6 +48,7 @@ def flat_metrics(metrics: dict) -> dict[str, float]:
                 out[prefix + g] = float(values[g])
 
     take("", metrics)
+    take("val:", metrics.get("val") or {})  # the validation split (selection reads 'val:all')
     for section, tag in (("heads", "head"), ("target_priors", "prior"), ("test_sets", "set")):
         for name, values in (metrics.get(section) or {}).items():
             take(f"{tag}:{name}:", values)

@@ -44,7 +44,14 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Fields a run's configuration leaves out while they hold their default (so that older run ids hold),
+# with that default: rows are selected and labelled as if the field were there.
+IMPLIED = {"sampler.name": "uniform"}
+
+
 def short_key(key: str) -> str:
+    if key == "sampler.name":  # 'sampler=class_balanced', not 'name=class_balanced'
+        return "sampler"
     return key.split(".", 1)[1] if "." in key else key
 
 
@@ -68,7 +75,7 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
     keys = sorted({k for f in flats for k in f} - skip - {"method.name"})
-    texts = [{k: value_text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
+    texts = [{k: value_text(f[k]) if k in f else IMPLIED.get(k, "<absent>") for k in keys} for f in flats]
     varying_all = {k for k in keys if not k.startswith("method.") and len({t[k] for t in texts}) > 1}
     seen_by_method: dict[str, dict[str, set]] = {}
     for name, t in zip(names, texts):
@@ -80,7 +87,7 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     labels = []
     for f, name, t in zip(flats, names, texts):
         parts = [f"{short_key(k)}={t[k]}" for k in keys
-                 if k in f and (k in varying_all or k in varying_method[name])]
+                 if (k in f or k in IMPLIED) and (k in varying_all or k in varying_method[name])]
         labels.append(name + (f" ({', '.join(parts)})" if parts else ""))
     return labels
 
@@ -158,6 +165,7 @@ class Unit:
     problems: dict[int, str] = field(default_factory=dict)  # seed -> status text (failed, pending, ...)
     borrowed: dict[int, str] = field(default_factory=dict)  # seed -> sibling recipe folder it was read from
     stale: dict[int, list] = field(default_factory=dict)  # seed -> modules changed since its result was made
+    chosen: dict[int, str] = field(default_factory=dict)  # seed -> the setting a selected row took (select:)
 
 
 @dataclass
@@ -326,7 +334,8 @@ def _matches(flat: dict, where: dict) -> bool:
     ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
     if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
         return False
-    return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
+    return all((k in flat or k in IMPLIED) and value_text(flat.get(k, IMPLIED.get(k))) == value_text(v)
+               for k, v in where.items())
 
 
 def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],
@@ -336,11 +345,17 @@ def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot
         row = Row(rs.label or f"row {i + 1}", rs.group, rs.highlight, rs.head, dict(rs.marks))
         for gi, g in enumerate(groups):
             hits = [u for u in units if tuple(u.flat.get(k) for k in pivot) == g and _matches(u.flat, rs.where)]
+            if len(hits) > 1 and spec.select:
+                row.units[gi] = selected_unit(hits, spec.select)
+                if not row.label.endswith("]"):
+                    row.label += f" [{SELECTION_TEXT[spec.select]}]"
+                continue
             if len(hits) > 1:
                 differ = sorted(k for k in set().union(*(h.flat for h in hits))
                                 if len({value_text(h.flat.get(k)) for h in hits}) > 1)
                 raise ConfigError(f"{where}.rows[{i}].where matches {len(hits)} different configurations "
-                                  f"(they differ in {', '.join(differ[:6])}): add one of these keys to the selector")
+                                  f"(they differ in {', '.join(differ[:6])}): add one of these keys to the selector, "
+                                  f"or choose among them per seed with 'select: val' (ltbench table --select val)")
             if hits:
                 row.units[gi] = hits[0]
         if not row.units:
@@ -349,6 +364,34 @@ def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot
     for i, row in enumerate(rows):
         row.versus = [rows[j] for j in versus_targets(spec.rows, i, f"{where}.rows[{i}].versus")]
     return rows
+
+
+SELECTED_BY = {"val": "val:all", "test": "all"}
+SELECTION_TEXT = {"val": "selected on validation", "test": "oracle: best on the test set"}
+
+
+def selected_unit(hits: list[Unit], select: str) -> Unit:
+    """One configuration per seed out of several a row matches: per seed, the finished setting with the best
+    validation All ('val') or test All ('test', an oracle), the earliest of ties in grid order. The result is
+    a Unit like any other (cells, n, significance read it unchanged); its ``chosen`` says what was picked."""
+    metric = SELECTED_BY[select]
+    differ = sorted(k for k in set().union(*(h.flat for h in hits)) if len({value_text(h.flat.get(k)) for h in hits}) > 1)
+    flat = {k: v for k, v in hits[0].flat.items() if k not in differ}
+    expected = sorted(set().union(*(h.expected or [] for h in hits)), key=str) if hits[0].expected is not None else None
+    unit = Unit("select:" + ",".join(h.key for h in hits), flat, hits[0].order, expected)
+    for seed in sorted(set().union(*(h.runs for h in hits), *(h.problems for h in hits)), key=str):
+        scored = [(h.runs[seed]["metrics"][metric], -i, h) for i, h in enumerate(hits)
+                  if h.runs.get(seed, {}).get("status") == "done" and h.runs[seed].get("metrics", {}).get(metric) is not None]
+        if not scored:
+            unit.problems[seed] = (f"seed {seed}: no setting has {'validation' if select == 'val' else 'test'} metrics to "
+                                   f"select on" + (" (set data.val_per_class or data.val_split)" if select == "val" else ""))
+            continue
+        _, _, best = max(scored, key=lambda x: (x[0], x[1]))
+        unit.runs[seed] = best.runs[seed]
+        unit.chosen[seed] = ", ".join(f"{short_key(k)}={value_text(best.flat.get(k))}" for k in differ)
+        if len(scored) < len(hits):
+            unit.problems[seed] = f"seed {seed}: selected among {len(scored)} of {len(hits)} settings (the others unfinished or unscored)"
+    return unit
 
 
 def natural_key(text: str) -> list:

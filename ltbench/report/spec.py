@@ -29,7 +29,7 @@ from ltbench.config import from_dict
 from ltbench.errors import ConfigError
 from ltbench.priors import HINT, is_prior_name
 
-SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc")  # posthoc: stage-2 results (ltbench/posthoc_runs.py)
+SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler")  # posthoc: stage-2 results (ltbench/posthoc_runs.py)
 GROUPS = ("many", "medium", "few", "all")
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][\w.]*)\}")
 
@@ -67,6 +67,10 @@ class TableSpec:
     best_scope: str = "group"  # 'group': also within each row group (epoch sections); 'table': across row groups
     published: bool = False  # add matching published results as reference rows (dagger) and a delta column
     published_method: dict[str, str] = field(default_factory=dict)  # row label -> published method name
+    # A row whose selector matches several configurations (a tau sweep, the stage-2 settings of one run) is
+    # one selected cell per seed: 'val' takes the setting with the best validation All and reports its test
+    # numbers; 'test' takes the best on the test set itself, and the row says it is an oracle. None: refused.
+    select: str | None = None
 
     def validate(self) -> None:
         if not 0 <= self.digits <= 6:
@@ -77,6 +81,8 @@ class TableSpec:
             raise ValueError(f"best_scope: expected 'group' or 'table', got {self.best_scope!r}")
         if self.rows is not None and self.heads:
             raise ValueError("heads expands default rows; with explicit rows give each row its own head")
+        if self.select not in (None, "val", "test"):
+            raise ValueError(f"select: expected val (the validation split) or test (an oracle), got {self.select!r}")
 
 
 def row_label(rows: list[RowSpec], i: int) -> str:
