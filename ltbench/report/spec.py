@@ -67,6 +67,7 @@ class TableSpec:
     best_scope: str = "group"  # 'group': also within each row group (epoch sections); 'table': across row groups
     published: bool = False  # add matching published results as reference rows (dagger) and a delta column
     published_method: dict[str, str] = field(default_factory=dict)  # row label -> published method name
+    width: str = "column"  # LaTeX: 'column' (table, scaled to \columnwidth when wider) or 'page' (table*)
 
     def validate(self) -> None:
         if not 0 <= self.digits <= 6:
@@ -75,6 +76,8 @@ class TableSpec:
             raise ValueError("give either rows (explicit) or row_label (a template), not both")
         if self.best_scope not in ("group", "table"):
             raise ValueError(f"best_scope: expected 'group' or 'table', got {self.best_scope!r}")
+        if self.width not in ("column", "page"):
+            raise ValueError(f"width: expected 'column' (one column of the page) or 'page' (table*), got {self.width!r}")
         if self.rows is not None and self.heads:
             raise ValueError("heads expands default rows; with explicit rows give each row its own head")
 
