@@ -64,7 +64,7 @@ def test_dynamic_import_check_sees_every_spelling(tmp_path):
 ROOT = CORE.parent
 LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its longest matching prefix
     6: ("ltbench.cli", "ltbench.__main__"),
-    5: ("ltbench.launch", "ltbench.slurm"),
+    5: ("ltbench.launch", "ltbench.slurm", "ltbench.progress"),
     4: ("ltbench.recipe", "ltbench.report", "ltbench.plots"),
     3: ("ltbench.runner", "ltbench.features", "ltbench.posthoc_runs"),
     2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
