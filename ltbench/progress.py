@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench import store
@@ -37,6 +37,28 @@ def epoch_line(rows: list[dict], epochs: int) -> str:
             f"{float(last.get('images_per_s', 0.0)):.0f} img/s ETA {eta_text(eta)}")
 
 
+HEARTBEAT = "progress.json"  # written by the engine (ltbench.engine.HEARTBEAT) about once a second
+QUIET_S = 30.0  # not a terminal: a within-epoch line at most this often per slot (the first one at once)
+
+
+def step_line(beat: dict) -> str:
+    """'epoch 1/30 step 12/61 loss 2.0312 95 img/s ETA 3:10' from a worker's heartbeat (before an epoch ends)."""
+    epoch, epochs = int(beat["epoch"]), int(beat["epochs"])
+    step, steps, seconds = int(beat["step"]), max(int(beat["steps"]), 1), float(beat["seconds"])
+    per_epoch = seconds * steps / max(step, 1)
+    eta = per_epoch * (epochs - epoch) + per_epoch - seconds
+    return (f"epoch {epoch}/{epochs} step {step}/{steps} loss {float(beat['loss']):.4f} "
+            f"{float(beat['images_per_s']):.0f} img/s ETA {eta_text(eta)}")
+
+
+def read_heartbeat(run_dir: Path) -> dict | None:
+    try:
+        beat = json.loads((Path(run_dir) / HEARTBEAT).read_text())
+        return beat if isinstance(beat, dict) and {"epoch", "epochs", "step", "steps"} <= set(beat) else None
+    except (OSError, ValueError):
+        return None
+
+
 def finished_line(spec: dict, label: str, status: str) -> str:
     """'finished la (tau=1) seed 0 (abc123): done, All 67.20 %' (the accuracy when the run is done)."""
     line = f"finished {label} seed {spec['config']['seed']} ({spec['run_id']}): {status}"
@@ -57,7 +79,8 @@ class _Slot:
     epochs: int
     shown: int = 0  # log rows already shown
     bar: object = None
-    started: float = field(default_factory=time.monotonic)
+    said: float | None = None  # when a within-epoch line was last printed (not a terminal)
+    beat: tuple | None = None  # (epoch, step) of the last heartbeat shown
 
 
 class ProgressBoard:
@@ -91,20 +114,34 @@ class ProgressBoard:
         self.slots[slot] = entry
 
     def poll(self) -> None:
-        """Show every epoch logged since the last poll."""
+        """Show every epoch logged since the last poll, else where the running epoch is."""
         for slot, entry in self.slots.items():
             rows = [r for r in store.read_jsonl(Path(entry.spec["run_dir"]) / store.LOG)
                     if isinstance(r, dict) and "epoch" in r]
-            if len(rows) <= entry.shown:
-                continue
-            line = epoch_line(rows, entry.epochs)
-            if entry.bar is not None:
-                entry.bar.n = min(int(rows[-1]["epoch"]), entry.epochs)
-                entry.bar.set_postfix_str(line.split(" ", 2)[2], refresh=True)
+            if len(rows) > entry.shown:
+                self._show_epochs(slot, entry, rows)
             else:
-                for i in range(entry.shown + 1, len(rows) + 1):
-                    self.write(f"[slot {slot}] {entry.label}: {epoch_line(rows[:i], entry.epochs)}")
-            entry.shown = len(rows)
+                self._show_heartbeat(slot, entry, read_heartbeat(Path(entry.spec["run_dir"])), len(rows))
+
+    def _show_epochs(self, slot: int, entry: _Slot, rows: list[dict]) -> None:
+        if entry.bar is not None:
+            entry.bar.n = min(int(rows[-1]["epoch"]), entry.epochs)
+            entry.bar.set_postfix_str(epoch_line(rows, entry.epochs).split(" ", 2)[2], refresh=True)
+        else:
+            for i in range(entry.shown + 1, len(rows) + 1):
+                self.write(f"[slot {slot}] {entry.label}: {epoch_line(rows[:i], entry.epochs)}")
+        entry.shown = len(rows)
+
+    def _show_heartbeat(self, slot: int, entry: _Slot, beat: dict | None, logged: int) -> None:
+        """The running epoch (one not in log.jsonl yet), at most one new line per QUIET_S off a terminal."""
+        if beat is None or int(beat["epoch"]) <= logged or (beat["epoch"], beat["step"]) == entry.beat:
+            return
+        entry.beat = (beat["epoch"], beat["step"])
+        if entry.bar is not None:
+            entry.bar.set_postfix_str(step_line(beat).split(" ", 2)[2], refresh=True)
+        elif entry.said is None or time.monotonic() - entry.said >= QUIET_S:
+            entry.said = time.monotonic()
+            self.write(f"[slot {slot}] {entry.label}: {step_line(beat)}")
 
     def finish(self, slot: int, line: str) -> None:
         self.poll()

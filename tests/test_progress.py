@@ -67,3 +67,21 @@ def test_finished_line_names_method_seed_and_all_accuracy(tmp_path):
     (tmp_path / store.RESULT).write_text(json.dumps({"status": "done", "metrics": {"all": 0.67204}}))
     assert finished_line(spec_in(tmp_path), "ldam_drw", "done") == "finished ldam_drw seed 1 (abc123): done, All 67.20 %"
     assert finished_line(spec_in(tmp_path), "ldam_drw", "FAILED: x") == "finished ldam_drw seed 1 (abc123): FAILED: x"
+
+
+def test_within_an_epoch_the_heartbeat_is_shown_before_the_epoch_ends(tmp_path):
+    beat = {"epoch": 1, "epochs": 4, "step": 10, "steps": 40, "loss": 2.25, "images_per_s": 95.0, "seconds": 5.0}
+    store.atomic_write_bytes(tmp_path / "progress.json", json.dumps(beat).encode())
+    out = io.StringIO()
+    board = ProgressBoard(1, tty=False, out=out)
+    board.start(0, spec_in(tmp_path), "ce")
+    board.poll()
+    board.poll()  # the same heartbeat once
+    # 20 s per epoch: 15 s left in this one, 3 more epochs
+    assert out.getvalue().splitlines() == ["[slot 0] ce seed 1: epoch 1/4 step 10/40 loss 2.2500 95 img/s ETA 1:15"]
+    tty = io.StringIO()
+    bars = ProgressBoard(1, tty=True, out=tty)
+    bars.start(0, spec_in(tmp_path), "ce")
+    bars.poll()
+    assert "step 10/40 loss 2.2500 95 img/s ETA 1:15" in tty.getvalue()
+    bars.close()
