@@ -303,8 +303,12 @@ class TrainConfig:
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
     threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default
     progress: bool = True  # progress bar on an interactive terminal
+    loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
 
     def validate(self) -> None:
+        from ltbench.loggers import check_logger_names
+
+        check_logger_names(self.loggers)
         check_range("num_workers", self.num_workers, 0, 256)
         check_range("eval_every", self.eval_every, 0, MAX_EPOCHS)
         check_range("checkpoint_minutes", self.checkpoint_minutes, 0, 100_000)

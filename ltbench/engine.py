@@ -21,6 +21,8 @@ fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import sys
@@ -520,6 +522,8 @@ class Session:
     base_lrs: list = field(default_factory=list)
     iteration: int = 0
     contract_checked: bool = False
+    loggers: object = None  # ltbench.loggers.LoggerSet on rank 0 when train.loggers names any
+    last_heartbeat: float = 0.0  # when progress.json was last written (ltbench.progress reads it)
 
     @property
     def main(self) -> bool:
@@ -632,6 +636,23 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     return out
 
 
+HEARTBEAT = "progress.json"  # RUN_DIR/progress.json: the running epoch's step, loss, img/s (rank 0)
+
+
+def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps: int) -> None:
+    """At most once a second, where the epoch is: a launcher shows it before the first epoch ends
+    (``ltbench.progress``), so a long first epoch is not minutes of silence."""
+    now = time.monotonic()
+    if not s.main or (now - s.last_heartbeat < 1.0 and steps_done < steps):
+        return
+    s.last_heartbeat = now
+    seen, seconds = max(meter.sums["seen"], 1), time.perf_counter() - meter.t0
+    beat = {"epoch": epoch + 1, "epochs": s.run.optim.epochs, "step": steps_done, "steps": steps,
+            "loss": meter.sums["loss"] / seen, "images_per_s": meter.sums["seen"] / max(seconds, 1e-9),
+            "seconds": seconds}
+    store.atomic_write_bytes(Path(s.spec.run_dir) / HEARTBEAT, json.dumps(beat).encode())
+
+
 def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver) -> EpochMeter:
     """The epoch's training steps from ``start_step`` on (a resumed epoch skips the steps it did)."""
     run, o = s.run, s.run.optim
@@ -646,6 +667,7 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
         out = train_step(s, views, labels, epoch, step)
         meter.add(out, out["loss"], labels)
         meter.show(bar)
+        heartbeat(s, meter, epoch, step + 1, len(batches))
         saver.after_step(run, s.optimizer, s.scaler, epoch=epoch, next_step=step + 1, steps_in_epoch=len(batches),
                          iteration=s.iteration)
     bar.close()
@@ -664,6 +686,8 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
         row["test"] = headline(evaluate(run, s.device))
     if s.main:
         store.append_jsonl(Path(s.spec.run_dir) / store.LOG, row)
+        if s.loggers is not None:
+            s.loggers.log(row)
     s.say(f"epoch {epoch + 1}/{o.epochs} loss {row['loss']:.4f} train_acc {row['train_acc']:.3f} "
           f"lr {row['lr']:.4g} {row['images_per_s']:.0f} img/s"
           + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
@@ -697,13 +721,21 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
     epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
     distributed.barrier()
     s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
+    if s.main and s.run.train.loggers:
+        from ltbench.loggers import create_loggers
+
+        s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
     saver.restart_clock()
     started = time.time()
-    while epoch < s.run.optim.epochs:
-        meter = train_epoch(s, epoch, start_step, saver)
-        epoch_record(s, meter, epoch)
-        epoch, start_step = epoch + 1, 0
-        saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
-        distributed.barrier()
-        saver.restart_clock()
-    return final_outcome(s, started)
+    try:
+        while epoch < s.run.optim.epochs:
+            meter = train_epoch(s, epoch, start_step, saver)
+            epoch_record(s, meter, epoch)
+            epoch, start_step = epoch + 1, 0
+            saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
+            distributed.barrier()
+            saver.restart_clock()
+        return final_outcome(s, started)
+    finally:
+        if s.loggers is not None:
+            s.loggers.close()

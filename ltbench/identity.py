@@ -38,6 +38,8 @@ DROPPED: frozenset[tuple[str, str]] = frozenset({
     ("train", "threads"), ("train", "progress"),
     # how the same computation is executed (equal up to float rounding of kernels)
     ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark"),
+    # where scalars are also written (TensorBoard, W&B): not what is computed
+    ("train", "loggers"),
 })
 # Declared execution settings after results recording them had been made: hashed at their default value.
 # train.num_workers: DataLoader processes; every sample's augmentation is seeded by (seed, epoch, index).

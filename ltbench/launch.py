@@ -279,7 +279,11 @@ def run_local(specs: list[dict], jobs: int = 1, redo: tuple[str, ...] = ()) -> l
         c = spec["config"]
         print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec['run_id']})")
         status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True), redo=redo)
-        if status == "failed":
+        if status == "done":
+            from ltbench.progress import finished_line
+
+            print(finished_line(spec, run_label(spec), status), flush=True)
+        elif status == "failed":
             print(f"  FAILED: {failure_line(Path(spec['run_dir']))}")
         elif status in (CLAIMED, FINISHED_ELSEWHERE):
             if status == FINISHED_ELSEWHERE:
@@ -340,28 +344,35 @@ def _stop_workers(running: list, grace_s: float = 10.0) -> None:
 
 def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = ()) -> list[dict]:
     """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), each pinned to
-    one GPU when there are GPUs and given its share of the CPU threads; output in the run directory.
+    one GPU when there are GPUs and given its share of the CPU threads; output in the run directory,
+    progress (epoch, loss, img/s, ETA per slot) on the terminal (``ltbench.progress``).
     Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs run elsewhere."""
+    from ltbench.progress import ProgressBoard
+
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
+    board = ProgressBoard(jobs)
     with sigterm_as_interrupt():
         try:
             while queue or running:
                 while queue and free_slots:
                     slot, spec = free_slots.pop(0), queue.pop(0)
-                    running.append((_start_worker(spec, slot, jobs, redo), spec, slot))
+                    running.append((_start_worker(spec, slot, jobs, redo, board.write), spec, slot))
+                    board.start(slot, spec, run_label(spec))
                 time.sleep(0.2)
+                board.poll()
                 for item in [item for item in running if item[0].poll() is not None]:
                     running.remove(item)
                     free_slots.append(item[2])
-                    if _report_worker_end(item[0], item[1]):
+                    if _report_worker_end(item[0], item[1], lambda line, slot=item[2]: board.finish(slot, line)):
                         elsewhere.append(item[1])
         finally:
+            board.close()
             _stop_workers(running)
     return elsewhere
 
 
-def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...]) -> subprocess.Popen:
+def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...], write=print) -> subprocess.Popen:
     from ltbench.runner import prepare_run_dir
 
     run_dir = prepare_run_dir(spec)
@@ -376,26 +387,28 @@ def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...]) -> su
     with open(run_dir / "worker.log", "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_die_with_parent if linux else None)
-    print(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}", flush=True)
+    write(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}")
     return proc
 
 
-def _report_worker_end(proc: subprocess.Popen, spec: dict) -> bool:
-    """Print how a worker ended; True when another process had the run (claimed or finished)."""
+def _report_worker_end(proc: subprocess.Popen, spec: dict, write=print) -> bool:
+    """Say how a worker ended (a finished run with its method, seed and All accuracy); True when
+    another process had the run (claimed or finished)."""
+    from ltbench.progress import finished_line
     from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line
 
     status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
     run_dir, run_id = Path(spec["run_dir"]), spec["run_id"]
     if status == CLAIMED:
-        print(f"{run_id}: skipped: another process is running it", flush=True)
+        write(f"{run_id}: skipped: another process is running it")
     elif status == FINISHED_ELSEWHERE:
-        print(f"{run_id}: already finished elsewhere", flush=True)
+        write(f"{run_id}: already finished elsewhere")
     elif status == "failed":
-        print(f"finished {run_id}: FAILED: {failure_line(run_dir)}", flush=True)
+        write(finished_line(spec, run_label(spec), f"FAILED: {failure_line(run_dir)}"))
     elif status is None:
-        print(f"{run_id}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}", flush=True)
+        write(f"{run_id}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}")
     else:
-        print(f"finished {run_id}: {status}", flush=True)
+        write(finished_line(spec, run_label(spec), status))
     return status in (CLAIMED, FINISHED_ELSEWHERE)
 
 

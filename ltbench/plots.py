@@ -7,19 +7,23 @@ the matplotlib figure unsaved, for notebooks and for tests that count what was d
 
 Headless by construction: figures are built with ``matplotlib.figure.Figure`` (object API, Agg
 and PDF canvases), never through pyplot, so no display and no global backend switch is needed.
-Legends give each row's number of seeds, as tables do.  Accuracies arrive as fractions and are
-shown in percent.
+Legends give each row's number of seeds, as tables do, sit outside the axes, and list the rows in
+table order; a row's colour comes from its place in the table (the frames' ``row_order``), so a method
+has one colour in every figure of a study.  Titles say "mean over seeds" and promise a ±1 std band only
+when some row has more than one seed.  Where there is nothing to draw, the figure says so in words.
+PDFs embed TrueType (Type 42) fonts, never Type 3, which several venues reject.  Accuracies arrive
+as fractions and are shown in percent.
 """
 
 from __future__ import annotations
 
 import io
-from itertools import cycle
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -41,16 +45,28 @@ def _require(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
         raise LtbenchError(f"{what}: nothing to plot (no runs with these values)")
 
 
-def _row_styles(rows: Sequence[str]) -> dict[str, dict]:
-    """Colour cycles fastest, then line style, so up to 40 rows stay distinguishable."""
-    colours = [f"C{i}" for i in range(10)]
-    styles = cycle([(ls, c) for ls in LINE_STYLES for c in colours])
-    return {row: {"color": c, "linestyle": ls} for row, (ls, c) in zip(rows, styles)}
+def row_order(df: pd.DataFrame) -> list[str]:
+    """The rows in table order (``row_order`` from ``ltbench.report.load``), else in first-appearance order."""
+    if "row_order" in df.columns and df["row_order"].notna().all():
+        return list(df.drop_duplicates("row").sort_values("row_order", kind="stable")["row"])
+    return list(pd.unique(df["row"]))
+
+
+def _row_styles(df: pd.DataFrame) -> dict[str, dict]:
+    """Colour cycles fastest, then line style, so up to 40 rows stay distinguishable. The index is the
+    row's place in the table when known: a row missing from one figure does not shift the others' colours."""
+    rows = row_order(df)
+    if "row_order" in df.columns and df["row_order"].notna().all():
+        index = dict(zip(df["row"], df["row_order"].astype(int)))
+    else:
+        index = {row: i for i, row in enumerate(rows)}
+    return {row: {"color": f"C{index[row] % 10}", "linestyle": LINE_STYLES[(index[row] // 10) % len(LINE_STYLES)]}
+            for row in rows}
 
 
 def _by_row(df: pd.DataFrame, x: str, y: str, scale: float = 1.0):
-    """Per row, in first-appearance order: (row, label with n seeds, x, mean and std over seeds, n seeds)."""
-    for row in pd.unique(df["row"]):
+    """Per row, in table order: (row, label with n seeds, x, mean and std over seeds, n seeds)."""
+    for row in row_order(df):
         part = df[df["row"] == row]
         n_seeds = part["seed"].nunique()
         per_x = part.groupby(x, sort=True)[y].agg(["mean", "std"])
@@ -59,14 +75,37 @@ def _by_row(df: pd.DataFrame, x: str, y: str, scale: float = 1.0):
 
 
 def _draw_rows(ax: Axes, df: pd.DataFrame, x: str, y: str, scale: float = 1.0, band: bool = True,
-               marker: str | None = None) -> None:
-    styles = _row_styles(list(pd.unique(df["row"])))
+               marker: str | None = None) -> bool:
+    """One line per row (mean over seeds); returns whether a ±1 std band was drawn (some row has n > 1)."""
+    styles = _row_styles(df)
+    banded = False
     for row, label, xs, mean, std, n_seeds in _by_row(df, x, y, scale):
-        ax.plot(xs, mean, label=label, marker=marker, markersize=3, **styles[row])
+        ax.plot(xs, mean, label=label, marker=marker if marker or len(xs) > 1 else "o", markersize=3, **styles[row])
         if band and n_seeds > 1:
             ax.fill_between(xs, mean - std, mean + std, color=styles[row]["color"], alpha=0.15, linewidth=0)
+            banded = True
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
+    return banded
+
+
+def legend_outside(figure: Figure, ax: Axes) -> None:
+    """The legend right of the axes (never over the data), in the order the rows were drawn (table order)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
+def seeds_phrase(df: pd.DataFrame, banded: bool) -> str:
+    """'mean over seeds (n per row in the legend), band: ±1 std' only when true; 'one seed per row' at n = 1."""
+    if df.empty or df.groupby("row")["seed"].nunique().max() <= 1:
+        return "one seed per row, no spread"
+    return "mean over seeds, n per row in the legend" + (", band: ±1 std" if banded else "")
+
+
+def note_in_figure(ax: Axes, text: str) -> None:
+    """Say in the figure itself, under the axes (never over the data), why something is not drawn."""
+    ax.text(0.0, -0.2, text, transform=ax.transAxes, ha="left", va="top", fontsize="small", color="0.2",
+            bbox={"facecolor": "0.95", "edgecolor": "0.7"})
 
 
 def _log_x(ax: Axes) -> None:
@@ -86,7 +125,8 @@ def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
     for fmt in FORMATS:
         buffer = io.BytesIO()
         metadata = {"CreationDate": None} if fmt == "pdf" else {}
-        figure.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
+        with rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):  # TrueType, not Type 3 (venues reject it)
+            figure.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
         path = out_base.with_name(f"{out_base.name}.{fmt}")
         atomic_write_bytes(path, buffer.getvalue())
         written.append(path)
@@ -100,13 +140,25 @@ def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
 def _class_means(df: pd.DataFrame, value: str) -> pd.DataFrame:
     """Mean over seeds per class, then classes sharing a training count averaged into one point:
     ImageNet-LT has hundreds of classes per count, and a vertical zigzag at each count hides the trend."""
-    per_class = df.groupby(["row", "seed", "class_index", "train_count"], sort=False)[value].mean().reset_index()
-    return per_class.groupby(["row", "seed", "train_count"], sort=False)[value].mean().reset_index()
+    rows = ["row"] + (["row_order"] if "row_order" in df.columns and df["row_order"].notna().all() else [])
+    per_class = df.groupby([*rows, "seed", "class_index", "train_count"], sort=False)[value].mean().reset_index()
+    return per_class.groupby([*rows, "seed", "train_count"], sort=False)[value].mean().reset_index()
+
+
+def shot_thresholds(df: pd.DataFrame) -> list[float]:
+    """Where the shot groups meet on the training-count axis: the runs' own thresholds (few: fewer than
+    ``few_threshold`` images, many: more than ``many_threshold``; 20 and 100 by default) when the frame
+    carries them and every run used the same; else halfway (geometrically) between neighbouring groups."""
+    if {"few_threshold", "many_threshold"} <= set(df.columns):
+        pairs = df[["few_threshold", "many_threshold"]].dropna().drop_duplicates()
+        if len(pairs) == 1:
+            return [float(pairs.iloc[0, 0]), float(pairs.iloc[0, 1])]
+    return shot_boundaries_from_groups(df)
 
 
 def shot_boundaries_from_groups(df: pd.DataFrame) -> list[float]:
-    """Where the shot groups meet, on the training-count axis: halfway (geometrically) between
-    the largest count of a group and the smallest count of the next one up."""
+    """Halfway (geometrically) between the largest count of a group and the smallest of the next one up:
+    the fallback for frames that do not say which thresholds their runs used."""
     bounds = []
     present = [g for g in reversed(GROUPS) if (df["group"] == g).any()]  # few, medium, many
     for lower, upper in zip(present, present[1:]):
@@ -131,16 +183,21 @@ def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None =
     _require(df, ["row", "seed", "class_index", "train_count", "group", "accuracy"], "per-class figure")
     figure = Figure(figsize=SIZE)
     ax = figure.add_subplot()
-    _draw_rows(ax, _class_means(df.dropna(subset=["accuracy"]), "accuracy"), "train_count", "accuracy",
-               scale=100.0, band=False, marker="o")
-    bounds = shot_boundaries_from_groups(df) if shot_boundaries is None else list(shot_boundaries)
+    means = _class_means(df.dropna(subset=["accuracy"]), "accuracy")
+    _draw_rows(ax, means, "train_count", "accuracy", scale=100.0, band=False, marker="o")
+    bounds = shot_thresholds(df) if shot_boundaries is None else list(shot_boundaries)
     for bound in bounds:
         ax.axvline(bound, color="0.4", linestyle=":", linewidth=1)
     _log_x(ax)
-    _name_shot_groups(ax, bounds, [g for g in reversed(GROUPS) if (df["group"] == g).any()])
-    ax.set_xlabel("training images in the class (log scale; dotted: shot-group boundaries)")
+    groups = [g for g in reversed(GROUPS) if (df["group"] == g).any()]
+    if len(bounds) == 2:  # two thresholds always make three regions, even if one holds no class
+        groups = ["few", "medium", "many"]
+    _name_shot_groups(ax, bounds, groups)
+    where = ", ".join(f"{b:g}" for b in bounds)
+    ax.set_xlabel(f"training images in the class (log scale; dotted: shot-group thresholds at {where})")
     ax.set_ylabel("test accuracy of the class (%)")
-    ax.set_title("Per-class accuracy (mean over seeds)")
+    ax.set_title(f"Per-class accuracy ({seeds_phrase(df, False)})")
+    legend_outside(figure, ax)
     return figure
 
 
@@ -149,7 +206,7 @@ def plot_per_class(df: pd.DataFrame, out_base, shot_boundaries: Sequence[float] 
     return save_figure(figure_per_class(df, shot_boundaries), out_base)
 
 
-STAT_LABELS = {"kappa": "vMF concentration kappa (BAPE)", "kappa_da_uniform": "kappa after distribution adjustment",
+STAT_LABELS = {"kappa": "vMF concentration κ (BAPE)", "kappa_da_uniform": "κ after distribution adjustment (BAPE)",
                "weight_norm": "classifier weight norm", "aux.weight_norm": "auxiliary classifier weight norm",
                "mean_norm": "norm of the class's mean embedding (BAPE)"}
 
@@ -174,7 +231,9 @@ def class_statistics(method_extras: dict, num_classes: int, prefix: str = "") ->
     return found
 
 
-def figure_class_stat(df: pd.DataFrame, stat: str = "kappa") -> Figure:
+def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[str] = ()) -> Figure:
+    """``all_rows``: every row of the study; those that recorded no ``stat`` are named in the figure,
+    so a method left out (LDAM-DRW records no weight norm) is said to be left out, with the reason."""
     _require(df, ["row", "seed", "class_index", "train_count", "stat", "value"], f"class statistic '{stat}'")
     chosen = df[df["stat"] == stat].dropna(subset=["value"])
     if chosen.empty:
@@ -184,15 +243,20 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa") -> Figure:
     ax = figure.add_subplot()
     _draw_rows(ax, _class_means(chosen, "value"), "train_count", "value", band=False, marker="o")
     _log_x(ax)
+    name = STAT_LABELS.get(stat, stat)
+    left_out = [r for r in all_rows if r not in set(chosen["row"])]
+    if left_out:
+        note_in_figure(ax, f"not drawn (their runs record no per-class {stat}): {', '.join(left_out)}")
     ax.set_xlabel("training images in the class (log scale)")
-    ax.set_ylabel(STAT_LABELS.get(stat, stat))
-    ax.set_title(f"{STAT_LABELS.get(stat, stat)} per class (mean over seeds)")
+    ax.set_ylabel(name)
+    ax.set_title(f"{name} per class ({seeds_phrase(chosen, False)})")
+    legend_outside(figure, ax)
     return figure
 
 
-def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa") -> list[Path]:
+def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa", all_rows: Sequence[str] = ()) -> list[Path]:
     """A per-class statistic (BAPE's kappa, a classifier's weight norm) against training count."""
-    return save_figure(figure_class_stat(df, stat), out_base)
+    return save_figure(figure_class_stat(df, stat, all_rows), out_base)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -213,11 +277,12 @@ def figure_shift(df: pd.DataFrame) -> Figure:
     rank = {prior: i for i, prior in enumerate(order["prior"])}
     figure = Figure(figsize=SIZE)
     ax = figure.add_subplot()
-    _draw_rows(ax, df.assign(rank=df["prior"].map(rank)), "rank", "accuracy", scale=100.0, marker="o")
+    banded = _draw_rows(ax, df.assign(rank=df["prior"].map(rank)), "rank", "accuracy", scale=100.0, marker="o")
     ax.set_xticks(range(len(rank)), list(rank), rotation=45, ha="right")
     ax.set_xlabel("test class prior (forward: follows the training imbalance; backward: reverses it)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title("Accuracy under test-prior shift (mean over seeds, band: ±1 std)")
+    ax.set_title(f"Accuracy under test-prior shift ({seeds_phrase(df, banded)})")
+    legend_outside(figure, ax)
     return figure
 
 
@@ -226,20 +291,42 @@ def plot_shift(df: pd.DataFrame, out_base) -> list[Path]:
     return save_figure(figure_shift(df), out_base)
 
 
+ACCURACY_KEYS = ("test.all", "train_acc")  # the curves' accuracy panel: test accuracy when logged, else train
+
+
+def _normalised(df: pd.DataFrame, y: str) -> pd.DataFrame:
+    """``y`` divided by its row's mean at the first logged epoch: losses of different scales (LDAM's
+    scaled margins against CE) start at 1 and can share one axis without one hiding the others."""
+    first = df[df["epoch"] == df.groupby("row")["epoch"].transform("min")].groupby("row")[y].mean()
+    return df.assign(**{y: df[y] / df["row"].map(first).where(lambda v: v != 0)})
+
+
 def figure_curves(df: pd.DataFrame, y: str = "loss") -> Figure:
+    """A loss (name containing 'loss'): two panels, the loss normalised by its row's first epoch and
+    the accuracy (``test.all`` when logged, else ``train_acc``). Any other key: one panel, as logged."""
     _require(df, ["row", "seed", "epoch", y], f"training curves of '{y}'")
     numeric = df.dropna(subset=[y])
     if numeric.empty:
         raise LtbenchError(f"training curves of '{y}': no run logged it")
-    figure = Figure(figsize=SIZE)
-    ax = figure.add_subplot()
-    _draw_rows(ax, numeric, "epoch", y)
+    is_loss = "loss" in y
+    accuracy = next((k for k in ACCURACY_KEYS if is_loss and k in df.columns and df[k].notna().any()), None)
+    figure = Figure(figsize=(SIZE[0] * 1.6, SIZE[1]) if accuracy else SIZE)
+    ax = figure.add_subplot(1, 2 if accuracy else 1, 1)
+    banded = _draw_rows(ax, _normalised(numeric, y) if is_loss else numeric, "epoch", y)
     ax.set_xlabel("epoch")
-    ax.set_ylabel(y)
-    ax.set_title(f"{y} per epoch (mean over seeds, band: ±1 std)")
+    ax.set_ylabel(f"{y} / its value at the first epoch (per row)" if is_loss else y)
+    if accuracy:
+        right = figure.add_subplot(1, 2, 2)
+        _draw_rows(right, df.dropna(subset=[accuracy]), "epoch", accuracy, scale=100.0)
+        right.set_xlabel("epoch")
+        right.set_ylabel(("test" if accuracy == "test.all" else "training") + " accuracy (%)")
+    if numeric["epoch"].nunique() < 2:
+        note_in_figure(ax, "only one epoch logged: a curve needs two (the points are that epoch)")
+    figure.suptitle(f"{y} per epoch ({seeds_phrase(numeric, banded)})")
+    legend_outside(figure, figure.axes[-1])
     return figure
 
 
 def plot_curves(df: pd.DataFrame, out_base, y: str = "loss") -> list[Path]:
-    """One logged quantity per epoch (from log.jsonl), one line per row."""
+    """One logged quantity per epoch (from log.jsonl), one line per row; a loss with the accuracy beside it."""
     return save_figure(figure_curves(df, y), out_base)

@@ -64,18 +64,19 @@ def test_dynamic_import_check_sees_every_spelling(tmp_path):
 ROOT = CORE.parent
 LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its longest matching prefix
     6: ("ltbench.cli", "ltbench.__main__"),
-    5: ("ltbench.launch", "ltbench.slurm"),
+    5: ("ltbench.launch", "ltbench.slurm", "ltbench.progress"),
     4: ("ltbench.recipe", "ltbench.report", "ltbench.plots"),
     3: ("ltbench.runner", "ltbench.features", "ltbench.posthoc_runs"),
     2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
     1: ("ltbench.data", "ltbench.backbones", "ltbench.method", "ltbench.posthoc", "methods", "ltbench.evaluation", "ltbench.predictions",
         "ltbench.significance", "ltbench.literature", "ltbench.distributed", "ltbench.samplers"),
     0: ("ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record", "ltbench.runspec",
-        "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench"),
+        "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench.loggers", "ltbench"),
 }
 TORCH_FREE = ("ltbench.report", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
               "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
-              "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding")
+              "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
+              "ltbench.loggers", "ltbench.progress")
 
 
 def all_modules() -> dict[str, Path]:

@@ -136,6 +136,7 @@ EXECUTION_VARIANTS = {  # every train: execution setting of identity.py, set awa
     "channels_last": ["train.channels_last=true"],
     "cudnn_benchmark": ["train.cudnn_benchmark=false"],
     "compile": ["train.compile=aot_eager"],
+    "loggers": ["train.loggers=[tensorboard]"],  # scalars also written to TensorBoard event files
 }
 
 

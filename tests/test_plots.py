@@ -53,7 +53,10 @@ def test_per_class_figure(tmp_path):
     assert list(lines[0].get_xdata()) == sorted(COUNTS)
     assert figure.axes[0].get_xscale() == "log"
     boundaries = [line.get_xdata()[0] for line in figure.axes[0].get_lines() if line.get_label().startswith("_")]
-    assert boundaries == pytest.approx([np.sqrt(12 * 25), np.sqrt(80 * 120)])
+    assert boundaries == pytest.approx([np.sqrt(12 * 25), np.sqrt(80 * 120)])  # no thresholds in the frame
+    with_thresholds = figure_per_class(df.assign(few_threshold=20, many_threshold=100))
+    drawn = [line.get_xdata()[0] for line in with_thresholds.axes[0].get_lines() if line.get_label().startswith("_")]
+    assert drawn == [20, 100]  # the runs' real thresholds, not points between the groups' classes
     out = tmp_path / "figs" / "per_class"
     assert_written_and_not_blank(plot_per_class(df, out, shot_boundaries=[20, 100]), out)
 
@@ -113,7 +116,11 @@ def test_curves_figure(tmp_path):
     figure = figure_curves(df, "loss")
     lines = data_lines(figure)
     assert len(lines) == 2 and list(lines[0].get_xdata()) == [1, 2, 3, 4, 5]
-    assert np.allclose(lines[0].get_ydata(), [2.0 / e + 0.05 for e in range(1, 6)])
+    raw = [2.0 / e + 0.05 for e in range(1, 6)]
+    assert np.allclose(lines[0].get_ydata(), [v / raw[0] for v in raw])  # normalised by the first epoch
+    accuracy = [line for line in figure.axes[1].get_lines() if not line.get_label().startswith("_")]
+    assert np.allclose(accuracy[0].get_ydata(), [10.0 * e for e in range(1, 6)])  # train_acc in %
+    assert "band: ±1 std" in figure._suptitle.get_text()
     out = tmp_path / "curves"
     assert_written_and_not_blank(plot_curves(df, out, y="train_acc"), out)
     with pytest.raises(LtbenchError, match="no column"):
@@ -142,3 +149,61 @@ def test_class_statistics_finds_per_class_lists_at_any_depth():
     assert class_statistics(extras, 3) == {"kappa": [1.0, 2.0, 3.0], "n": [10.0, 5.0, 1.0],
                                            "aux.weight_norm": [0.5, 0.4, 0.3], "aux.aux.weight_norm": [1.0, 1.0, 1.0]}
     assert class_statistics({}, 3) == {} and class_statistics(None, 3) == {}
+
+
+def _fonts_of(pdf: bytes) -> list[bytes]:
+    """The /Subtype of every font dictionary in a PDF (matplotlib writes them uncompressed)."""
+    import re
+
+    return re.findall(rb"/Type\s*/Font\b[^>]*?/Subtype\s*/(\w+)", pdf) + \
+        re.findall(rb"/Subtype\s*/(\w+)[^>]*?/Type\s*/Font\b", pdf)
+
+
+def test_pdfs_embed_truetype_fonts_never_type3(tmp_path):
+    df = per_class_frame()
+    for paths in (plot_per_class(df, tmp_path / "pc"), plot_shift(shift_frame(), tmp_path / "sh")):
+        fonts = _fonts_of(paths[1].read_bytes())
+        assert fonts and b"Type3" not in fonts, fonts
+        assert b"TrueType" in fonts or b"Type0" in fonts, fonts
+
+
+def test_a_row_keeps_its_colour_across_figures_and_legends_follow_table_order():
+    order = {"ce": 0, "la": 1, "bape": 2}
+    full = per_class_frame(rows=("bape", "ce", "la"))
+    full = full.assign(row_order=full["row"].map(order))
+    only_la = full[full.row != "ce"]  # a figure where CE recorded nothing must not shift LA's colour
+    colours = {}
+    for frame in (full, only_la):
+        figure = figure_per_class(frame)
+        labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+        assert labels == [f"{r} (n=2)" for r in sorted(set(frame.row), key=order.get)]
+        for line in data_lines(figure):
+            colours.setdefault(line.get_label(), set()).add(line.get_color())
+    assert all(len(c) == 1 for c in colours.values()), colours
+
+
+def test_legend_sits_outside_the_axes():
+    figure = figure_per_class(per_class_frame())
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    legend = figure.axes[0].get_legend().get_window_extent(renderer)
+    assert legend.x0 >= figure.axes[0].get_window_extent(renderer).x1
+
+
+def test_titles_are_true_to_n():
+    one_seed = figure_shift(shift_frame().query("seed == 0"))
+    assert "one seed per row" in one_seed.axes[0].get_title() and "±1 std" not in one_seed.axes[0].get_title()
+    assert "mean over seeds" in figure_shift(shift_frame()).axes[0].get_title()
+    assert "mean over seeds" not in figure_per_class(per_class_frame(seeds=(0,))).axes[0].get_title()
+
+
+def test_nothing_to_draw_is_said_in_the_figure():
+    one_epoch = pd.DataFrame({"row": ["ce", "la"], "seed": [0, 0], "epoch": [1, 1], "loss": [2.0, 1.5]})
+    texts = [t.get_text() for t in figure_curves(one_epoch).axes[0].texts]
+    assert any("only one epoch logged" in t for t in texts)
+    base = per_class_frame(rows=("la",)).drop(columns="accuracy").assign(stat="weight_norm", value=1.0)
+    figure = figure_class_stat(base, "weight_norm", all_rows=["ce", "la", "ldam_drw"])
+    note = " ".join(t.get_text() for t in figure.axes[0].texts)
+    assert "record no per-class weight_norm): ce, ldam_drw" in note
+    assert "kappa" not in figure.axes[0].get_title() and "κ" not in figure.axes[0].get_title()

@@ -253,11 +253,13 @@ def test_load_returns_tidy_frames(write_recipe):
     f = report.load(path)
     assert set(f.keys()) == {"runs", "heads", "shift", "test_sets", "per_class", "class_stats", "curves"}
     assert len(f.runs) == 4 and set(f.runs["row"]) == {"ce", "la"}
-    assert list(f.per_class.columns) == ["row", "seed", "class_index", "train_count", "group", "accuracy"]
+    assert list(f.per_class.columns) == ["row", "seed", "class_index", "train_count", "group", "accuracy",
+                                         "few_threshold", "many_threshold", "row_order"]
+    assert set(zip(f.per_class["row"], f.per_class["row_order"])) == {("ce", 0), ("la", 1)}  # table order
     assert len(f.per_class) == 4 * 4 and set(f.per_class["group"]) == {"many", "medium", "few"}
     shift = f.shift[(f.shift["row"] == "la") & (f.shift["seed"] == 0)].sort_values("position")
     assert list(shift["prior"]) == ["forward50", "forward10", "uniform", "backward10", "backward50"]
-    assert list(f.heads.columns) == ["row", "seed", "head", "group", "accuracy"]
+    assert list(f.heads.columns) == ["row", "seed", "head", "group", "accuracy", "row_order"]
 
 
 @pytest.mark.parametrize("tables,says", [

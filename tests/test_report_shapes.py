@@ -81,19 +81,67 @@ def test_switch_marks_and_heads(shapes_results):
     assert main.cells[(0, 3)].mean == pytest.approx(aux.cells[(0, 3)].mean + 1.0)  # aux head is 1 point lower
 
 
-@pytest.mark.slow
-def test_latex_compiles_with_pdflatex(shapes_results, tmp_path):
+def _compile(fragments: list[str], folder: Path) -> str:
+    """pdflatex on a two-column article around the fragments; returns the log (fails on an error)."""
+    from ltbench.report.formats import latex_document
+
+    (folder / "tables.tex").write_text(latex_document(fragments))
+    out = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "tables.tex"],
+                         cwd=folder, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert (folder / "tables.pdf").stat().st_size > 1000
+    return (folder / "tables.log").read_text(errors="replace")
+
+
+def _needs_pdflatex() -> None:
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex is not installed (Debian: apt-get install texlive-latex-base "
                     "texlive-latex-recommended); the LaTeX output was not compiled")
-    from ltbench.report.formats import latex_document
 
+
+@pytest.mark.parametrize("name", TABLES)
+def test_each_golden_shape_fits_one_column_of_a_two_column_page(shapes_results, tmp_path, name):
+    """Compiled in `article[twocolumn]`: no overfull box (the table and its notes fit \\columnwidth)
+    and no vertical rule mixed with booktabs."""
+    _needs_pdflatex()
+    text = (SHAPES / f"{name}.tex").read_text()
+    assert "|" not in text.split("begin{tabular}{")[1].split("}")[0], "vertical rules in the column spec"
+    log = _compile([text], tmp_path)
+    assert "Overfull" not in log, [line for line in log.splitlines() if "Overfull" in line]
+
+
+def test_width_page_makes_a_table_star_that_fits_the_text_width(shapes_results, tmp_path):
+    import yaml
+
+    raw = yaml.safe_load((SHAPES / "shapes.yaml").read_text())
+    raw["tables"]["pivot"]["width"] = "page"
+    path = tmp_path / "shapes.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    (table,) = report.tables(path, shapes_results, name="pivot", test="welch")
+    text = report.render(table, "latex")
+    assert "\\begin{table*}" in text and "\\end{table*}" in text and "\\textwidth" in text
+    if shutil.which("pdflatex") is not None:
+        assert "Overfull" not in _compile([text], tmp_path)
+
+
+def test_bad_width_is_a_one_line_error(tmp_path):
+    import yaml
+
+    from ltbench.errors import ConfigError
+
+    raw = yaml.safe_load((SHAPES / "shapes.yaml").read_text())
+    raw["tables"]["pivot"]["width"] = "wide"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    with pytest.raises(ConfigError, match="width: expected 'column'"):
+        load_recipe(path, results_dir=tmp_path / "results")
+
+
+@pytest.mark.slow
+def test_latex_compiles_with_pdflatex(shapes_results, tmp_path):
+    _needs_pdflatex()
     fragments = [report.render(built(shapes_results, name), "latex") for name in TABLES]
-    (tmp_path / "tables.tex").write_text(latex_document(fragments))
-    out = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "tables.tex"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert (tmp_path / "tables.pdf").stat().st_size > 1000
+    _compile(fragments, tmp_path)
 
 
 def test_versus_rows_give_the_difference_and_welch_p_of_the_seed_values(shapes_results):

@@ -18,7 +18,7 @@ from ltbench import store
 FIGURES = {  # kind -> (frame, plotting function, keyword arguments, what it shows)
     "per_class": ("per_class", "plot_per_class", {}, "per-class accuracy against training count"),
     "kappa": ("class_stats", "plot_class_stat", {"stat": "kappa"},
-              "BAPE's kappa (and LA / cosine weight norms, when recorded) per class against training count"),
+              "per-class statistics the runs record (BAPE's κ, classifier weight norms) against training count"),
     "shift": ("shift", "plot_shift", {}, "accuracy from forward through uniform to backward test priors"),
     "curves": ("curves", "plot_curves", {"y": "loss"}, "training loss per epoch"),
 }
@@ -33,14 +33,16 @@ def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
         return [], "figures are not available in this build (no ltbench.plots)"
     df = frames[frame_name]
     if kind == "kappa":  # BAPE's kappa, and beside it the per-class weight norms LA / cosine heads record
-        return _class_stats(plots, df, out_base)
+        return _class_stats(plots, df, out_base, _study_rows(frames))
     if df.empty:
         return [], f"no data for the {kind} figure in these runs"
     out_base.parent.mkdir(parents=True, exist_ok=True)
     return [str(p) for p in getattr(plots, func_name)(df, str(out_base), **kwargs)], None
 
 
-def _class_stats(plots, df, out_base: Path) -> tuple[list[str], str | None]:
+def _class_stats(plots, df, out_base: Path, all_rows: list[str]) -> tuple[list[str], str | None]:
+    """One figure per recorded statistic, each file named by what it draws (``weight_norm.png`` in a study
+    without BAPE, never ``kappa``); rows that record the statistic not are named in the figure."""
     stats = [] if df.empty else sorted(set(df["stat"]))
     wanted = [s for s in stats if s == "kappa"] + [s for s in stats if s.endswith("weight_norm")]
     if not wanted:
@@ -48,9 +50,19 @@ def _class_stats(plots, df, out_base: Path) -> tuple[list[str], str | None]:
     out_base.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for stat in wanted:
-        base = out_base if stat == "kappa" else out_base.with_name(f"{out_base.name}_{stat.replace('.', '_')}")
-        paths += [str(p) for p in plots.plot_class_stat(df[df["stat"] == stat], str(base), stat=stat)]
+        base = out_base.with_name(stat.replace(".", "_"))
+        paths += [str(p) for p in plots.plot_class_stat(df[df["stat"] == stat], str(base), stat=stat,
+                                                        all_rows=all_rows)]
     return paths, None
+
+
+def _study_rows(frames) -> list[str]:
+    """Every row of the study with a finished run, in table order (for 'not drawn: ...' notes)."""
+    runs = frames["runs"]
+    if runs.empty or "row" not in runs.columns:
+        return []
+    done = runs[(runs["status"] == "done") & runs["row"].notna()]
+    return list(dict.fromkeys(done["row"]))
 
 
 def provenance_summary(records: list[dict]) -> list[str]:

@@ -13,7 +13,7 @@ import io
 from ltbench.report.build import n_text
 from ltbench.report.rows import Row, Table, value_text
 
-LATEX_PACKAGES = r"\usepackage{booktabs}\usepackage{amssymb}\usepackage[table]{xcolor}"
+LATEX_PACKAGES = r"\usepackage{booktabs}\usepackage{amssymb}\usepackage{graphicx}\usepackage[table]{xcolor}"
 SIMILAR_MARK = "≈"
 PUBLISHED_MARK = "†"
 
@@ -240,20 +240,15 @@ def _latex_header(table: Table, n_lead: int) -> list[str]:
     return lines
 
 
-def to_latex(table: Table) -> str:
-    marks, notes = footnotes(table)
+def _latex_float(table: Table) -> tuple[str, str]:
+    """``table`` (one column of a two-column page) or ``table*`` (the full text width), by the spec's
+    ``width``: a paper chooses per table, and a wide pivot belongs across the page, not squeezed."""
+    return ("table*", r"\textwidth") if getattr(table.spec, "width", "column") == "page" else ("table", r"\columnwidth")
+
+
+def _latex_body(table: Table, marks: dict[int, int], width: int) -> list[str]:
+    out, current = [], object()
     switches = list(table.spec.switches)
-    n_lead = 1 + len(switches)
-    per_group = len(table.columns) + (1 if has_delta(table) else 0)
-    width = n_lead + per_group * len(table.groups) + 1
-    colspec = "l" + "c" * len(switches) + "".join("|" + "r" * per_group for _ in table.groups) + "|r"
-    out = [f"% ltbench table '{table.name}'; needs {LATEX_PACKAGES}", r"\begin{table}[t]", r"\centering"]
-    if table.spec.caption:
-        out.append(rf"\caption{{{latex_escape(table.spec.caption)}}}")
-    if table.spec.label:
-        out.append(rf"\label{{{table.spec.label}}}")
-    out += [rf"\begin{{tabular}}{{{colspec}}}", r"\toprule"] + _latex_header(table, n_lead) + [r"\midrule"]
-    current = object()
     grouped = any(r.group for r in table.rows)
     for i, row in enumerate(table.rows):
         if row.group != current and grouped:
@@ -270,10 +265,32 @@ def to_latex(table: Table) -> str:
         out += [r"\midrule", rf"\multicolumn{{{width}}}{{l}}{{\textit{{Differences (points)}}}} \\"]
         for line in comparison_rows(table, True):
             out.append(" & ".join(line[:1] + [""] * len(switches) + line[1:] + [""]) + r" \\")
-    out.append(r"\bottomrule")
-    for line in [legend(table)] + notes + [f"Note: {n}" for n in table.notes]:
-        out.append(rf"\multicolumn{{{width}}}{{p{{0.9\linewidth}}}}{{\footnotesize {latex_escape(line)}}} \\")
-    out += [r"\end{tabular}", r"\end{table}"]
+    return out
+
+
+def to_latex(table: Table) -> str:
+    """booktabs only (no vertical rules). The tabular is scaled down to the column (or, with
+    ``width: page``, the text) width only when it is wider, and the notes sit below it in a
+    minipage of that width: a note row inside the tabular would stretch the table to the note's width."""
+    marks, notes = footnotes(table)
+    n_lead = 1 + len(table.spec.switches)
+    per_group = len(table.columns) + (1 if has_delta(table) else 0)
+    width = n_lead + per_group * len(table.groups) + 1
+    colspec = "l" + "c" * len(table.spec.switches) + "r" * (per_group * len(table.groups)) + "r"
+    env, line_width = _latex_float(table)
+    out = [f"% ltbench table '{table.name}'; needs {LATEX_PACKAGES}", rf"\begin{{{env}}}[t]", r"\centering"]
+    if table.spec.caption:
+        out.append(rf"\caption{{{latex_escape(table.spec.caption)}}}")
+    if table.spec.label:
+        out.append(rf"\label{{{table.spec.label}}}")
+    out += [r"\small\setlength{\tabcolsep}{4pt}",
+            rf"\resizebox{{\ifdim\width>{line_width}{line_width}\else\width\fi}}{{!}}{{%",
+            rf"\begin{{tabular}}{{{colspec}}}", r"\toprule"] + _latex_header(table, n_lead) + [r"\midrule"]
+    out += _latex_body(table, marks, width)
+    out += [r"\bottomrule", r"\end{tabular}}", r"\par\smallskip",
+            rf"\begin{{minipage}}{{{line_width}}}\footnotesize\raggedright"]
+    out += [latex_escape(line) + r"\par" for line in [legend(table)] + notes + [f"Note: {n}" for n in table.notes]]
+    out += [r"\end{minipage}", rf"\end{{{env}}}"]
     return "\n".join(out)
 
 
@@ -333,9 +350,10 @@ def render(table: Table, fmt: str) -> str:
 
 
 def latex_document(fragments: list[str]) -> str:
-    """A standalone document around table fragments (what the compile test and the report build)."""
-    return "\n".join([r"\documentclass{article}", r"\usepackage[margin=1.5cm,landscape]{geometry}",
-                      LATEX_PACKAGES, r"\begin{document}", *fragments, r"\end{document}", ""])
+    """A standalone two-column article around table fragments, the layout of most venues (what the
+    compile test and the report build): a ``table`` fills one column, a ``width: page`` one spans both."""
+    return "\n".join([r"\documentclass[twocolumn]{article}", LATEX_PACKAGES, r"\begin{document}", *fragments,
+                      r"\end{document}", ""])
 
 
 __all__ = ["render", "to_markdown", "to_latex", "to_csv", "latex_document", "value_text"]

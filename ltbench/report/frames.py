@@ -8,10 +8,13 @@ Frames (accuracies are fractions in [0, 1]; ``row`` is the table's row label, ``
   shift        row, seed, prior, position, accuracy                (position: forward50 < ... < uniform
                                                                     < ... < backward50)
   test_sets    row, seed, test_set, group, accuracy
-  per_class    row, seed, class_index, train_count, group, accuracy
+  per_class    row, seed, class_index, train_count, group, accuracy, few_threshold, many_threshold
   class_stats  row, seed, class_index, train_count, stat, value    (every per-class list a method
                                                                     records: kappa, weight norms, ...)
   curves       row, seed, epoch, plus one column per numeric key of log.jsonl (test.all, ...)
+
+Every frame but ``runs`` also has ``row_order``, the row's position in the default table: figures colour
+and order their legends by it, so a method keeps its colour in every figure of a study.
 
 Only finished runs contribute measurements; ``runs`` lists every run folder, damaged ones included.
 per_class / class_stats / curves read the full result.json and log.jsonl (not the index cache).
@@ -84,7 +87,8 @@ def _per_class_lines(row: str, seed, data: dict, per_class: list, class_stats: l
     for c, acc in enumerate(metrics.get("per_class") or []):
         n = counts[c] if c < len(counts) else None
         per_class.append({"row": row, "seed": seed, "class_index": c, "train_count": n,
-                          "group": _group(n, many, few) if n is not None else None, "accuracy": acc})
+                          "group": _group(n, many, few) if n is not None else None, "accuracy": acc,
+                          "few_threshold": few, "many_threshold": many})
     k = len(counts)
 
     def walk(tree, prefix):
@@ -149,9 +153,15 @@ def load(path, results=None, overrides=(), stage2: bool = False) -> Frames:
     cols = {"heads": ["row", "seed", "head", "group", "accuracy"],
             "shift": ["row", "seed", "prior", "position", "accuracy"],
             "test_sets": ["row", "seed", "test_set", "group", "accuracy"],
-            "per_class": ["row", "seed", "class_index", "train_count", "group", "accuracy"],
+            "per_class": ["row", "seed", "class_index", "train_count", "group", "accuracy", "few_threshold",
+                          "many_threshold"],
             "class_stats": ["row", "seed", "class_index", "train_count", "stat", "value"],
             "curves": ["row", "seed", "epoch"]}
-    frame = lambda lines, name: pd.DataFrame(lines, columns=None if lines else cols[name])  # noqa: E731
+    order = {label: i for i, label in enumerate(dict.fromkeys(label_of.values()))}  # table row order
+
+    def frame(lines, name):
+        df = pd.DataFrame(lines, columns=None if lines else cols[name])
+        return df.assign(row_order=df["row"].map(order))
+
     return Frames(pd.DataFrame(runs), frame(heads, "heads"), frame(shift, "shift"), frame(sets, "test_sets"),
                   frame(per_class, "per_class"), frame(class_stats, "class_stats"), frame(curves, "curves"))

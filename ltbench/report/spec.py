@@ -71,6 +71,7 @@ class TableSpec:
     # one selected cell per seed: 'val' takes the setting with the best validation All and reports its test
     # numbers; 'test' takes the best on the test set itself, and the row says it is an oracle. None: refused.
     select: str | None = None
+    width: str = "column"  # LaTeX: 'column' (table, scaled to \columnwidth when wider) or 'page' (table*)
 
     def validate(self) -> None:
         if not 0 <= self.digits <= 6:
@@ -79,6 +80,8 @@ class TableSpec:
             raise ValueError("give either rows (explicit) or row_label (a template), not both")
         if self.best_scope not in ("group", "table"):
             raise ValueError(f"best_scope: expected 'group' or 'table', got {self.best_scope!r}")
+        if self.width not in ("column", "page"):
+            raise ValueError(f"width: expected 'column' (one column of the page) or 'page' (table*), got {self.width!r}")
         if self.rows is not None and self.heads:
             raise ValueError("heads expands default rows; with explicit rows give each row its own head")
         if self.select not in (None, "val", "test"):
