@@ -5,7 +5,7 @@ The loss is cross-entropy on logits shifted by the log of the training class cou
     L = CE(z + log n, y),
 
 as ``balanced_softmax_loss`` in jiawei-ren/BalancedMetaSoftmax-Classification computes it (docs/methods.md;
-the comparison with that code is in docs/protocols.md §6). The shift makes the softmax of z an estimate of
+the comparison with that code is in docs/protocols.md §8). The shift makes the softmax of z an estimate of
 p(y|x) under a uniform label prior, so the raw logits z are the balanced scores that ``predict`` returns
 (the official code also tests with the raw logits), plus log(K·p_t) for a target prior p_t.
 

@@ -2,7 +2,7 @@
 Samples", CVPR 2019), over softmax, sigmoid or focal loss.
 
 As richardaecn/class-balanced-loss (TensorFlow, ``src/cifar_main.py`` and ``src/model_base.py``; compared in
-docs/protocols.md §6), with n_j the training counts, B the batch size and K the number of classes:
+docs/protocols.md §8), with n_j the training counts, B the batch size and K the number of classes:
 
     w_j = (1 - β) / (1 - β**n_j),  then  w <- w · K / Σw           (``_drw.drw_weights``)
     softmax:  L = Σ_i w_{y_i} CE(z_i, y_i) / B
@@ -16,7 +16,7 @@ DRW) does. With sigmoid or focal the official classifier's bias starts at -log(K
 
 The focal modulator is computed as exp(-γ·y·z - γ·softplus(-z)), the official numerically stable form with
 softplus in place of log1p(exp(-z)): the official form overflows for z < -88 in float32 and then gives a
-modulator of 0 instead of 1 for a positive label (docs/protocols.md §6 has the numbers).
+modulator of 0 instead of 1 for a positive label (docs/protocols.md §8 has the numbers).
 
 Prediction: the official code predicts the argmax of the raw logits for all three losses; ``predict``
 returns z, treated as balanced scores (the weights aim for that), plus log(K·p_t) for a target prior p_t.

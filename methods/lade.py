@@ -2,14 +2,15 @@
 for Long-tailed Visual Recognition", CVPR 2021), with its post-hoc prior.
 
 As hyperconnect/LADE (``loss/PriorCELoss.py``, ``loss/LADELoss.py``, ``run_networks.py``; compared in
-docs/protocols.md §6). With π the training prior, z the (N, K) logits of a batch, N_j the batch's images of
+docs/protocols.md §8). With π the training prior, z the (N, K) logits of a batch, N_j the batch's images of
 class j, and the official constants 1e-9 and 1e-8:
 
     LADE-CE:  L_CE = CE(z + log(π + 1e-9), y)                                (the PriorCE loss)
     LADER:    T_j  = Σ_{i: y_i = j} z_ij / (N_j + 1e-8)
               S_j  = logsumexp_i (z_ij - log(π_j + 1e-9) + log(1/K + 1e-9)) - log N
               R    = -Σ_j π_j (T_j - S_j - λ S_j²)
-    loss:     L_CE + α R        (α = 0.1, λ = 0.1 in the official CIFAR-100-LT and ImageNet-LT configs)
+    loss:     L_CE + α R        (α = 0.1, λ = 0.1 in the official config files; the README's commands
+                                 override them: CIFAR-100-LT α 0.1, λ 0.01; ImageNet-LT α 0.05, λ 0.5)
 
 R is the regularised DV (ReMINE) lower bound of the KL divergence between p(x|y) and the balanced data
 distribution, weighted by π; as officially, a class absent from the batch still enters through -S_j - λS_j².
@@ -49,8 +50,8 @@ def lade_regulariser(logits: torch.Tensor, labels: torch.Tensor, prior: torch.Te
 
 @dataclass
 class LADEConfig:
-    alpha: float = 0.1  # weight of LADER (the official RouteWeightLoss weight)
-    remine_lambda: float = 0.1  # ReMINE regularisation λ of the bound
+    alpha: float = 0.1  # weight of LADER (the official RouteWeightLoss weight, config files' value)
+    remine_lambda: float = 0.1  # ReMINE regularisation λ of the bound (config files' value)
     views: list[str] | None = None  # default: one 'default' view
 
     def validate(self) -> None:

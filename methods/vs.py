@@ -1,7 +1,7 @@
 """Vector-scaling (VS) loss (Kini, Paraskevas, Oymak, Thrampoulidis, "Label-Imbalanced and Group-Sensitive
 Classification under Overparameterization", NeurIPS 2021).
 
-As ``VSLoss`` in orparask/VS-Loss (class_imbalance/losses.py; compared in docs/protocols.md §6), with
+As ``VSLoss`` in orparask/VS-Loss (class_imbalance/losses.py; compared in docs/protocols.md §8), with
 n_j the training counts and π_j = n_j / Σn:
 
     Δ_j = (n_max / n_j)**γ        multiplicative adjustment, = n_j^-γ / min_k n_k^-γ (1 for the largest class)
