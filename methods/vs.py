@@ -42,8 +42,8 @@ def vs_adjustments(class_counts: torch.Tensor, gamma: float, tau: float) -> tupl
 
 @dataclass
 class VSConfig:
-    gamma: float = 0.2  # multiplicative exponent (README's CIFAR-10-LT example; the code's default is 0.3)
-    tau: float = 1.0  # additive (logit-adjustment) temperature
+    gamma: float = 0.3  # multiplicative exponent (the official argparse default; README CIFAR-10-LT example: 0.2)
+    tau: float = 1.0  # additive (logit-adjustment) temperature (official default; README CIFAR-10-LT example: 1.2)
     drw: bool = False  # deferred re-weighting (official --train_rule DRW)
     drw_epoch: int | None = None  # 0-indexed switch epoch; None: round(0.8 * epochs)
     beta: float = 0.9999  # effective-number beta of the DRW weights

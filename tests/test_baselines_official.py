@@ -217,3 +217,57 @@ def test_published_numbers_from_the_official_repositories(fields, metrics):
     source = fields.pop("source")
     found = [e for e in match(load_published(), **fields) if e.source == source]
     assert len(found) == 1 and found[0].metrics == metrics
+
+
+@pytest.mark.parametrize("name", ["balanced_softmax", "cb", "vs", "lade"])
+def test_prediction_is_the_raw_logits_plus_the_target_prior_shift(name):
+    method = identity_method(name)
+    x, _ = official_inputs()
+    x = x.detach()
+    target = torch.tensor([0.3, 0.2, 0.1, 0.1, 0.1, 0.05, 0.05, 0.04, 0.03, 0.03])
+    assert torch.equal(method.predict(x), x)
+    torch.testing.assert_close(method.predict(x, target_prior=target), x + torch.log(10 * target))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"name": "cb", "beta": 1.0}, "beta"), ({"name": "cb", "loss_type": "hinge"}, "loss_type"),
+    ({"name": "cb", "gamma": -1.0}, "gamma"), ({"name": "vs", "gamma": -0.1}, "gamma"),
+    ({"name": "vs", "tau": -1.0}, "tau"), ({"name": "vs", "beta": 1.0}, "beta"),
+    ({"name": "lade", "alpha": -0.1}, "alpha"), ({"name": "lade", "remine_lambda": -1.0}, "remine_lambda"),
+    ({"name": "balanced_softmax", "tau": 1.0}, "tau"),
+])
+def test_bad_options_are_refused_when_the_config_is_read(options, message):
+    from ltbench.method import resolved_method_spec
+
+    with pytest.raises(Exception, match=message):
+        resolved_method_spec(options)
+
+
+def test_the_cifar100_and_imagenet_recipes_list_the_four_methods():
+    from pathlib import Path
+
+    from ltbench.recipe import load_recipe
+
+    root = Path(__file__).resolve().parents[1] / "recipes"
+    for recipe, expected in [("cifar100_lt.yaml", {"vs": {"gamma": 0.05, "tau": 0.75},
+                                                   "lade": {"alpha": 0.1, "remine_lambda": 0.01}}),
+                             ("imagenet_lt.yaml", {"vs": {"gamma": 0.3, "tau": 1.0},
+                                                   "lade": {"alpha": 0.05, "remine_lambda": 0.5}})]:
+        methods = {r["config"]["method"]["name"]: r["config"]["method"] for r in load_recipe(root / recipe).runs}
+        assert {"balanced_softmax", "cb", "vs", "lade"} <= set(methods)
+        assert methods["cb"]["loss_type"] == "focal" and methods["cb"]["beta"] == 0.9999
+        for name, options in expected.items():
+            assert {k: methods[name][k] for k in options} == options
+
+
+def test_ltbench_check_methods_finds_the_built_in_folder():
+    """`ltbench check methods` checks the repository's own methods (registered through the built-in entry
+    point, not as a plugin folder): the folder test that selects them."""
+    from pathlib import Path
+
+    import methods.cb  # noqa: F401  (imported by the registry anyway)
+    from ltbench.contract import _defined_in
+
+    folder = Path(__file__).resolve().parents[1] / "methods"
+    assert _defined_in("methods.cb", folder) and _defined_in("methods.lade", folder)
+    assert not _defined_in("ltbench.engine", folder) and not _defined_in("no.such.module", folder)
