@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -275,12 +276,21 @@ CHECKS: dict[str, Callable[[Any, str], Any]] = {"methods": check_method, "backbo
                                                "datasets": check_dataset, "posthoc": check_posthoc}
 
 
+def _defined_in(module: str, folder: Path) -> bool:
+    """Whether ``module`` was loaded from a file inside ``folder``. Why: the repository's own ``methods/`` folder
+    is registered through the built-in entry point, not as a plugin folder, and `ltbench check methods` must
+    still check what it defines."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return file is not None and Path(file).resolve().is_relative_to(folder)
+
+
 def check_plugin_folder(folder: str | Path) -> int:
     """Import a plugin folder and run the contract on everything it registers; 0 if all pass, 1 if not."""
     path = Path(folder).expanduser().resolve()
     registry.add_plugin_paths([path])
     label = f"plugin folder {path}"
-    found = [(kind, e) for kind, reg in registry.REGISTRIES.items() for e in reg.entries() if e.source == label]
+    found = [(kind, e) for kind, reg in registry.REGISTRIES.items() for e in reg.entries()
+             if e.source == label or _defined_in(e.module, path)]
     if not found:
         raise LtbenchError(f"{folder}: registers no method, backbone or dataset, nor a stage-2 method (a module "
                            f"in it must use @METHODS.register / @BACKBONES.register / @DATASETS.register / "
