@@ -4,8 +4,8 @@ The repository's own tests check every registered method (tests/test_method_cont
 author has no such suite, so this module runs the same promises on tiny random inputs, in seconds,
 and says which one is broken:
 
-* method: ``Config`` defaults validate and ``validate()`` leaves the config unchanged; the method is an
-  ``nn.Module``; ``views()`` names views; ``loss()`` returns a dict with a finite 0-dim ``'loss'`` whose
+* method: ``Config`` defaults validate and ``validate()`` leaves the config unchanged; ``build_model`` gives a
+  network with a ``feature_dim`` (checked on a tiny staged backbone); the method is an ``nn.Module``; ``views()`` names views; ``loss()`` returns a dict with a finite 0-dim ``'loss'`` whose
   gradient reaches the features; ``predict()`` returns finite (N, K) scores for any target prior, the same
   for ``None`` and a uniform prior, and does not move predictions *away* from a class the prior favours;
   a ``state_dict`` + ``extra_state`` round trip (as checkpoints do it) gives identical predictions.
@@ -210,11 +210,34 @@ def check_state_round_trip(cls: Any, cfg: Any, method: Any) -> None:
         raise ContractError(f"result_extras() must be JSON data: {exc}") from None
 
 
+def check_adaptation(method: Any) -> None:
+    """For a method with test_time_views(): adapt() on unlabeled features returns JSON data, predictions stay
+    finite (N, K), and reset_adaptation() restores the trained model's predictions."""
+    views = method.test_time_views()
+    if not views:
+        return
+    method.eval()
+    gen = torch.Generator().manual_seed(3)
+    feats = torch.randn(32, method.ctx.feature_dim, generator=gen)
+    before = _predict(method, feats, None, "None")
+    with torch.enable_grad():
+        record = method.adapt([feats + 0.1 * torch.randn(feats.shape, generator=gen) for _ in views])
+    try:
+        json.dumps(record)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"adapt() must return JSON data: {exc}") from None
+    _predict(method, feats, None, "None, after adapt()")
+    method.reset_adaptation()
+    _expect(torch.equal(_predict(method, feats, None, "None"), before),
+            "reset_adaptation() must restore the predictions of the trained model")
+
+
 def check_method(cls: Any, name: str) -> None:
     cfg = default_config(cls, f"method {name}")
     method = _build_method(cls, cfg, seed=0)
     check_training_step(method)
     check_prediction(method)
+    check_adaptation(method)
     check_state_round_trip(cls, cfg, method)
 
 
