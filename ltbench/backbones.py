@@ -22,10 +22,41 @@ from ltbench.registry import BACKBONES
 
 
 class Backbone(nn.Module):
-    """Base class of backbones: ``Config`` options, ``feature_dim``, ``forward(images (N, C, H, W)) -> (N, feature_dim)``."""
+    """Base class of backbones: ``Config`` options, ``feature_dim``, ``forward(images (N, C, H, W)) -> (N, feature_dim)``.
+
+    Optional, for methods that build several experts on one backbone (ltbench/experts.py): ``stages()``,
+    the modules whose composition in order is ``forward``, and ``init_stage(module)``, how a fresh copy of a
+    stage is initialised (the backbone's own initialisation)."""
 
     Config: ClassVar[type] = EmptyConfig
     feature_dim: int
+
+    def stages(self) -> list[nn.Module]:
+        raise NotImplementedError(f"backbone {type(self).__name__} does not split into stages (stages())")
+
+    def init_stage(self, module: nn.Module) -> None:
+        """Re-initialise a copied stage: every submodule's own reset_parameters()."""
+        for sub in module.modules():
+            if hasattr(sub, "reset_parameters"):
+                sub.reset_parameters()
+
+
+class _Stem(nn.Module):
+    """conv, BatchNorm, ReLU of an existing network (its modules, not copies): stage 0 of ``stages()``."""
+
+    def __init__(self, conv: nn.Module, bn: nn.Module):
+        super().__init__()
+        self.conv, self.bn = conv, bn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.bn(self.conv(x)))
+
+
+class GlobalAvgPool(nn.Module):
+    """(N, C, H, W) -> (N, C): the last stage of every built-in backbone."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(x, 1).flatten(1)
 
 
 def kaiming_init(module: nn.Module) -> None:
@@ -73,8 +104,18 @@ class CifarResNet(Backbone):
                 layers.append(BasicBlock(in_planes, planes, stride))
                 in_planes = planes
         self.layers = nn.Sequential(*layers)
-        self.feature_dim = widths[-1]
+        self.blocks, self.feature_dim = blocks, widths[-1]
         self.apply(kaiming_init)
+
+    def stages(self) -> list[nn.Module]:
+        """[stem, stage 1, stage 2, stage 3, pool]: RIDE/SADE give each expert its own stages 2 and 3."""
+        b = self.blocks
+        groups = [nn.Sequential(*self.layers[i * b:(i + 1) * b]) for i in range(3)]
+        return [_Stem(self.conv1, self.bn1), *groups, GlobalAvgPool()]
+
+    def init_stage(self, module: nn.Module) -> None:
+        super().init_stage(module)
+        module.apply(kaiming_init)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -121,6 +162,20 @@ class TorchvisionFeatures(Backbone):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+    def stages(self) -> list[nn.Module]:
+        """[stem (conv1, bn1, relu, maxpool), layer1, ..., layer4, pool]."""
+        n = self.net
+        stem = nn.Sequential(_Stem(n.conv1, n.bn1), n.maxpool)
+        return [stem, n.layer1, n.layer2, n.layer3, n.layer4, GlobalAvgPool()]
+
+    def init_stage(self, module: nn.Module) -> None:
+        """torchvision's ResNet initialisation: Kaiming-normal (fan_out) convolutions, BatchNorm 1 and 0."""
+        for sub in module.modules():
+            if isinstance(sub, nn.Conv2d):
+                nn.init.kaiming_normal_(sub.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(sub, nn.BatchNorm2d):
+                sub.reset_parameters()
 
 
 @BACKBONES.register("resnet50")

@@ -4,8 +4,8 @@ The repository's own tests check every registered method (tests/test_method_cont
 author has no such suite, so this module runs the same promises on tiny random inputs, in seconds,
 and says which one is broken:
 
-* method: ``Config`` defaults validate and ``validate()`` leaves the config unchanged; the method is an
-  ``nn.Module``; ``views()`` names views; ``loss()`` returns a dict with a finite 0-dim ``'loss'`` whose
+* method: ``Config`` defaults validate and ``validate()`` leaves the config unchanged; ``build_model`` gives a
+  network with a ``feature_dim`` (checked on a tiny staged backbone); the method is an ``nn.Module``; ``views()`` names views; ``loss()`` returns a dict with a finite 0-dim ``'loss'`` whose
   gradient reaches the features; ``predict()`` returns finite (N, K) scores for any target prior, the same
   for ``None`` and a uniform prior, and does not move predictions *away* from a class the prior favours;
   a ``state_dict`` + ``extra_state`` round trip (as checkpoints do it) gives identical predictions.
@@ -68,18 +68,57 @@ def default_config(cls: Any, what: str) -> Any:
 # Methods
 
 
-def _context():
+def _context(feature_dim: int = FEATURE_DIM):
     from ltbench.method import MethodContext
 
-    return MethodContext(num_classes=len(COUNTS), class_counts=torch.tensor(COUNTS), feature_dim=FEATURE_DIM,
+    return MethodContext(num_classes=len(COUNTS), class_counts=torch.tensor(COUNTS), feature_dim=feature_dim,
                          epochs=2)
+
+
+class _StagedBackbone(nn.Module):
+    """A tiny backbone with six ``stages()`` (as torchvision's ResNets: stem, 4 stages, pooling) and features
+    of FEATURE_DIM, for a method's ``build_model``."""
+
+    feature_dim = FEATURE_DIM
+
+    def __init__(self):
+        super().__init__()
+        widths = (6, 8, 8, 12, 12, FEATURE_DIM)
+        self.parts = nn.ModuleList([nn.Sequential(nn.Linear(a, b), nn.Tanh()) for a, b in zip(widths, widths[1:])])
+        self.parts.append(nn.Identity())
+
+    def stages(self) -> list[nn.Module]:
+        return list(self.parts)
+
+    def init_stage(self, module: nn.Module) -> None:
+        for sub in module.modules():
+            if hasattr(sub, "reset_parameters"):
+                sub.reset_parameters()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for part in self.parts:
+            x = part(x)
+        return x
+
+
+def model_feature_dim(cls: Any, cfg: Any) -> int:
+    """The feature width the method's ``build_model`` gives on a tiny staged backbone (FEATURE_DIM for a
+    method that takes the backbone as it is), after checking that the model runs."""
+    model = cls.build_model(cfg, _StagedBackbone())
+    dim = getattr(model, "feature_dim", None)
+    _expect(isinstance(model, nn.Module) and isinstance(dim, int) and dim > 0,
+            "build_model() must return an nn.Module with a positive int feature_dim")
+    with torch.no_grad():
+        out = model.eval()(torch.randn(3, 6))
+    _expect(tuple(out.shape) == (3, dim), f"build_model()'s network must give (N, feature_dim) = {(3, dim)}")
+    return dim
 
 
 def _build_method(cls: Any, cfg: Any, seed: int):
     from ltbench.method import Method
 
     torch.manual_seed(seed)
-    method = cls(cfg, _context())
+    method = cls(cfg, _context(model_feature_dim(cls, cfg)))
     _expect(isinstance(method, Method) and isinstance(method, nn.Module),
             "the method must subclass ltbench.method.Method (an nn.Module)")
     return method
@@ -94,7 +133,7 @@ def check_training_step(method: Any) -> None:
     for epoch in (0, 1):
         method.train()
         method.on_epoch_start(epoch)
-        features = [torch.randn(BATCH, FEATURE_DIM, requires_grad=True) for _ in views]
+        features = [torch.randn(BATCH, method.ctx.feature_dim, requires_grad=True) for _ in views]
         out = method.loss(features, labels, epoch=epoch)
         _expect(isinstance(out, dict) and "loss" in out,
                 f"loss() must return a dict with the key 'loss', got {type(out).__name__} "
@@ -132,7 +171,7 @@ def _predict(method: Any, feats: torch.Tensor, prior: torch.Tensor | None, label
 def check_prediction(method: Any) -> None:
     k = len(COUNTS)
     method.eval()
-    feats = torch.randn(64, FEATURE_DIM, generator=torch.Generator().manual_seed(1))
+    feats = torch.randn(64, method.ctx.feature_dim, generator=torch.Generator().manual_seed(1))
     balanced = _predict(method, feats, None, "None")
     uniform = _predict(method, feats, torch.full((k,), 1.0 / k), "uniform")
     _expect(torch.allclose(balanced, uniform, atol=1e-5, rtol=1e-5),
@@ -161,7 +200,7 @@ def check_state_round_trip(cls: Any, cfg: Any, method: Any) -> None:
     fresh.load_extra_state(state["extra"])
     fresh.eval()
     method.eval()
-    feats = torch.randn(16, FEATURE_DIM, generator=torch.Generator().manual_seed(2))
+    feats = torch.randn(16, method.ctx.feature_dim, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         same = torch.equal(method.predict(feats), fresh.predict(feats))
     _expect(same, "predictions differ after a state_dict/extra_state round trip; register state as buffers "
@@ -172,11 +211,34 @@ def check_state_round_trip(cls: Any, cfg: Any, method: Any) -> None:
         raise ContractError(f"result_extras() must be JSON data: {exc}") from None
 
 
+def check_adaptation(method: Any) -> None:
+    """For a method with test_time_views(): adapt() on unlabeled features returns JSON data, predictions stay
+    finite (N, K), and reset_adaptation() restores the trained model's predictions."""
+    views = method.test_time_views()
+    if not views:
+        return
+    method.eval()
+    gen = torch.Generator().manual_seed(3)
+    feats = torch.randn(32, method.ctx.feature_dim, generator=gen)
+    before = _predict(method, feats, None, "None")
+    with torch.enable_grad():
+        record = method.adapt([feats + 0.1 * torch.randn(feats.shape, generator=gen) for _ in views])
+    try:
+        json.dumps(record)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"adapt() must return JSON data: {exc}") from None
+    _predict(method, feats, None, "None, after adapt()")
+    method.reset_adaptation()
+    _expect(torch.equal(_predict(method, feats, None, "None"), before),
+            "reset_adaptation() must restore the predictions of the trained model")
+
+
 def check_method(cls: Any, name: str) -> None:
     cfg = default_config(cls, f"method {name}")
     method = _build_method(cls, cfg, seed=0)
     check_training_step(method)
     check_prediction(method)
+    check_adaptation(method)
     check_state_round_trip(cls, cfg, method)
 
 

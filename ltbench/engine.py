@@ -42,7 +42,7 @@ from ltbench.data import transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
-from ltbench.method import Method, MethodContext, create_method
+from ltbench.method import Method, MethodContext, build_method_model, create_method
 from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.record import TrainOutcome, data_record
 from ltbench.registry import BACKBONES, DATASETS
@@ -126,6 +126,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     bb_options = dict(config["backbone"])
     bb_builder = BACKBONES.get(bb_options.pop("name"))
     backbone = bb_builder(from_dict(bb_builder.Config, bb_options, "backbone"), in_channels=data.image.channels)
+    backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
     ctx = MethodContext(
         num_classes=data.num_classes,
@@ -301,13 +302,38 @@ def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
     """The test sets a run evaluates on ('test' and each of eval.test_sets), with the eval pipeline,
     built before any worker starts (persistent workers only see what exists when they fork)."""
     tf = transforms.build("eval", run.data.image, run.data.pipelines)
+    adapt_views = [transforms.build(v, run.data.image, run.data.pipelines) for v in run.method.test_time_views()]
     out = {"test": (MultiView(run.data.test, [tf]), run.data.test_labels)}
     for name in run.eval.test_sets:
         dataset, labels = run.builder.test_set(name, run.data)
         out[f"test_set:{name}"] = (MultiView(dataset, [tf]), np.asarray(labels))
+    if adapt_views:  # the method's test-time views of the same images (ADAPT_SUFFIX: no labels used)
+        out.update({f"{source}{ADAPT_SUFFIX}": (MultiView(ds.base, adapt_views), labels)
+                    for source, (ds, labels) in list(out.items())})
     if run.data.val is not None:  # the validation split (ltbench/data/validation.py), clean view like test
         out["val"] = (MultiView(run.data.val, [tf]), np.asarray(run.data.val_labels))
     return out
+
+
+ADAPT_SUFFIX = ":adapt"
+
+
+@torch.no_grad()
+def view_features(run: Run, device: torch.device, source: str, batch_size: int = 512) -> list[torch.Tensor]:
+    """Backbone features of every view of one source, one (N, feature_dim) tensor per view."""
+    run.model.eval()
+    loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
+    per_batch = [[backbone_features(run, v.to(device, non_blocking=True)).float() for v in views]
+                 for views, _ in loader.run(loader.samples.eval_keys(source, batch_size))]
+    return [torch.cat(per_view) for per_view in zip(*per_batch)]
+
+
+def adapt_to(run: Run, device: torch.device, source: str, record: dict) -> None:
+    """Test-time adaptation of the method to one test source (Method.adapt), when it asks for it."""
+    run.method.reset_adaptation()
+    if run.method.test_time_views():
+        with torch.enable_grad():
+            record[source] = run.method.adapt(view_features(run, device, f"{source}{ADAPT_SUFFIX}"))
 
 
 def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Loader:
@@ -367,13 +393,14 @@ def evaluate_target_priors(run: Run, feats: torch.Tensor, labels: np.ndarray, de
                                 e.few_threshold)
 
 
-def evaluate_test_sets(run: Run, device: torch.device, arrays: dict) -> dict:
+def evaluate_test_sets(run: Run, device: torch.device, arrays: dict, adaptation: dict | None = None) -> dict:
     """metrics.test_sets: each extra test set, predicted with its own (known) class prior."""
     out = {}
     k = run.data.num_classes
     for name in run.eval.test_sets:
         set_labels = run.eval_sets[f"test_set:{name}"][1]
         set_feats = test_features(run, device, source=f"test_set:{name}")
+        adapt_to(run, device, f"test_set:{name}", {} if adaptation is None else adaptation)
         prior = label_prior(set_labels, k)
         prediction, s = score_summary(run, run.method.predict(set_feats, target_prior=prior_tensor(prior, device)),
                                       set_labels)
@@ -389,6 +416,8 @@ def evaluate(run: Run, device: torch.device) -> dict:
     travels under PREDICTION_ARRAYS; train() takes it out of the metrics and saves it."""
     feats = test_features(run, device)
     labels, k = run.data.test_labels, run.data.num_classes
+    adaptation: dict = {}
+    adapt_to(run, device, "test", adaptation)
     uniform = torch.full((k,), 1.0 / k, device=device)
     scores = run.method.predict(feats, target_prior=uniform)
     check_scores(scores, len(feats), k, getattr(run.method, "registered_name", "?"), "predict()")
@@ -401,8 +430,11 @@ def evaluate(run: Run, device: torch.device) -> dict:
         out["target_priors"] = evaluate_target_priors(run, feats, labels, device)
     out[PREDICTION_ARRAYS] = arrays
     if run.eval.test_sets:
-        out["test_sets"] = evaluate_test_sets(run, device, arrays)
-    if "val" in run.eval_sets:
+        out["test_sets"] = evaluate_test_sets(run, device, arrays, adaptation)
+    run.method.reset_adaptation()
+    if adaptation:
+        out["test_time_adaptation"] = adaptation  # what each source's adaptation learned (Method.adapt)
+    if "val" in run.eval_sets:  # the model as trained (no test-time adaptation), like selection needs it
         out["val"] = evaluate_val(run, device)
     return out
 

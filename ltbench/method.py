@@ -50,6 +50,17 @@ class Method(nn.Module):
         self.num_classes = ctx.num_classes
         self.register_buffer("log_train_prior", torch.log(ctx.train_prior.clamp_min(1e-12)), persistent=False)
 
+    # -- the network ---------------------------------------------------------------------------
+    @classmethod
+    def build_model(cls, cfg: Any, backbone: nn.Module) -> nn.Module:
+        """The network whose features this method takes, built from the run's backbone before the method.
+
+        Default: the backbone itself. A multi-expert method returns ``ltbench.experts.MultiExpert(backbone,
+        ...)`` (shared early stages, one branch per expert); the engine trains and checkpoints what is
+        returned in the backbone's place, and ``ctx.feature_dim`` is its ``feature_dim``.
+        """
+        return backbone
+
     # -- training ------------------------------------------------------------------------------
     def views(self) -> list[str]:
         """Pipeline names (or dataset aliases) of the views the method wants per training image."""
@@ -76,6 +87,20 @@ class Method(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """Scores of individual heads, when the prediction combines several (reported separately)."""
         return {}
+
+    # -- test-time adaptation (optional) -------------------------------------------------------
+    def test_time_views(self) -> list[str]:
+        """Views of the *unlabeled* test images the method adapts on before predicting each test set
+        (e.g. two augmentations for a self-supervised objective); [] (the default): no adaptation."""
+        return []
+
+    def adapt(self, views: list[torch.Tensor]) -> dict:
+        """Adapt to one test set from its images' features under ``test_time_views()`` (no labels). Called
+        before ``predict`` on that set; returns JSON data recording what was learned (result.json)."""
+        return {}
+
+    def reset_adaptation(self) -> None:
+        """Forget what ``adapt`` learned: the next test set starts from the trained model."""
 
     def target_shift(self, target_prior: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
         """log(K * p_t) per class: the Bayes correction from balanced scores to target prior p_t.
@@ -130,6 +155,16 @@ def create_method(spec: dict, ctx: MethodContext, where: str = "method") -> Meth
     name = options.pop("name")
     cls = METHODS.get(name)
     return cls(method_config(name, options, where), ctx)
+
+
+def build_method_model(spec: dict, backbone: nn.Module, where: str = "method") -> nn.Module:
+    """The method's ``build_model`` on the run's backbone (the backbone itself for most methods)."""
+    options = dict(spec)
+    name = options.pop("name")
+    model = METHODS.get(name).build_model(method_config(name, options, where), backbone)
+    if not isinstance(getattr(model, "feature_dim", None), int):
+        raise TypeError(f"method {name}: build_model() must return a module with an int feature_dim")
+    return model
 
 
 def resolved_method_spec(spec: dict, where: str = "method") -> dict:

@@ -68,7 +68,7 @@ LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its lo
     4: ("ltbench.recipe", "ltbench.report", "ltbench.plots"),
     3: ("ltbench.runner", "ltbench.features", "ltbench.posthoc_runs"),
     2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
-    1: ("ltbench.data", "ltbench.backbones", "ltbench.method", "ltbench.posthoc", "methods", "ltbench.evaluation", "ltbench.predictions",
+    1: ("ltbench.data", "ltbench.backbones", "ltbench.experts", "ltbench.method", "ltbench.posthoc", "methods", "ltbench.evaluation", "ltbench.predictions",
         "ltbench.significance", "ltbench.literature", "ltbench.distributed", "ltbench.samplers"),
     0: ("ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record", "ltbench.runspec",
         "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench.loggers", "ltbench"),

@@ -122,6 +122,24 @@ def test_dataset_doc_example_passes_the_contract_and_trains(tmp_path, capsys, mo
     assert code == 2 and "images.npz not found" in err
 
 
+def test_multi_expert_doc_example_passes_the_contract_and_trains(tmp_path, capsys):
+    """docs/adding-a-method.md, 'Multi-expert methods': the two-expert example is checked, then trained
+    on ResNet-8 split into a shared trunk and two experts (the engine builds it through build_model)."""
+    blocks = {m["path"]: m["code"] for m in BLOCK.finditer((ROOT / "docs" / "adding-a-method.md").read_text())}
+    target = tmp_path / "my_experts" / "two_experts.py"
+    target.parent.mkdir()
+    target.write_text(blocks["my_experts/two_experts.py"])
+    code, out, err = run_cli(["check", target.parent], capsys)
+    assert code == 0 and "ok    method two_experts" in out, out + err
+    recipe = tiny_recipe(tmp_path / "experts.yaml", plugins=[str(target.parent)], method={"name": "two_experts"})
+    code, out, err = run_cli(["run", recipe], capsys)
+    assert code == 0 and "1 done" in out, out + err
+    result = next((tmp_path / "results").rglob("result.json")).read_text()
+    assert '"expert0"' in result and '"expert1"' in result
+    code, out, err = run_cli(["run", recipe, "method.expert_stages=9"], capsys)
+    assert code == 2 and "method.expert_stages: must be >= 1 and <= 4" in err
+
+
 # -------------------------------------------------------------------------------------------------
 # ltbench check on broken plugins
 

@@ -1,0 +1,186 @@
+"""SADE: self-supervised aggregation of diverse experts (test-agnostic long-tailed recognition).
+
+Paper: Zhang, Hong, Hooi, Kang, Feng, "Self-Supervised Aggregation of Diverse Experts for Test-Agnostic
+Long-Tailed Recognition" (NeurIPS 2022); official code Vanint/SADE-AgnosticLT (``model/loss.py``
+DiverseExpertLoss, ``model/ldam_drw_resnets/expert_resnet_cifar.py``, ``test_training_cifar.py``).
+
+The network is ltbench's general multi-expert model (``ltbench/experts.py``): the backbone's early stages
+shared, its last ``expert_stages`` stages copied once per expert (CIFAR ResNet: stages 2 and 3, as SADE's
+``layer2s``/``layer3s``; torchvision ResNets: layer3 and layer4), one s·cosine head per expert. With
+π the training prior and π̃ the *inverse* prior (the prior's values in reversed rank order), the loss is
+    CE(z₁, y) + CE(z₂ + log(π + 1e-9), y) + CE(z₃ + log(π + 1e-9) - τ log(π̃ + 1e-9), y),
+so expert 1 fits the long-tailed training prior, expert 2 a uniform one, expert 3 an inverted one.
+Prediction: Σ_e w_e z_e with w uniform (the official mean of the experts' logits) or, on each test set, the
+weights learned there without labels: w = softmax(a), a optimised by SGD to maximise the cosine similarity
+of the aggregated softmax predictions of two augmented views of each test image (official
+``test_training``), stopping after an epoch in which a weight (rounded to 2 decimals) falls below 0.05.
+Deliberate differences (experts at the backbone's full width, the test-time views drawn once): docs/protocols.md §8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ltbench.config import check_range, check_views
+from ltbench.experts import MultiExpert, split_experts
+from ltbench.method import Method
+from ltbench.registry import METHODS
+
+from ._twobranch import classifier_head
+
+
+@dataclass
+class SADEConfig:
+    num_experts: int = 3
+    """SADE's three experts (forward, uniform, backward); the loss is defined for exactly three."""
+    expert_stages: int = 3
+    """How many of the backbone's last stages each expert owns (3: CIFAR ResNet stages 2, 3 and the pooling)."""
+    tau: float = 2.0
+    """Strength of the inverse prior for expert 3 (official tau 2)."""
+    head: Literal["cosine", "linear"] = "cosine"
+    """Expert classifiers: s * cosine (official use_norm true) or linear."""
+    s: float = 30.0
+    """Scale of the cosine heads (official 30)."""
+    views: list[str] | None = None
+    """Training view(s); the loss uses the first (default: the dataset's 'default' view)."""
+    test_time: Literal["self_supervised", "none"] = "self_supervised"
+    """Learn aggregation weights on each test set (SADE's test-time training), or keep them uniform."""
+    test_time_views: list[str] = field(default_factory=lambda: ["sim", "sim"])
+    """The two augmentations of each unlabeled test image (official: SADE's training-style colour augmentation)."""
+    test_time_epochs: int = 5
+    """Passes over the test set's features (official 5)."""
+    test_time_lr: float = 0.1
+    """SGD on the aggregation weights (official: lr 0.1, momentum 0.9, weight decay 5e-4, Nesterov)."""
+    test_time_batch_size: int = 128
+    """Test images per step (official 128)."""
+    test_prior: Literal["ignore", "shift"] = "ignore"
+    """'ignore': the test-agnostic protocol (a known test prior is not used); 'shift': add log(K p_t)."""
+
+    def validate(self) -> None:
+        if self.num_experts != 3:
+            raise ValueError(f"num_experts: SADE's loss has exactly 3 experts, got {self.num_experts}")
+        check_range("expert_stages", self.expert_stages, 1, 16)
+        check_range("tau", self.tau, 0, 100)
+        check_range("s", self.s, 0, 1000, low_open=True)
+        check_views(self.views)
+        check_views(self.test_time_views, "test_time_views")
+        if len(self.test_time_views) != 2:
+            raise ValueError(f"test_time_views: SADE compares exactly 2 views, got {len(self.test_time_views)}")
+        check_range("test_time_epochs", self.test_time_epochs, 1, 1000)
+        check_range("test_time_lr", self.test_time_lr, 0, 100, low_open=True)
+        check_range("test_time_batch_size", self.test_time_batch_size, 1, 1 << 20)
+
+
+def inverse_prior(prior: torch.Tensor) -> torch.Tensor:
+    """π̃: the class with the r-th smallest prior gets the r-th largest value (official ``inverse_prior``;
+    a stable sort, so tied classes keep their label order)."""
+    values, order = torch.sort(prior, stable=True)
+    rank = torch.argsort(order, stable=True)
+    return values[len(prior) - 1 - rank]
+
+
+def expert_shifts(prior: torch.Tensor, tau: float) -> list[torch.Tensor]:
+    """The three experts' logit shifts in the loss: 0, log(π + 1e-9), log(π + 1e-9) - τ log(π̃ + 1e-9)."""
+    log_prior = torch.log(prior + 1e-9)
+    return [torch.zeros_like(prior), log_prior, log_prior - tau * torch.log(inverse_prior(prior) + 1e-9)]
+
+
+def aggregate(logits: list[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
+    """Σ_e w_e z_e, summed expert by expert in order (as the official code writes it)."""
+    out = weights[0] * logits[0]
+    for w, z in zip(weights[1:], logits[1:]):
+        out = out + w * z
+    return out
+
+
+def self_supervised_weights(view_a: list[torch.Tensor], view_b: list[torch.Tensor], epochs: int, lr: float,
+                            batch_size: int, generator: torch.Generator, momentum: float = 0.9,
+                            weight_decay: float = 5e-4, min_weight: float = 0.05) -> tuple[torch.Tensor, int]:
+    """SADE's test-time aggregation: raw weights a (init 1/E), w = softmax(a); per batch, maximise the mean
+    cosine similarity of softmax(Σ w_e z_e) between the two views; stop after an epoch in which a weight,
+    rounded to 2 decimals, is below ``min_weight``. Returns (w, epochs run)."""
+    e = len(view_a)
+    raw = torch.full((e,), 1.0 / e, requires_grad=True)
+    opt = torch.optim.SGD([raw], lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=True)
+    n, done = view_a[0].shape[0], 0
+    for done in range(1, epochs + 1):
+        for idx in torch.randperm(n, generator=generator).split(batch_size):
+            w = F.softmax(raw, dim=0)
+            p_a = F.softmax(aggregate([z[idx] for z in view_a], w), dim=1)
+            p_b = F.softmax(aggregate([z[idx] for z in view_b], w), dim=1)
+            loss = -F.cosine_similarity(p_a, p_b, dim=1, eps=1e-6).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        rounded = torch.round(F.softmax(raw.detach(), dim=0) * 100) / 100
+        if bool((rounded < min_weight).any()):
+            break
+    return F.softmax(raw.detach(), dim=0), done
+
+
+@METHODS.register("sade")
+class SADE(Method):
+    """Three experts on a shared trunk with forward/uniform/inverse prior losses; test-time aggregation."""
+
+    Config = SADEConfig
+
+    @classmethod
+    def build_model(cls, cfg: SADEConfig, backbone: nn.Module) -> nn.Module:
+        return MultiExpert(backbone, cfg.num_experts, cfg.expert_stages)
+
+    def __init__(self, cfg: SADEConfig, ctx):
+        super().__init__(cfg, ctx)
+        e = cfg.num_experts
+        if ctx.feature_dim % e:
+            raise ValueError(f"sade: feature_dim {ctx.feature_dim} is not {e} experts' features side by side")
+        self.expert_dim = ctx.feature_dim // e
+        self.heads = nn.ModuleList([classifier_head(self.expert_dim, ctx.num_classes, cfg.head, cfg.s)
+                                    for _ in range(e)])
+        self.register_buffer("loss_shifts", torch.stack(expert_shifts(ctx.train_prior.float(), cfg.tau)),
+                             persistent=False)
+        self.register_buffer("weights", torch.full((e,), 1.0 / e), persistent=False)  # uniform until adapt()
+
+    def expert_logits(self, features: torch.Tensor) -> list[torch.Tensor]:
+        return [head(h) for head, h in zip(self.heads, split_experts(features, self.cfg.num_experts))]
+
+    def loss(self, features, labels, *, epoch):
+        logits = self.expert_logits(features[0])
+        losses = [F.cross_entropy(z + shift.to(z.dtype), labels) for z, shift in zip(logits, self.loss_shifts)]
+        out = {"loss": torch.stack(losses).sum(), "logits": torch.stack(logits).mean(0).detach()}
+        out.update({f"loss_expert{i}": loss.detach() for i, loss in enumerate(losses)})
+        return out
+
+    def predict(self, features, *, target_prior=None):
+        scores = aggregate(self.expert_logits(features), self.weights.to(features.device))
+        if self.cfg.test_prior == "shift":
+            scores = scores + self.target_shift(target_prior, scores)
+        return scores
+
+    def head_predictions(self, features, *, target_prior=None):
+        logits = self.expert_logits(features)
+        heads = {f"expert{i}": z for i, z in enumerate(logits)}
+        heads["mean"] = torch.stack(logits).mean(0)
+        return heads
+
+    # -- test-time aggregation -----------------------------------------------------------------
+    def test_time_views(self) -> list[str]:
+        return list(self.cfg.test_time_views) if self.cfg.test_time == "self_supervised" else []
+
+    def adapt(self, views: list[torch.Tensor]) -> dict:
+        cfg = self.cfg
+        with torch.no_grad():
+            view_a, view_b = (self.expert_logits(v) for v in views)
+        generator = torch.Generator().manual_seed(0)
+        weights, epochs = self_supervised_weights([z.cpu() for z in view_a], [z.cpu() for z in view_b],
+                                                  cfg.test_time_epochs, cfg.test_time_lr,
+                                                  cfg.test_time_batch_size, generator)
+        self.weights.copy_(weights.to(self.weights.device))
+        return {"weights": [round(float(w), 6) for w in weights], "epochs": epochs}
+
+    def reset_adaptation(self) -> None:
+        self.weights.fill_(1.0 / self.cfg.num_experts)
