@@ -304,6 +304,10 @@ class TrainConfig:
     threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default
     progress: bool = True  # progress bar on an interactive terminal
     loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
+    # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
+    # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).
+    # Same distributions, different random numbers, so it is part of the run id.
+    augment_on: Literal["worker", "batch"] = added_later("worker")
 
     def validate(self) -> None:
         from ltbench.loggers import check_logger_names
@@ -364,3 +368,15 @@ def check_prior_name(name: str, where: str) -> tuple[str, float]:
         return parse_prior(name)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}" if where else str(exc)) from None
+
+
+def omitted_default(key: str) -> tuple[bool, Any]:
+    """(True, default) when the dotted ``key`` names an ``added_later`` field of a core section (optim, train,
+    eval): a run config that lacks the key ran with that default. Table selectors use it, so
+    ``where: {train.augment_on: worker}`` picks the runs recorded before (or without) the option."""
+    section, _, name = key.partition(".")
+    cls = {"optim": OptimConfig, "train": TrainConfig, "eval": EvalConfig}.get(section)
+    for f in dataclasses.fields(cls) if cls is not None else ():
+        if f.name == name and f.metadata.get("added_later"):
+            return True, f.default
+    return False, None
