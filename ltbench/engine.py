@@ -216,6 +216,17 @@ class SeededSamples(torch.utils.data.Dataset):
                 for s in range(0, n, batch_size)]
 
 
+def pinned(batch):
+    """A batch (tensors in lists and tuples) copied to page-locked memory, so the copy to the GPU
+    (``.to(device, non_blocking=True)``) is asynchronous; what DataLoader's pin-memory thread does for
+    worker batches, done here for the in-process path (train.num_workers: 0)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(pinned(x) for x in batch)
+    return batch
+
+
 class BatchPlan(torch.utils.data.Sampler):
     """The batches of keys the loader yields on its next pass; replaced before each pass."""
 
@@ -235,11 +246,11 @@ class Loader:
 
     With ``workers`` = 0 the samples are built in this process (no DataLoader machinery at all);
     otherwise the workers persist across epochs and evaluations, so their start-up cost and the copy
-    of the dataset they hold are paid once per run. Batches are pinned when the device is CUDA.
+    of the dataset they hold are paid once per run. Batches are pinned when the device is CUDA (``pinned``).
     """
 
     def __init__(self, samples: SeededSamples, workers: int, pin_memory: bool = False):
-        self.samples, self.workers = samples, workers
+        self.samples, self.workers, self.pin_memory = samples, workers, pin_memory
         self.plan = BatchPlan()
         self.loader = None
         if workers:
@@ -252,7 +263,8 @@ class Loader:
         (or drop it) before starting the next."""
         if self.loader is None:
             for keys in batches:
-                yield collate([self.samples[k] for k in keys])
+                batch = collate([self.samples[k] for k in keys])
+                yield pinned(batch) if self.pin_memory else batch
             return
         self.plan.batches = batches
         yield from self.loader
@@ -592,7 +604,7 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     if s.main:
         store.append_jsonl(Path(s.spec.run_dir) / store.LOG, row)
     s.say(f"epoch {epoch + 1}/{o.epochs} loss {row['loss']:.4f} train_acc {row['train_acc']:.3f} "
-          f"lr {row['lr']:.4g} {row['images_per_s']:.0f} img/s"
+          f"lr {row['lr']:.4g} {row['images_per_s']:.{0 if row['images_per_s'] >= 10 else 2}f} img/s"
           + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
     return row
 
