@@ -314,6 +314,10 @@ class TrainConfig:
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
     threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default
     progress: bool = True  # progress bar on an interactive terminal
+    # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
+    # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).
+    # Same distributions, different random numbers, so it is part of the run id.
+    augment_on: Literal["worker", "batch"] = added_later("worker")
 
     def validate(self) -> None:
         check_range("num_workers", self.num_workers, 0, 256)
@@ -376,3 +380,15 @@ def check_prior_name(name: str, where: str) -> tuple[str, float]:
         return "uniform", 1.0
     prefix = f"{where}: " if where else ""
     raise ValueError(f"{prefix}unknown target prior {short_repr(name)}; {hint}")
+
+
+def omitted_default(key: str) -> tuple[bool, Any]:
+    """(True, default) when the dotted ``key`` names an ``added_later`` field of a core section (optim, train,
+    eval): a run config that lacks the key ran with that default. Table selectors use it, so
+    ``where: {train.augment_on: worker}`` picks the runs recorded before (or without) the option."""
+    section, _, name = key.partition(".")
+    cls = {"optim": OptimConfig, "train": TrainConfig, "eval": EvalConfig}.get(section)
+    for f in dataclasses.fields(cls) if cls is not None else ():
+        if f.name == name and f.metadata.get("added_later"):
+            return True, f.default
+    return False, None

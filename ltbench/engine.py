@@ -37,7 +37,7 @@ import torch.nn as nn
 from ltbench import distributed, store
 from ltbench.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
-from ltbench.data import transforms
+from ltbench.data import batch_augment, transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
@@ -99,6 +99,7 @@ class Run:
     eval_sets: dict = field(default_factory=dict)  # source name -> (MultiView, labels); see eval_sources
     loader: Loader | None = None  # set by train(); evaluate() falls back to a worker-less one
     compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
+    device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -173,9 +174,12 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
     return batches
 
 
-def collate(items: list) -> tuple[list[torch.Tensor], torch.Tensor]:
+def collate(items: list) -> tuple[list, torch.Tensor]:
+    """Stack each view's images; images of different sizes (undecoded-size large images handed to the
+    batched augmentation) stay a list."""
     views, labels = zip(*items)
-    return [torch.stack(v) for v in zip(*views)], torch.as_tensor(labels)
+    return [torch.stack(v) if len({t.shape for t in v}) == 1 else list(v) for v in zip(*views)], \
+        torch.as_tensor(labels)
 
 
 class SeededSamples(torch.utils.data.Dataset):
@@ -289,9 +293,15 @@ def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
 
 
 def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Loader:
-    """The run's loader over its training views and all its test sets (see ``Loader``)."""
-    views = [transforms.build(v, run.data.image, run.data.pipelines) for v in run.method.views()]
-    sources = {"train": MultiView(run.data.train, views)}
+    """The run's loader over its training views and all its test sets (see ``Loader``). With
+    train.augment_on: batch the loader hands over each training image once, as uint8, and the views are
+    built on the device (``augment_on_device``)."""
+    names, image, aliases = run.method.views(), run.data.image, run.data.pipelines
+    if run.train.augment_on == "batch":
+        run.device_views = [batch_augment.build_batch(v, image, aliases) for v in names]
+        sources = {"train": MultiView(run.data.train, [batch_augment.as_uint8_tensor])}
+    else:
+        sources = {"train": MultiView(run.data.train, [transforms.build(v, image, aliases) for v in names])}
     sources.update({name: ds for name, (ds, _) in run.eval_sets.items()})
     return Loader(SeededSamples(sources, seed), workers, pin_memory=device.type == "cuda")
 
@@ -573,6 +583,19 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     return out
 
 
+def to_device(images, device: torch.device):
+    if isinstance(images, list):
+        return [im.to(device, non_blocking=True) for im in images]
+    return images.to(device, non_blocking=True)
+
+
+def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.device) -> list[torch.Tensor]:
+    """train.augment_on: batch: every view of the batch from its uint8 images, on the training device, each
+    sample's draws seeded by its key's seed (run seed, epoch, index), so they do not depend on the batch."""
+    seeds = torch.tensor([key[2] for key in batch_keys], dtype=torch.int64, device=device)
+    return [pipeline(images, seeds, view=v) for v, pipeline in enumerate(run.device_views)]
+
+
 def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver) -> EpochMeter:
     """The epoch's training steps from ``start_step`` on (a resumed epoch skips the steps it did)."""
     run, o = s.run, s.run.optim
@@ -582,8 +605,10 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     meter = EpochMeter()
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
-    for step, (views, labels) in enumerate(run.loader.run(keys), start_step):
-        views, labels = [v.to(s.device, non_blocking=True) for v in views], labels.to(s.device, non_blocking=True)
+    for step, ((views, labels), batch_keys) in enumerate(zip(run.loader.run(keys), keys), start_step):
+        views, labels = [to_device(v, s.device) for v in views], labels.to(s.device, non_blocking=True)
+        if run.device_views is not None:
+            views = augment_on_device(run, views[0], batch_keys, s.device)
         out = train_step(s, views, labels, epoch, step)
         meter.add(out, out["loss"], labels)
         meter.show(bar)

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ltbench.config import value_text  # noqa: F401 - re-exported: the report modules import it from here
+from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
 from ltbench.errors import ConfigError
 from ltbench.report.spec import GROUPS, PRIOR_NAME, TEMPLATE_FIELD, TableSpec, versus_targets
 
@@ -315,7 +315,14 @@ def _matches(flat: dict, where: dict) -> bool:
     ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
     if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
         return False
-    return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
+    return all(value_text(flat[k]) == value_text(v) if k in flat else _is_omitted_default(k, v)
+               for k, v in where.items())
+
+
+def _is_omitted_default(key: str, value: Any) -> bool:
+    """A run config leaves out an ``added_later`` field that holds its default (config.to_dict)."""
+    known, default = omitted_default(key)
+    return known and value_text(default) == value_text(value)
 
 
 def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],

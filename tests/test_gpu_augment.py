@@ -1,0 +1,301 @@
+"""train.augment_on: batch (ltbench/data/batch_augment.py) against the per-image pipelines it replaces.
+
+Three kinds of check, on the CPU here and on CUDA where there is one (the ``device`` parameter):
+- each op given the same parameter gives torchvision's output (to one grey level);
+- each random draw has the per-image pipeline's distribution: the draws of the per-image pipeline are
+  recorded (its op calls patched to record and return the image) and compared with the batched trace
+  by a chi-square or Kolmogorov-Smirnov test; every draw is seeded, so each test is deterministic;
+- a sample's output depends on its seed only, not on the batch it is in; per-channel output means and
+  stds match the per-image pipeline's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from torchvision.transforms import InterpolationMode, v2
+
+from ltbench import store
+from ltbench.data import batch_augment as B
+from ltbench.data import transforms
+from ltbench.data.base import ImageSpec
+from ltbench.errors import ConfigError
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+RGB = ImageSpec(size=16, channels=3, mean=(0.5, 0.45, 0.4), std=(0.25, 0.25, 0.25))
+GRAY = ImageSpec(size=16, channels=1, mean=(0.3,), std=(0.35,))
+P_MIN = 1e-3  # a seeded test either passes or fails every time; this only sets how far apart counts may be
+
+
+def images(n: int, channels: int, size: int = 16, device: str = "cpu", seed: int = 0) -> torch.Tensor:
+    """Smooth random images (a low-resolution pattern upsampled), so crops and flips change pixel statistics."""
+    g = torch.Generator().manual_seed(seed)
+    coarse = torch.randint(0, 256, (n, channels, 4, 4), generator=g, dtype=torch.uint8).float()
+    return torch.nn.functional.interpolate(coarse, size=(size, size), mode="bilinear").round().to(torch.uint8).to(device)
+
+
+def chi2_uniform(values: torch.Tensor, k: int) -> float:
+    counts = np.bincount(values.cpu().numpy(), minlength=k)
+    assert len(counts) == k, counts
+    return stats.chisquare(counts).pvalue
+
+
+def two_sample_counts(a: Counter, b: Counter) -> float:
+    keys = sorted(set(a) | set(b))
+    table = np.array([[a[k] for k in keys], [b[k] for k in keys]])
+    return stats.chi2_contingency(table).pvalue
+
+
+def test_every_per_image_pipeline_has_a_batched_one():
+    assert set(B.BATCH_PIPELINES) == set(transforms.PIPELINES)
+    with pytest.raises(ConfigError, match="has no batched version.*augment_on=worker"):
+        B.build_batch("nope", RGB)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sample_random_depends_on_seed_view_and_name_only(device):
+    seeds = torch.arange(20000, device=device) * 7919 % 2**31
+    rng = B.SampleRandom(seeds)
+    u = rng.uniform("x")
+    assert float(u.min()) >= 0 and float(u.max()) < 1
+    assert chi2_uniform((u * 20).long(), 20) > P_MIN
+    subset = B.SampleRandom(seeds[[5, 3, 19999]]).uniform("x")
+    assert torch.equal(subset, u[[5, 3, 19999]])  # the same draw in any batch
+    assert not torch.equal(B.SampleRandom(seeds, view=1).uniform("x"), u)
+    assert float((rng.uniform("y") - u).abs().mean()) > 0.2  # another name: an unrelated stream
+    assert stats.pearsonr(u.cpu().numpy(), rng.uniform("y").cpu().numpy()).statistic < 0.03
+    assert chi2_uniform(rng.randint("k", 7), 7) > P_MIN
+
+
+# ---- each op, same parameter: torchvision's output ------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("channels", [1, 3])
+def test_each_autoaugment_op_matches_torchvision(device, channels):
+    aa = v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)
+    x = images(12, channels, device=device)
+    g = torch.Generator().manual_seed(1)
+    for name in B.AUTO_OPS:
+        if name == "Posterize":
+            mags = torch.randint(0, 9, (12,), generator=g).float()
+        elif name == "Solarize":
+            mags = torch.rand(12, generator=g)
+        else:
+            span = 60.0 if name in ("Rotate", "TranslateX", "TranslateY") else 1.8 if name not in ("ShearX", "ShearY") else 0.6
+            mags = (torch.rand(12, generator=g) - 0.5) * span
+        got = B.AUTO_OPS[name](x, mags.to(device)).cpu()
+        want = torch.stack([aa._apply_image_or_video_transform(x[i].cpu(), name, float(mags[i]),
+                                                               interpolation=InterpolationMode.NEAREST, fill=aa._fill)
+                            for i in range(12)])
+        diff = (got.int() - want.int()).abs()
+        assert int(diff.max()) <= 1 and float((diff > 0).float().mean()) < 1e-3, name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_colour_ops_and_resized_crop_match_torchvision(device):
+    x = images(12, 3, device=device)
+    g = torch.Generator().manual_seed(2)
+    kernels = [v2.functional.adjust_brightness, v2.functional.adjust_contrast, v2.functional.adjust_saturation,
+               v2.functional.adjust_hue]
+    for op_id, fn in B._JITTER_OPS.items():
+        f = torch.rand(12, generator=g) * 0.8 + 0.6 if op_id < 3 else (torch.rand(12, generator=g) - 0.5) * 0.2
+        want = torch.stack([kernels[op_id](x[i].cpu(), float(f[i])) for i in range(12)])
+        assert int((fn(x, f.to(device)).cpu().int() - want.int()).abs().max()) <= 1, fn.__name__
+    boxes = B.resized_crop_boxes(B.SampleRandom(torch.arange(12, device=device)), torch.full((12,), 16, device=device),
+                                 torch.full((12,), 16, device=device))
+    got = B.resize_boxes_up(x, boxes, 16).cpu()
+    want = torch.stack([v2.functional.resized_crop(x[i].cpu(), *[int(v) for v in boxes[i]], [16, 16], antialias=True)
+                        for i in range(12)])
+    assert int((got.int() - want.int()).abs().max()) <= 1  # torchvision's uint8 kernel rounds in fixed point
+
+
+def test_large_images_of_different_sizes_take_the_per_image_kernels():
+    spec = ImageSpec(size=64, channels=3, mean=(0.5,) * 3, std=(0.25,) * 3, kind="large")
+    g = torch.Generator().manual_seed(3)
+    batch = [torch.randint(0, 256, (3, h, w), generator=g, dtype=torch.uint8) for h, w in [(90, 80), (75, 120), (64, 64)]]
+    evaluated = B.build_batch("eval", spec)(batch, torch.arange(3))
+    assert torch.allclose(evaluated, torch.stack([transforms.build("eval", spec)(im) for im in batch]), atol=1e-5)
+    out = B.build_batch("imagenet_train", spec)(batch, torch.arange(3))
+    assert out.shape == (3, 3, 64, 64) and torch.isfinite(out).all()
+
+
+# ---- draws: the per-image pipeline's distributions --------------------------------------------------
+
+
+def record_draws(step, x: torch.Tensor, seeds: torch.Tensor) -> dict:
+    trace: dict = {}
+    step(B.Batch(x, B.SampleRandom(seeds), trace))
+    return trace
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_crop_offsets_flips_cutout_centres_and_grayscale_rates(device):
+    n, seeds = 6000, torch.arange(6000, device=device)
+    x = torch.zeros(n, 3, 8, 8, dtype=torch.uint8, device=device)
+    crop = record_draws(B.random_crop(8, 4), x, seeds)["crop"][0]
+    assert chi2_uniform(crop[:, 0], 9) > P_MIN and chi2_uniform(crop[:, 1], 9) > P_MIN  # RandomCrop: 0..2p
+    flips = record_draws(B.horizontal_flip(), x, seeds)["flip"][0]
+    assert stats.binomtest(int(flips.sum()), n, 0.5).pvalue > P_MIN
+    centres = record_draws(B.cutout(4), x, seeds)["cutout"][0]
+    assert chi2_uniform(centres[:, 0], 8) > P_MIN and chi2_uniform(centres[:, 1], 8) > P_MIN
+    gray = record_draws(B.random_grayscale(0.2), x, seeds)["gray"][0]
+    assert stats.binomtest(int(gray.sum()), n, 0.2).pvalue > P_MIN
+
+
+def test_cutout_zeroes_the_clipped_square_of_the_per_image_cutout():
+    x = torch.full((1, 1, 10, 10), 200, dtype=torch.uint8)
+    for seed in range(30):
+        trace: dict = {}
+        batch = B.Batch(x, B.SampleRandom(torch.tensor([seed])), trace)
+        B.cutout(4)(batch)
+        cy, cx = (int(v) for v in trace["cutout"][0][0])
+        want = torch.full((10, 10), 200, dtype=torch.uint8)
+        want[max(0, cy - 2):min(10, cy + 2), max(0, cx - 2):min(10, cx + 2)] = 0
+        assert torch.equal(batch.images[0, 0], want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_resized_crop_boxes_follow_torchvision_make_params(device):
+    n, h, w = 3000, 32, 24
+    rrc = v2.RandomResizedCrop(16, antialias=True)
+    torch.manual_seed(0)
+    ref = np.array([list(rrc.make_params([torch.zeros(3, h, w)]).values())[:4] for _ in range(n)], dtype=float)
+    got = B.resized_crop_boxes(B.SampleRandom(torch.arange(n, device=device)), torch.full((n,), h, device=device),
+                               torch.full((n,), w, device=device)).cpu().numpy().astype(float)
+    for name, f in {"area": lambda b: b[:, 2] * b[:, 3], "aspect": lambda b: b[:, 3] / b[:, 2],
+                    "top": lambda b: b[:, 0] / (h - b[:, 2] + 1), "left": lambda b: b[:, 1] / (w - b[:, 3] + 1)}.items():
+        assert stats.ks_2samp(f(ref), f(got)).pvalue > P_MIN, name
+    assert (got[:, 2] <= h).all() and (got[:, 3] <= w).all() and (got[:, :2] >= 0).all()
+
+
+def per_image_policy_calls(transform, n: int, size: int = 16) -> Counter:
+    """(op, magnitude) of every op call the per-image AutoAugment / RandAugment makes on n seeded images."""
+    calls: Counter = Counter()
+
+    def record(image, transform_id, magnitude, interpolation, fill):
+        calls[(transform_id, round(float(magnitude), 4))] += 1
+        return image
+
+    transform._apply_image_or_video_transform = record
+    image = torch.zeros(3, size, size, dtype=torch.uint8)
+    for i in range(n):
+        torch.manual_seed(i)
+        transforms._apply_one(transform, image)
+    return calls
+
+
+def batched_policy_calls(step, trace_name: str, n: int, names: list[str], size: int = 16) -> Counter:
+    trace = record_draws(step, torch.zeros(n, 3, size, size, dtype=torch.uint8), torch.arange(n))
+    calls: Counter = Counter()
+    for ops, mags in trace[trace_name]:
+        for op, m in zip(ops.tolist(), mags.tolist()):
+            if op >= 0:
+                calls[(names[op], round(m, 4))] += 1
+    return calls
+
+
+def test_autoaugment_subpolicies_ops_and_magnitudes_as_per_image():
+    n = 700
+    reference = v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10)
+    trace = record_draws(B.autoaugment(), torch.zeros(n, 3, 16, 16, dtype=torch.uint8), torch.arange(n))
+    assert chi2_uniform(trace["aa.policy"][0], len(reference._policies)) > P_MIN  # sub-policies uniform
+    ours = batched_policy_calls(B.autoaugment(), "aa.op", n, list(reference._AUGMENTATION_SPACE))
+    theirs = per_image_policy_calls(reference, n)
+    possible = set()
+    for policy in reference._policies:
+        for op, _, idx in policy:
+            fn, signed = reference._AUGMENTATION_SPACE[op]
+            table = fn(10, 16, 16)
+            m = round(float(table[idx]), 4) if table is not None else 0.0
+            possible |= {(op, m), (op, -m)} if signed and table is not None else {(op, m)}
+    assert set(ours) <= possible and set(theirs) <= possible and len(set(ours) & set(theirs)) > 0.9 * len(possible)
+    assert two_sample_counts(ours, theirs) > P_MIN
+    assert abs(sum(ours.values()) - sum(theirs.values())) < 4 * np.sqrt(sum(theirs.values()))  # apply rates
+
+
+def test_randaugment_ops_and_magnitudes_as_per_image():
+    n = 400
+    reference = v2.RandAugment(num_ops=2, magnitude=10)
+    ours = batched_policy_calls(B.randaugment(), "ra.op", n, list(reference._AUGMENTATION_SPACE))
+    theirs = per_image_policy_calls(reference, n)
+    assert set(ours) == set(theirs) and sum(ours.values()) == sum(theirs.values()) == 2 * n
+    assert two_sample_counts(ours, theirs) > P_MIN
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_colour_jitter_factors_order_and_rate(device):
+    n = 2400
+    reference = v2.ColorJitter(0.4, 0.4, 0.4, 0.1)
+    trace = record_draws(B.color_jitter(reference, p=0.8), images(n, 3, 4, device=device), torch.arange(n, device=device))
+    applied, factors = trace["jitter"][0]
+    assert stats.binomtest(int(applied.sum()), n, 0.8).pvalue > P_MIN
+    for values, (low, high) in zip(factors, [reference.brightness, reference.contrast, reference.saturation,
+                                             reference.hue]):
+        v = values.cpu().numpy()
+        assert low <= v.min() and v.max() < high
+        assert stats.kstest(v, stats.uniform(loc=low, scale=high - low).cdf).pvalue > P_MIN
+    order = B.SampleRandom(torch.arange(n, device=device)).permutation("jitter.order", 4).cpu()
+    codes = (order * torch.tensor([64, 16, 4, 1])).sum(1)  # 24 orders, each 1/24 as torch.randperm(4)
+    counts = Counter(codes.tolist())
+    assert len(counts) == 24 and stats.chisquare(list(counts.values())).pvalue > P_MIN
+
+
+# ---- whole pipelines: batch independence, output statistics -----------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(set(transforms.PIPELINES) - {"imagenet_eval"}))
+def test_a_sample_is_the_same_in_any_batch(name, device):
+    spec = RGB
+    x, seeds = images(24, 3, device=device), torch.arange(100, 124, device=device)
+    pipeline = B.build_batch(name, spec)
+    whole = pipeline(x, seeds, view=2)
+    order = torch.randperm(24, generator=torch.Generator().manual_seed(0)).to(device)
+    assert torch.equal(pipeline(x[order], seeds[order], view=2), whole[order])
+    assert torch.equal(pipeline(x[5:6], seeds[5:6], view=2), whole[5:6])
+    assert whole.shape == (24, 3, 16, 16) and whole.dtype == torch.float32
+
+
+@pytest.mark.parametrize("spec", [RGB, GRAY], ids=["rgb", "gray"])
+@pytest.mark.parametrize("name", sorted(set(transforms.PIPELINES) - {"imagenet_eval"}))
+def test_output_means_and_stds_per_channel_match_the_per_image_pipeline(name, spec):
+    n = 120
+    x = images(n, spec.channels)
+    per_image = transforms.build(name, spec)
+    theirs = []
+    for i in range(n):
+        torch.manual_seed(i)
+        theirs.append(per_image(x[i]))
+    theirs = torch.stack(theirs)
+    ours = B.build_batch(name, spec)(x, torch.arange(n))
+    for c in range(spec.channels):
+        for statistic in (lambda t: t.mean(dim=(1, 2)), lambda t: t.std(dim=(1, 2))):
+            a, b = statistic(ours[:, c]).numpy(), statistic(theirs[:, c]).numpy()
+            assert stats.ttest_ind(a, b, equal_var=False).pvalue > P_MIN, (name, c)
+            assert stats.ks_2samp(a, b).pvalue > P_MIN, (name, c)
+
+
+# ---- the engine: augment_on is part of the run id; a batched run trains ---------------------------
+
+
+@pytest.mark.slow
+def test_augment_on_batch_is_its_own_run_and_trains_every_view(tmp_path, write_recipe):
+    from ltbench.launch import run_local
+    from ltbench.recipe import load_recipe
+
+    bape = {"method": {"name": "bape", "aux": {"name": "la", "tau": 1.0}}, "optim": {"epochs": 1}}
+    worker = load_recipe(write_recipe("w", extra=bape)).runs[0]
+    batch = load_recipe(write_recipe("b", extra={**bape, "train": {"progress": False, "augment_on": "batch"}})).runs[0]
+    assert worker["run_id"] != batch["run_id"]
+    assert "augment_on" not in worker["config"]["train"]  # added later: earlier runs keep their ids
+    run_local([batch])
+    result = json.loads((Path(batch["run_dir"]) / store.RESULT).read_text())
+    assert result["status"] == "done", result.get("error")
+    assert result["config"]["train"]["augment_on"] == "batch" and len(result["views"]) == 3
