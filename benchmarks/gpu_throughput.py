@@ -96,7 +96,7 @@ def run_config(setting: str, data_root: Path, sizes: Sizes, args) -> dict:
         backbone = "resnet8" if args.quick else IMAGENET_BACKBONES[setting]
         method, batch = {"name": "ce"}, sizes.imagenet_batch
     train = {"num_workers": args.workers, "precision": args.precision, "channels_last": args.channels_last,
-             "progress": False}
+             "progress": False, "threads": args.threads}
     if args.augment_on:
         train["augment_on"] = args.augment_on
     raw = {"data": data, "backbone": {"name": backbone}, "method": method, "train": train,
@@ -234,6 +234,7 @@ def parse_args(argv=None):
     ap.add_argument("--augment-on", choices=["worker", "batch"], default=None, help="train.augment_on (default: the recipe default)")
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None, help="default: bf16 on GPU, fp32 on CPU")
     ap.add_argument("--no-channels-last", dest="channels_last", action="store_false", default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's; 1 with --quick)")
     ap.add_argument("--epochs", type=int, default=None, help="epochs per side (the first is a warm-up)")
     ap.add_argument("--imagenet-images", type=int, default=None, help="training JPEGs of the ImageNet settings")
     args = ap.parse_args(argv)
@@ -256,6 +257,10 @@ def main(argv=None) -> int:
     gpu = device.type == "cuda"
     args.precision = args.precision or ("bf16" if gpu else "fp32")
     args.channels_last = gpu if args.channels_last is None else args.channels_last
+    if args.threads is None and args.quick:
+        args.threads = 1
+    if args.threads:
+        torch.set_num_threads(args.threads)  # the bare loop's; ltbench's run sets its own from train.threads
     if args.workers is None:
         args.workers = 0 if args.quick else min(12, max(0, (os.cpu_count() or 1) - 1))
     name = torch.cuda.get_device_name(device) if gpu else "CPU"
@@ -263,7 +268,8 @@ def main(argv=None) -> int:
           f"precision {args.precision}, channels_last {args.channels_last}, workers {args.workers}, "
           f"augment_on {args.augment_on or 'default'}, epochs {sizes.epochs} (first dropped)"
           + (" [--quick: tiny sizes, the figures mean nothing]" if args.quick else ""), flush=True)
-    print(f"{'setting':<20} {'views':>5} {'images':>7} {'ltbench img/s':>14} {'bare img/s':>11} {'ratio':>6}", flush=True)
+    print(f"{'setting':<20} {'backbone':<16} {'views':>5} {'images':>7} {'ltbench img/s':>14} {'bare img/s':>11} "
+          f"{'ratio':>6}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ltbench-gpu-data-") as tmp:
         roots = prepare_data(args.settings, sizes, Path(tmp))
         for setting in args.settings:
@@ -273,7 +279,7 @@ def main(argv=None) -> int:
             ltbench_s, bare_s = measure(config, bare)
             n = len(bare.labels)
             mine, theirs = n / statistics.median(ltbench_s), n / statistics.median(bare_s)
-            print(f"{setting:<20} {views_of(config):>5} {n:>7} {mine:>14.1f} {theirs:>11.1f} {mine / theirs:>6.2f}"
+            print(f"{setting:<20} {config['backbone']['name']:<16} {views_of(config):>5} {n:>7} {mine:>14.1f} {theirs:>11.1f} {mine / theirs:>6.2f}"
                   f"  (median of {len(ltbench_s)} and {len(bare_s)} epoch(s))", flush=True)
     print("ratio = ltbench source images/s over the bare loop's (same model, batch, precision and device); "
           "the bare loop keeps its data on the device, so it is the model's limit")

@@ -37,7 +37,7 @@ import torch.nn as nn
 from ltbench import distributed, store
 from ltbench.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
-from ltbench.data import batch_augment, transforms
+from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
@@ -100,6 +100,7 @@ class Run:
     loader: Loader | None = None  # set by train(); evaluate() falls back to a worker-less one
     compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
+    decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -299,7 +300,9 @@ def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Load
     names, image, aliases = run.method.views(), run.data.image, run.data.pipelines
     if run.train.augment_on == "batch":
         run.device_views = [batch_augment.build_batch(v, image, aliases) for v in names]
-        sources = {"train": MultiView(run.data.train, [batch_augment.as_uint8_tensor])}
+        encoded = device_decode.encoded_source(run.data.train, run.train.augment_on, image.kind, device)
+        run.decode_on_device = encoded is not None
+        sources = {"train": encoded if encoded is not None else MultiView(run.data.train, [batch_augment.as_uint8_tensor])}
     else:
         sources = {"train": MultiView(run.data.train, [transforms.build(v, image, aliases) for v in names])}
     sources.update({name: ds for name, (ds, _) in run.eval_sets.items()})
@@ -593,6 +596,8 @@ def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.d
     """train.augment_on: batch: every view of the batch from its uint8 images, on the training device, each
     sample's draws seeded by its key's seed (run seed, epoch, index), so they do not depend on the batch."""
     seeds = torch.tensor([key[2] for key in batch_keys], dtype=torch.int64, device=device)
+    if run.decode_on_device:  # encoded files (a list, or stacked rows when all have one length) -> uint8 on device
+        images = device_decode.decode_batch(list(images), device)
     return [pipeline(images, seeds, view=v) for v, pipeline in enumerate(run.device_views)]
 
 
@@ -606,7 +611,8 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
     for step, ((views, labels), batch_keys) in enumerate(zip(run.loader.run(keys), keys), start_step):
-        views, labels = [to_device(v, s.device) for v in views], labels.to(s.device, non_blocking=True)
+        views = views if run.decode_on_device else [to_device(v, s.device) for v in views]  # nvJPEG reads host bytes
+        labels = labels.to(s.device, non_blocking=True)
         if run.device_views is not None:
             views = augment_on_device(run, views[0], batch_keys, s.device)
         out = train_step(s, views, labels, epoch, step)

@@ -89,3 +89,34 @@ def test_device_decode_only_for_batched_large_images_on_cuda():
     assert not uses_device_decode("worker", "large", cuda)
     assert not uses_device_decode("batch", "small", cuda)
     assert not uses_device_decode("batch", "large", cpu)
+
+
+def test_engine_decodes_encoded_batches_into_the_same_views(tmp_path, monkeypatch):
+    """The engine's wiring of device decoding, exercised on the CPU: with decoding moved to the device the
+    loader hands over the files' bytes and the views built from them equal those of the worker-decoded
+    batched path (same decoder on a CPU, same per-sample draws)."""
+    from ltbench import engine
+    from ltbench.data import device_decode
+    from ltbench.data.imagenet_tree import TreeSpec, write_tree
+    from ltbench.recipe import resolve_run_config
+
+    write_tree(tmp_path, TreeSpec(num_classes=3, train_images=6, val_per_class=0, test_per_class=1, scale=0.15),
+               say=lambda msg: None)
+    config = resolve_run_config({"data": {"name": "imagenet_lt", "root": str(tmp_path), "num_classes": 3},
+                                 "backbone": {"name": "resnet8"}, "method": {"name": "la", "views": ["default", "sim"]},
+                                 "train": {"augment_on": "batch"}, "optim": {"batch_size": 4}}, seed=0, where="t")
+    cpu = torch.device("cpu")
+    views = {}
+    for decode_here in (False, True):
+        monkeypatch.setattr(device_decode, "uses_device_decode", lambda *args: decode_here)
+        run = engine.build_run(config)
+        loader = engine.make_loader(run, 0, 0, cpu)
+        assert run.decode_on_device is decode_here
+        keys = loader.samples.train_keys(engine.epoch_batches(len(run.data.train), 4, 0, 0), 0, 0)[:1]
+        (batch, labels), = list(loader.run(keys))
+        if decode_here:
+            assert all(b.ndim == 1 for b in batch[0])  # bytes, not pixels
+        views[decode_here] = engine.augment_on_device(run, batch[0], keys[0], cpu)
+    assert len(views[True]) == 2 and views[True][0].shape == (4, 3, 224, 224)
+    for a, b in zip(views[False], views[True]):
+        assert torch.equal(a, b)

@@ -35,6 +35,17 @@ def uses_device_decode(augment_on: str, image_kind: str, device: torch.device) -
     return augment_on == "batch" and image_kind == "large" and device.type == "cuda"
 
 
+def encoded_source(dataset: Dataset, augment_on: str, image_kind: str, device: torch.device):
+    """The training source for the loader when the device decodes: ``MultiView`` of the files' bytes (one view,
+    the bytes as they are); None when workers decode (``uses_device_decode`` is false, or the dataset is not
+    read from files, e.g. CIFAR arrays)."""
+    from ltbench.data.base import MultiView
+
+    if not uses_device_decode(augment_on, image_kind, device) or not callable(getattr(dataset, "file", None)):
+        return None
+    return MultiView(EncodedFiles(dataset), [encoded_view])
+
+
 class EncodedFiles(Dataset):
     """The files of a ``FileImages`` dataset as their encoded bytes: item = (uint8 1-D tensor, label)."""
 
