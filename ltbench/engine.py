@@ -38,7 +38,7 @@ import torch.nn as nn
 from ltbench import distributed, store
 from ltbench.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
-from ltbench.data import batch_augment, transforms
+from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
@@ -102,6 +102,7 @@ class Run:
     compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
     sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
+    decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -253,6 +254,17 @@ class SeededSamples(torch.utils.data.Dataset):
                 for s in range(0, n, batch_size)]
 
 
+def pinned(batch):
+    """A batch (tensors in lists and tuples) copied to page-locked memory, so the copy to the GPU
+    (``.to(device, non_blocking=True)``) is asynchronous; what DataLoader's pin-memory thread does for
+    worker batches, done here for the in-process path (train.num_workers: 0)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(pinned(x) for x in batch)
+    return batch
+
+
 class BatchPlan(torch.utils.data.Sampler):
     """The batches of keys the loader yields on its next pass; replaced before each pass."""
 
@@ -272,11 +284,11 @@ class Loader:
 
     With ``workers`` = 0 the samples are built in this process (no DataLoader machinery at all);
     otherwise the workers persist across epochs and evaluations, so their start-up cost and the copy
-    of the dataset they hold are paid once per run. Batches are pinned when the device is CUDA.
+    of the dataset they hold are paid once per run. Batches are pinned when the device is CUDA (``pinned``).
     """
 
     def __init__(self, samples: SeededSamples, workers: int, pin_memory: bool = False):
-        self.samples, self.workers = samples, workers
+        self.samples, self.workers, self.pin_memory = samples, workers, pin_memory
         self.plan = BatchPlan()
         self.loader = None
         if workers:
@@ -289,7 +301,8 @@ class Loader:
         (or drop it) before starting the next."""
         if self.loader is None:
             for keys in batches:
-                yield collate([self.samples[k] for k in keys])
+                batch = collate([self.samples[k] for k in keys])
+                yield pinned(batch) if self.pin_memory else batch
             return
         self.plan.batches = batches
         yield from self.loader
@@ -347,7 +360,9 @@ def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Load
     names, image, aliases = run.method.views(), run.data.image, run.data.pipelines
     if run.train.augment_on == "batch":
         run.device_views = [batch_augment.build_batch(v, image, aliases) for v in names]
-        sources = {"train": MultiView(run.data.train, [batch_augment.as_uint8_tensor])}
+        encoded = device_decode.encoded_source(run.data.train, run.train.augment_on, image.kind, device)
+        run.decode_on_device = encoded is not None
+        sources = {"train": encoded if encoded is not None else MultiView(run.data.train, [batch_augment.as_uint8_tensor])}
     else:
         sources = {"train": MultiView(run.data.train, [transforms.build(v, image, aliases) for v in names])}
     sources.update({name: ds for name, (ds, _) in run.eval_sets.items()})
@@ -703,6 +718,8 @@ def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.d
     """train.augment_on: batch: every view of the batch from its uint8 images, on the training device, each
     sample's draws seeded by its key's seed (run seed, epoch, index), so they do not depend on the batch."""
     seeds = torch.tensor([key[2] for key in batch_keys], dtype=torch.int64, device=device)
+    if run.decode_on_device:  # encoded files (a list, or stacked rows when all have one length) -> uint8 on device
+        images = device_decode.decode_batch(list(images), device)
     return [pipeline(images, seeds, view=v) for v, pipeline in enumerate(run.device_views)]
 
 
@@ -716,7 +733,8 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
     for step, ((views, labels), batch_keys) in enumerate(zip(run.loader.run(keys), keys), start_step):
-        views, labels = [to_device(v, s.device) for v in views], labels.to(s.device, non_blocking=True)
+        views = views if run.decode_on_device else [to_device(v, s.device) for v in views]  # nvJPEG reads host bytes
+        labels = labels.to(s.device, non_blocking=True)
         if run.device_views is not None:
             views = augment_on_device(run, views[0], batch_keys, s.device)
         out = train_step(s, views, labels, epoch, step)
@@ -744,7 +762,7 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
         if s.loggers is not None:
             s.loggers.log(row)
     s.say(f"epoch {epoch + 1}/{o.epochs} loss {row['loss']:.4f} train_acc {row['train_acc']:.3f} "
-          f"lr {row['lr']:.4g} {row['images_per_s']:.0f} img/s"
+          f"lr {row['lr']:.4g} {row['images_per_s']:.{0 if row['images_per_s'] >= 10 else 2}f} img/s"
           + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
     return row
 

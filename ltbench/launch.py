@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ltbench import store
 from ltbench.config import value_text
-from ltbench.errors import DataMissingError, LtbenchError
+from ltbench.errors import ConfigError, DataMissingError, LtbenchError
 from ltbench.recipe import Recipe, distinct_data, run_label
 
 
@@ -182,13 +182,15 @@ def _announce(recipe: Recipe, specs: list[dict], found: dict[str, int], redo: tu
 
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False) -> dict[str, int]:
+    check_runs_per_gpu(recipe)
     store.ensure_writable(recipe.root)
     preflight(recipe)
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale
     specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)
     name = recipe.launcher.name
-    if name == "local" and recipe.launcher.jobs > 1 and len(specs) > 1:
+    if name == "local" and pool_size(recipe.launcher.jobs, recipe.launcher.runs_per_gpu, _visible_gpus()) > 1 \
+            and len(specs) > 1:
         name = "pool"
     elsewhere = LAUNCHERS[name](recipe, specs, redo, wait)
     if elsewhere is None:  # submitted; results come later ('ltbench status' follows them)
@@ -207,9 +209,12 @@ def launch_local(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait:
 
 
 def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
-    """``launcher.jobs`` worker processes on this machine (chosen by 'local' with jobs > 1)."""
+    """``launcher.jobs`` worker processes on this machine, or ``runs_per_gpu`` per visible GPU (chosen by
+    'local' when that is more than one)."""
+    gpus = _visible_gpus()
+    workers = pool_size(recipe.launcher.jobs, recipe.launcher.runs_per_gpu, gpus)
     with sigterm_as_interrupt():
-        return run_pool(specs, recipe.launcher.jobs, redo)
+        return run_pool(specs, workers, redo, gpu_slots(workers, gpus))
 
 
 def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
@@ -342,13 +347,47 @@ def _stop_workers(running: list, grace_s: float = 10.0) -> None:
         print(f"stopped {len(live)} worker(s): {', '.join(spec['run_id'] for _, spec, *_ in live)}", flush=True)
 
 
-def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = ()) -> list[dict]:
-    """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), each pinned to
-    one GPU when there are GPUs and given its share of the CPU threads; output in the run directory,
-    progress (epoch, loss, img/s, ETA per slot) on the terminal (``ltbench.progress``).
-    Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs run elsewhere."""
+def check_runs_per_gpu(recipe: Recipe) -> None:
+    """``launcher.runs_per_gpu`` > 1 takes effect or is refused: it needs the local launcher, visible GPUs,
+    and no conflicting ``jobs`` (the pool size is then GPUs x runs_per_gpu)."""
+    cfg = recipe.launcher
+    if cfg.runs_per_gpu == 1:
+        return
+    where = f"{recipe.path}: launcher.runs_per_gpu"
+    if cfg.name != "local":
+        raise ConfigError(f"{where}: {cfg.runs_per_gpu} applies to the local launcher only (launcher.name is "
+                          f"{cfg.name}); on Slurm set launcher.gpus_per_node, or remove runs_per_gpu")
+    gpus = _visible_gpus()
+    if not gpus:
+        raise ConfigError(f"{where}: {cfg.runs_per_gpu} needs GPUs, but none is visible (CUDA_VISIBLE_DEVICES / "
+                          f"torch.cuda); on CPU use launcher.jobs (or --jobs) instead")
+    if cfg.jobs not in (1, len(gpus) * cfg.runs_per_gpu):
+        raise ConfigError(f"{where}: {cfg.runs_per_gpu} runs on each of {len(gpus)} GPU(s) makes "
+                          f"{len(gpus) * cfg.runs_per_gpu} workers, but launcher.jobs (or --jobs) asks for {cfg.jobs}; "
+                          f"set one of the two")
+
+
+def pool_size(jobs: int, runs_per_gpu: int, gpus: list[str]) -> int:
+    """Workers at once: ``jobs``, or ``runs_per_gpu`` on each visible GPU when that is asked for."""
+    return len(gpus) * runs_per_gpu if runs_per_gpu > 1 and gpus else jobs
+
+
+def gpu_slots(workers: int, gpus: list[str]) -> list[str | None]:
+    """The CUDA_VISIBLE_DEVICES of each worker slot: GPUs round-robin (slot s on gpus[s % len(gpus)]), so
+    with ``workers`` = GPUs x k every GPU holds k runs; None for every slot when there is no GPU."""
+    return [gpus[slot % len(gpus)] if gpus else None for slot in range(workers)]
+
+
+def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = (), devices: list | None = None) -> list[dict]:
+    """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), worker slot s
+    pinned to ``devices[s]`` (by default the visible GPUs round-robin, ``gpu_slots``) and given its share
+    of the CPU threads; output in the run directory, progress (epoch, loss, img/s, ETA per slot) on the
+    terminal (``ltbench.progress``). A slot keeps its GPU for every run it takes, so each GPU holds at most
+    its share of runs at once. Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs
+    run elsewhere."""
     from ltbench.progress import ProgressBoard
 
+    devices = devices if devices is not None else gpu_slots(jobs, _visible_gpus())
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
     board = ProgressBoard(jobs)
@@ -357,7 +396,7 @@ def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = ()) -> list[d
             while queue or running:
                 while queue and free_slots:
                     slot, spec = free_slots.pop(0), queue.pop(0)
-                    running.append((_start_worker(spec, slot, jobs, redo, board.write), spec, slot))
+                    running.append((_start_worker(spec, slot, jobs, redo, devices[slot], board.write), spec, slot))
                     board.start(slot, spec, run_label(spec))
                 time.sleep(0.2)
                 board.poll()
@@ -372,22 +411,23 @@ def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = ()) -> list[d
     return elsewhere
 
 
-def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...], write=print) -> subprocess.Popen:
+def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...], gpu: str | None,
+                  write=print) -> subprocess.Popen:
     from ltbench.runner import prepare_run_dir
 
     run_dir = prepare_run_dir(spec)
-    gpus = _visible_gpus()
     threads = max(1, (os.cpu_count() or 1) // jobs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
     cmd += ["--redo", ",".join(redo)] if redo else []
     linux = sys.platform.startswith("linux")
     with open(run_dir / "worker.log", "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_die_with_parent if linux else None)
-    write(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}")
+    write(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}"
+          + (f" on GPU {gpu}" if gpu is not None else ""))
     return proc
 
 

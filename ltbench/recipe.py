@@ -59,9 +59,13 @@ class LauncherConfig:
     setup: list[str] = field(default_factory=list)  # shell lines run before the job
     additional: dict[str, Any] = field(default_factory=dict)  # extra sbatch options
     max_requeues: int = 3
+    # local: runs trained at once on each visible GPU (small models do not fill a GPU); the pool then has
+    # (visible GPUs x runs_per_gpu) workers, placed round-robin (launch.gpu_slots)
+    runs_per_gpu: int = 1
 
     def validate(self) -> None:
         check_range("jobs", self.jobs, 1, 4096)
+        check_range("runs_per_gpu", self.runs_per_gpu, 1, 64)
         check_range("max_array_size", self.max_array_size, 1, 1_000_000)
         check_range("time_min", self.time_min, 1, 525_600, unit=" (minutes)")
         check_range("cpus_per_task", self.cpus_per_task, 1, 4096)

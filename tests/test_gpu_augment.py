@@ -27,7 +27,8 @@ from ltbench.data import transforms
 from ltbench.data.base import ImageSpec
 from ltbench.errors import ConfigError
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,  # selected by `pytest -m gpu`
+                                               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")])]
 RGB = ImageSpec(size=16, channels=3, mean=(0.5, 0.45, 0.4), std=(0.25, 0.25, 0.25))
 GRAY = ImageSpec(size=16, channels=1, mean=(0.3,), std=(0.35,))
 P_MIN = 1e-3  # a seeded test either passes or fails every time; this only sets how far apart counts may be

@@ -117,3 +117,79 @@ def test_debug_launcher_runs_every_array_chunk(tmp_path, write_recipe, cli):
     assert out.stdout.count("submitted 1 run(s) as debug job array") == 2
     results = results_by_id(tmp_path / "debug")
     assert len(results) == 2 and all(r["status"] == "done" for r in results.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# launcher.runs_per_gpu: placement tested on CPU with a faked device list
+
+
+def test_gpu_slots_place_workers_round_robin():
+    from ltbench.launch import gpu_slots, pool_size
+
+    assert pool_size(jobs=1, runs_per_gpu=3, gpus=["0", "1"]) == 6
+    assert pool_size(jobs=4, runs_per_gpu=1, gpus=["0", "1"]) == 4  # jobs as before
+    assert pool_size(jobs=2, runs_per_gpu=3, gpus=[]) == 2
+    assert gpu_slots(6, ["0", "1"]) == ["0", "1", "0", "1", "0", "1"]
+    assert gpu_slots(3, ["4", "7", "2"]) == ["4", "7", "2"]
+    assert gpu_slots(2, []) == [None, None]
+
+
+class FakeWorker:
+    """Stands for a worker process: 'done' after a few polls; records what the pool gave it."""
+
+    live: list = []
+    started: list = []
+
+    def __init__(self, cmd, env, **kwargs):
+        self.gpu, self.polls, self.returncode = env.get("CUDA_VISIBLE_DEVICES"), 0, None
+        self.threads = env["OMP_NUM_THREADS"]
+        FakeWorker.live.append(self)
+        FakeWorker.started.append((self.gpu, [w.gpu for w in FakeWorker.live]))
+
+    def poll(self):
+        self.polls += 1
+        if self.polls >= 3 and self.returncode is None:
+            self.returncode = 0
+            FakeWorker.live.remove(self)
+        return self.returncode
+
+
+def test_runs_per_gpu_puts_that_many_runs_on_each_faked_gpu(tmp_path, write_recipe, monkeypatch, capsys):
+    from ltbench import launch
+
+    recipe = load_recipe(write_recipe(extra={"launcher": {"runs_per_gpu": 2}}), ["seeds=[0,1,2,3,4,5,6]"])
+    monkeypatch.setattr(launch, "_visible_gpus", lambda: ["3", "5"])
+    monkeypatch.setattr(launch.subprocess, "Popen", FakeWorker)
+    monkeypatch.setattr(launch.time, "sleep", lambda s: None)
+    monkeypatch.setattr(launch, "print_summary", lambda recipe: {})
+    FakeWorker.live, FakeWorker.started = [], []
+    launch.launch(recipe)
+    assert len(FakeWorker.started) == 7
+    assert [gpu for gpu, _ in FakeWorker.started[:4]] == ["3", "5", "3", "5"]
+    for gpu, live in FakeWorker.started:  # never more than 2 runs at once on one GPU
+        assert live.count("3") <= 2 and live.count("5") <= 2, live
+    assert max(len(live) for _, live in FakeWorker.started) == 4
+    out = capsys.readouterr().out
+    assert "in slot 0 on GPU 3" in out and "in slot 3 on GPU 5" in out
+
+
+@pytest.mark.parametrize("launcher, gpus, message", [
+    ({"runs_per_gpu": 2}, [], "needs GPUs, but none is visible"),
+    ({"runs_per_gpu": 2, "jobs": 3}, ["0", "1"], "makes 4 workers, but launcher.jobs (or --jobs) asks for 3"),
+    ({"runs_per_gpu": 2, "name": "debug"}, ["0"], "applies to the local launcher only"),
+])
+def test_runs_per_gpu_is_refused_where_it_cannot_take_effect(write_recipe, monkeypatch, launcher, gpus, message):
+    from ltbench import launch
+    from ltbench.errors import ConfigError
+
+    recipe = load_recipe(write_recipe(extra={"launcher": launcher}))
+    monkeypatch.setattr(launch, "_visible_gpus", lambda: gpus)
+    with pytest.raises(ConfigError, match="launcher.runs_per_gpu: 2 ") as err:
+        launch.launch(recipe)
+    assert message in str(err.value)
+
+
+def test_runs_per_gpu_without_gpus_is_one_line_and_exit_2(write_recipe, cli):
+    out = cli("run", write_recipe(extra={"launcher": {"runs_per_gpu": 2}}), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "launcher.runs_per_gpu: 2 needs GPUs" in out.stderr and "Traceback" not in out.stderr

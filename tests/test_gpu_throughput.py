@@ -1,0 +1,38 @@
+"""benchmarks/gpu_throughput.py --quick runs on the CPU (CI smoke test: its figures mean nothing). Two of its
+settings, one epoch each: the multi-view CIFAR-format one and the ImageNet-size JPEG one, so both data
+generators, both bare loops and the ltbench side are exercised; the GPU run is in tests/test_gpu.py."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.slow  # about 10 s of CPU, most of it importing torch and building two runs
+def test_quick_mode_prints_a_ratio_per_setting():
+    out = subprocess.run([sys.executable, "benchmarks/gpu_throughput.py", "--quick", "--device", "cpu", "--epochs", "1",
+                          "--settings", "cifar_bape_la", "imagenet_resnet50"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "device cpu" in out.stdout and "--quick: tiny sizes" in out.stdout
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()
+            if line.startswith(("cifar_", "imagenet_"))}
+    assert set(rows) == {"cifar_bape_la", "imagenet_resnet50"}
+    assert rows["cifar_bape_la"][1:3] == ["resnet32", "3"]  # BAPE+LA: three views through ResNet-32
+    for row in rows.values():
+        ltbench, bare, ratio = map(float, row[4:7])
+        assert ltbench > 0 and bare > 0 and ratio == pytest.approx(ltbench / bare, abs=0.01)
+    assert re.search(r"imagenet_resnet50\s+resnet8\s+1\s+\d+", out.stdout)  # --quick swaps in ResNet-8
+
+
+def test_cuda_asked_without_cuda_is_refused():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = subprocess.run([sys.executable, "benchmarks/gpu_throughput.py", "--quick", "--device", "cuda"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "torch.cuda.is_available() is False" in out.stderr
