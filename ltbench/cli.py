@@ -40,7 +40,8 @@ def cmd_run(args) -> int:
         recipe.launcher.jobs = args.jobs
     if args.dry_run:
         return launch.print_plan(recipe)
-    summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale)
+    summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
+                            rebuild_checkpoints=args.rebuild_checkpoints)
     return 0 if summary.get("failed", 0) == 0 else 1
 
 
@@ -59,8 +60,13 @@ def cmd_posthoc(args) -> int:
     print(f"recipe {recipe.name}: {len(recipe.posthoc)} stage-2 setting(s) x {len(recipe.runs)} run(s), "
           f"launcher {recipe.launcher.name}" + (f", {jobs} job(s)" if recipe.launcher.name == "local" else ""))
     totals = launch_posthoc(recipe, jobs=jobs, dtype=args.dtype, redo_failed=args.rerun_failed)
+    skipped = totals.pop("skipped_runs", [])
     print("stage 2: " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
-    return 0 if not totals.get("failed") and not totals.get("unfinished") else 1
+    if skipped:
+        print(f"{len(skipped)} run(s) SKIPPED (their stage-2 results are missing from every table):")
+        for line in skipped:
+            print(f"  {line}".replace("RECIPE", str(args.recipe)))
+    return 0 if not any(totals.get(k) for k in ("failed", "unfinished", "skipped")) else 1
 
 
 def cmd_list(args) -> int:
@@ -215,6 +221,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rerun-stale", action="store_true",
                    help="run again (from scratch) finished runs whose plugin code has changed since")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
+    p.add_argument("--rebuild-checkpoints", action="store_true",
+                   help="train again finished runs whose final checkpoint.pt is missing or unusable (stage 2 needs it)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("posthoc", parents=[common],
@@ -322,6 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except OSError as exc:  # the file system refused (read-only folder, a file where a folder should be, EFBIG)
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"ltbench: error: {shorten(where + (exc.strerror or str(exc)), MESSAGE_LIMIT)}; fix that path or "
+              f"choose another one", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("ltbench: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -26,9 +26,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ltbench import features, registry, store
+from ltbench import features, registry, safe_read, store
 from ltbench.config import EvalConfig, from_dict
-from ltbench.errors import LtbenchError
+from ltbench.errors import DiskFullError, LtbenchError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.method import MethodContext, create_method
 from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
@@ -69,8 +69,27 @@ def load_frozen(run_dir: Path) -> FrozenRun:
         z = torch.from_numpy(arrays["z"]) if "z" in arrays else None
         splits[name] = SplitInputs(torch.from_numpy(arrays["features"]), torch.from_numpy(arrays["labels"]), z)
     counts = torch.as_tensor(result["data"]["class_counts_train"], dtype=torch.long)
-    method = trained_method(config, state, counts, splits["train"].features.shape[1])
+    check_splits_agree(run_dir, splits, len(counts))
+    try:
+        method = trained_method(config, state, counts, splits["train"].features.shape[1])
+    except (RuntimeError, ValueError) as exc:  # load_state_dict: the features do not fit the checkpoint's method
+        raise safe_read.UnusableFile(Path(run_dir) / features.FEATURES_DIR,
+                                     f"does not fit the run's checkpoint ({str(exc).splitlines()[0][:160]})") from None
     return FrozenRun(result["run_id"], config, counts, method, splits)
+
+
+def check_splits_agree(run_dir: Path, splits: dict[str, SplitInputs], num_classes: int) -> None:
+    """Every split of one cache has the same feature (and z) width, and labels that are class indices."""
+    folder = Path(run_dir) / features.FEATURES_DIR
+    width = splits["train"].features.shape[1]
+    z_width = None if splits["train"].z is None else splits["train"].z.shape[1]
+    for name, inputs in splits.items():
+        path = folder / features.split_file(name)
+        if inputs.features.shape[1] != width or (None if inputs.z is None else inputs.z.shape[1]) != z_width:
+            raise safe_read.UnusableFile(path, f"features of width {inputs.features.shape[1]}, the training split's "
+                                               f"are {width}")
+        if len(inputs.labels) and (int(inputs.labels.min()) < 0 or int(inputs.labels.max()) >= num_classes):
+            raise safe_read.UnusableFile(path, f"labels outside 0..{num_classes - 1}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -157,6 +176,8 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
         save_predictions(out_dir, arrays, frozen.num_classes)
         record.update(status="done", metrics=metrics, method_extras=clf.result_extras(),
                       fit_seconds=fitted - t0, eval_seconds=time.perf_counter() - fitted)
+    except (OSError, DiskFullError) as exc:  # an I/O fault is no property of the setting: not stored, retried
+        return io_fault(out_dir, exc)
     except LtbenchError as exc:
         record.update(status="failed", error=str(exc), error_type=type(exc).__name__)
     except Exception as exc:  # a plugin's own bug: kept with its traceback, the grid goes on
@@ -164,8 +185,23 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
                       traceback=traceback.format_exc())
     record["ended"] = time.time()
     record["wall_seconds"] = record["ended"] - record["started"]
-    write_compact_json(out_dir / store.RESULT, record)
+    try:
+        write_compact_json(out_dir / store.RESULT, record)
+    except (OSError, DiskFullError) as exc:
+        return io_fault(out_dir, exc)
     return record["status"]
+
+
+IO_ERRORS = ("OSError", "DiskFullError", "PermissionError", "WriteError")  # error_type of a failure that is retried
+
+
+def io_fault(out_dir: Path, exc: BaseException) -> str:
+    """Raise the fault as one line naming the file: the caller skips the run's remaining settings and says so;
+    nothing is recorded for this setting, so the next 'ltbench posthoc' fits it again."""
+    where = getattr(exc, "filename", None) or out_dir
+    reason = getattr(exc, "strerror", None) or str(exc)
+    raise LtbenchError(f"I/O error writing {where} ({reason}); nothing was recorded for this setting, "
+                       f"run 'ltbench posthoc' again once the cause is fixed")
 
 
 def write_compact_json(path: Path, record: dict) -> None:
@@ -190,6 +226,8 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
             store.set_aside(out / store.RESULT)
         elif check.usable and (check.result.get("features") or {}).get("checkpoint_sha256") != checkpoint_sha256:
             store.set_aside(out / store.RESULT, "stale")
+        elif check.state == "failed" and check.result.get("error_type") in IO_ERRORS:
+            store.set_aside(out / store.RESULT, "io-error")  # recorded by an older ltbench: retried
         elif check.state == "done" or (check.state == "failed" and not redo_failed):
             continue
         todo.append(spec)
@@ -205,31 +243,61 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
         torch.set_num_threads(threads)
     registry.add_plugin_paths(list(plugins))
     run_dir = Path(run_dir)
-    (run_dir / POSTHOC_DIR).mkdir(exist_ok=True)
-    claim = store.claim_run(run_dir / POSTHOC_DIR)
-    if claim is None:
-        say(f"{run_dir.name}: skipped: another process is running its stage-2 grid")
-        return {"busy": len(specs)}
-    with claim:
+    try:
+        folder = run_dir / POSTHOC_DIR
+        if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+            say(f"{run_dir.name}: {POSTHOC_DIR} was not a folder; moved it to {store.set_aside(folder).name}")
+        folder.mkdir(exist_ok=True)
+        claim = store.claim_run(folder)
+        if claim is None:
+            say(f"{run_dir.name}: skipped: another process is running its stage-2 grid")
+            return {"busy": len(specs)}
+        with claim:
+            return _posthoc_claimed_run(run_dir, specs, dtype, redo_failed, say)
+    except Exception as exc:  # this run only: the others go on, whatever --jobs is
+        why = str(exc) if isinstance(exc, LtbenchError) else f"internal error: {type(exc).__name__}: {exc}"
+        say(f"{run_dir.name}: SKIPPED: {why}")
+        return {"skipped": 1, "skipped_runs": [f"{run_dir.name}: {why}"]}
+
+
+def frozen_with_usable_cache(run_dir: Path, dtype: str, say: Callable[[str], None]) -> tuple[dict, FrozenRun]:
+    """(meta, frozen run); a cache whose content proves unusable on loading is set aside and extracted once more."""
+    for attempt in (1, 2):
         meta = features.extract_features(run_dir, dtype, say)
-        todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed)
-        counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0}
-        if not todo:
-            return counts
-        frozen, result = load_frozen(run_dir), features.finished_result(run_dir)
-        provenance = git_state(Path(__file__).resolve().parent.parent)
-        threads_before = torch.get_num_threads()
-        torch.set_num_threads(1)  # stage-2 tensors are small: more threads cost more than they give
-        try:                      # (benchmarks/posthoc_grid.py: 7x slower with 2 threads on a loaded machine)
-            for spec in todo:
-                status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec),
-                                        provenance)
-                counts[status] += 1
-        finally:
-            torch.set_num_threads(threads_before)
-        say(f"{run_dir.name}: {counts['done']} stage-2 setting(s) done, {counts['failed']} failed, "
-            f"{counts['already']} already there")
+        try:
+            return meta, load_frozen(run_dir)
+        except safe_read.UnusableFile as exc:
+            if attempt == 2:
+                raise
+            moved = store.set_aside(run_dir / features.FEATURES_DIR)
+            say(f"{run_dir.name}: the feature cache is unusable ({exc}); moved it to {moved.name} and extracting "
+                f"the features again")
+    raise AssertionError("unreachable")
+
+
+def _posthoc_claimed_run(run_dir: Path, specs: list[dict], dtype: str, redo_failed: bool,
+                         say: Callable[[str], None]) -> dict[str, int]:
+    """posthoc_one_run's work once the run's stage-2 lock is held."""
+    meta = features.extract_features(run_dir, dtype, say)
+    todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed)
+    counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0}
+    if not todo:
         return counts
+    meta, frozen = frozen_with_usable_cache(run_dir, dtype, say)
+    result = features.finished_result(run_dir)
+    provenance = git_state(Path(__file__).resolve().parent.parent)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(1)  # stage-2 tensors are small: more threads cost more than they give
+    try:                      # (benchmarks/posthoc_grid.py: 7x slower with 2 threads on a loaded machine)
+        for spec in todo:
+            status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec),
+                                    provenance)
+            counts[status] += 1
+    finally:
+        torch.set_num_threads(threads_before)
+    say(f"{run_dir.name}: {counts['done']} stage-2 setting(s) done, {counts['failed']} failed, "
+        f"{counts['already']} already there")
+    return counts
 
 
 def unfinished_runs(runs: list[dict]) -> list[tuple[dict, str]]:
@@ -254,7 +322,7 @@ def ready_run_dirs(runs: list[dict], say: Callable[[str], None] = print) -> tupl
 
 def add_counts(totals: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
     for key, value in counts.items():
-        totals[key] = totals.get(key, 0) + value
+        totals[key] = totals.get(key, type(value)()) + value  # counts, and lists of skipped runs
     return totals
 
 
