@@ -143,7 +143,7 @@ def cmd_report(args) -> int:
     from ltbench.report.document import write_report
 
     out = write_report(args.recipe, args.results, test=None if args.test == "none" else args.test,
-                       overrides=args.overrides)
+                       overrides=args.overrides, use_cache=not args.no_cache)
     print(f"report written to {out / 'report.md'}")
     return 0
 
@@ -272,7 +272,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch",
                    help="mark cells not significantly different from the best (default: welch over seeds)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
-    p.add_argument("--no-cache", action="store_true", help="read every result.json again (ignore the index cache)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every result.json again and rewrite the index and expansion caches")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)
 
@@ -281,6 +282,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir)")
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every result.json again and rewrite the index and expansion caches")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, kappa, prior shift, training curves")

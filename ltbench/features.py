@@ -36,6 +36,7 @@ from ltbench.checkpoint import load_checkpoint
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
 from ltbench.errors import LtbenchError
+from ltbench.predictions import npz_problem
 
 FEATURES_DIR = "features"
 META = "meta.json"
@@ -280,7 +281,7 @@ def load_split(run_dir: Path, split: str) -> dict[str, np.ndarray]:
     """The cached arrays of one split (features as float32), checked: UnusableFile (naming the file) when
     it cannot be read or holds anything but (N, d) float features, (N,) integer labels and (N, p) float z."""
     path = Path(run_dir) / FEATURES_DIR / split_file(split)
-    problem = safe_read.regular_file_problem(path)
+    problem = npz_problem(path)
     if problem:
         raise safe_read.UnusableFile(path, problem)
     try:

@@ -214,7 +214,8 @@ def write_compact_json(path: Path, record: dict) -> None:
 # A run's grid, and a recipe's
 
 
-def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, redo_failed: bool = False) -> list[dict]:
+def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, redo_failed: bool = False,
+                     say: Callable[[str], None] = print) -> list[dict]:
     """The settings of ``specs`` without a usable result below RUN_DIR/posthoc: failed ones count as done
     unless ``redo_failed``; damaged ones, and results fitted on another checkpoint's features (the run was
     trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone."""
@@ -223,7 +224,8 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
         out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
         check = store.check_result(out)
         if check.state == "unusable":
-            store.set_aside(out / store.RESULT)
+            moved = store.set_aside(out / store.RESULT)
+            say(f"{Path(run_dir).name}: stage-2 {out.name}: {check.reason}; moved it to {moved.name}, fitting it again")
         elif check.usable and (check.result.get("features") or {}).get("checkpoint_sha256") != checkpoint_sha256:
             store.set_aside(out / store.RESULT, "stale")
         elif check.state == "failed" and check.result.get("error_type") in IO_ERRORS:
@@ -279,7 +281,7 @@ def _posthoc_claimed_run(run_dir: Path, specs: list[dict], dtype: str, redo_fail
                          say: Callable[[str], None]) -> dict[str, int]:
     """posthoc_one_run's work once the run's stage-2 lock is held."""
     meta = features.extract_features(run_dir, dtype, say)
-    todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed)
+    todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed, say)
     counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0}
     if not todo:
         return counts
