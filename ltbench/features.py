@@ -67,7 +67,8 @@ def load_final_state(run_dir: Path, result: dict) -> dict:
     state = load_checkpoint(path, result["run_id"], problems.append)
     epochs = result["config"]["optim"]["epochs"]
     if state is None:
-        why = problems[0] if problems else "it is missing"
+        why = problems[0].split(" is unusable (", 1)[-1].rsplit("); starting this run over", 1)[0][:200] \
+            if problems else "it is missing"
         raise LtbenchError(f"{path}: no usable final checkpoint ({why}); {REBUILD_HINT}")
     if state["epoch"] != epochs or state["step"] != 0:
         raise LtbenchError(f"{path}: the checkpoint is at epoch {state['epoch']}, step {state['step']}, not at the "

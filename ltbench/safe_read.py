@@ -87,6 +87,31 @@ def read_bytes(path: Path | str, limit: int = MAX_JSON_BYTES) -> bytes:
         os.close(fd)
 
 
+def sha256_of(path: Path | str) -> str:
+    """sha256 of a regular file's bytes, read in chunks (a checkpoint may be hundreds of MB); UnusableFile
+    for anything else (a FIFO never blocks, /dev/zero is never read)."""
+    import hashlib
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnusableFile(path, "is missing") from None
+    except OSError as exc:
+        raise UnusableFile(path, _os_reason(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnusableFile(path, f"is not a regular file ({_kind(st.st_mode)})")
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 4 * MiB):
+            digest.update(chunk)
+        return digest.hexdigest()
+    except OSError as exc:
+        raise UnusableFile(path, _os_reason(exc)) from None
+    finally:
+        os.close(fd)
+
+
 def parse_json(raw: bytes, path: Path | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parse JSON bytes; UnusableFile (naming ``path``) when they are not UTF-8, not JSON, or nested
     deeper than ``max_depth``."""

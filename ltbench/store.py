@@ -176,7 +176,7 @@ def read_jsonl(path: Path) -> list[dict]:
     for line in text.splitlines():
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a torn last line, or damage (a line of 200,000 '[')
             break
         if not isinstance(row, dict):
             break
@@ -487,9 +487,9 @@ def file_sha256(path: Path) -> str | None:
         st = os.stat(path)
         key = (str(path), st.st_size, st.st_mtime_ns)
         if key not in _sha_cache:
-            _sha_cache[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            _sha_cache[key] = safe_read.sha256_of(path)  # a FIFO or a device is no file: never read
         return _sha_cache[key]
-    except (OSError, TypeError, ValueError):
+    except (OSError, TypeError, ValueError, safe_read.UnusableFile):
         return None
 
 

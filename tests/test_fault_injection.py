@@ -25,20 +25,19 @@ import yaml
 
 from tests.conftest import ROOT, TINY, deep_update
 
-SEEDS = 6  # seeds 0-4 take one damage each, seed 5 stays healthy
+SEEDS = 7  # seeds 0-5 take one damage each, seed 6 stays healthy
 DAMAGES = ("truncate", "flip", "fifo", "loop", "huge", "devzero")
-PER_RUN_KINDS = {  # file kind -> path inside a run folder; the command that must name the damaged run
-    "result": ("result.json", "status"),
-    "predictions": ("predictions.npz", None),
-    "checkpoint": ("checkpoint.pt", "posthoc"),
-    "features": ("features/train.npz", "posthoc"),
-    "features_meta": ("features/meta.json", "posthoc"),
-    "stage2_result": ("posthoc/*/result.json", "posthoc"),
-    "log": ("log.jsonl", None),
-    "spec": ("spec.json", None),
-    "started": ("started.json", None),
+PER_RUN_KINDS = {  # case -> files inside a run folder; the command that must name a damaged run it did not repair
+    "result": (("result.json",), "status"),
+    "checkpoint": (("checkpoint.pt",), "posthoc"),
+    "features": (("features/train.npz",), "posthoc"),
+    "features_meta": (("features/meta.json",), "posthoc"),
+    "stage2_result": (("posthoc/*/result.json",), "posthoc"),
+    # files no command must name (a table reads none of them), damaged together to keep the test short
+    "predictions_log_spec_started": (("predictions.npz", "log.jsonl", "spec.json", "started.json"), None),
 }
-ROOT_KINDS = {"index": ".ltbench-index", "expansion": ".ltbench-recipe-*"}
+ROOT_KINDS = ("caches",)  # the index and the expansion cache of the recipe's results folder, damaged together
+ROOT_FILES = (".ltbench-index", ".ltbench-recipe-*")
 COMMANDS = ("table", "status", "report", "plot", "posthoc", "run")
 ALARM_S = 120  # far above any command here (seconds), far below the test's timeout
 
@@ -85,8 +84,8 @@ def huge_header(name: str) -> bytes:
 # The driver: runs in a subprocess, in-process CLI calls under an alarm
 
 
-class Hang(Exception):
-    pass
+class Hang(BaseException):
+    """Raised by the alarm: a BaseException, so no 'except Exception' on the way can swallow a hang."""
 
 
 def _alarm(signum, frame):
@@ -147,21 +146,23 @@ def drive(tree: Path) -> dict:
     pristine = tree / "results"
     ids = run_ids(pristine)
     cases = {}
-    for kind, (rel, _) in PER_RUN_KINDS.items():
+    for kind, (patterns, _) in PER_RUN_KINDS.items():
         results = tree / f"r-{kind}"
         shutil.copytree(pristine, results, symlinks=True)
         for run_id, how in zip(ids, DAMAGES[:SEEDS - 1]):
-            (target,) = (results / "faults" / run_id).glob(rel)
-            damage(target, how)
+            for pattern in patterns:
+                (target,) = (results / "faults" / run_id).glob(pattern)
+                damage(target, how)
         cases[kind] = commands(recipe, results, tree / f"fig-{kind}")
         cases[kind]["after"] = after_state(results, ids)
-    for kind, pattern in ROOT_KINDS.items():
+    for kind in ROOT_KINDS:
         for how in DAMAGES:
             results = tree / f"r-{kind}-{how}"
             shutil.copytree(pristine, results, symlinks=True)
             call(["table", str(recipe), "--results", str(results)])  # caches for this folder
-            (target,) = (results / "faults").glob(pattern)
-            damage(target, how)
+            for pattern in ROOT_FILES:
+                (target,) = (results / "faults").glob(pattern)
+                damage(target, how)
             cases[f"{kind}-{how}"] = commands(recipe, results, tree / f"fig-{kind}-{how}")
             cases[f"{kind}-{how}"]["after"] = after_state(results, ids)
     return {"ids": ids, "cases": cases}

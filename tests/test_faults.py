@@ -212,9 +212,10 @@ def test_a_forged_index_cache_is_rebuilt_not_shown(fake_tree, how):
     from ltbench.report import index
 
     path, root = fake_tree
-    clean = report.render(report.tables(path)[0], "markdown")
+    clean = [report.render(report.tables(p)[0], "markdown") for p in (path, root)]
+    report.tables(root)  # the cache, written by a table of the folder alone
     _forged_index(root, FORGERIES[how])
-    assert report.render(report.tables(path)[0], "markdown") == clean  # never "150.00", never a crash
+    assert [report.render(report.tables(p)[0], "markdown") for p in (root, path)] == clean[::-1]
     meta, _, values = index._load_cache(root / index.INDEX_FILE)
     assert not meta.get("unusable") and values is not None  # rewritten
 
@@ -414,10 +415,13 @@ def test_a_deeply_nested_result_json_is_damaged_not_a_recursion_error(tmp_path):
     assert check.state == "unusable" and "nested" in check.reason
 
 
-def test_plot_of_a_result_with_out_of_range_per_class_values_leaves_it_out(tmp_path):
+def test_per_class_values_out_of_range_never_reach_a_figure(tmp_path):
     run_dir = _result_with(tmp_path, lambda r: r["metrics"].__setitem__("per_class", [1.5, 0.5, 0.5, 0.5]))
+    frames = report.load(run_dir.parent)
+    assert not (frames["per_class"]["accuracy"] > 1).any() if len(frames["per_class"]) else True
+    assert frames["runs"].empty or "status" not in frames["runs"] or not (frames["runs"]["status"] == "done").any()
     rc, out, err = cli_main("plot", run_dir.parent, "--kind", "per_class", "--out", tmp_path / "figs")
-    assert "internal error" not in err and rc in (0, 2), err
+    assert "internal error" not in err and rc == 2 and len(err.strip().splitlines()) == 1, err
 
 
 # ------------------------------------------------------------------------------------------------
@@ -511,3 +515,22 @@ def test_a_dataset_plugin_reports_a_corrupt_file_as_one_line_naming_it(tmp_path,
     got = run_cli("data", path, timeout=120)
     assert got.returncode == 2 and "/data/corrupt/img_0007.png: image file is truncated" in got.stderr, got.stderr
     assert len(got.stderr.strip().splitlines()) == 1 and "internal" not in got.stderr
+
+
+def test_a_missing_predictions_file_is_noted_when_the_bootstrap_leaves_its_seed_out(write_recipe):
+    from ltbench import predictions
+    from ltbench.recipe import load_recipe
+
+    path = _tables_recipe(write_recipe, {"t": {"rows": [{"label": "CE", "where": {"method.name": "ce"}},
+                                                        {"label": "LA", "where": {"method.name": "la"},
+                                                         "versus": "CE"}]}})
+    recipe = load_recipe(path)
+    populate(recipe)
+    labels = np.arange(400) % 4
+    for spec in recipe.runs:
+        predictions.save_predictions(Path(spec["run_dir"]), {"labels": labels, "head:main": labels}, 4)
+    gone = next(s for s in recipe.runs if s["config"]["method"]["name"] == "ce" and s["config"]["seed"] == 1)
+    (Path(gone["run_dir"]) / "predictions.npz").unlink()
+    (table,) = report.tables(path, test="bootstrap")
+    ce = next(r for r in table.rows if r.label == "CE")
+    assert any("seed(s) 1: predictions.npz missing" in n and gone["run_id"] in n for n in ce.notes), ce.notes
