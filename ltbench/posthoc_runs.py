@@ -328,6 +328,16 @@ def add_counts(totals: dict[str, int], counts: dict[str, int]) -> dict[str, int]
     return totals
 
 
+def _worker_counts(future, run_dir: str, say: Callable[[str], None]) -> dict:
+    """A worker's counts; a worker that died (killed, out of memory) skips its run, never the others."""
+    try:
+        return future.result()
+    except Exception as exc:
+        why = f"its worker process ended ({type(exc).__name__}: {exc})"
+        say(f"{Path(run_dir).name}: SKIPPED: {why}")
+        return {"skipped": 1, "skipped_runs": [f"{Path(run_dir).name}: {why}"]}
+
+
 def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str = "float32",
                 redo_failed: bool = False, say: Callable[[str], None] = print) -> dict[str, int]:
     """The stage-2 grid ``specs`` over every finished run of ``runs`` (recipe run specs), ``jobs`` runs at a
@@ -340,7 +350,7 @@ def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str =
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             plugins = tuple(registry.plugin_paths())
             futures = [pool.submit(posthoc_one_run, d, specs, dtype, redo_failed, threads, plugins) for d in ready]
-            results = [f.result() for f in futures]
+            results = [_worker_counts(f, d, say) for f, d in zip(futures, ready)]
     for counts in results:
         add_counts(totals, counts)
     return totals

@@ -28,13 +28,13 @@ from tests.conftest import ROOT, TINY, deep_update
 SEEDS = 7  # seeds 0-5 take one damage each, seed 6 stays healthy
 DAMAGES = ("truncate", "flip", "fifo", "loop", "huge", "devzero")
 PER_RUN_KINDS = {  # case -> files inside a run folder; the command that must name a damaged run it did not repair
-    "result": (("result.json",), "status"),
-    "checkpoint": (("checkpoint.pt",), "posthoc"),
-    "features": (("features/train.npz",), "posthoc"),
-    "features_meta": (("features/meta.json",), "posthoc"),
-    "stage2_result": (("posthoc/*/result.json",), "posthoc"),
+    "result": (("result.json",), ("table", "status", "run")),
+    "checkpoint": (("checkpoint.pt",), ("posthoc",)),
+    "features": (("features/train.npz",), ("posthoc",)),
+    "features_meta": (("features/meta.json",), ("posthoc",)),
+    "stage2_result": (("posthoc/*/result.json",), ("posthoc",)),
     # files no command must name (a table reads none of them), damaged together to keep the test short
-    "predictions_log_spec_started": (("predictions.npz", "log.jsonl", "spec.json", "started.json"), None),
+    "predictions_log_spec_started": (("predictions.npz", "log.jsonl", "spec.json", "started.json"), ()),
 }
 ROOT_KINDS = ("caches",)  # the index and the expansion cache of the recipe's results folder, damaged together
 ROOT_FILES = (".ltbench-index", ".ltbench-recipe-*")
@@ -215,11 +215,13 @@ def test_damaged_files_never_crash_hang_or_hide_healthy_runs(driven, case):
     assert got["after"][healthy] == {"run": "done", "stage2": ["done"]}, got["after"]
     # After 'posthoc' and 'run', every damaged run is whole again (redone, re-extracted, refitted) or named.
     kind = case if case in PER_RUN_KINDS else None
-    if kind and PER_RUN_KINDS[kind][1]:
-        said = got[PER_RUN_KINDS[kind][1]]["out"] + got[PER_RUN_KINDS[kind][1]]["err"]
+    for name in PER_RUN_KINDS[kind][1] if kind else ():
+        said = got[name]["out"] + got[name]["err"]
         for run_id in ids[:-1]:
-            whole = got["after"][run_id] == {"run": "done", "stage2": ["done"]}
-            assert run_id in said or whole, (run_id, said)
+            whole = got["after"][run_id] == {"run": "done", "stage2": ["done"]} and name == "posthoc"
+            assert run_id in said or whole, (name, run_id, said)
+    if kind == "result":  # the first table, before 'run' repaired them: each damaged seed named, never 'running'
+        assert "running" not in got["table"]["out"] and "| 1/7 |" in got["table"]["out"], got["table"]["out"]
     if kind != "checkpoint":  # a lost checkpoint needs --rebuild-checkpoints (tested in test_faults.py)
         assert all(state == {"run": "done", "stage2": ["done"]} for state in got["after"].values()), got["after"]
     table = got["table"]["out"]

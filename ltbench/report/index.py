@@ -123,6 +123,8 @@ def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
     """A run folder without result.json: running, pending, or damaged (empty / no spec.json)."""
     if not names:
         return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
+    if store.RESULT in names:  # there, but no regular file (a FIFO, a device, a symlink loop): damaged, named
+        return read_result_file(run_dir / store.RESULT)
     status = "running" if store.STARTED in names else "pending"
     rec = {"status": status, "run_id": run_dir.name}
     if store.SPEC not in names:
@@ -391,7 +393,8 @@ def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -
     wanted = [e["run_id"] for e in expected if e["run_id"] not in have]
     if not wanted or not root.parent.is_dir():
         return []
-    siblings = sorted(p for p in root.parent.iterdir() if p.is_dir() and p != root and not p.name.startswith("."))
+    siblings = sorted(p for p in root.parent.iterdir()  # a symlinked sibling may lead anywhere: not followed
+                      if not p.is_symlink() and p.is_dir() and p != root and not p.name.startswith("."))
     out = []
     for run_id in wanted:
         for sib in siblings:
