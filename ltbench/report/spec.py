@@ -128,9 +128,13 @@ LATEX_LABEL = re.compile(r"^[A-Za-z0-9:_.\-]{1,200}$")
 
 
 def _is_scalar(value: Any) -> bool:
-    """A selector value: a string, a number (not NaN, which equals nothing), a boolean or null."""
+    """A value a config field can hold after flattening: a string, a number (not NaN, which equals nothing),
+    a boolean, null, or a list of those (list-valued fields such as method.aux_views). A mapping never
+    matches: flattened configs hold no mappings, their fields are selected by dotted keys."""
     if isinstance(value, float):
         return value == value
+    if isinstance(value, list):
+        return all(_is_scalar(v) for v in value)
     return value is None or isinstance(value, (str, int, bool))
 
 
@@ -140,8 +144,9 @@ def check_selector(selector: dict, where: str) -> None:
             raise ConfigError(f"{where}: key {short_repr(key)} is not a dotted config key")
         check_key(key, where)
         if not _is_scalar(value):
-            raise ConfigError(f"{where}.{key}: {short_repr(value)} can match no run; expected one value "
-                              f"(a string, a number, true/false or null)")
+            raise ConfigError(f"{where}.{key}: {short_repr(value)} can match no run; expected the value of a "
+                              f"config field (a string, a number, true/false, null or a list of those; select "
+                              f"inside a mapping with a dotted key, e.g. method.aux.name)")
 
 
 def check_text_mapping(mapping: dict, where: str, nested: bool = False) -> None:
