@@ -21,7 +21,7 @@ import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 import numpy as np
 import torch
@@ -68,6 +68,9 @@ def load_frozen(run_dir: Path) -> FrozenRun:
         arrays = features.load_split(run_dir, name)
         z = torch.from_numpy(arrays["z"]) if "z" in arrays else None
         splits[name] = SplitInputs(torch.from_numpy(arrays["features"]), torch.from_numpy(arrays["labels"]), z)
+    if not isinstance(result.get("data"), dict) or not result["data"].get("class_counts_train"):
+        raise LtbenchError(f"{Path(run_dir) / store.RESULT}: no data.class_counts_train (a stage-2 fit needs the "
+                           f"training counts); run it again with 'ltbench run'")
     counts = torch.as_tensor(result["data"]["class_counts_train"], dtype=torch.long)
     check_splits_agree(run_dir, splits, len(counts))
     try:
@@ -177,7 +180,7 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
         record.update(status="done", metrics=metrics, method_extras=clf.result_extras(),
                       fit_seconds=fitted - t0, eval_seconds=time.perf_counter() - fitted)
     except (OSError, DiskFullError) as exc:  # an I/O fault is no property of the setting: not stored, retried
-        return io_fault(out_dir, exc)
+        raise_io_fault(out_dir, exc)
     except LtbenchError as exc:
         record.update(status="failed", error=str(exc), error_type=type(exc).__name__)
     except Exception as exc:  # a plugin's own bug: kept with its traceback, the grid goes on
@@ -188,14 +191,14 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
     try:
         write_compact_json(out_dir / store.RESULT, record)
     except (OSError, DiskFullError) as exc:
-        return io_fault(out_dir, exc)
+        raise_io_fault(out_dir, exc)
     return record["status"]
 
 
 IO_ERRORS = ("OSError", "DiskFullError", "PermissionError", "WriteError")  # error_type of a failure that is retried
 
 
-def io_fault(out_dir: Path, exc: BaseException) -> str:
+def raise_io_fault(out_dir: Path, exc: BaseException) -> NoReturn:
     """Raise the fault as one line naming the file: the caller skips the run's remaining settings and says so;
     nothing is recorded for this setting, so the next 'ltbench posthoc' fits it again."""
     where = getattr(exc, "filename", None) or out_dir

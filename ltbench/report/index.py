@@ -301,7 +301,7 @@ def cache_problem(meta: dict, values: memoryview) -> str:
         problem = _record_problem(entry[1], configs)
         if problem:
             return f"run entry {rel[:80]!r}: {problem}"
-    if not all(0.0 <= v <= 1.0 or v != v for v in values):
+    if not all(v != v for v in values if not 0.0 <= v <= 1.0):  # NaN: not recorded
         return "a metric is outside [0, 1]"
     return ""
 
