@@ -12,13 +12,14 @@ RNG state is saved: the engine derives every random draw from (seed, epoch, inde
 from __future__ import annotations
 
 import io
+import os
 import time
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from ltbench import store
+from ltbench import safe_read, store
 
 CHECKPOINT_FORMAT = 1
 
@@ -46,7 +47,11 @@ def save_checkpoint(path: Path, run, optimizer, *, run_id: str, epoch: int, step
 
 def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict | None:
     """The checkpoint's state, or None (with a message) when it is absent, unreadable or foreign."""
-    if not path.exists():
+    if not os.path.lexists(path):
+        return None
+    problem = safe_read.regular_file_problem(path)  # torch.load on a FIFO would block, on /dev/zero never end
+    if problem:
+        say(f"checkpoint {path} is unusable (it {problem}); starting this run over")
         return None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

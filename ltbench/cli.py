@@ -40,7 +40,8 @@ def cmd_run(args) -> int:
         recipe.launcher.jobs = args.jobs
     if args.dry_run:
         return launch.print_plan(recipe)
-    summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale)
+    summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
+                            rebuild_checkpoints=args.rebuild_checkpoints)
     return 0 if summary.get("failed", 0) == 0 else 1
 
 
@@ -60,11 +61,16 @@ def cmd_posthoc(args) -> int:
           f"launcher {recipe.launcher.name}" + (f", {jobs} job(s)" if recipe.launcher.name == "local" else ""))
     totals = launch_posthoc(recipe, jobs=jobs, dtype=args.dtype, redo_failed=args.rerun_failed,
                             redo_stale=args.rerun_stale)
+    skipped = totals.pop("skipped_runs", [])
     print("stage 2: " + ", ".join(f"{v} {k}" for k, v in totals.items() if v and k != "stale"))
     if totals.get("stale"):
         print(f"  {totals['stale']} stage-2 result(s) were fitted by stage-2 code that has changed since (counted in "
               f"'already'); add --rerun-stale to fit them again")
-    return 0 if not totals.get("failed") and not totals.get("unfinished") else 1
+    if skipped:
+        print(f"{len(skipped)} run(s) SKIPPED (their stage-2 results are missing from every table):")
+        for line in skipped:
+            print(f"  {line}".replace("RECIPE", str(args.recipe)))
+    return 0 if not any(totals.get(k) for k in ("failed", "unfinished", "skipped")) else 1
 
 
 def cmd_list(args) -> int:
@@ -141,7 +147,7 @@ def cmd_report(args) -> int:
     from ltbench.report.document import write_report
 
     out = write_report(args.recipe, args.results, test=None if args.test == "none" else args.test,
-                       overrides=args.overrides)
+                       overrides=args.overrides, use_cache=not args.no_cache)
     print(f"report written to {out / 'report.md'}")
     return 0
 
@@ -221,6 +227,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rerun-stale", action="store_true",
                    help="run again (from scratch) finished runs whose plugin code has changed since")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
+    p.add_argument("--rebuild-checkpoints", action="store_true",
+                   help="train again finished runs whose final checkpoint.pt is missing or unusable (stage 2 needs it)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("posthoc", parents=[common],
@@ -275,7 +283,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
-    p.add_argument("--no-cache", action="store_true", help="read every result.json again (ignore the index cache)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every result.json again and rewrite the index and expansion caches")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)
 
@@ -284,6 +293,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir)")
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every result.json again and rewrite the index and expansion caches")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, kappa, prior shift, training curves")
@@ -333,6 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except OSError as exc:  # the file system refused (read-only folder, a file where a folder should be, EFBIG)
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"ltbench: error: {shorten(where + (exc.strerror or str(exc)), MESSAGE_LIMIT)}; fix that path or "
+              f"choose another one", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("ltbench: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -44,3 +44,28 @@ class DiskFullError(LtbenchError):
 
 class MethodContractError(LtbenchError):
     """A method's loss() or predict() returned something the engine cannot use (see docs/adding-a-method.md)."""
+
+
+class WriteError(LtbenchError, OSError):
+    """A file could not be written (EFBIG, EROFS, EACCES, EIO...): one line naming the file. Also an
+    OSError, so code that treats a failed write as "no cache this time" keeps doing so."""
+
+    def __init__(self, path, exc: OSError):
+        OSError.__init__(self, exc.errno, exc.strerror or str(exc), str(path))
+        self.message = f"cannot write {path} ({exc.strerror or exc}); free space, fix its permissions or choose " \
+                       f"another folder, then run the same command again"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CorruptFileError(LtbenchError):
+    """A dataset plugin found a file it cannot read (a truncated image, a damaged archive member).
+
+    Raise it from a dataset's loading code with the file's path; the core reports it as one line naming
+    that file (never "internal error"), and a run that meets it fails with that line as its error.
+    docs/adding-a-dataset.md, "Corrupt files"."""
+
+    def __init__(self, path, reason: str = "cannot be read"):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"{path}: {reason} (a damaged dataset file: download or extract it again)")

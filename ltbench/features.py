@@ -24,19 +24,20 @@ weights, so checkpoint.pt of a finished run holds exactly the model its result w
 from __future__ import annotations
 
 import io
-import json
+import os
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from ltbench import store
+from ltbench import safe_read, store
 from ltbench.checkpoint import load_checkpoint
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
 from ltbench.data.validation import declares_validation
 from ltbench.errors import LtbenchError
+from ltbench.predictions import npz_problem
 
 FEATURES_DIR = "features"
 META = "meta.json"
@@ -70,12 +71,30 @@ def load_final_state(run_dir: Path, result: dict) -> dict:
     state = load_checkpoint(path, result["run_id"], problems.append)
     epochs = result["config"]["optim"]["epochs"]
     if state is None:
-        why = problems[0] if problems else "it is missing"
-        raise LtbenchError(f"{path}: no usable final checkpoint ({why}); rerun the run to rebuild it")
+        why = problems[0].split(" is unusable (", 1)[-1].rsplit("); starting this run over", 1)[0][:200] \
+            if problems else "it is missing"
+        raise LtbenchError(f"{path}: no usable final checkpoint ({why}); {REBUILD_HINT}")
     if state["epoch"] != epochs or state["step"] != 0:
         raise LtbenchError(f"{path}: the checkpoint is at epoch {state['epoch']}, step {state['step']}, not at the "
-                           f"end of the {epochs} epochs the result reports; rerun the run")
+                           f"end of the {epochs} epochs the result reports; {REBUILD_HINT}")
     return state
+
+
+#: The remedy for a finished run whose checkpoint is gone: ``launch.runs_to_launch`` sets its result aside
+#: (result.json.no-checkpoint) and trains it again, which rebuilds checkpoint.pt (tests/test_faults.py).
+REBUILD_HINT = "rebuild it with 'ltbench run RECIPE --rebuild-checkpoints' (trains the run again)"
+
+
+def final_checkpoint_problem(run_dir: Path) -> str:
+    """'' when a done run's checkpoint.pt holds its final model, else why not (the rule of load_final_state)."""
+    check = store.check_result(run_dir)
+    if check.state != "done":
+        return ""
+    try:
+        load_final_state(Path(run_dir), check.result)
+    except LtbenchError as exc:
+        return str(exc).split("; rebuild it")[0]
+    return ""
 
 
 def checkpoint_digest(run_dir: Path) -> str:
@@ -90,20 +109,76 @@ def cached_splits(config: dict) -> list[str]:
     return ["train", "test"] + [f"test_set:{name}" for name in config.get("eval", {}).get("test_sets", [])] + val
 
 
+def meta_problem(meta) -> str:
+    """'' when a parsed meta.json has every field with its type, else which field is wrong."""
+    if not isinstance(meta, dict):
+        return f"holds a JSON {type(meta).__name__}, expected an object"
+    if meta.get("format") != FEATURES_FORMAT:
+        return f"format is {str(meta.get('format'))[:20]!r}, expected {FEATURES_FORMAT}"
+    for key in ("run_id", "checkpoint_sha256"):
+        if not isinstance(meta.get(key), str):
+            return f"{key} is not a string"
+    if meta.get("dtype") not in DTYPES:
+        return f"dtype is {str(meta.get('dtype'))[:20]!r}, expected one of {', '.join(DTYPES)}"
+    splits, sizes = meta.get("splits"), meta.get("bytes")
+    if not (isinstance(splits, list) and splits and all(isinstance(x, str) for x in splits)):
+        return "splits is not a list of split names"
+    if not (isinstance(sizes, dict) and all(isinstance(sizes.get(x), int) and not isinstance(sizes.get(x), bool)
+                                            for x in splits)):
+        return "bytes does not give a whole number of bytes for every split"
+    return ""
+
+
 def read_meta(run_dir: Path) -> dict | None:
+    """meta.json when it is usable (``meta_problem``), else None."""
     try:
-        meta = json.loads((Path(run_dir) / FEATURES_DIR / META).read_text())
-        return meta if isinstance(meta, dict) and meta.get("format") == FEATURES_FORMAT else None
-    except (OSError, ValueError):
+        meta = safe_read.load_json(Path(run_dir) / FEATURES_DIR / META, limit=safe_read.MiB)
+    except safe_read.UnusableFile:
         return None
+    return None if meta_problem(meta) else meta
+
+
+def cache_problem(run_dir: Path, meta: dict) -> str:
+    """'' when every split file meta.json lists is a regular file of the size meta.json recorded."""
+    folder = Path(run_dir) / FEATURES_DIR
+    for split in meta["splits"]:
+        path = folder / split_file(split)
+        problem = safe_read.regular_file_problem(path)
+        if problem:
+            return f"{path.name} {problem}"
+        if path.stat().st_size != meta["bytes"][split]:
+            return f"{path.name} is {path.stat().st_size} bytes, meta.json recorded {meta['bytes'][split]} (truncated?)"
+    return ""
 
 
 def is_complete(run_dir: Path, dtype: str = "float32") -> bool:
-    """True when the cache holds every split, in ``dtype``, for the current checkpoint."""
+    """True when the cache holds every split, in ``dtype``, for the current checkpoint, at the recorded sizes."""
     meta = read_meta(run_dir)
-    folder = Path(run_dir) / FEATURES_DIR
     return (meta is not None and meta.get("dtype") == dtype and meta.get("checkpoint_sha256") == checkpoint_digest(run_dir)
-            and all((folder / split_file(s)).is_file() for s in meta.get("splits", [])))
+            and not cache_problem(run_dir, meta))
+
+
+def set_aside_damaged_cache(run_dir: Path, say: Callable[[str], None]) -> None:
+    """A cache that claims to be finished but is not usable (meta.json unreadable or of the wrong types,
+    a split file truncated, replaced or missing) is moved to features.damaged and extracted again: every
+    later call would otherwise trust it and fail the same way."""
+    folder = Path(run_dir) / FEATURES_DIR
+    meta_path = folder / META
+    if not os.path.lexists(meta_path):
+        return  # no finished extraction: a partial one resumes (start_fresh_if_foreign)
+    try:
+        problem = meta_problem(safe_read.load_json(meta_path, limit=safe_read.MiB))
+    except safe_read.UnusableFile as exc:
+        problem = f"meta.json {exc.reason}"
+    else:
+        problem = problem and f"meta.json {problem}"
+    meta = read_meta(run_dir)
+    if not problem and meta is not None and meta["checkpoint_sha256"] == checkpoint_digest(run_dir):
+        problem = cache_problem(run_dir, meta)
+    if problem:
+        moved = store.set_aside(folder)
+        say(f"{Path(run_dir).name}: the feature cache is unusable ({problem}); moved it to {moved.name} and "
+            f"extracting the features again")
 
 
 def rebuild_run(config: dict, state: dict):
@@ -154,17 +229,20 @@ def extract_features(run_dir: Path, dtype: str = "float32", say: Callable[[str],
     if dtype not in DTYPES:
         raise LtbenchError(f"features dtype: expected one of {', '.join(DTYPES)}, got {dtype!r}")
     result = finished_result(run_dir)
+    set_aside_damaged_cache(run_dir, say)
     if is_complete(run_dir, dtype):
         return read_meta(run_dir)
     state = load_final_state(run_dir, result)
     config, digest = result["config"], checkpoint_digest(run_dir)
     folder = run_dir / FEATURES_DIR
+    if os.path.lexists(folder) and not folder.is_dir() or folder.is_symlink():
+        store.set_aside(folder)
     folder.mkdir(exist_ok=True)
     start_fresh_if_foreign(folder, {"checkpoint_sha256": digest, "dtype": dtype})
     run = None
     for split in cached_splits(config):
         target = folder / split_file(split)
-        if target.is_file():
+        if target.is_file() and not target.is_symlink():
             continue
         run = run or rebuild_run(config, state)
         dataset, labels = split_sources(run)[split]
@@ -182,14 +260,17 @@ def start_fresh_if_foreign(folder: Path, origin: dict) -> None:
     known = read_meta(folder.parent)
     if known is None and (folder / PARTIAL).is_file():
         try:
-            known = json.loads((folder / PARTIAL).read_text())
-        except (OSError, ValueError):
+            known = safe_read.load_json(folder / PARTIAL, limit=safe_read.MiB)
+        except safe_read.UnusableFile:
             known = None
-    if known is not None and all(known.get(k) == v for k, v in origin.items()):
+    if isinstance(known, dict) and all(known.get(k) == v for k, v in origin.items()):
         return
     (folder / META).unlink(missing_ok=True)
     for f in folder.glob("*.npz"):
-        f.unlink()
+        if f.is_dir() and not f.is_symlink():
+            store.set_aside(f)
+        else:
+            f.unlink()
     store.atomic_write_json(folder / PARTIAL, origin)
 
 
@@ -205,8 +286,36 @@ def write_meta(run_dir: Path, result: dict, digest: str, dtype: str) -> dict:
 
 
 def load_split(run_dir: Path, split: str) -> dict[str, np.ndarray]:
-    """The cached arrays of one split (features as float32)."""
-    with np.load(Path(run_dir) / FEATURES_DIR / split_file(split)) as data:
-        out = {k: data[k] for k in data.files}
+    """The cached arrays of one split (features as float32), checked: UnusableFile (naming the file) when
+    it cannot be read or holds anything but (N, d) float features, (N,) integer labels and (N, p) float z."""
+    path = Path(run_dir) / FEATURES_DIR / split_file(split)
+    problem = npz_problem(path)
+    if problem:
+        raise safe_read.UnusableFile(path, problem)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            out = {k: data[k] for k in data.files}
+    except Exception as exc:  # BadZipFile, zlib.error (a flipped byte), object arrays, a forged header...
+        raise safe_read.UnusableFile(path, f"cannot be read as arrays ({type(exc).__name__}: "
+                                           f"{str(exc)[:120]})") from None
+    problem = split_arrays_problem(out)
+    if problem:
+        raise safe_read.UnusableFile(path, problem)
     out["features"] = out["features"].astype(np.float32)
     return out
+
+
+def split_arrays_problem(arrays: dict[str, np.ndarray]) -> str:
+    """'' when a split's arrays have the shapes and dtypes extract_features writes, else what is wrong."""
+    feats, labels, z = arrays.get("features"), arrays.get("labels"), arrays.get("z")
+    if feats is None or labels is None:
+        return "has no 'features' or no 'labels' array"
+    if feats.ndim != 2 or feats.dtype.kind != "f" or feats.shape[1] == 0:
+        return f"features are {feats.dtype} of shape {feats.shape}, expected a float (N, d) matrix"
+    if labels.ndim != 1 or labels.dtype.kind not in "iu" or len(labels) != len(feats):
+        return f"labels are {labels.dtype} of shape {labels.shape}, expected {len(feats)} integers"
+    if z is not None and (z.ndim != 2 or z.dtype.kind != "f" or len(z) != len(feats)):
+        return f"z is {z.dtype} of shape {z.shape}, expected a float ({len(feats)}, p) matrix"
+    if not np.isfinite(feats).all():
+        return "features hold NaN or infinite values"
+    return ""

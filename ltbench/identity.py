@@ -32,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ltbench import safe_read
+
 # Paths and local checks: where the data are found, how the process shows progress, how many threads.
 DROPPED: frozenset[tuple[str, str]] = frozenset({
     ("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
@@ -129,9 +131,9 @@ def file_sha256(path) -> str | None:
         st = os.stat(path)
         key = (str(path), st.st_size, st.st_mtime_ns)
         if key not in _sha_cache:
-            _sha_cache[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            _sha_cache[key] = safe_read.sha256_of(path)  # a FIFO or a device is no file: never read
         return _sha_cache[key]
-    except (OSError, TypeError, ValueError):
+    except (OSError, TypeError, ValueError, safe_read.UnusableFile):
         return None
 
 

@@ -55,6 +55,8 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dic
         status = store.run_status(run_dir)
         if status == "done" and is_stale(run_dir):
             status = "stale"
+        if status == "done" and "checkpoint" in redo and set_aside_without_checkpoint(run_dir):
+            status = "no checkpoint"
         statuses.append(status)
         if status == "done" or (status in ("failed", "stale") and status not in redo):
             continue
@@ -71,6 +73,19 @@ def check_results_root(root: Path) -> None:
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise LtbenchError(f"results directory {root} is not writable ({folder} is not a writable folder); "
                            f"choose another with --results DIR or fix its permissions")
+
+
+def set_aside_without_checkpoint(run_dir: Path) -> bool:
+    """--rebuild-checkpoints: a done run whose checkpoint.pt is not its final model (gone, truncated, foreign)
+    has its result moved to result.json.no-checkpoint, so the run trains again and writes both anew."""
+    from ltbench.features import final_checkpoint_problem
+
+    problem = final_checkpoint_problem(run_dir)
+    if not problem:
+        return False
+    moved = store.set_aside(run_dir / store.RESULT, "no-checkpoint")
+    print(f"  {run_dir.name}: {problem}; moved its result to {moved.name}: it is trained again")
+    return True
 
 
 def print_plan(recipe: Recipe) -> int:
@@ -181,11 +196,12 @@ def _announce(recipe: Recipe, specs: list[dict], found: dict[str, int], redo: tu
         print(f"  {changed}")
 
 
-def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False) -> dict[str, int]:
+def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
+           rebuild_checkpoints: bool = False) -> dict[str, int]:
     check_runs_per_gpu(recipe)
     store.ensure_writable(recipe.root)
     preflight(recipe)
-    redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale
+    redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
     specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)
     name = recipe.launcher.name
@@ -494,8 +510,9 @@ def _run_dirs_under(root: Path) -> list[Path]:
         raise DataMissingError(f"{root}: no such results directory")
 
     def children(folder: Path) -> list[Path]:
-        return sorted(p for p in folder.iterdir()
-                      if p.is_dir() and not p.name.startswith(("_", ".")) and p.name not in store.OWNED_DIRS)
+        return sorted(p for p in folder.iterdir()  # symlinks never followed (out of the root, or in a loop)
+                      if not p.is_symlink() and p.is_dir() and not p.name.startswith(("_", "."))
+                      and p.name not in store.OWNED_DIRS)
 
     out = []
     for child in children(root):

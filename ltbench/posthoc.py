@@ -129,11 +129,15 @@ def expand_posthoc(entries, where: str = "posthoc") -> list[dict]:
     if not isinstance(entries, list):
         raise ConfigError(f"{where}: expected a list of stage-2 settings, e.g. [{{name: tau_norm, tau: [0, 1]}}], "
                           f"got {short_repr(entries)}")
-    out, seen = [], set()
+    out, seen, declared = [], set(), 0
     for i, entry in enumerate(entries):
         here = f"{where}[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ConfigError(f"{here}: expected a mapping with a stage-2 method 'name', got {short_repr(entry)}")
+        declared += _entry_size(entry, here)  # bounded from the axis lengths, before anything is expanded
+        if declared > MAX_SETTINGS:
+            raise ConfigError(f"{where}: {declared} stage-2 settings up to {here}; at most {MAX_SETTINGS} "
+                              f"(split the grid into several recipes)")
         for point in _entry_points(entry):
             try:
                 spec = resolved_posthoc_spec(point, here)
@@ -148,6 +152,19 @@ def expand_posthoc(entries, where: str = "posthoc") -> list[dict]:
         if len(out) > MAX_SETTINGS:
             raise ConfigError(f"{where}: more than {MAX_SETTINGS} stage-2 settings; split the grid")
     return out
+
+
+def _entry_size(entry: dict, where: str) -> int:
+    """How many settings an entry declares: the product of its list options' lengths. An empty list would
+    silently drop the whole entry, so it is refused."""
+    size = 1
+    for key, values in entry.items():
+        if isinstance(values, list) and key != "name":
+            if not values:
+                raise ConfigError(f"{where}.{key}: an empty list gives no setting (and would drop this entry); "
+                                  f"give at least one value")
+            size *= len(values)
+    return size
 
 
 def _entry_points(entry: dict) -> list[dict]:

@@ -21,14 +21,14 @@ import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 import numpy as np
 import torch
 
-from ltbench import features, registry, store
+from ltbench import features, identity, registry, safe_read, store
 from ltbench.config import EvalConfig, from_dict
-from ltbench.errors import LtbenchError
+from ltbench.errors import DiskFullError, LtbenchError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.method import MethodContext, create_method
 from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
@@ -68,9 +68,31 @@ def load_frozen(run_dir: Path) -> FrozenRun:
         arrays = features.load_split(run_dir, name)
         z = torch.from_numpy(arrays["z"]) if "z" in arrays else None
         splits[name] = SplitInputs(torch.from_numpy(arrays["features"]), torch.from_numpy(arrays["labels"]), z)
+    if not isinstance(result.get("data"), dict) or not result["data"].get("class_counts_train"):
+        raise LtbenchError(f"{Path(run_dir) / store.RESULT}: no data.class_counts_train (a stage-2 fit needs the "
+                           f"training counts); run it again with 'ltbench run'")
     counts = torch.as_tensor(result["data"]["class_counts_train"], dtype=torch.long)
-    method = trained_method(config, state, counts, splits["train"].features.shape[1])
+    check_splits_agree(run_dir, splits, len(counts))
+    try:
+        method = trained_method(config, state, counts, splits["train"].features.shape[1])
+    except (RuntimeError, ValueError) as exc:  # load_state_dict: the features do not fit the checkpoint's method
+        raise safe_read.UnusableFile(Path(run_dir) / features.FEATURES_DIR,
+                                     f"does not fit the run's checkpoint ({str(exc).splitlines()[0][:160]})") from None
     return FrozenRun(result["run_id"], config, counts, method, splits)
+
+
+def check_splits_agree(run_dir: Path, splits: dict[str, SplitInputs], num_classes: int) -> None:
+    """Every split of one cache has the same feature (and z) width, and labels that are class indices."""
+    folder = Path(run_dir) / features.FEATURES_DIR
+    width = splits["train"].features.shape[1]
+    z_width = None if splits["train"].z is None else splits["train"].z.shape[1]
+    for name, inputs in splits.items():
+        path = folder / features.split_file(name)
+        if inputs.features.shape[1] != width or (None if inputs.z is None else inputs.z.shape[1]) != z_width:
+            raise safe_read.UnusableFile(path, f"features of width {inputs.features.shape[1]}, the training split's "
+                                               f"are {width}")
+        if len(inputs.labels) and (int(inputs.labels.min()) < 0 or int(inputs.labels.max()) >= num_classes):
+            raise safe_read.UnusableFile(path, f"labels outside 0..{num_classes - 1}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -165,6 +187,8 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
         save_predictions(out_dir, arrays, frozen.num_classes)
         record.update(status="done", metrics=metrics, method_extras=clf.result_extras(),
                       fit_seconds=fitted - t0, eval_seconds=time.perf_counter() - fitted)
+    except (OSError, DiskFullError) as exc:  # an I/O fault is no property of the setting: not stored, retried
+        raise_io_fault(out_dir, exc)
     except LtbenchError as exc:
         record.update(status="failed", error=str(exc), error_type=type(exc).__name__)
     except Exception as exc:  # a plugin's own bug: kept with its traceback, the grid goes on
@@ -172,8 +196,23 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
                       traceback=traceback.format_exc())
     record["ended"] = time.time()
     record["wall_seconds"] = record["ended"] - record["started"]
-    write_compact_json(out_dir / store.RESULT, record)
+    try:
+        write_compact_json(out_dir / store.RESULT, record)
+    except (OSError, DiskFullError) as exc:
+        raise_io_fault(out_dir, exc)
     return record["status"]
+
+
+IO_ERRORS = ("OSError", "DiskFullError", "PermissionError", "WriteError")  # error_type of a failure that is retried
+
+
+def raise_io_fault(out_dir: Path, exc: BaseException) -> NoReturn:
+    """Raise the fault as one line naming the file: the caller skips the run's remaining settings and says so;
+    nothing is recorded for this setting, so the next 'ltbench posthoc' fits it again."""
+    where = getattr(exc, "filename", None) or out_dir
+    reason = getattr(exc, "strerror", None) or str(exc)
+    raise LtbenchError(f"I/O error writing {where} ({reason}); nothing was recorded for this setting, "
+                       f"run 'ltbench posthoc' again once the cause is fixed")
 
 
 def write_compact_json(path: Path, record: dict) -> None:
@@ -187,7 +226,8 @@ def write_compact_json(path: Path, record: dict) -> None:
 
 
 def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, redo_failed: bool = False,
-                     redo_stale: bool = False, stale: list | None = None) -> list[dict]:
+                     redo_stale: bool = False, stale: list | None = None,
+                     say: Callable[[str], None] = print) -> list[dict]:
     """The settings of ``specs`` without a usable result below RUN_DIR/posthoc: failed ones count as done
     unless ``redo_failed``; damaged ones, and results fitted on another checkpoint's features (the run was
     trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone. Results whose stage-2
@@ -198,15 +238,18 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
         out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
         check = store.check_result(out)
         if check.state == "unusable":
-            store.set_aside(out / store.RESULT)
+            moved = store.set_aside(out / store.RESULT)
+            say(f"{Path(run_dir).name}: stage-2 {out.name}: {check.reason}; moved it to {moved.name}, fitting it again")
         elif check.usable and (check.result.get("features") or {}).get("checkpoint_sha256") != checkpoint_sha256:
             store.set_aside(out / store.RESULT, "stale")
-        elif check.state == "done" and store.changed_code(check.result)[0]:
+        elif check.state == "done" and identity.changed_code(check.result)[0]:
             if not redo_stale:
                 if stale is not None:
                     stale.append(spec)
                 continue
             store.set_aside(out / store.RESULT, "stale")
+        elif check.state == "failed" and check.result.get("error_type") in IO_ERRORS:
+            store.set_aside(out / store.RESULT, "io-error")  # recorded by an older ltbench: retried
         elif check.state == "done" or (check.state == "failed" and not redo_failed):
             continue
         todo.append(spec)
@@ -224,32 +267,62 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
         torch.set_num_threads(threads)
     registry.add_plugin_paths(list(plugins))
     run_dir = Path(run_dir)
-    (run_dir / POSTHOC_DIR).mkdir(exist_ok=True)
-    claim = store.claim_run(run_dir / POSTHOC_DIR)
-    if claim is None:
-        say(f"{run_dir.name}: skipped: another process is running its stage-2 grid")
-        return {"busy": len(specs)}
-    with claim:
+    try:
+        folder = run_dir / POSTHOC_DIR
+        if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
+            say(f"{run_dir.name}: {POSTHOC_DIR} was not a folder; moved it to {store.set_aside(folder).name}")
+        folder.mkdir(exist_ok=True)
+        claim = store.claim_run(folder)
+        if claim is None:
+            say(f"{run_dir.name}: skipped: another process is running its stage-2 grid")
+            return {"busy": len(specs)}
+        with claim:
+            return _posthoc_claimed_run(run_dir, specs, dtype, redo_failed, say, redo_stale)
+    except Exception as exc:  # this run only: the others go on, whatever --jobs is
+        why = str(exc) if isinstance(exc, LtbenchError) else f"internal error: {type(exc).__name__}: {exc}"
+        say(f"{run_dir.name}: SKIPPED: {why}")
+        return {"skipped": 1, "skipped_runs": [f"{run_dir.name}: {why}"]}
+
+
+def frozen_with_usable_cache(run_dir: Path, dtype: str, say: Callable[[str], None]) -> tuple[dict, FrozenRun]:
+    """(meta, frozen run); a cache whose content proves unusable on loading is set aside and extracted once more."""
+    for attempt in (1, 2):
         meta = features.extract_features(run_dir, dtype, say)
-        stale: list[dict] = []
-        todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed, redo_stale, stale)
-        counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0, **({"stale": len(stale)} if stale else {})}
-        if not todo:
-            return counts
-        frozen, result = load_frozen(run_dir), features.finished_result(run_dir)
-        provenance = git_state(Path(__file__).resolve().parent.parent)
-        threads_before = torch.get_num_threads()
-        torch.set_num_threads(1)  # stage-2 tensors are small: more threads cost more than they give
-        try:                      # (benchmarks/posthoc_grid.py: 7x slower with 2 threads on a loaded machine)
-            for spec in todo:
-                status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec),
-                                        provenance)
-                counts[status] += 1
-        finally:
-            torch.set_num_threads(threads_before)
-        say(f"{run_dir.name}: {counts['done']} stage-2 setting(s) done, {counts['failed']} failed, "
-            f"{counts['already']} already there")
+        try:
+            return meta, load_frozen(run_dir)
+        except safe_read.UnusableFile as exc:
+            if attempt == 2:
+                raise
+            moved = store.set_aside(run_dir / features.FEATURES_DIR)
+            say(f"{run_dir.name}: the feature cache is unusable ({exc}); moved it to {moved.name} and extracting "
+                f"the features again")
+    raise AssertionError("unreachable")
+
+
+def _posthoc_claimed_run(run_dir: Path, specs: list[dict], dtype: str, redo_failed: bool,
+                         say: Callable[[str], None], redo_stale: bool = False) -> dict[str, int]:
+    """posthoc_one_run's work once the run's stage-2 lock is held."""
+    meta = features.extract_features(run_dir, dtype, say)
+    stale: list[dict] = []
+    todo = pending_settings(run_dir, specs, meta["checkpoint_sha256"], redo_failed, redo_stale, stale, say)
+    counts = {"already": len(specs) - len(todo), "done": 0, "failed": 0, **({"stale": len(stale)} if stale else {})}
+    if not todo:
         return counts
+    meta, frozen = frozen_with_usable_cache(run_dir, dtype, say)
+    result = features.finished_result(run_dir)
+    provenance = git_state(Path(__file__).resolve().parent.parent)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(1)  # stage-2 tensors are small: more threads cost more than they give
+    try:                      # (benchmarks/posthoc_grid.py: 7x slower with 2 threads on a loaded machine)
+        for spec in todo:
+            status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec),
+                                    provenance)
+            counts[status] += 1
+    finally:
+        torch.set_num_threads(threads_before)
+    say(f"{run_dir.name}: {counts['done']} stage-2 setting(s) done, {counts['failed']} failed, "
+        f"{counts['already']} already there")
+    return counts
 
 
 def unfinished_runs(runs: list[dict]) -> list[tuple[dict, str]]:
@@ -274,8 +347,18 @@ def ready_run_dirs(runs: list[dict], say: Callable[[str], None] = print) -> tupl
 
 def add_counts(totals: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
     for key, value in counts.items():
-        totals[key] = totals.get(key, 0) + value
+        totals[key] = totals.get(key, type(value)()) + value  # counts, and lists of skipped runs
     return totals
+
+
+def _worker_counts(future, run_dir: str, say: Callable[[str], None]) -> dict:
+    """A worker's counts; a worker that died (killed, out of memory) skips its run, never the others."""
+    try:
+        return future.result()
+    except Exception as exc:
+        why = f"its worker process ended ({type(exc).__name__}: {exc})"
+        say(f"{Path(run_dir).name}: SKIPPED: {why}")
+        return {"skipped": 1, "skipped_runs": [f"{Path(run_dir).name}: {why}"]}
 
 
 def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str = "float32",
@@ -291,7 +374,7 @@ def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str =
             plugins = tuple(registry.plugin_paths())
             futures = [pool.submit(posthoc_one_run, d, specs, dtype, redo_failed, threads, plugins, print, redo_stale)
                        for d in ready]
-            results = [f.result() for f in futures]
+            results = [_worker_counts(f, d, say) for f, d in zip(futures, ready)]
     for counts in results:
         add_counts(totals, counts)
     return totals

@@ -54,13 +54,47 @@ def save_predictions(run_dir: Path, arrays: Mapping[str, np.ndarray], num_classe
     return path
 
 
+MAX_NPZ_MEMBER_BYTES = 8 * 1024 ** 3  # a (N, d) feature matrix of ImageNet-LT's training set is ~1 GB
+
+
+def npz_problem(path: Path, max_member_bytes: int = MAX_NPZ_MEMBER_BYTES) -> str:
+    """'' when ``path`` is a regular .npz whose members are plain (no object) arrays whose headers agree with
+    their stored sizes, else what is wrong. Reads the headers only: a forged header claiming 10^12 entries
+    is refused before numpy allocates anything."""
+    from ltbench import safe_read
+
+    problem = safe_read.regular_file_problem(path)
+    if problem:
+        return problem
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.file_size > max_member_bytes:
+                    return f"member {info.filename[:60]} claims {info.file_size} bytes"
+                with zf.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                        np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read(member)
+                if dtype.hasobject:
+                    return f"member {info.filename[:60]} holds Python objects"
+                if int(np.prod(shape, dtype=object)) * dtype.itemsize > info.file_size:
+                    return f"member {info.filename[:60]} claims shape {shape}, more than it stores"
+    except Exception as exc:  # BadZipFile, a bad magic or header, zlib.error...
+        return f"cannot be read as arrays ({type(exc).__name__}: {str(exc)[:120]})"
+    return ""
+
+
 def load_predictions(run_dir: Path) -> dict[str, np.ndarray] | None:
-    """Every stored array, or None when the file is missing or damaged (never a traceback)."""
+    """Every stored array, or None when the file is missing or damaged (never a traceback, never a hang:
+    a FIFO, a forged header or a bad deflate stream all read as "no predictions")."""
     path = Path(run_dir) / PREDICTIONS
+    if npz_problem(path):
+        return None
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    except Exception:  # zlib.error on a flipped byte inside the stream, CRC errors, EOFError...
         return None
 
 

@@ -487,8 +487,8 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                           f"(split it into several recipes)")
     try:
         registry.add_plugin_paths(plugins)
-    except RegistryError as exc:
-        raise ConfigError(f"plugins: {exc}") from None
+    except RegistryError as exc:  # a bad $LTBENCH_PLUGIN_PATH folder is not the recipe's plugins: fault
+        raise ConfigError(str(exc) if isinstance(exc, registry.EnvPluginError) else f"plugins: {exc}") from None
     base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen, used, identities = [], set(), set(), {}
     for point in points:

@@ -157,6 +157,10 @@ def _import_package_modules(module_name: str) -> None:
 def _plugin_error(what: str, exc: BaseException) -> RegistryError:
     if isinstance(exc, RegistryError):
         return exc
+    if isinstance(exc, (KeyboardInterrupt, GeneratorExit)) or not isinstance(exc, (Exception, SystemExit)):
+        return RegistryError(f"could not load {what}: importing it raised {type(exc).__name__} "
+                             f"({shorten(str(exc), 120) or 'no message'}); a plugin module must only define and "
+                             f"register (if you pressed Ctrl-C, run the command again)")
     if isinstance(exc, SystemExit):  # otherwise the whole command would end, silently, with the plugin's code
         return RegistryError(f"could not load {what}: importing it called sys.exit({short_repr(exc.code, 60)}); "
                              f"a plugin module must only define and register (move script code under "
@@ -178,7 +182,7 @@ def _load_entry_points() -> None:
             try:
                 with _source(label):
                     _import_package_modules(ep.value.split(":")[0])
-            except (Exception, SystemExit) as exc:  # a broken plugin names itself
+            except BaseException as exc:  # a broken plugin names itself (KeyboardInterrupt raised by it too)
                 raise _plugin_error(label, exc) from exc
 
 
@@ -220,9 +224,13 @@ def _import_plugin_folder(folder: Path) -> None:
     try:
         with _source(label):
             _import_package_modules(name)
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:
         _plugin_paths.remove(folder)  # never handed to a worker as if it had loaded
         raise _plugin_error(label, exc) from exc
+
+
+class EnvPluginError(RegistryError):
+    """A folder of $LTBENCH_PLUGIN_PATH could not be loaded: the recipe's ``plugins:`` is not to blame."""
 
 
 def discover() -> None:
@@ -235,7 +243,10 @@ def discover() -> None:
                 importlib.import_module(module)
     _load_entry_points()
     for folder in _env_plugin_paths():
-        _import_plugin_folder(folder)
+        try:
+            _import_plugin_folder(folder)
+        except RegistryError as exc:  # blamed on the variable, not on the recipe's plugins:
+            raise EnvPluginError(f"${PLUGIN_PATH_ENV}: {exc} (fix or unset {PLUGIN_PATH_ENV})") from None
 
 
 def plugin_paths() -> list[str]:

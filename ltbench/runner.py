@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from ltbench import record, registry, store
+from ltbench import record, registry, safe_read, store
 from ltbench.errors import LtbenchError
 from ltbench.runspec import RunSpec
 
@@ -41,8 +41,8 @@ def prepare_run_dir(spec: RunSpec | dict) -> Path:
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        same = json.loads((run_dir / store.SPEC).read_bytes()) == plain
-    except (OSError, ValueError):
+        same = safe_read.load_json(run_dir / store.SPEC) == plain
+    except safe_read.UnusableFile:  # missing, damaged, a FIFO...: written again (atomic rename replaces it)
         same = False
     if not same:
         store.atomic_write_json(run_dir / store.SPEC, plain)
@@ -113,7 +113,7 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
             f"(from the checkpoint, if there is a usable one)")
     for name in (store.LOG, store.CHECKPOINT):
         path = run_dir / name
-        if path.exists() and not path.is_file():
+        if os.path.lexists(path) and safe_read.regular_file_problem(path):  # a folder, a FIFO, a symlink loop
             moved = store.set_aside(path)
             say(f"{name} was not a file; moved it to {moved.name}")
     return True

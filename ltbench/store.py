@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench import identity
-from ltbench.errors import DiskFullError, LtbenchError
+from ltbench import identity, safe_read
+from ltbench.errors import DiskFullError, LtbenchError, WriteError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
 STARTED, SUBMITTED = "started.json", "submitted.json"  # worker start (host, pid, Slurm ids); launcher job ids
@@ -119,6 +119,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             old = path.stat().st_size if path.is_file() else 0
             raise _disk_full(path, exc, len(data) + old) from None
+        if isinstance(exc, OSError) and not isinstance(exc, LtbenchError):
+            raise WriteError(path, exc) from None  # EFBIG, EROFS, EIO...: the target is named
         raise
     _fsync_dir(path.parent)
 
@@ -154,21 +156,24 @@ def append_jsonl(path: Path, obj: Any) -> None:
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise _disk_full(Path(path), exc, len(line)) from None
-        raise
+        raise WriteError(path, exc) from None
+
+
+MAX_LOG_BYTES = 256 * safe_read.MiB  # one line per epoch: a few MB for the longest schedules
 
 
 def read_jsonl(path: Path) -> list[dict]:
     """Read a JSON-lines log, ignoring a torn (partially written) last line. A log that is not a
     readable file (a directory, say) reads as empty: the run that owns it sets it aside."""
     try:
-        text = Path(path).read_bytes().decode("utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        text = safe_read.read_bytes(path, limit=MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    except safe_read.UnusableFile:  # missing, not a regular file (a FIFO never blocks), too big
         return []
     rows = []
     for line in text.splitlines():
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a torn last line, or damage (a line of 200,000 '[')
             break
         if not isinstance(row, dict):
             break
@@ -287,8 +292,8 @@ def claim_run(run_dir: Path, wait_s: float = 0.0) -> RunClaim | None:
 
 def read_started(run_dir: Path) -> dict:
     try:
-        info = json.loads((Path(run_dir) / STARTED).read_bytes())
-    except (OSError, ValueError):
+        info = safe_read.load_json(Path(run_dir) / STARTED, limit=safe_read.MiB)
+    except safe_read.UnusableFile:
         return {}
     return info if isinstance(info, dict) else {}
 
@@ -362,6 +367,9 @@ def result_problem(obj: Any) -> str:
     if not isinstance(config, dict) or not all(
             isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in sections):
         return "config (data, backbone, method names) is missing"
+    seed = config.get("seed")
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
+        return f"config.seed is {str(seed)[:40]!r}, expected a whole number"
     if obj["status"] == "failed":
         return ""
     metrics = obj.get("metrics")
@@ -375,10 +383,34 @@ def result_problem(obj: Any) -> str:
             problem = _metric_problem(values, f"metrics.{section}.{name}")
             if problem:
                 return problem
-    per_class = metrics.get("per_class")
-    if per_class is not None and not (isinstance(per_class, list)
-                                      and all(v is None or _is_number(v) for v in per_class)):
-        return "metrics.per_class is not a list of numbers"
+    return _per_class_problem(metrics.get("per_class"), obj.get("data"))
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _per_class_problem(per_class: Any, data: Any) -> str:
+    """Per-class accuracies are fractions, one per class; class counts are whole numbers >= 0: a plot or
+    a stage-2 fit reads them as they are, so a value out of range must never get that far."""
+    counts = None
+    if data is not None:
+        if not isinstance(data, dict):
+            return f"data is {type(data).__name__}, expected an object"
+        for key in ("class_counts_train", "class_counts_test"):
+            values = data.get(key)
+            if values is not None and not (isinstance(values, list) and all(_is_count(v) for v in values)):
+                return f"data.{key} is not a list of whole numbers >= 0"
+        counts = data.get("class_counts_train")
+        if data.get("num_classes") is not None and not (_is_count(data["num_classes"]) and (
+                counts is None or data["num_classes"] == len(counts))):
+            return f"data.num_classes is {str(data['num_classes'])[:40]!r}, not the number of class counts"
+    if per_class is None:
+        return ""
+    if not (isinstance(per_class, list) and all(v is None or (_is_number(v) and 0 <= v <= 1) for v in per_class)):
+        return "metrics.per_class is not a list of fractions in [0, 1]"
+    if counts is not None and len(per_class) != len(counts):
+        return f"metrics.per_class has {len(per_class)} values for {len(counts)} classes"
     return ""
 
 
@@ -386,20 +418,11 @@ def check_result(run_dir: Path) -> ResultCheck:
     """Read and check ``RUN_DIR/result.json``. Run, status and tables all decide with this."""
     path = Path(run_dir) / RESULT
     try:
-        raw = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return ResultCheck("missing")
-    except IsADirectoryError:
-        return ResultCheck("unusable", reason="result.json is a directory")
-    except OSError as exc:
-        return ResultCheck("unusable", reason=f"result.json cannot be read ({exc.strerror})")
-    try:
-        obj = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return ResultCheck("unusable", reason="result.json is not UTF-8 text")
-    except ValueError as exc:
-        what = "empty" if not raw.strip() else f"not valid JSON, truncated? ({getattr(exc, 'msg', exc)})"
-        return ResultCheck("unusable", reason=f"result.json is {what}")
+        obj = safe_read.load_json(path)
+    except safe_read.UnusableFile as exc:
+        if exc.reason == "is missing" and not os.path.lexists(path):
+            return ResultCheck("missing")
+        return ResultCheck("unusable", reason=f"result.json {exc.reason}")
     problem = result_problem(obj)
     if problem:
         return ResultCheck("unusable", reason=f"result.json {problem}")

@@ -71,12 +71,12 @@ LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its lo
     1: ("ltbench.data", "ltbench.backbones", "ltbench.experts", "ltbench.method", "ltbench.posthoc", "methods", "ltbench.evaluation", "ltbench.predictions",
         "ltbench.significance", "ltbench.literature", "ltbench.distributed", "ltbench.samplers"),
     0: ("ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record", "ltbench.runspec",
-        "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench.loggers", "ltbench"),
+        "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench.loggers", "ltbench.safe_read", "ltbench"),
 }
 TORCH_FREE = ("ltbench.report", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
               "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
               "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
-              "ltbench.loggers", "ltbench.progress")
+              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read")
 
 
 def all_modules() -> dict[str, Path]:

@@ -33,7 +33,7 @@ from torch.utils.data import Dataset
 from ltbench.config import added_later, check_range
 from ltbench.data.base import DatasetBuilder, ImageSpec, LTData
 from ltbench.data.validation import counts_record, hold_out
-from ltbench.errors import DataMissingError, LtbenchError
+from ltbench.errors import CorruptFileError, DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
 
 SPLITS_ENV = "LTBENCH_SPLITS"
@@ -250,7 +250,8 @@ class FileImages(Dataset):
         try:
             image = decode_image(str(path), mode=ImageReadMode.RGB)
         except Exception as exc:
-            raise LtbenchError(f"image {path} cannot be decoded ({type(exc).__name__}: {exc}){self.where(i)}") from exc
+            raise CorruptFileError(path, f"cannot be decoded as an image ({type(exc).__name__}: {exc}){self.where(i)}") \
+                from exc
         return image, int(self.labels[i])
 
 

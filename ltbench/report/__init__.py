@@ -95,8 +95,9 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
         recs, exp = records, expected
         if spec.include and recipe is not None:  # e.g. CIFAR-10-LT beside CIFAR-100-LT in one table
             recs, exp = list(records), list(expected)
-            for other_path in spec.include:
-                other_records, other, _ = source(recipe.path.parent / other_path, results, use_cache)
+            for i, other_path in enumerate(spec.include):
+                other_file = _included_recipe(recipe.path, other_path, f"{where}.{table_name}.include[{i}]")
+                other_records, other, _ = source(other_file, results, use_cache)
                 recs += other_records
                 exp += other.expected
         table = build_table(table_name, spec, recs, exp, where=where, test=test)
@@ -106,6 +107,20 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
             add_published(table)
         out.append(table)
     return out
+
+
+def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
+    """An ``include:`` entry as a recipe file: a regular file that is not the including recipe itself
+    (which would count its folders twice and call each run a copy of itself)."""
+    from ltbench.safe_read import regular_file_problem
+
+    path = Path(recipe_path).parent / other
+    problem = regular_file_problem(path)
+    if problem:
+        raise LtbenchError(f"{where}: {path} {problem}; expected a recipe file next to this one")
+    if path.resolve() == Path(recipe_path).resolve():
+        raise LtbenchError(f"{where}: '{other}' is this recipe itself; its runs are in the table already")
+    return path
 
 
 def check_tables(tables_by_name: dict, runs: list[dict], where: str, posthoc: list[dict] = ()) -> None:

@@ -17,7 +17,12 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
                 where: str = "tables", test: str | None = "welch") -> Table:
     units, notes = gather_units(records, expected)
     if spec.where:
+        before = len(units)
         units = [u for u in units if _matches(u.flat, spec.where)]
+        if before and not units:
+            notes.append(f"where {spec.where} matches no configuration of these runs: the table is empty")
+    if spec.rows == []:
+        notes.append("rows: [] declares no row: the table is empty")
     pivot = list(spec.pivot)
     groups = _group_values(units, pivot, spec) if units else [tuple(None for _ in pivot)]
     if spec.rows is not None:

@@ -84,15 +84,15 @@ def _write(path: Path, text: str) -> None:
     store.atomic_write_bytes(path, text.encode())
 
 
-def write_report(recipe_path, results=None, test: str | None = "welch", overrides=()) -> Path:
+def write_report(recipe_path, results=None, test: str | None = "welch", overrides=(), use_cache: bool = True) -> Path:
     from ltbench import report
     from ltbench.report.formats import latex_document, render
 
-    records, recipe, root = report.source(recipe_path, results, overrides=overrides)
+    records, recipe, root = report.source(recipe_path, results, use_cache, overrides=overrides)
     if recipe is None:
         raise report.LtbenchError(f"{recipe_path}: 'ltbench report' needs a recipe file")
     out = store.ensure_writable(Path(root) / "report")
-    built = report.tables(recipe_path, results, test=test, overrides=overrides)
+    built = report.tables(recipe_path, results, test=test, overrides=overrides, use_cache=use_cache)
     command = "ltbench table " + " ".join(shlex.quote(str(a)) for a in [recipe_path, *overrides])
     md = [f"# Report: {recipe.name}", "", f"Recipe `{recipe_path}`; results in `{root}`.", "", "## Tables", ""]
     fragments = []

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench import store
+from ltbench import safe_read, store
 from ltbench.identity import DATA_IDENTITY
 from ltbench.report.index import config_key
 from ltbench.report.rows import flatten
@@ -76,6 +76,23 @@ def expected_of(runs: list[dict], posthoc: list[dict] = ()) -> list[dict]:
     return out
 
 
+def expansion_cache_problem(cached: dict) -> str:
+    """'' when an expansion cache has the types recipe_runs relies on (read back under the same rule as
+    every other file ltbench wrote: forged or damaged content is expanded again, never shown)."""
+    seeds, expected, flats = cached.get("seeds"), cached.get("expected"), cached.get("flats")
+    if not (isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        return "seeds"
+    if not (isinstance(flats, dict) and all(isinstance(v, dict) for v in flats.values())):
+        return "flats"
+    if not isinstance(expected, list):
+        return "expected"
+    for entry in expected:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and isinstance(entry[1], str) and entry[1] in flats
+                and isinstance(entry[2], int) and not isinstance(entry[2], bool)):
+            return "expected"
+    return ""
+
+
 def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: bool = True,
                 overrides: list[str] = ()) -> RecipeRuns:
     """Expected runs and declared tables of a recipe file (with the same dotted overrides as
@@ -95,23 +112,24 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     cache_path = root / f".ltbench-recipe-{name}-{hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]}.json"
     if use_cache:
         try:
-            cached = json.loads(cache_path.read_text())
-            if cached.get("version") == CACHE_VERSION and cached.get("signature") == signature:
+            cached = safe_read.load_json(cache_path)
+            if isinstance(cached, dict) and cached.get("version") == CACHE_VERSION \
+                    and cached.get("signature") == signature and not expansion_cache_problem(cached):
                 tables = parse_tables(raw.get("tables"), f"{path}: tables")
                 flats = cached["flats"]
                 expected = [{"run_id": r, "key": k, "seed": s, "flat": flats[k]} for r, k, s in cached["expected"]]
                 return RecipeRuns(name, path, root, expected, tables, cached["seeds"])
-        except (OSError, ValueError, KeyError, AttributeError):
-            pass
+        except safe_read.UnusableFile:
+            pass  # missing or damaged: expanded again below and rewritten
     from ltbench.recipe import load_recipe
 
     recipe = load_recipe(path, list(overrides), results_dir=results)
     expected = expected_of(recipe.runs, recipe.posthoc)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
-    # any file this cache watches: such a recipe is expanded every time, never read from the cache.
+    # any file this cache watches: such a recipe is expanded every time, never read from or written to the cache.
     volatile = any(DATA_IDENTITY in spec["config"] for spec in recipe.runs)
-    if use_cache and root.is_dir() and not volatile:
+    if root.is_dir() and not volatile:  # also with --no-cache: a damaged cache is replaced by a good one
         try:
             compact = {"version": CACHE_VERSION, "signature": signature, "seeds": seeds,
                        "expected": [[e["run_id"], e["key"], e["seed"]] for e in expected],

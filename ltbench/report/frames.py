@@ -22,7 +22,6 @@ per_class / class_stats / curves read the full result.json and log.jsonl (not th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -68,11 +67,8 @@ def row_labels(path, results=None, overrides=(), stage2: bool = False) -> tuple[
 
 
 def _full_result(run_dir: str) -> dict:
-    try:
-        data = json.loads(Path(run_dir, store.RESULT).read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}
+    """The whole result record, under the same rule as every read (store.check_result); {} when unusable."""
+    return store.check_result(Path(run_dir)).result or {}
 
 
 def _group(count: int, many: int, few: int) -> str:

@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Mapping
 from pathlib import Path
 
-from ltbench import identity, store
+from ltbench import identity, safe_read, store
 
 INDEX_FILE = ".ltbench-index"
 INDEX_VERSION = 6  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all')
@@ -102,18 +102,24 @@ def read_result_file(path: Path) -> dict:
 def _identity_from_spec(run_dir: Path) -> dict:
     """The row a run belongs to, read from its spec.json ({} when that is missing or damaged)."""
     try:
-        spec = json.loads((run_dir / store.SPEC).read_text())
+        spec = safe_read.load_json(run_dir / store.SPEC)
         key, identity = config_key(spec["config"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        seed = spec["config"].get("seed")
+        if not (seed is None or _is_int(seed)):
+            return {}
+    except (safe_read.UnusableFile, KeyError, TypeError, AttributeError, ValueError):
         return {}
-    return dict(key=key, config=identity, seed=spec["config"].get("seed"), recipe=spec.get("recipe"),
-                grid=spec.get("grid") or {}, run_id=spec.get("run_id") or run_dir.name)
+    grid = spec.get("grid") if isinstance(spec.get("grid"), dict) else {}
+    run_id = spec.get("run_id") if isinstance(spec.get("run_id"), str) else run_dir.name
+    return dict(key=key, config=identity, seed=seed, recipe=_str(spec.get("recipe")), grid=grid, run_id=run_id)
 
 
 def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
     """A run folder without result.json: running, pending, or damaged (empty / no spec.json)."""
     if not names:
         return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
+    if store.RESULT in names:  # there, but no regular file (a FIFO, a device, a symlink loop): damaged, named
+        return read_result_file(run_dir / store.RESULT)
     status = "running" if store.STARTED in names else "pending"
     rec = {"status": status, "run_id": run_dir.name}
     if store.SPEC not in names:
@@ -142,8 +148,11 @@ def find_run_dirs(root: Path) -> list[tuple[str, set[str], os.stat_result | None
             entries = list(os.scandir(folder))
         except OSError:
             continue
-        files = {e.name for e in entries if not e.is_dir()}
-        subdirs = [e.path for e in entries if e.is_dir() and not e.name.startswith(".") and e.name not in SKIP_DIRS]
+        files = {e.name for e in entries if not _is_dir(e)}
+        # Symlinked folders are never followed: one pointing out of the root would pull in foreign runs,
+        # one pointing back in ('ln -s . latest') would loop; every run inside is reached by its real path.
+        subdirs = [e.path for e in entries if _is_dir(e) and not e.is_symlink() and not e.name.startswith(".")
+                   and e.name not in SKIP_DIRS]
         if store.RESULT in files or files & RUN_FILES or (not subdirs and folder != root_s):
             out.append((folder, files, _stat(os.path.join(folder, store.RESULT)) if store.RESULT in files else None))
             out += stage2_dirs(folder)
@@ -168,10 +177,17 @@ def stage2_dirs(run_dir: str) -> list[tuple[str, set[str], os.stat_result]]:
         return []
     out = []
     for e in entries:
-        st = _stat(os.path.join(e.path, store.RESULT)) if e.is_dir() else None
+        st = _stat(os.path.join(e.path, store.RESULT)) if _is_dir(e) and not e.is_symlink() else None
         if st is not None:
             out.append((e.path, {store.RESULT}, st))
     return out
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # ELOOP: a symlink loop is no folder
+        return False
 
 
 def _stat(path: str) -> os.stat_result | None:
@@ -224,25 +240,86 @@ def _prefixed(columns: dict[str, int], prefix: str) -> list[str]:
     return _PREFIXED[key]
 
 
+MAX_CACHE_BYTES = 1024 * safe_read.MiB
+RECORD_STATUSES = ("done", "failed", "damaged")  # what read_result_file gives a result.json
+
+
 def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
-    """(json part, metric column index, float64 matrix) of the cache file, or empty ones."""
-    empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "codes": {}, "metrics": []}
+    """(json part, metric column index, float64 matrix) of the cache file, or empty ones when it is missing
+    or unusable (``cache_problem``: the cache is then rebuilt from the result files and rewritten)."""
+    empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "codes": {}, "metrics": [], "unusable": False}
     try:
-        blob = path.read_bytes()
+        blob = safe_read.read_bytes(path, MAX_CACHE_BYTES)
+    except safe_read.UnusableFile as exc:
+        return {**empty, "unusable": exc.reason != "is missing" or os.path.lexists(path)}, {}, None
+    try:
         if not blob.startswith(CACHE_MAGIC):
-            return empty, {}, None
+            raise ValueError("not an index cache")
         n = int.from_bytes(blob[len(CACHE_MAGIC):len(CACHE_MAGIC) + 8], "little")
         start = len(CACHE_MAGIC) + 8
-        meta = json.loads(blob[start:start + n])
-        if meta.get("version") != INDEX_VERSION:
-            return empty, {}, None
-        values = memoryview(blob[start + n:]).cast("d")
-        columns = {name: i for i, name in enumerate(meta["metrics"])}
-        if len(values) != len(columns) * len(meta["runs"]):
-            return empty, {}, None
-        return meta, columns, values
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return empty, {}, None
+        meta = safe_read.parse_json(blob[start:start + n], path)
+        if not isinstance(meta, dict) or meta.get("version") != INDEX_VERSION:
+            raise ValueError("another version")
+        tail = blob[start + n:]
+        if n > len(blob) - start or len(tail) % 8:
+            raise ValueError("truncated")
+        values = memoryview(tail).cast("d")
+        problem = cache_problem(meta, values)
+        if problem:
+            raise ValueError(problem)
+        return meta, {name: i for i, name in enumerate(meta["metrics"])}, values
+    except (ValueError, TypeError, safe_read.UnusableFile):
+        return {**empty, "unusable": True}, {}, None
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def cache_problem(meta: dict, values: memoryview) -> str:
+    """'' when the cache's JSON part has the types scan() relies on and its metric values are fractions or
+    NaN: a cache is data ltbench wrote, but it is read back under the same rule as a result.json."""
+    metrics, runs, configs = meta.get("metrics"), meta.get("runs"), meta.get("configs")
+    if not (isinstance(metrics, list) and all(isinstance(m, str) for m in metrics)
+            and isinstance(runs, dict) and isinstance(configs, dict)
+            and all(isinstance(k, str) and isinstance(v, dict) for k, v in configs.items())):
+        return "metrics, runs or configs of the wrong type"
+    codes = meta.get("codes", {})
+    if not (isinstance(codes, dict) and all(isinstance(v, dict) for v in codes.values())):
+        return "codes of the wrong type"
+    if len(values) != len(metrics) * len(runs):
+        return "the metric matrix does not match the runs"
+    rows = set()
+    for rel, entry in runs.items():
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list) and len(entry[0]) == 2
+                and all(_is_int(x) for x in entry[0]) and isinstance(entry[1], dict) and _is_int(entry[2])
+                and 0 <= entry[2] < len(runs)) or entry[2] in rows:
+            return f"run entry {rel[:80]!r} is malformed"
+        rows.add(entry[2])
+        problem = _record_problem(entry[1], configs)
+        if problem:
+            return f"run entry {rel[:80]!r}: {problem}"
+    if not all(v != v for v in values if not 0.0 <= v <= 1.0):  # NaN: not recorded
+        return "a metric is outside [0, 1]"
+    return ""
+
+
+def _record_problem(rec: dict, configs: dict) -> str:
+    if rec.get("status") not in RECORD_STATUSES:
+        return "no valid status"
+    for key in ("run_id", "recipe", "key", "error", "note", "borrowed", "code_key"):
+        if rec.get(key) is not None and not isinstance(rec[key], str):
+            return f"{key} is not a string"
+    if rec.get("seed") is not None and not _is_int(rec["seed"]):
+        return "seed is not a whole number"
+    for key in ("grid", "prov"):
+        if rec.get(key) is not None and not isinstance(rec[key], dict):
+            return f"{key} is not an object"
+    if rec.get("key") is not None and rec["key"] not in configs:
+        return "its configuration is missing"
+    if rec["status"] == "done" and rec.get("metrics") is not True:
+        return "a done run without metrics"
+    return ""
 
 
 def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], configs: dict,
@@ -269,6 +346,7 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
     root_s = os.fspath(root)
     cache_path = Path(root_s) / INDEX_FILE
     meta, columns, values = _load_cache(cache_path) if use_cache else ({"runs": {}, "configs": {}}, {}, None)
+    rebuild = not use_cache or meta.get("unusable", False)  # --no-cache and a damaged cache: rewritten
     cached, configs, codes = meta["runs"], meta["configs"], meta.get("codes") or {}
     width = len(columns)
     fresh: dict[str, list] = {}
@@ -303,7 +381,7 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
         rec["dir"] = run_dir
         rec["name"] = rel if rel != "." else os.path.basename(run_dir)  # relative to the root, for notes
         records.append(rec)
-    if use_cache and (changed or len(fresh) != len(cached)):
+    if rebuild or changed or len(fresh) != len(cached):
         used = {entry[1].get("key") for entry in fresh.values()}
         used_codes = {entry[1].get("code_key") for entry in fresh.values()}
         _save_cache(cache_path, fresh, fresh_metrics, {k: v for k, v in configs.items() if k in used},
@@ -341,7 +419,8 @@ def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -
     wanted = [e["run_id"] for e in expected if e["run_id"] not in have]
     if not wanted or not root.parent.is_dir():
         return []
-    siblings = sorted(p for p in root.parent.iterdir() if p.is_dir() and p != root and not p.name.startswith("."))
+    siblings = sorted(p for p in root.parent.iterdir()  # a symlinked sibling may lead anywhere: not followed
+                      if not p.is_symlink() and p.is_dir() and p != root and not p.name.startswith("."))
     out = []
     for run_id in wanted:
         for sib in siblings:

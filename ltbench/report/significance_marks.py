@@ -11,6 +11,7 @@ images and is used only for columns that are whole-test-set accuracies (all, a h
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ltbench.report.build import scope_of, scopes
 from ltbench.report.rows import Comparison, Row, Table
@@ -75,8 +76,15 @@ def _whole_set_correct(row: Row, gi: int, col: str) -> dict | None:
         from ltbench import predictions
     except ImportError:
         return None
-    return predictions.correct_by_seed({s: rec["dir"] for s, rec in row.units[gi].runs.items()},
-                                       head=head, test_set=test_set)
+    runs = row.units[gi].runs
+    found = predictions.correct_by_seed({s: rec["dir"] for s, rec in runs.items()}, head=head, test_set=test_set)
+    lacking = [s for s in runs if s not in found]
+    if lacking:  # a seed without usable predictions leaves the bootstrap: said, never silent
+        note = (f"seed(s) {', '.join(map(str, lacking))}: predictions.npz missing or unusable "
+                f"({', '.join(Path(runs[s]['dir']).name for s in lacking)}), left out of the bootstrap")
+        if note not in row.notes:
+            row.notes.append(note)
+    return found
 
 
 def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, significance) -> bool:

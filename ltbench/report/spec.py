@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ltbench.config import from_dict
-from ltbench.errors import ConfigError
+from ltbench.errors import ConfigError, short_repr
 from ltbench.priors import HINT, is_prior_name
 
 SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler")  # posthoc: stage-2 results (ltbench/posthoc_runs.py)
@@ -133,6 +133,62 @@ def check_column(name: str, where: str) -> None:
                       f"head:<head>:<group>")
 
 
+LATEX_LABEL = re.compile(r"^[A-Za-z0-9:_.\-]{1,200}$")
+
+
+def _is_scalar(value: Any) -> bool:
+    """A value a config field can hold after flattening: a string, a number (not NaN, which equals nothing),
+    a boolean, null, or a list of those (list-valued fields such as method.aux_views). A mapping never
+    matches: flattened configs hold no mappings, their fields are selected by dotted keys."""
+    if isinstance(value, float):
+        return value == value
+    if isinstance(value, list):
+        return all(_is_scalar(v) for v in value)
+    return value is None or isinstance(value, (str, int, bool))
+
+
+def check_selector(selector: dict, where: str) -> None:
+    for key, value in selector.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}: key {short_repr(key)} is not a dotted config key")
+        check_key(key, where)
+        if not _is_scalar(value):
+            raise ConfigError(f"{where}.{key}: {short_repr(value)} can match no run; expected the value of a "
+                              f"config field (a string, a number, true/false, null or a list of those; select "
+                              f"inside a mapping with a dotted key, e.g. method.aux.name)")
+
+
+def check_text_mapping(mapping: dict, where: str, nested: bool = False) -> None:
+    """A mapping of names to display texts (or, ``nested``, to such mappings), every entry type-checked."""
+    for key, value in mapping.items():
+        here = f"{where}.{key}"
+        if nested:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{here}: expected a mapping of values to header texts, got {short_repr(value)}")
+            check_text_mapping(value, here)
+        elif not _is_scalar(key) or not isinstance(value, str):
+            raise ConfigError(f"{here}: expected a text, got {short_repr(value)}")
+
+
+def check_field_types(spec: TableSpec, where: str) -> None:
+    """The fields from_dict checks only at the top level (mappings' values), and the LaTeX label."""
+    check_text_mapping(spec.pivot_labels, f"{where}.pivot_labels", nested=True)
+    for name in ("published_method", "group_labels", "switch_keys"):
+        check_text_mapping(getattr(spec, name), f"{where}.{name}")
+    if spec.label and not LATEX_LABEL.match(spec.label):
+        raise ConfigError(f"{where}.label: {short_repr(spec.label)} is not a LaTeX label; use letters, digits "
+                          f"and : _ . - only (e.g. tab:main)")
+    check_selector(spec.where, f"{where}.where")
+    for i, row in enumerate(spec.rows or []):
+        check_selector(row.where, f"{where}.rows[{i}].where")
+        versus = [row.versus] if isinstance(row.versus, str) else row.versus or []
+        if not all(isinstance(v, str) for v in versus):
+            raise ConfigError(f"{where}.rows[{i}].versus: expected row labels, got {short_repr(row.versus)}")
+        if len(set(versus)) != len(versus):
+            raise ConfigError(f"{where}.rows[{i}].versus: a row is named twice ({short_repr(row.versus)}); "
+                              f"name each reference row once")
+
+
 def parse_table(name: str, raw: Any, where: str) -> TableSpec:
     spec = from_dict(TableSpec, raw, where)
     if spec.rows is not None:
@@ -145,6 +201,7 @@ def parse_table(name: str, raw: Any, where: str) -> TableSpec:
             if unknown:
                 raise ConfigError(f"{where}.rows[{i}].marks: '{sorted(unknown)[0]}' is not a declared switch "
                                   f"(switches: {', '.join(spec.switches) or 'none'})")
+        check_field_types(spec, where)
         labels = [(r.group, r.label) for r in spec.rows if r.label]
         dup = {x for x in labels if labels.count(x) > 1}
         if dup:
@@ -154,6 +211,8 @@ def parse_table(name: str, raw: Any, where: str) -> TableSpec:
             for name, mark in row.marks.items():
                 if not isinstance(mark, bool):
                     raise ConfigError(f"{where}.rows[{i}].marks.{name}: expected true or false, got {mark!r}")
+    if spec.rows is None:
+        check_field_types(spec, where)
     for i, col in enumerate(spec.columns):
         check_column(col, f"{where}.columns[{i}]")
     if not spec.columns:
