@@ -19,7 +19,17 @@ def pytest_configure(config):
     processes tests start: reading docs/reference-results must not write into the source tree."""
     import tempfile
 
-    os.environ.setdefault("LTBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="ltbench-test-cache-"))
+    if "LTBENCH_CACHE_DIR" not in os.environ:
+        config._ltbench_cache_dir = os.environ["LTBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ltbench-test-cache-")
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    folder = getattr(config, "_ltbench_cache_dir", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("LTBENCH_CACHE_DIR", None)
 
 
 def source_tree_state(root: Path = ROOT) -> dict[str, tuple[int, int]]:

@@ -22,6 +22,9 @@ FIGURES = {  # kind -> (frame, plotting function, keyword arguments, what it sho
     "shift": ("shift", "plot_shift", {}, "accuracy from forward through uniform to backward test priors"),
     "curves": ("curves", "plot_curves", {"y": "loss"}, "training loss per epoch"),
 }
+# The files a kind writes, as glob patterns without the extension: 'kappa' writes one figure per recorded
+# statistic, each named by it (kappa, weight_norm, aux_weight_norm), never 'kappa' for a weight norm.
+FIGURE_FILES = {"kappa": ("kappa", "*weight_norm")}
 
 
 def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
