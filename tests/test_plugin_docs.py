@@ -135,10 +135,16 @@ def test_dataset_doc_example_passes_the_contract_and_trains(tmp_path, capsys, mo
     monkeypatch.setenv("LTBENCH_DATA", str(tmp_path / "nowhere"))
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(["check", folder], capsys)
-    assert code == 0 and "load() skipped, its files are not here" in out, out + err  # no data yet: said, not hidden
+    # no data yet: 'skipped' (nothing was loaded, so nothing was checked), never 'ok'
+    assert code == 0 and "skipped dataset npz_lt" in out and "nothing loaded, its files are not here" in out, out
+    assert "ok    dataset" not in out and "1 skipped (nothing loaded: not checked)" in out
     write_npz(tmp_path / "npz")
+    code, out, err = run_cli(["check", folder, "--data-root", tmp_path / "npz"], capsys)
+    assert code == 0 and "ok    dataset npz_lt" in out and "loaded: 4 classes" in out, out + err
     data = {"name": "npz_lt", "imb_factor": 10, "root": str(tmp_path / "npz")}
     recipe = tiny_recipe(tmp_path / "npz.yaml", plugins=[str(folder)], data=data)
+    code, out, err = run_cli(["check", recipe], capsys)  # the recipe's data: section (its root, imbalance)
+    assert code == 0 and "ok    dataset npz_lt" in out and "52 train" in out, out + err
     code, out, err = run_cli(["data", recipe], capsys)
     assert code == 0 and "train 52 images" in out, out + err  # int(30 * 0.1 ** (i / 3)): 30 + 13 + 6 + 3
     code, out, err = run_cli(["run", recipe], capsys)
