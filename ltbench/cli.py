@@ -70,10 +70,15 @@ def cmd_list(args) -> int:
     reg = registry.REGISTRIES[args.kind]
     entries = reg.entries()
     width = max((len(e.name) for e in entries), default=4)
-    for e in entries:
+    for e in entries:  # two lines: what it is (at most LIST_WIDTH characters), then where it comes from
         doc = (getattr(e.obj, "__doc__", None) or "").strip().splitlines()
-        print(f"{e.name:<{width}}  {e.source}  [{e.module}]" + (f"  {doc[0]}" if doc else ""))
+        line = f"{e.name:<{width}}  {doc[0] if doc else ''}".rstrip()
+        print(line if len(line) <= LIST_WIDTH else line[:LIST_WIDTH - 1] + "…")
+        print(f"{'':<{width}}  from {e.source} ({e.module})")  # a path is never cut
     return 0
+
+
+LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 
 def cmd_data(args) -> int:
