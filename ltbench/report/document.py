@@ -45,7 +45,7 @@ def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
 
 def _class_stats(plots, df, out_base: Path, all_rows: list[str]) -> tuple[list[str], str | None]:
     """One figure per recorded statistic, each file named by what it draws (``weight_norm.png`` in a study
-    without BAPE, never ``kappa``); rows that record the statistic not are named in the figure."""
+    without BAPE, never ``kappa``); rows that do not record the statistic are named in the figure."""
     stats = [] if df.empty else sorted(set(df["stat"]))
     wanted = [s for s in stats if s == "kappa"] + [s for s in stats if s.endswith("weight_norm")]
     if not wanted:
