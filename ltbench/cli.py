@@ -166,7 +166,9 @@ def cmd_check(args) -> int:
 
     target = Path(args.folder)
     if target.is_file() and target.suffix in (".yaml", ".yml"):
-        return check_recipe(target, args.data_root)
+        from ltbench.recipe import load_recipe
+
+        return check_recipe(load_recipe(target), args.data_root)
     return check_plugin_folder(args.folder, args.data_root)
 
 

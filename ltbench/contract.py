@@ -317,12 +317,10 @@ def check_plugin_folder(folder: str | Path, data_root: str | None = None) -> int
     return _run_checks(found)
 
 
-def check_recipe(recipe_path: str | Path, data_root: str | None = None) -> int:
-    """``ltbench check RECIPE``: the contract on every plugin the recipe's folders register, each dataset
-    loaded with the recipe's own data sections (its root, split, imbalance), so 'loaded' means this recipe's data."""
-    from ltbench.recipe import load_recipe
-
-    recipe = load_recipe(recipe_path)
+def check_recipe(recipe: Any, data_root: str | None = None) -> int:
+    """``ltbench check RECIPE`` (``recipe``: a loaded ``ltbench.recipe.Recipe``, so its plugins are imported):
+    the contract on every plugin the recipe's folders register, each dataset loaded with the recipe's own
+    data sections (its root, split, imbalance), so 'loaded' means this recipe's data."""
     DATA_OPTIONS.clear()
     for spec in recipe.runs:
         data = dict(spec["config"]["data"])
