@@ -80,10 +80,15 @@ def cmd_list(args) -> int:
     reg = registry.REGISTRIES[args.kind]
     entries = reg.entries()
     width = max((len(e.name) for e in entries), default=4)
-    for e in entries:
+    for e in entries:  # two lines: what it is (at most LIST_WIDTH characters), then where it comes from
         doc = (getattr(e.obj, "__doc__", None) or "").strip().splitlines()
-        print(f"{e.name:<{width}}  {e.source}  [{e.module}]" + (f"  {doc[0]}" if doc else ""))
+        line = f"{e.name:<{width}}  {doc[0] if doc else ''}".rstrip()
+        print(line if len(line) <= LIST_WIDTH else line[:LIST_WIDTH - 1] + "…")
+        print(f"{'':<{width}}  from {e.source} ({e.module})")  # a path is never cut
     return 0
+
+
+LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 
 def cmd_data(args) -> int:
@@ -167,9 +172,14 @@ def cmd_plot(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from ltbench.contract import check_plugin_folder
+    from ltbench.contract import check_plugin_folder, check_recipe
 
-    return check_plugin_folder(args.folder)
+    target = Path(args.folder)
+    if target.is_file() and target.suffix in (".yaml", ".yml"):
+        from ltbench.recipe import load_recipe
+
+        return check_recipe(load_recipe(target), args.data_root)
+    return check_plugin_folder(args.folder, args.data_root)
 
 
 def cmd_status(args) -> int:
@@ -217,11 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     """Commands that launch, describe or check runs: run, list, data, status, check."""
     p = sub.add_parser("run", parents=[common], help="expand a recipe into runs and execute the unfinished ones")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="a recipe file (YAML): datasets, methods, grid and seeds, e.g. recipes/quickstart.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
-    p.add_argument("--launcher", choices=["local", "slurm", "debug"])
+    p.add_argument("--launcher", choices=["local", "slurm", "debug"],
+                   help="where the runs execute (default: the recipe's launcher:, else local): local = this machine "
+                        "(--jobs N worker processes), slurm = job arrays through submitit (returns after submitting; "
+                        "--wait follows them), debug = submitit's in-process executor (tests a Slurm set-up here)")
     p.add_argument("--jobs", type=_positive_int, help="local launcher: worker processes (>= 1)")
     p.add_argument("--rerun-failed", action="store_true", help="run again the runs whose status is failed")
     p.add_argument("--rerun-stale", action="store_true",
@@ -263,8 +276,12 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("check", parents=[common],
-                       help="run the method contract on a plugin folder's methods (and its backbones and datasets)")
-    p.add_argument("folder", help="a plugin folder, as listed under 'plugins:' in a recipe")
+                       help="run the plugin contract on a plugin folder (methods, backbones, datasets, stage-2 "
+                            "methods), or on a recipe's plugins and datasets")
+    p.add_argument("folder", help="a plugin folder, as listed under 'plugins:' in a recipe, or a recipe file (its "
+                                  "plugin folders, and its datasets loaded with its data: sections)")
+    p.add_argument("--data-root", help="load datasets from this folder (their 'root' option); a dataset whose "
+                                       "files are not found is 'skipped', never 'ok'")
     p.set_defaults(func=cmd_check)
 
 

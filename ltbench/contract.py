@@ -306,16 +306,42 @@ def check_backbone(cls: Any, name: str) -> None:
         _expect(bool(torch.isfinite(out).all()), "forward() returned non-finite features")
 
 
+class Skipped(Exception):
+    """A check that could not run (a dataset whose files are not here): printed 'skipped', never 'ok'."""
+
+
+DATA_OPTIONS: dict[str, list[dict]] = {}  # dataset name -> data options to check it with (check_recipe)
+DATA_ROOT: list[str] = []  # --data-root: given to every dataset whose Config has a 'root' option
+
+
+def _dataset_configs(cls: Any, name: str) -> list[Any]:
+    """The configs to load a dataset with: the recipe's data sections for it (``check RECIPE``), else its
+    defaults, with ``--data-root`` as ``root`` when the dataset takes one."""
+    default_config(cls, f"dataset {name}")  # the defaults validate without changing, whatever is loaded
+    options = DATA_OPTIONS.get(name) or [{}]
+    fields = {f.name for f in dataclasses.fields(cls.Config)}
+    if DATA_ROOT and "root" in fields:
+        options = [{**o, "root": DATA_ROOT[0]} for o in options]
+    return [from_dict(cls.Config, o, f"dataset {name}") for o in options]
+
+
 def check_dataset(cls: Any, name: str) -> str:
+    notes = []
+    for cfg in _dataset_configs(cls, name):
+        try:
+            data = cls(cfg).load()
+        except DataMissingError as exc:
+            raise Skipped(f"nothing loaded, its files are not here ({shorten(str(exc), 120)}); give "
+                          f"--data-root DIR, or check the recipe that uses it (ltbench check RECIPE)") from None
+        notes.append(_check_loaded(data))
+    return "; ".join(notes)
+
+
+def _check_loaded(data: Any) -> str:
     import numpy as np
 
     from ltbench.data.base import LTData
 
-    cfg = default_config(cls, f"dataset {name}")
-    try:
-        data = cls(cfg).load()
-    except DataMissingError as exc:
-        return f"load() skipped, its files are not here ({shorten(str(exc), 120)})"
     _expect(isinstance(data, LTData), f"load() must return ltbench.data.LTData, got {type(data).__name__}")
     k = data.num_classes
     for split, labels, dataset in (("train", data.train_labels, data.train), ("test", data.test_labels, data.test)):
@@ -346,8 +372,9 @@ def _defined_in(module: str, folder: Path) -> bool:
     return file is not None and Path(file).resolve().is_relative_to(folder)
 
 
-def check_plugin_folder(folder: str | Path) -> int:
-    """Import a plugin folder and run the contract on everything it registers; 0 if all pass, 1 if not."""
+def check_plugin_folder(folder: str | Path, data_root: str | None = None) -> int:
+    """Import a plugin folder and run the contract on everything it registers; 0 if all pass, 1 if not.
+    A dataset whose files are not here is 'skipped' (nothing was loaded, so nothing was checked)."""
     path = Path(folder).expanduser().resolve()
     registry.add_plugin_paths([path])
     label = f"plugin folder {path}"
@@ -358,17 +385,47 @@ def check_plugin_folder(folder: str | Path) -> int:
                            f"in it must use @METHODS.register / @BACKBONES.register / @DATASETS.register / "
                            f"@POSTHOC.register; modules whose name "
                            f"starts with '_' are not imported)")
-    failures = 0
+    DATA_ROOT[:] = [str(Path(data_root).expanduser())] if data_root else []
+    return _run_checks(found)
+
+
+def check_recipe(recipe: Any, data_root: str | None = None) -> int:
+    """``ltbench check RECIPE`` (``recipe``: a loaded ``ltbench.recipe.Recipe``, so its plugins are imported):
+    the contract on every plugin the recipe's folders register, each dataset loaded with the recipe's own
+    data sections (its root, split, imbalance), so 'loaded' means this recipe's data."""
+    DATA_OPTIONS.clear()
+    for spec in recipe.runs:
+        data = dict(spec["config"]["data"])
+        options = DATA_OPTIONS.setdefault(data.pop("name"), [])
+        if data not in options:
+            options.append(data)
+    DATA_ROOT[:] = [str(Path(data_root).expanduser())] if data_root else []
+    folders = {f"plugin folder {Path(p).resolve()}" for p in recipe.plugins}
+    found = [(kind, e) for kind, reg in registry.REGISTRIES.items() for e in reg.entries()
+             if e.source in folders or (kind == "datasets" and e.name in DATA_OPTIONS)]
+    try:
+        return _run_checks(found)
+    finally:
+        DATA_OPTIONS.clear()
+
+
+def _run_checks(found: list) -> int:
+    failures = skipped = 0
     for kind, entry in found:
         what = f"{registry.REGISTRIES[kind].kind} {entry.name} ({entry.module})"
         try:
             note = CHECKS[kind](entry.obj, entry.name)
             print(f"ok    {what}" + (f": {note}" if note else ""))
+        except Skipped as exc:
+            skipped += 1
+            print(f"skipped {what}: {exc}")
         except (ContractError, LtbenchError) as exc:
             failures += 1
             print(f"FAIL  {what}: {exc}")
         except Exception as exc:  # the plugin's own code raised: name where
             failures += 1
             print(f"FAIL  {what}: raised {type(exc).__name__}: {shorten(str(exc), 200)}")
-    print(f"{len(found) - failures} of {len(found)} plugin(s) pass the contract")
+    passed = len(found) - failures - skipped
+    print(f"{passed} of {len(found)} plugin(s) pass the contract"
+          + (f", {skipped} skipped (nothing loaded: not checked)" if skipped else ""))
     return 0 if failures == 0 else 1

@@ -707,7 +707,12 @@ def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps:
     beat = {"epoch": epoch + 1, "epochs": s.run.optim.epochs, "step": steps_done, "steps": steps,
             "loss": meter.sums["loss"] / seen, "images_per_s": meter.sums["seen"] / max(seconds, 1e-9),
             "seconds": seconds}
-    store.atomic_write_bytes(Path(s.spec.run_dir) / HEARTBEAT, json.dumps(beat).encode())
+    path = Path(s.spec.run_dir) / HEARTBEAT
+    tmp = path.with_name(HEARTBEAT + ".tmp")  # replaced, not fsynced: a lost beat costs nothing
+    tmp.write_text(json.dumps(beat))
+    os.replace(tmp, path)
+
+
 def to_device(images, device: torch.device):
     if isinstance(images, list):
         return [im.to(device, non_blocking=True) for im in images]

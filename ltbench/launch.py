@@ -199,8 +199,8 @@ def _announce(recipe: Recipe, specs: list[dict], found: dict[str, int], redo: tu
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
            rebuild_checkpoints: bool = False) -> dict[str, int]:
     check_runs_per_gpu(recipe)
+    preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
     store.ensure_writable(recipe.root)
-    preflight(recipe)
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
     specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)

@@ -335,12 +335,22 @@ def unfinished_runs(runs: list[dict]) -> list[tuple[dict, str]]:
     return out
 
 
+def finish_hint(state: str) -> str:
+    """What makes an unfinished run usable for stage 2 (each hint is followed in tests/test_hints.py):
+    a failed run is skipped by a plain 'ltbench run', so its hint names --rerun-failed."""
+    if state == "failed":
+        return "run it again with 'ltbench run RECIPE --rerun-failed', then run this again"
+    if state == "running":
+        return "run this again when it has finished ('ltbench status RECIPE')"
+    return "'ltbench run RECIPE' runs (or resumes) it; then run this again"
+
+
 def ready_run_dirs(runs: list[dict], say: Callable[[str], None] = print) -> tuple[list[str], dict[str, int]]:
     """The folders of the finished runs among ``runs``, and {'unfinished': n}; each unfinished run is named."""
     missing = unfinished_runs(runs)
     for spec, state in missing:
         say(f"{spec['run_id']} ({spec['config']['method']['name']}, seed {spec['config']['seed']}) is {state}: "
-            f"no stage-2 results for it; finish it with 'ltbench run' and run this again")
+            f"no stage-2 results for it; {finish_hint(state)}")
     unfinished_ids = {spec["run_id"] for spec, _ in missing}
     return [s["run_dir"] for s in runs if s["run_id"] not in unfinished_ids], {"unfinished": len(missing)}
 

@@ -251,12 +251,27 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         raise ConfigError(f"{join_path(where, 'eval.select')}: best_val needs a validation split; set data.val_per_class "
                           f"(e.g. 20) or data.val_split (e.g. val for ImageNet-LT); docs/protocol.md")
     builder = DATASETS.get(config["data"]["name"])
+    _dataset_shot_thresholds(config["eval"], raw.get("eval"), builder, join_path(where, "eval"))
     for i, name in enumerate(config["eval"]["test_sets"]):
         try:
             builder.check_test_set_name(name)
         except ValueError as exc:
             raise ConfigError(f"{join_path(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
     return config
+
+
+def _dataset_shot_thresholds(resolved: dict, raw: Any, builder: Any, where: str) -> None:
+    """Thresholds the recipe leaves out come from the dataset's ``shot_thresholds`` (20, 100 unless it
+    suggests others); a threshold the recipe gives always wins."""
+    given = raw if isinstance(raw, dict) else {}
+    few, many = getattr(builder, "shot_thresholds", (20, 100))
+    if "few_threshold" not in given:
+        resolved["few_threshold"] = int(few)
+    if "many_threshold" not in given:
+        resolved["many_threshold"] = int(many)
+    if resolved["few_threshold"] > resolved["many_threshold"]:
+        raise ConfigError(f"{where}: few_threshold {resolved['few_threshold']} exceeds many_threshold "
+                          f"{resolved['many_threshold']} (the dataset suggests {few} and {many}); give both")
 
 
 STANDARD_VIEW_ALIASES = ("default", "strong", "sim", "eval")  # what every built-in dataset maps to a pipeline

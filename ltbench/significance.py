@@ -29,18 +29,20 @@ def _finite(values: Iterable[float]) -> np.ndarray:
     return array[np.isfinite(array)]
 
 
-def welch_pvalue(a: Iterable[float], b: Iterable[float]) -> float:
-    """Two-sided Welch t-test p-value for mean(a) == mean(b), over per-seed values.
+def welch_test(a: Iterable[float], b: Iterable[float]) -> tuple[float | None, str | None]:
+    """Two-sided Welch t-test of mean(a) == mean(b) over per-seed values: ``(p, None)``, or ``(None,
+    reason)`` when the test is undefined and no p-value may be printed:
 
-    ``nan`` when either side has fewer than two finite values (no spread, no test) or when both
-    sides are constant and equal.  Two constant but different sides give 0.0: scipy would divide
-    by a zero standard error, yet the samples are as different as samples can be.
+    * fewer than two finite values on a side (n = 1): no spread to estimate;
+    * zero variance on both sides: the standard error is 0 and t is 0/0 or infinite. Two constant but
+      different sides are not "p < 0.001": a spread of zero over 2 or 3 seeds says the seeds did not vary
+      *here* (e.g. runs that are deterministic on this machine), not that the difference is certain.
     """
     a, b = _finite(a), _finite(b)
     if len(a) < 2 or len(b) < 2:
-        return math.nan
+        return None, f"n = {min(len(a), len(b))} on a side, Welch needs 2 or more"
     if np.ptp(a) == 0 and np.ptp(b) == 0:
-        return math.nan if a[0] == b[0] else 0.0
+        return None, "zero variance on both sides, Welch is undefined"
     # Welch's t and Welch-Satterthwaite degrees of freedom, as scipy.stats.ttest_ind(equal_var=False);
     # scipy.special alone imports in a third of the time of scipy.stats, which tables feel.
     from scipy.special import stdtr
@@ -48,7 +50,13 @@ def welch_pvalue(a: Iterable[float], b: Iterable[float]) -> float:
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     t = (a.mean() - b.mean()) / math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return float(min(1.0, 2.0 * stdtr(df, -abs(t))))
+    return float(min(1.0, 2.0 * stdtr(df, -abs(t)))), None
+
+
+def welch_pvalue(a: Iterable[float], b: Iterable[float]) -> float:
+    """``welch_test``'s p-value, ``nan`` where the test is undefined (n < 2, zero variance on both sides)."""
+    p, _ = welch_test(a, b)
+    return math.nan if p is None else p
 
 
 def paired_bootstrap_pvalue(correct_a, correct_b, n_resamples: int = 10_000, seed: int = 0) -> float:
@@ -59,7 +67,8 @@ def paired_bootstrap_pvalue(correct_a, correct_b, n_resamples: int = 10_000, see
     for every row, so the statistic is the per-image difference averaged over rows, resampled.
     The null distribution is the bootstrap distribution shifted to zero mean (Efron & Tibshirani's
     shift method); the p-value counts resampled differences at least as far from the observed one
-    as the observed one is from zero, with the usual +1 so it is never exactly 0.
+    as the observed one is from zero, with the usual +1 so it is never exactly 0. ``nan`` when the two
+    sides are right on exactly the same images (identical predictions): there is no test to make.
 
     Drawing n images with replacement only matters through how often each distinct per-image
     difference value is drawn, so we draw those counts from one multinomial: the same distribution
@@ -72,6 +81,8 @@ def paired_bootstrap_pvalue(correct_a, correct_b, n_resamples: int = 10_000, see
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     per_image = a.astype(float).mean(axis=0) - b.astype(float).mean(axis=0)
     observed = per_image.mean()
+    if not per_image.any():  # identical predictions: nothing to resample, no test (paired_bootstrap_test)
+        return math.nan
     if observed == 0:
         return 1.0
     values, counts = np.unique(per_image, return_counts=True)
@@ -82,13 +93,21 @@ def paired_bootstrap_pvalue(correct_a, correct_b, n_resamples: int = 10_000, see
     return float((extreme.sum() + 1) / (n_resamples + 1))
 
 
+def paired_bootstrap_test(correct_a, correct_b, n_resamples: int = 10_000, seed: int = 0
+                          ) -> tuple[float | None, str | None]:
+    """``(p, None)``, or ``(None, reason)`` when both sides are right on exactly the same test images."""
+    p = paired_bootstrap_pvalue(correct_a, correct_b, n_resamples, seed)
+    return (None, "identical predictions on every test image") if math.isnan(p) else (p, None)
+
+
 def not_different_from_best(values_by_row: dict[str, list[float]], higher_is_better: bool = True,
                             alpha: float = ALPHA) -> dict[str, bool]:
     """Which rows are statistically tied with the best one (Welch over seeds).
 
     The best row is the one with the best mean among rows with at least two finite values; it is
-    True, as is every row whose Welch p-value against it is >= ``alpha`` (or undefined because both
-    are identical constants).  Rows with fewer than two values are left out: we make no claim.
+    True, as is every row whose Welch p-value against it is >= ``alpha``, or whose values are the best
+    row's exactly (both constant and equal).  Rows with fewer than two values are left out, and a row
+    with zero variance at a different value from a zero-variance best gets False: we make no claim.
     """
     eligible = {row: _finite(values) for row, values in values_by_row.items()}
     eligible = {row: values for row, values in eligible.items() if len(values) >= 2}
@@ -98,8 +117,9 @@ def not_different_from_best(values_by_row: dict[str, list[float]], higher_is_bet
     best = max(eligible, key=lambda row: sign * eligible[row].mean())
     verdict = {}
     for row, values in eligible.items():
-        p = welch_pvalue(values, eligible[best])
-        verdict[row] = row == best or math.isnan(p) or p >= alpha
+        p, _ = welch_test(values, eligible[best])
+        same = np.ptp(values) == 0 and np.ptp(eligible[best]) == 0 and values[0] == eligible[best][0]
+        verdict[row] = row == best or same or (p is not None and p >= alpha)
     return verdict
 
 
@@ -125,5 +145,5 @@ def bootstrap_not_different_from_best(correct_by_row: dict[str, dict[int, np.nda
             continue
         p = paired_bootstrap_pvalue(np.stack([by_seed[s] for s in common]),
                                     np.stack([rows[best][s] for s in common]), n_resamples, seed)
-        verdict[row] = p >= alpha
+        verdict[row] = math.isnan(p) or p >= alpha  # nan: identical predictions, tied by definition
     return verdict

@@ -55,7 +55,10 @@ def expand(template: str, figures: bool = True) -> str:
             words = shlex.split(command)
             kind, out = words[words.index("--kind") + 1], Path(words[words.index("--out") + 1])
             written = run_ltbench(command).splitlines() if figures else []
-            pngs = [Path(p) for p in written if p.endswith(".png")] or sorted(out.glob(f"{kind}*.png"))
+            from ltbench.report.document import FIGURE_FILES
+
+            pngs = [Path(p) for p in written if p.endswith(".png")] or \
+                [p for pattern in FIGURE_FILES.get(kind, (kind,)) for p in sorted(out.glob(f"{pattern}.png"))]
             lines += [f"![{p.stem}]({p.relative_to('docs').as_posix()})" for p in pngs]
         else:
             lines.append(run_ltbench(command).replace("### ", "#### "))

@@ -7,7 +7,9 @@ PYTHON=${PYTHON:-.venv/bin/python}
 cd "$(dirname "$0")/.."
 
 # The LaTeX tables are compiled by a test when pdflatex exists; install it where this machine can.
-if ! command -v pdflatex >/dev/null && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+# LTBENCH_SKIP_LATEX=1 skips the install (the compile tests then skip); LTBENCH_SKIP_SLURM=1 skips the Slurm part.
+if [[ -z "${LTBENCH_SKIP_LATEX:-}" ]] && ! command -v pdflatex >/dev/null && [[ $(id -u) -eq 0 ]] \
+    && command -v apt-get >/dev/null; then
   echo "== installing pdflatex (texlive-latex-base, texlive-latex-recommended) for the LaTeX table test"
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q texlive-latex-base \
       texlive-latex-recommended >/dev/null 2>&1; then

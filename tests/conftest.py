@@ -11,6 +11,52 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+SKIP_IN_TREE = {".git", ".venv", "__pycache__", ".pytest_cache", "build", "data"}
+
+
+def pytest_configure(config):
+    """Table caches go to a temporary folder (ltbench.report.index.cache_file), also for the ltbench
+    processes tests start: reading docs/reference-results must not write into the source tree."""
+    import tempfile
+
+    if "LTBENCH_CACHE_DIR" not in os.environ:
+        config._ltbench_cache_dir = os.environ["LTBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ltbench-test-cache-")
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    folder = getattr(config, "_ltbench_cache_dir", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("LTBENCH_CACHE_DIR", None)
+
+
+def source_tree_state(root: Path = ROOT) -> dict[str, tuple[int, int]]:
+    """Every file of the checkout (path -> size, mtime) outside .git, the venv and Python caches."""
+    state = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIP_IN_TREE and not d.endswith(".egg-info")]
+        for name in files:
+            path = Path(folder, name)
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            state[path.relative_to(root).as_posix()] = (info.st_size, info.st_mtime_ns)
+    return state
+
+
+@pytest.fixture(scope="session", autouse=True)
+def source_tree_is_left_unchanged():
+    """Fails the session (an error at the last test's teardown) when a test wrote into the checkout:
+    caches in docs/reference-results, figures, results/ ... (LTBENCH_UPDATE_GOLDEN=1 may rewrite tests/golden)."""
+    before = source_tree_state()
+    yield
+    after = source_tree_state()
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p)
+                     and not (os.environ.get("LTBENCH_UPDATE_GOLDEN") and p.startswith("tests/golden/")))
+    assert not changed, f"tests wrote into the source tree: {changed[:20]}"
 
 TINY = {
     "data": {"name": "synthetic_lt", "num_classes": 4, "max_per_class": 24, "imb_factor": 6, "test_per_class": 8,

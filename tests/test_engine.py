@@ -184,6 +184,7 @@ def test_missing_dataset_says_which_files_and_how(tmp_path, write_recipe, cli):
     assert "train-images-idx3-ubyte" in out.stderr and "apt-get install dataset-fashion-mnist" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not list((tmp_path / "results").rglob(store.RESULT))
+    assert not (tmp_path / "results" / "tiny").exists()  # no empty results/<recipe>/ left behind
 
 
 def test_bf16_autocast_trains(tmp_path, write_recipe):

@@ -95,6 +95,31 @@ def test_backbone_doc_example_passes_the_contract_and_trains(tmp_path, capsys):
     assert code == 2 and "backbone.width: must be >= 4" in err
 
 
+def test_stage2_doc_example_passes_the_contract_and_its_grid_runs(tmp_path, capsys):
+    """docs/adding-a-stage2-method.md: check, a tiny run, then `ltbench posthoc` with a list option (a grid
+    axis: two settings) and a fixed one; each setting is a stage-2 result and a table row."""
+    import json
+
+    folder = write_doc_example("adding-a-stage2-method.md", tmp_path)
+    code, out, err = run_cli(["check", folder], capsys)
+    assert code == 0 and "ok    posthoc method ncm" in out, out + err
+    recipe = tiny_recipe(tmp_path / "ncm.yaml", plugins=[str(folder)],
+                         posthoc=[{"name": "ncm", "temperature": [8.0, 16.0]}, {"name": "ncm", "normalise": False}])
+    code, out, err = run_cli(["run", recipe], capsys)
+    assert code == 0 and "1 done" in out, out + err
+    code, out, err = run_cli(["posthoc", recipe], capsys)
+    assert code == 0, out + err
+    results = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("posthoc/*/result.json")]
+    assert sorted((r["config"]["posthoc"]["temperature"], r["config"]["posthoc"]["normalise"]) for r in results) \
+        == [(8.0, True), (16.0, False), (16.0, True)]
+    assert all(r["status"] == "done" and 0 <= r["metrics"]["all"] <= 1 for r in results)
+    assert all(len(r["method_extras"]["class_mean_norm"]) == 4 for r in results)
+    code, out, err = run_cli(["table", recipe], capsys)
+    assert code == 0 and "ce + ncm (normalise=true, temperature=8)" in out, out + err
+    code, out, err = run_cli(["posthoc", recipe, "posthoc=[{name: ncm, temperature: -1}]"], capsys)
+    assert code == 2 and "posthoc[0].temperature: must be > 0" in err, err
+
+
 def write_npz(folder: Path, k: int = 4, per_class: int = 30, size: int = 12) -> None:
     rng = np.random.default_rng(0)
     y_train = np.repeat(np.arange(k), per_class)
@@ -110,10 +135,16 @@ def test_dataset_doc_example_passes_the_contract_and_trains(tmp_path, capsys, mo
     monkeypatch.setenv("LTBENCH_DATA", str(tmp_path / "nowhere"))
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli(["check", folder], capsys)
-    assert code == 0 and "load() skipped, its files are not here" in out, out + err  # no data yet: said, not hidden
+    # no data yet: 'skipped' (nothing was loaded, so nothing was checked), never 'ok'
+    assert code == 0 and "skipped dataset npz_lt" in out and "nothing loaded, its files are not here" in out, out
+    assert "ok    dataset" not in out and "1 skipped (nothing loaded: not checked)" in out
     write_npz(tmp_path / "npz")
+    code, out, err = run_cli(["check", folder, "--data-root", tmp_path / "npz"], capsys)
+    assert code == 0 and "ok    dataset npz_lt" in out and "loaded: 4 classes" in out, out + err
     data = {"name": "npz_lt", "imb_factor": 10, "root": str(tmp_path / "npz")}
     recipe = tiny_recipe(tmp_path / "npz.yaml", plugins=[str(folder)], data=data)
+    code, out, err = run_cli(["check", recipe], capsys)  # the recipe's data: section (its root, imbalance)
+    assert code == 0 and "ok    dataset npz_lt" in out and "52 train" in out, out + err
     code, out, err = run_cli(["data", recipe], capsys)
     assert code == 0 and "train 52 images" in out, out + err  # int(30 * 0.1 ** (i / 3)): 30 + 13 + 6 + 3
     code, out, err = run_cli(["run", recipe], capsys)

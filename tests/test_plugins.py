@@ -56,8 +56,10 @@ def test_method_in_a_plugin_folder_trains_end_to_end(tmp_path, write_recipe, cli
     recipe = write_recipe(extra={"plugins": ["./my_plugins"], "method": {"name": "focal_folder", "gamma": 1.5}})
     listing = cli("list", "methods", "--plugins", str(folder))
     assert listing.returncode == 0, listing.stderr
-    line = next(l for l in listing.stdout.splitlines() if l.startswith("focal_folder"))
-    assert f"plugin folder {folder}" in line
+    lines = listing.stdout.splitlines()
+    at = next(i for i, l in enumerate(lines) if l.startswith("focal_folder"))
+    assert f"from plugin folder {folder}" in lines[at + 1]  # what it is, then where it comes from
+    assert all(len(l) <= 100 for l in lines if not l.lstrip().startswith("from "))
     out = cli("run", recipe)
     assert out.returncode == 0, out.stdout + out.stderr
     result = _result(tmp_path / "results")
@@ -92,8 +94,9 @@ def test_method_from_an_installed_package_entry_point(tmp_path, cli):
     assert install.returncode == 0, install.stderr
     env = {"PYTHONPATH": str(site)}
     listing = cli("list", "methods", env=env)
-    line = next(l for l in listing.stdout.splitlines() if l.startswith("focal_ep"))
-    assert "ltb-focal 1.2.3" in line
+    lines = listing.stdout.splitlines()
+    at = next(i for i, l in enumerate(lines) if l.startswith("focal_ep"))
+    assert "ltb-focal 1.2.3" in lines[at + 1]
     recipe = tmp_path / "r.yaml"
     from tests.conftest import TINY, deep_update
     import yaml

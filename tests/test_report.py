@@ -104,7 +104,7 @@ def test_missing_seed_is_reported_in_every_format(write_recipe):
     la = rows_by_label(table)["la"]
     assert la.cells[(0, 3)].n == 2
     for fmt in ("markdown", "latex", "csv"):
-        assert "seed(s) 2 missing (never run)" in report.render(table, fmt)
+        assert "seed(s) 2 missing (never run: 'ltbench run RECIPE' runs it)" in report.render(table, fmt)
     assert "| la [1]" in report.render(table, "markdown") and "2/3" in report.render(table, "markdown")
 
 
@@ -113,7 +113,7 @@ def test_every_run_of_a_method_deleted_still_shows_the_row(write_recipe):
     recipe = load_recipe(path)
     populate(recipe, skip={("ce", None, 6.0, 2, s) for s in (0, 1, 2)})
     ce = rows_by_label(table_of(path))["ce"]
-    assert ce.cells[(0, 3)].mean is None and "seed(s) 0, 1, 2 missing (never run)" in ce.notes
+    assert ce.cells[(0, 3)].mean is None and "seed(s) 0, 1, 2 missing (never run: 'ltbench run RECIPE' runs it)" in ce.notes
 
 
 def test_without_a_recipe_a_row_lacking_seeds_others_have_is_said(write_recipe):
@@ -218,7 +218,7 @@ def test_the_cache_is_invalidated_by_a_changed_result(write_recipe):
     recipe = load_recipe(path)
     populate(recipe)
     assert rows_by_label(table_of(path))["la"].cells[(0, 3)].mean == pytest.approx(63.4)
-    assert (recipe.root / index.INDEX_FILE).exists()
+    assert index.cache_file(recipe.root, index.INDEX_FILE).exists()
     spec = next(s for s in recipe.runs if s["config"]["method"]["name"] == "la")
     result = Path(spec["run_dir"]) / "result.json"
     data = json.loads(result.read_text())

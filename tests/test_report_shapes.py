@@ -61,7 +61,7 @@ def test_missing_failed_pending_running_seeds_are_footnotes_in_every_format(shap
     table = built(shapes_results, "pivot")
     for fmt in ("markdown", "latex", "csv"):
         text = report.render(table, fmt)
-        assert "seed(s) 2 missing (never run)" in text, fmt
+        assert "seed(s) 2 missing (never run: 'ltbench run RECIPE' runs it)" in text, fmt
         assert "seed 1 failed (RuntimeError: loss is nan at epoch 2)" in text, fmt
         assert "seed 2 pending" in text, fmt
     sections = report.render(built(shapes_results, "sections"), "csv")

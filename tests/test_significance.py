@@ -26,13 +26,13 @@ def test_welch_edge_cases():
     assert math.isnan(welch_pvalue([1.0], [1.0, 2.0]))
     assert math.isnan(welch_pvalue([1.0, float("nan")], [1.0, 2.0]))  # one finite value left
     assert math.isnan(welch_pvalue([5.0, 5.0], [5.0, 5.0, 5.0]))  # identical constants: undefined
-    assert welch_pvalue([5.0, 5.0], [6.0, 6.0]) == 0.0  # constant but different
+    assert math.isnan(welch_pvalue([5.0, 5.0], [6.0, 6.0]))  # constant but different: undefined, not p = 0
     assert welch_pvalue([1.0, 2.0, float("inf")], [1.0, 2.0]) == pytest.approx(1.0)  # non-finite dropped
 
 
 def test_bootstrap_identical_and_opposite():
     correct = np.random.default_rng(0).random(200) < 0.7
-    assert paired_bootstrap_pvalue(correct, correct) == 1.0
+    assert math.isnan(paired_bootstrap_pvalue(correct, correct))  # identical predictions: no test
     all_right, all_wrong = np.ones(100, bool), np.zeros(100, bool)
     assert paired_bootstrap_pvalue(all_right, all_wrong, n_resamples=999) == pytest.approx(1 / 1000)
 
@@ -123,3 +123,50 @@ def test_bootstrap_not_different_from_best_pairs_common_seeds():
                                                  "other seeds": {5: truth < 0.7}, "none": {}}, n_resamples=2000)
     assert verdict == {"best": True, "tied": True, "worse": False}
     assert bootstrap_not_different_from_best({}) == {}
+
+
+@pytest.mark.parametrize("a,b,reason", [
+    ([50.0, 50.0], [100.0, 100.0], "zero variance on both sides, Welch is undefined"),
+    ([5.0, 5.0], [5.0, 5.0, 5.0], "zero variance on both sides, Welch is undefined"),
+    ([70.0], [60.0, 61.0], "n = 1 on a side, Welch needs 2 or more"),
+])
+def test_undefined_welch_gives_no_p_value_and_says_why(a, b, reason):
+    from ltbench.significance import welch_test
+
+    assert welch_test(a, b) == (None, reason)
+    assert welch_test([1.0, 2.0], [3.0, 3.0])[0] is not None  # one side constant: still defined
+
+
+def test_identical_predictions_give_no_bootstrap_test():
+    from ltbench.significance import paired_bootstrap_test
+
+    correct = np.random.default_rng(0).random(500) < 0.6
+    assert paired_bootstrap_test(correct, correct) == (None, "identical predictions on every test image")
+    swapped = correct.copy()
+    swapped[np.flatnonzero(correct)[0]], swapped[np.flatnonzero(~correct)[0]] = False, True
+    p, reason = paired_bootstrap_test(correct, swapped)  # same accuracy, different images: a test, p = 1
+    assert reason is None and p == pytest.approx(1.0)
+
+
+def test_constant_but_different_rows_make_no_tie_claim():
+    assert not_different_from_best({"a": [50.0, 50.0], "b": [100.0, 100.0]}) == {"a": False, "b": True}
+
+
+def test_a_table_difference_over_zero_variance_says_no_test_not_a_p_value(write_recipe):
+    from ltbench import report
+    from ltbench.recipe import load_recipe
+    from tests.reportkit import fake_metrics, write_run
+
+    path = write_recipe("zero", extra={"seeds": [0, 1], "grid": {"method": [{"name": "ce"}, {"name": "la"}]},
+                                       "tables": {"t": {"columns": ["all"], "rows": [
+                                           {"label": "CE", "where": {"method.name": "ce"}},
+                                           {"label": "LA", "where": {"method.name": "la"}, "versus": "CE"}]}}})
+    for spec in load_recipe(path).runs:  # every seed gives the same accuracy: zero variance on both sides
+        accuracy = 0.5 if spec["config"]["method"]["name"] == "la" else 1.0
+        write_run(spec, metrics={**fake_metrics(spec["config"], 0), "all": accuracy})
+    (table,) = report.tables(path, name="t", test="welch")
+    for fmt in ("markdown", "latex", "csv"):
+        text = report.render(table, fmt)
+        assert "no test: zero variance on both sides, Welch is undefined" in text, fmt
+        assert "p < 0.001" not in text and "p = " not in text, fmt
+    assert "-50.00 (no test: zero variance" in report.render(table, "markdown")

@@ -73,6 +73,11 @@ class DatasetBuilder:
     """
 
     Config: ClassVar[type] = EmptyConfig
+    # (few, many): the shot-group thresholds this dataset suggests (few: fewer than `few` training images,
+    # many: more than `many`). A recipe's eval.few_threshold / eval.many_threshold override them. The
+    # field's convention (Liu et al., OLTR, CVPR 2019) is (20, 100); a dataset whose classes are all
+    # smaller or larger may suggest its own, so Many / Medium / Few are not empty by construction.
+    shot_thresholds: ClassVar[tuple[int, int]] = (20, 100)
 
     def __init__(self, cfg: Any):
         self.cfg = cfg

@@ -13,6 +13,14 @@ from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit,
 from ltbench.report.spec import TableSpec
 
 
+def never_run_hint(unit: Unit) -> str:
+    """Why a declared seed has no result and the command that makes it (followed in tests/test_hints.py):
+    a stage-2 setting (a ``posthoc`` section) is fitted by 'ltbench posthoc', a run by 'ltbench run'."""
+    if any(str(k).startswith("posthoc.") for k in unit.flat):
+        return "never fitted: 'ltbench posthoc RECIPE' fits it once its run is done"
+    return "never run: 'ltbench run RECIPE' runs it"
+
+
 def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,
                 where: str = "tables", test: str | None = "welch") -> Table:
     units, notes = gather_units(records, expected)
@@ -101,7 +109,8 @@ def fill_row(table: Table, row: Row) -> None:
         if unit.expected is not None:
             missing = [s for s in unit.expected if s not in unit.runs and s not in unit.problems]
             if missing:
-                notes.setdefault(f"seed(s) {', '.join(map(str, missing))} missing (never run)", []).append(where)
+                notes.setdefault(f"seed(s) {', '.join(map(str, missing))} missing ({never_run_hint(unit)})",
+                                 []).append(where)
         for seed in sorted(unit.problems, key=str):
             notes.setdefault(unit.problems[seed], []).append(where)
         for text in stale_notes(unit):

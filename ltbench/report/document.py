@@ -22,6 +22,9 @@ FIGURES = {  # kind -> (frame, plotting function, keyword arguments, what it sho
     "shift": ("shift", "plot_shift", {}, "accuracy from forward through uniform to backward test priors"),
     "curves": ("curves", "plot_curves", {"y": "loss"}, "training loss per epoch"),
 }
+# The files a kind writes, as glob patterns without the extension: 'kappa' writes one figure per recorded
+# statistic, each named by it (kappa, weight_norm, aux_weight_norm), never 'kappa' for a weight norm.
+FIGURE_FILES = {"kappa": ("kappa", "*weight_norm")}
 
 
 def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
@@ -42,7 +45,7 @@ def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
 
 def _class_stats(plots, df, out_base: Path, all_rows: list[str]) -> tuple[list[str], str | None]:
     """One figure per recorded statistic, each file named by what it draws (``weight_norm.png`` in a study
-    without BAPE, never ``kappa``); rows that record the statistic not are named in the figure."""
+    without BAPE, never ``kappa``); rows that do not record the statistic are named in the figure."""
     stats = [] if df.empty else sorted(set(df["stat"]))
     wanted = [s for s in stats if s == "kappa"] + [s for s in stats if s.endswith("weight_norm")]
     if not wanted:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ltbench import safe_read, store
 from ltbench.identity import DATA_IDENTITY
-from ltbench.report.index import config_key
+from ltbench.report.index import cache_file, config_key
 from ltbench.report.rows import flatten
 from ltbench.report.spec import TableSpec, parse_tables
 
@@ -109,7 +109,8 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     plugin_dirs = [str((path.parent / p).resolve()) for p in plugins if isinstance(p, str)]
     signature = hashlib.sha1(path.read_bytes() + json.dumps([str(root), list(overrides)]).encode()
                              + _code_signature(plugin_dirs).encode()).hexdigest()
-    cache_path = root / f".ltbench-recipe-{name}-{hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]}.json"
+    cache_path = cache_file(root, f".ltbench-recipe-{name}-"
+                                  f"{hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]}.json")
     if use_cache:
         try:
             cached = safe_read.load_json(cache_path)

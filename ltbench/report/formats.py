@@ -66,7 +66,8 @@ def footnotes(table: Table) -> tuple[dict[int, int], list[str]]:
 
 def legend(table: Table) -> str:
     parts = ["Top-1 accuracy (%)"]
-    parts.append("mean ± sample std (ddof=1) over n seeds" if table.spec.std else "mean over n seeds")
+    shown = table.spec.std and any(c.std is not None for r in table.rows for c in r.cells.values())
+    parts.append("mean ± sample std (ddof=1) over n seeds" if shown else "mean over n seeds")  # ± only when shown
     if table.expected_seeds:
         parts.append("n = finished seeds / seeds the recipe declares")
     if table.spec.best:
@@ -129,11 +130,13 @@ def p_text(p: float | None) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
-def _difference_text(found: tuple[float, float | None] | None, digits: int) -> str:
+def _difference_text(found: tuple[float, float | None] | None, digits: int, no_test: str | None = None) -> str:
+    """'+1.05 (p = 0.262)'; '-50.00 (no test: zero variance on both sides, ...)' where the test is undefined."""
     if found is None:
         return ""
     difference, p = found
-    return f"{difference:+.{digits}f}" + (f" ({p_text(p)})" if p is not None else "")
+    note = f" ({p_text(p)})" if p is not None else (f" (no test: {no_test})" if no_test else "")
+    return f"{difference:+.{digits}f}" + note
 
 
 def comparison_n(comp) -> str:
@@ -163,7 +166,7 @@ def comparison_rows(table: Table, latex: bool) -> list[list[str]]:
         cells = []
         for gi in range(len(table.groups)):
             for ci in range(len(table.columns)):
-                text = _difference_text(comp.cells.get((gi, ci)), d)
+                text = _difference_text(comp.cells.get((gi, ci)), d, getattr(comp, "no_test", {}).get((gi, ci)))
                 cells.append(latex_escape(text) if latex else text)
             if has_delta(table):
                 cells.append("")
@@ -342,7 +345,8 @@ def _csv_comparisons(table: Table, w: csv.DictWriter) -> None:
                         "column": table.columns[ci][1], "versus": comp.reference.label,
                         "versus_difference": f"{difference:.{d}f}", "versus_p": "" if p is None else f"{p:.6g}",
                         "seeds": " ".join(map(str, comp.row.cells[(gi, ci)].seeds)),
-                        "note": f"reference seeds: {' '.join(map(str, comp.reference.cells[(gi, ci)].seeds))}"})
+                        "note": f"reference seeds: {' '.join(map(str, comp.reference.cells[(gi, ci)].seeds))}"
+                                + (f"; no test: {comp.no_test[(gi, ci)]}" if (gi, ci) in comp.no_test else "")})
 
 
 def render(table: Table, fmt: str) -> str:

@@ -17,6 +17,7 @@ so a table can say it out loud instead of crashing or silently dropping the run.
 from __future__ import annotations
 
 import json
+import hashlib
 import math
 import os
 import stat
@@ -27,6 +28,24 @@ from pathlib import Path
 from ltbench import identity, safe_read, store
 
 INDEX_FILE = ".ltbench-index"
+CACHE_DIR_ENV = "LTBENCH_CACHE_DIR"  # set: the table caches live there, not in the results folder
+
+
+def cache_file(root: Path, name: str) -> Path:
+    """Where a results folder's cache file ``name`` lives: in the folder itself, or, with
+    $LTBENCH_CACHE_DIR set, in a subfolder of it named after the folder's absolute path. The tests set
+    it, so reading docs/reference-results never writes into the source tree; so can a user whose results
+    folder is shared or read-only."""
+    elsewhere = os.environ.get(CACHE_DIR_ENV)
+    if not elsewhere:
+        return Path(root) / name
+    key = hashlib.sha1(os.fspath(Path(root).resolve()).encode()).hexdigest()[:16]
+    folder = Path(elsewhere) / key
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # unwritable: the cache is skipped when saved, tables still work
+    return folder / name
 INDEX_VERSION = 6  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all')
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
@@ -344,7 +363,7 @@ def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], 
 def scan(root: Path, use_cache: bool = True) -> list[dict]:
     """One summary record per run folder below ``root`` (sorted by path), each with ``dir`` and ``name``."""
     root_s = os.fspath(root)
-    cache_path = Path(root_s) / INDEX_FILE
+    cache_path = cache_file(Path(root_s), INDEX_FILE)
     meta, columns, values = _load_cache(cache_path) if use_cache else ({"runs": {}, "configs": {}}, {}, None)
     rebuild = not use_cache or meta.get("unusable", False)  # --no-cache and a damaged cache: rewritten
     cached, configs, codes = meta["runs"], meta["configs"], meta.get("codes") or {}
@@ -391,8 +410,6 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
 
 
 def _code_key(code: dict) -> str:
-    import hashlib
-
     return hashlib.sha1(json.dumps(code, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -152,6 +152,7 @@ class Comparison:
     row: Row
     reference: Row
     cells: dict[tuple[int, int], tuple[float, float | None]] = field(default_factory=dict)
+    no_test: dict[tuple[int, int], str] = field(default_factory=dict)  # cell -> why it has no p-value
 
 
 @dataclass

@@ -10,7 +10,6 @@ images and is used only for columns that are whole-test-set accuracies (all, a h
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from ltbench.report.build import scope_of, scopes
@@ -120,14 +119,16 @@ def compare_rows(table: Table, test: str | None) -> str | None:
             other = ref.cells.get((gi, ci))
             if cell.mean is None or other is None or other.mean is None:
                 continue
-            p = _pvalue(table, row, ref, gi, ci, test, significance) if significance else None
+            p, reason = _pvalue(table, row, ref, gi, ci, test, significance) if significance else (None, None)
             used |= p is not None
             comparison.cells[(gi, ci)] = (cell.mean - other.mean, p)
+            if reason:
+                comparison.no_test[(gi, ci)] = reason
         table.comparisons.append(comparison)
     if not used:
         return None
     if test == "bootstrap":
-        return "paired bootstrap over test images on the seeds both rows have, 10,000 resamples"
+        return "paired bootstrap over test images on the seeds both rows have, 10,000 resamples (whole-test-set columns only)"
     return "Welch's t-test over seeds"
 
 
@@ -139,16 +140,20 @@ def _significance_module():
     return significance
 
 
-def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int, test: str, significance) -> float | None:
+def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int, test: str,
+            significance) -> tuple[float | None, str | None]:
+    """(p, None), or (None, why no test was made): a difference never shows a p-value the test cannot give."""
     if test == "bootstrap":
         col = table.columns[ci][0]
         a, b = _whole_set_correct(row, gi, col), _whole_set_correct(ref, gi, col)
-        common = sorted(set(a or {}) & set(b or {}), key=str)
-        if not common or any(a[s].shape != b[s].shape for s in common):
-            return None
+        if a is None or b is None:  # a shot-group column (the legend says: whole-test-set columns only)
+            return None, None if "all" not in col.split(":") else "no stored predictions"
+        common = sorted(set(a) & set(b), key=str)
+        if not common:
+            return None, "no stored predictions of a common seed"
+        if any(a[s].shape != b[s].shape for s in common):
+            return None, "predictions on different test sets"
         import numpy as np
 
-        return significance.paired_bootstrap_pvalue(np.stack([a[s] for s in common]),
-                                                    np.stack([b[s] for s in common]))
-    p = significance.welch_pvalue(row.cells[(gi, ci)].values, ref.cells[(gi, ci)].values)
-    return None if math.isnan(p) else p
+        return significance.paired_bootstrap_test(np.stack([a[s] for s in common]), np.stack([b[s] for s in common]))
+    return significance.welch_test(row.cells[(gi, ci)].values, ref.cells[(gi, ci)].values)
