@@ -286,6 +286,13 @@ def test_output_means_and_stds_per_channel_match_the_per_image_pipeline(name, sp
 # ---- the engine: augment_on is part of the run id; a batched run trains ---------------------------
 
 
+def test_an_unknown_augment_on_is_refused_with_the_choices(write_recipe):
+    from ltbench.recipe import load_recipe
+
+    with pytest.raises(ConfigError, match="train.augment_on: expected one of 'worker', 'batch', got 'gpu'"):
+        load_recipe(write_recipe(extra={"train": {"augment_on": "gpu"}}))
+
+
 @pytest.mark.slow
 def test_augment_on_batch_is_its_own_run_and_trains_every_view(tmp_path, write_recipe):
     from ltbench.launch import run_local
@@ -300,3 +307,24 @@ def test_augment_on_batch_is_its_own_run_and_trains_every_view(tmp_path, write_r
     result = json.loads((Path(batch["run_dir"]) / store.RESULT).read_text())
     assert result["status"] == "done", result.get("error")
     assert result["config"]["train"]["augment_on"] == "batch" and len(result["views"]) == 3
+
+
+@pytest.mark.slow
+def test_a_batched_run_killed_mid_epoch_resumes_exactly(tmp_path, write_recipe, cli):
+    """Draws depend on the sample's key seed only, so a resumed epoch replays the same views."""
+    from tests.test_engine import CRASH_PLUGIN, _only_result
+
+    (tmp_path / "crash_plugins").mkdir()
+    (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
+    recipe = write_recipe(extra={"plugins": ["./crash_plugins"], "method": {"name": "ce_crash_once"},
+                                 "data": {"max_per_class": 60}, "optim": {"epochs": 3, "batch_size": 8},
+                                 "train": {"checkpoint_minutes": 1.0e-9, "augment_on": "batch", "threads": 1}})
+    reference = cli("run", recipe, "--results", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    assert cli("run", recipe, env={"LTBENCH_TEST_CRASH": "1"}).returncode == 17
+    resumed = cli("run", recipe)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from checkpoint: epoch 1, step 3" in resumed.stdout
+    got, want = _only_result(tmp_path / "results"), _only_result(tmp_path / "reference")
+    assert got["config"]["train"]["augment_on"] == "batch"
+    assert got["metrics"]["per_class"] == want["metrics"]["per_class"]
