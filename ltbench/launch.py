@@ -451,21 +451,18 @@ def _run_dirs_under(root: Path) -> list[Path]:
     return out
 
 
-def _describe_found(run_dirs: list[Path]) -> dict[Path, str]:
-    """Run lines of the folders found under a results directory, from their result.json or spec.json."""
-    import json
+def _describe_found(root: Path, run_dirs: list[Path]) -> dict[Path, str]:
+    """Run lines of the folders found under a results directory, from the index the tables use
+    (report/index.py: each result.json or spec.json read once, then cached)."""
+    from ltbench.report.index import scan
 
+    wanted = {os.fspath(p) for p in run_dirs}
     specs = {}
-    for run_dir in run_dirs:
-        record = store.read_result(run_dir)
-        if record is None:
-            try:
-                record = json.loads((run_dir / store.SPEC).read_text())
-            except (OSError, ValueError):
-                continue
-        config = record.get("config") if isinstance(record, dict) else None
-        if isinstance(config, dict) and all(isinstance(config.get(s), dict) for s in ("data", "method")):
-            specs[run_dir] = {"config": config, "grid": record.get("grid") if isinstance(record.get("grid"), dict) else {}}
+    for rec in scan(root):
+        config = rec.get("config")
+        if rec["dir"] in wanted and isinstance(config, dict) and all(isinstance(config.get(s), dict)
+                                                                   for s in ("data", "method")):
+            specs[Path(rec["dir"])] = {"config": {**config, "seed": rec.get("seed")}, "grid": rec.get("grid") or {}}
     return dict(zip(specs, run_lines(list(specs.values())))) if specs else {}
 
 
@@ -543,7 +540,7 @@ def print_status(root: Path, specs: list[dict] | None = None, override_keys: lis
     (method, dataset, imbalance, seed, the settings in which the runs differ), its state and notes."""
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s["run_dir"]) for s in specs]
-    described = _describe_found(run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
+    described = _describe_found(root, run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
     statuses, stale_stage2 = [], 0
     for run_dir in run_dirs:
         status, note = describe_run(run_dir)
