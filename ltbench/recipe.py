@@ -453,6 +453,15 @@ def data_identity(data: dict, cache: dict) -> str | None:
     return cache[key]
 
 
+def _run_config(cfg: dict, seed: int, identities: dict) -> dict:
+    """One run's resolved configuration, with its ``data_identity`` when its dataset names its data."""
+    config = resolve_run_config(cfg, seed, "")
+    named = data_identity(config["data"], identities)
+    if named is not None:
+        config[identity.DATA_IDENTITY] = named
+    return config
+
+
 def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = ()) -> Recipe:
     from ltbench.report.spec import parse_tables
 
@@ -485,9 +494,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
             set_dotted(cfg, key, value, f"grid.{key}")
         apply_run_overrides(cfg, list(run_overrides), used)
         for seed in top.seeds:
-            config = resolve_run_config(cfg, seed, "")
-            if data_identity(config["data"], identities) is not None:
-                config[identity.DATA_IDENTITY] = identities[canonical_json(config["data"])]
+            config = _run_config(cfg, seed, identities)
             try:
                 run_id = run_id_of(config)
             except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
