@@ -78,7 +78,16 @@ def registries_restored():
             reg._entries.update(entries)
         added = [f for f in registry._plugin_paths if f not in folders]
         registry._plugin_paths[:] = folders
-        for name, module in list(sys.modules.items()):  # a folder without __init__.py: a namespace package
-            wheres = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or [])]
-            if any(w and Path(w).resolve().is_relative_to(f) for w in wheres for f in added):
+        for name, module in list(sys.modules.items()):
+            if any(Path(w).resolve().is_relative_to(f) for w in _module_places(module) for f in added):
                 del sys.modules[name]
+
+
+def _module_places(module) -> list[str]:
+    """A module's file, or a namespace package's folders (a plugin folder without __init__.py)."""
+    places = [getattr(module, "__file__", None)]
+    try:
+        places += list(getattr(getattr(module, "__spec__", None), "submodule_search_locations", None) or [])
+    except TypeError:  # an odd module whose spec is not a plain ModuleSpec
+        pass
+    return [p for p in places if isinstance(p, str)]
