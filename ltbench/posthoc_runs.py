@@ -150,15 +150,21 @@ def evaluate_posthoc(clf, frozen: FrozenRun, name: str) -> tuple[dict, dict]:
 
 
 def plugin_code(name: str) -> dict:
-    """Path (relative to its package's folder) and sha256 of the stage-2 plugin's module, as a run
-    records its plugins' code; ``identity.changed_code`` compares them with the files now."""
+    """Path (relative to its package's folder) and sha256 of the stage-2 plugin's module and of the modules
+    of its own package it uses, as a run records its plugins' code; ``identity.changed_code`` compares them
+    with the files now, so an edited stage-2 plugin (or its helper) makes its results stale."""
     import sys
 
     from ltbench.identity import code_entry
+    from ltbench.provenance import module_closure
 
     module_name = POSTHOC.entry(name).module
-    path = getattr(sys.modules.get(module_name), "__file__", None)
-    return {module_name: code_entry(module_name, os.path.abspath(path)) if path else {"path": None, "sha256": None}}
+    out = {}
+    for module in sorted(module_closure(module_name)):
+        path = getattr(sys.modules.get(module), "__file__", None)
+        if path and os.path.isfile(path):
+            out[module] = code_entry(module, os.path.abspath(path))
+    return out
 
 
 def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) -> dict:

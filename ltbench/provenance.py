@@ -109,7 +109,7 @@ def _imported_names(module) -> set[str]:
     return names
 
 
-def _module_closure(module_name: str) -> set[str]:
+def module_closure(module_name: str) -> set[str]:
     """The module and, transitively, the modules of its own package that it uses (its imports, and the
     modules of the classes and functions in its globals). Core ``ltbench`` modules stop the walk: they
     are covered by the git commit."""
@@ -142,7 +142,7 @@ def plugin_code(config: dict) -> dict[str, dict]:
     modules: set[str] = set()
     for reg, name in wanted:
         if name in reg:
-            modules |= _module_closure(reg.entry(name).module)
+            modules |= module_closure(reg.entry(name).module)
     from ltbench.identity import code_entry
 
     out = {}

@@ -3,8 +3,10 @@
 A recipe has a base configuration (``data``, ``backbone``, ``method``, ``optim``, ``train``,
 ``eval``), a ``grid`` of dotted keys -> lists of values (or a list of such grids, whose runs are
 joined), and ``seeds``. Each run's configuration is validated against the core's dataclasses and
-the ``Config`` of the named plugins. The run id is a sha1 of the resolved configuration without
-paths or launcher settings, so the same experiment always lands in the same directory.
+the ``Config`` of the named plugins. Dotted overrides of a run's configuration are set on every grid
+point after the grid (the command line wins) or refused. The run id is ``identity.run_id``: a sha1 of the
+resolved configuration less its execution settings (ltbench/identity.py), so the same experiment always
+lands in the same directory.
 """
 
 from __future__ import annotations
@@ -480,6 +482,15 @@ def data_identity(data: dict, cache: dict) -> str | None:
     return cache[key]
 
 
+def _run_config(cfg: dict, seed: int, identities: dict) -> dict:
+    """One run's resolved configuration, with its ``data_identity`` when its dataset names its data."""
+    config = resolve_run_config(cfg, seed, "")
+    named = data_identity(config["data"], identities)
+    if named is not None:
+        config[identity.DATA_IDENTITY] = named
+    return config
+
+
 def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = ()) -> Recipe:
     from ltbench.report.spec import parse_tables
 
@@ -512,9 +523,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
             set_dotted(cfg, key, value, f"grid.{key}")
         apply_run_overrides(cfg, list(run_overrides), used)
         for seed in top.seeds:
-            config = resolve_run_config(cfg, seed, "")
-            if data_identity(config["data"], identities) is not None:
-                config[identity.DATA_IDENTITY] = identities[canonical_json(config["data"])]
+            config = _run_config(cfg, seed, identities)
             try:
                 run_id = run_id_of(config)
             except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
@@ -563,17 +572,24 @@ def inside_results(out_dir: Path, *parts: str) -> Path:
 
 
 def run_label(run: dict) -> str:
-    """Short human label of a run spec or result: the method name plus the method values the grid varies,
-    a method mapping rendered as name[key=value,...]."""
+    """Short human label of a run spec or result: the method name plus the method options the grid varies,
+    with the values the run has (a command-line override wins over the grid), a mapping rendered as
+    name[key=value,...]."""
     grid = run.get("grid") or {}
-    extras = [f"{k.split('.', 1)[1]}={_short(v)}" for k, v in grid.items()
-              if k.startswith("method.") and k != "method.name"]
+    method = run["config"]["method"]
+    keys = [k.split(".", 1)[1] for k in grid if k.startswith("method.") and k != "method.name"]
     if isinstance(grid.get("method"), dict):
-        extras += [f"{k}={_short(v)}" for k, v in grid["method"].items() if k != "name"]
+        keys += [k for k in grid["method"] if k != "name"]
+    extras = []
+    for key in keys:
+        value = method
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        extras.append(f"{key}={_short(value)}")
     sampler = run["config"].get("sampler")  # absent: the default, uniform
     if sampler:
         extras.append(f"sampler={_short(sampler)}")
-    return run["config"]["method"]["name"] + (f" ({', '.join(extras)})" if extras else "")
+    return method["name"] + (f" ({', '.join(extras)})" if extras else "")
 
 
 def _short(v: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -102,3 +103,37 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@contextlib.contextmanager
+def registries_restored():
+    """Plugins registered inside the block (a doc example's folder, say) are gone after it: the registries,
+    the list of loaded plugin folders and the imported plugin modules are put back as they were, so a
+    later test that expects such a name to be unknown, or imports another folder of that name, passes."""
+    from ltbench import registry
+
+    registry.discover()  # the core and entry points first: they must survive the restore
+    regs = list(registry.REGISTRIES.values())
+    saved = {reg: dict(reg._entries) for reg in regs}
+    folders = list(registry._plugin_paths)
+    try:
+        yield
+    finally:
+        for reg, entries in saved.items():
+            reg._entries.clear()
+            reg._entries.update(entries)
+        added = [f for f in registry._plugin_paths if f not in folders]
+        registry._plugin_paths[:] = folders
+        for name, module in list(sys.modules.items()):
+            if any(Path(w).resolve().is_relative_to(f) for w in _module_places(module) for f in added):
+                del sys.modules[name]
+
+
+def _module_places(module) -> list[str]:
+    """A module's file, or a namespace package's folders (a plugin folder without __init__.py)."""
+    places = [getattr(module, "__file__", None)]
+    try:
+        places += list(getattr(getattr(module, "__spec__", None), "submodule_search_locations", None) or [])
+    except TypeError:  # an odd module whose spec is not a plain ModuleSpec
+        pass
+    return [p for p in places if isinstance(p, str)]

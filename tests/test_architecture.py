@@ -65,7 +65,7 @@ ROOT = CORE.parent
 LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its longest matching prefix
     6: ("ltbench.cli", "ltbench.__main__"),
     5: ("ltbench.launch", "ltbench.slurm", "ltbench.progress"),
-    4: ("ltbench.recipe", "ltbench.report", "ltbench.plots"),
+    4: ("ltbench.recipe", "ltbench.report", "ltbench.plots", "ltbench.runlines"),
     3: ("ltbench.runner", "ltbench.features", "ltbench.posthoc_runs"),
     2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
     1: ("ltbench.data", "ltbench.backbones", "ltbench.experts", "ltbench.method", "ltbench.posthoc", "methods", "ltbench.evaluation", "ltbench.predictions",
@@ -76,7 +76,7 @@ LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its lo
 TORCH_FREE = ("ltbench.report", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
               "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
               "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
-              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read")
+              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read", "ltbench.runlines")
 
 
 def all_modules() -> dict[str, Path]:

@@ -84,7 +84,16 @@ def test_code_paths_are_recorded_relative_and_old_absolute_ones_are_mapped(tmp_p
 # Data identity: a dataset whose files live under data.root names them
 
 
+@pytest.fixture
+def restore_registries():
+    from tests.conftest import registries_restored
+
+    with registries_restored():
+        yield
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("restore_registries")  # the doc's plugin is registered in this process: put it back
 def test_two_folders_with_different_contents_never_share_a_run_id_or_a_row(tmp_path, capsys, monkeypatch):
     """The folder dataset of docs/adding-a-dataset.md: data.root is an execution setting, so the plugin's
     data_identity() (a digest of its file) keeps two folders apart, and a copy of one folder together."""
@@ -92,7 +101,7 @@ def test_two_folders_with_different_contents_never_share_a_run_id_or_a_row(tmp_p
 
     import numpy as np
 
-    from tests.test_plugin_docs import restore_registries, run_cli, tiny_recipe, write_doc_example, write_npz  # noqa: F401
+    from tests.test_plugin_docs import run_cli, tiny_recipe, write_doc_example, write_npz
 
     folder = write_doc_example("adding-a-dataset.md", tmp_path)
     write_npz(tmp_path / "first")

@@ -54,7 +54,7 @@ def test_dry_run_shows_the_overridden_value_and_every_setting_that_differs(capsy
     assert code == 0, err
     assert "la (tau=2) on fashion_mnist_lt rho=100 seed=0" in out
     recipe = load_recipe(ROOT / "recipes" / "cifar100_lt.yaml", ["seeds=[0]"])
-    from ltbench.launch import run_lines
+    from ltbench.runlines import run_lines
 
     lines = run_lines(recipe.runs, recipe.override_keys)
     assert len(set(lines)) == len(lines)  # no two runs read alike

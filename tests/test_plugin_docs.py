@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,33 +15,20 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, registries_restored
 from ltbench import cli, contract
 from ltbench.config import from_dict
-from ltbench import registry
-from ltbench.registry import BACKBONES, DATASETS, METHODS, POSTHOC
+from ltbench.registry import BACKBONES, DATASETS, METHODS
 
 BLOCK = re.compile(r"```python\n# (?P<path>[\w/]+\.py)\n(?P<code>.*?)```", re.S)
 
 
 @pytest.fixture(autouse=True)
 def restore_registries():
-    """The doc examples register plugins ('focal', ...) in this process. Put the registries, the list of
-    loaded plugin folders and the imported plugin modules back as they were, so a later test file that
-    expects 'focal' to be unknown (test_bad_input) passes in any order."""
-    registry.discover()  # the core and entry points first: they must survive the restore
-    saved = {reg: dict(reg._entries) for reg in (METHODS, BACKBONES, DATASETS, POSTHOC)}
-    folders = list(registry._plugin_paths)
-    yield
-    for reg, entries in saved.items():
-        reg._entries.clear()
-        reg._entries.update(entries)
-    added = [f for f in registry._plugin_paths if f not in folders]
-    registry._plugin_paths[:] = folders
-    for name, module in list(sys.modules.items()):
-        where = getattr(module, "__file__", None)
-        if where and any(Path(where).resolve().is_relative_to(f) for f in added):
-            del sys.modules[name]
+    """The doc examples register plugins ('focal', ...) in this process: put everything back after each
+    test (conftest.registries_restored), so a later test file that expects 'focal' to be unknown passes."""
+    with registries_restored():
+        yield
 
 
 def write_doc_example(doc: str, where: Path) -> Path:
