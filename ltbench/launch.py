@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 
 from ltbench import store
-from ltbench.config import value_text
-from ltbench.errors import ConfigError, DataMissingError, LtbenchError
+from ltbench.errors import ConfigError, DataMissingError
 from ltbench.recipe import Recipe, distinct_data, run_label
 from ltbench.runlines import check_results_root, describe_found, other_data_note, run_lines, stage2_state
 
