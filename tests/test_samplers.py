@@ -234,6 +234,7 @@ def test_plugin_sampler_and_method_declared_sampler(tmp_path, write_recipe, cli)
     assert result["metrics"]["per_class"] == [0.0, 0.0, 0.0, 1.0]
 
 
+@pytest.mark.slow  # four commands in fresh processes: ~8 s
 def test_cli_lists_samplers_and_refuses_an_unknown_one_with_a_suggestion(write_recipe, cli):
     listed = cli("list", "samplers")
     assert listed.returncode == 0
