@@ -114,6 +114,10 @@ def cmd_data(args) -> int:
                         for c in range(data.num_classes)],
             "groups": {g: int((groups == g).sum()) for g in ("many", "medium", "few")},
         })
+        if data.val_counts is not None:  # the validation split (docs/protocol.md)
+            reports[-1]["val_total"] = int(data.val_counts.sum())
+            for c, entry in enumerate(reports[-1]["classes"]):
+                entry["val"] = int(data.val_counts[c])
     if args.json:
         print(json.dumps(reports, indent=2))
         return 0
@@ -123,10 +127,15 @@ def cmd_data(args) -> int:
         opts = ", ".join(f"{k}={v}" for k, v in r["data"].items() if k != "root")
         print(f"{opts}\ntrain {r['train_total']} images, test {r['test_total']}, subset sha1 {r['subset_hash'][:12]}; "
               f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}")
-        rows = [[c["class"], c["name"] or "", c["train"], c["test"], c["group"]] for c in r["classes"]]
+        val = "val_total" in r
+        if val:
+            print(f"validation {r['val_total']} images (never trained on; docs/protocol.md)")
+        rows = [[c["class"], c["name"] or "", c["train"], c["test"]] + ([c["val"]] if val else []) + [c["group"]]
+                for c in r["classes"]]
         if len(rows) > 40:
-            rows = rows[:20] + [["...", "", "", "", ""]] + rows[-20:]
-        print(tabulate(rows, headers=["class", "name", "train", "test", "group"], tablefmt="github"))
+            rows = rows[:20] + [["..."] + [""] * (len(rows[0]) - 1)] + rows[-20:]
+        headers = ["class", "name", "train", "test"] + (["val"] if val else []) + ["group"]
+        print(tabulate(rows, headers=headers, tablefmt="github"))
         print()
     return 0
 

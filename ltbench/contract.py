@@ -356,12 +356,40 @@ def _check_loaded(data: Any) -> str:
     return f"loaded: {k} classes, {len(data.train_labels)} train / {len(data.test_labels)} test images"
 
 
+def check_sampler(cls: Any, name: str) -> str:
+    """A sampler's epoch is len(train) indices into the training set, a pure function of (seed, epoch):
+    the same from a fresh instance (no hidden state, so resume and DDP ranks agree) and different across
+    epochs or seeds (so it is not one fixed order)."""
+    import numpy as np
+
+    from ltbench.samplers import Sampler, SamplerContext
+
+    _expect(isinstance(cls, type) and issubclass(cls, Sampler), "a sampler must subclass ltbench.samplers.Sampler")
+    labels = np.repeat(np.arange(5), [40, 20, 9, 4, 2])
+    ctx = SamplerContext(labels, 5, epochs=10)
+    cfg = default_config(cls, "sampler")
+    orders = {(s, e): np.asarray(cls(cfg, ctx).epoch_order(s, e)) for s in (0, 1) for e in (0, 9)}
+    first = orders[(0, 0)]
+    _expect(first.shape == (len(labels),), f"epoch_order() must give len(train) = {len(labels)} indices, got shape {first.shape}")
+    _expect(np.issubdtype(first.dtype, np.integer) and first.min() >= 0 and first.max() < len(labels),
+            "epoch_order() must give integer indices into the training set")
+    _expect(np.array_equal(cls(cfg, ctx).epoch_order(0, 0), first), "epoch_order(seed, epoch) must not depend on "
+            "earlier calls or instances (a pure function of seed and epoch)")
+    _expect(len({o.tobytes() for o in orders.values()}) > 1, "epoch_order() gives the same order for every seed and epoch")
+    law = cls(cfg, ctx).class_probabilities(0)
+    if law is not None:
+        _expect(len(law) == 5 and abs(float(np.sum(law)) - 1.0) < 1e-6 and min(law) >= 0,
+                "class_probabilities() must be a distribution over the classes")
+    return f"epochs of {len(labels)} draws, seeded per (seed, epoch)"
+
+
 # --------------------------------------------------------------------------------------------
 # The command
 
 
 CHECKS: dict[str, Callable[[Any, str], Any]] = {"methods": check_method, "backbones": check_backbone,
-                                               "datasets": check_dataset, "posthoc": check_posthoc}
+                                               "datasets": check_dataset, "posthoc": check_posthoc,
+                                               "samplers": check_sampler}
 
 
 def _defined_in(module: str, folder: Path) -> bool:
@@ -381,9 +409,9 @@ def check_plugin_folder(folder: str | Path, data_root: str | None = None) -> int
     found = [(kind, e) for kind, reg in registry.REGISTRIES.items() for e in reg.entries()
              if e.source == label or _defined_in(e.module, path)]
     if not found:
-        raise LtbenchError(f"{folder}: registers no method, backbone or dataset, nor a stage-2 method (a module "
-                           f"in it must use @METHODS.register / @BACKBONES.register / @DATASETS.register / "
-                           f"@POSTHOC.register; modules whose name "
+        raise LtbenchError(f"{folder}: registers no method, backbone or dataset, nor a sampler or a stage-2 method "
+                           f"(a module in it must use @METHODS.register / @BACKBONES.register / @DATASETS.register / "
+                           f"@SAMPLERS.register / @POSTHOC.register; modules whose name "
                            f"starts with '_' are not imported)")
     DATA_ROOT[:] = [str(Path(data_root).expanduser())] if data_root else []
     return _run_checks(found)

@@ -132,13 +132,15 @@ def module_closure(module_name: str) -> set[str]:
 
 def plugin_code(config: dict) -> dict[str, dict]:
     """{module: {path, sha256}} for the source of every plugin module the run uses: the modules of
-    its method (and any method it names, e.g. an auxiliary one), dataset and backbone, built-in ones
+    its method (and any method it names, e.g. an auxiliary one), dataset, backbone and sampler, built-in ones
     included, plus the package-local modules they use. Status compares these with the files on disk
     to flag results computed by code that has changed since."""
     from ltbench import registry
 
     wanted = [(registry.METHODS, n) for n in _names_in(config.get("method"))]
     wanted += [(registry.DATASETS, config["data"]["name"]), (registry.BACKBONES, config["backbone"]["name"])]
+    if config.get("sampler"):  # absent for the default sampler (then the record is as before samplers existed)
+        wanted.append((registry.SAMPLERS, config["sampler"]["name"]))
     modules: set[str] = set()
     for reg, name in wanted:
         if name in reg:

@@ -234,6 +234,7 @@ def test_plugin_sampler_and_method_declared_sampler(tmp_path, write_recipe, cli)
     assert result["metrics"]["per_class"] == [0.0, 0.0, 0.0, 1.0]
 
 
+@pytest.mark.slow  # four commands in fresh processes: ~8 s
 def test_cli_lists_samplers_and_refuses_an_unknown_one_with_a_suggestion(write_recipe, cli):
     listed = cli("list", "samplers")
     assert listed.returncode == 0
@@ -265,3 +266,63 @@ def test_quickstart_ids_are_unchanged():
 
     ids = [r["run_id"] for r in load_recipe(ROOT / "recipes" / "quickstart.yaml").runs]
     assert ids == ["b772c3f57417", "fcaba61914e2", "c2955543b128", "d26e01af66b7"]
+
+
+@pytest.mark.slow  # three runs of a tiny recipe: ~15 s
+def test_a_run_with_a_resampler_killed_mid_epoch_resumes_exactly(tmp_path, write_recipe, cli):
+    from tests.test_engine import CRASH_PLUGIN, _only_result
+
+    (tmp_path / "crash_plugins").mkdir()
+    (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
+    recipe = write_recipe(extra={"plugins": ["./crash_plugins"], "method": {"name": "ce_crash_once"},
+                                 "sampler": {"name": "progressive"},
+                                 "data": {"max_per_class": 60}, "optim": {"epochs": 3, "batch_size": 8},
+                                 "train": {"checkpoint_minutes": 1.0e-9}})  # a checkpoint after every step
+    reference = cli("run", recipe, "--results", tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    crashed = cli("run", recipe, env={"LTBENCH_TEST_CRASH": "1"})
+    assert crashed.returncode == 17
+    resumed = cli("run", recipe)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from checkpoint: epoch 1, step 3" in resumed.stdout
+    got, expected = _only_result(tmp_path / "results"), _only_result(tmp_path / "reference")
+    assert got["config"]["sampler"] == {"name": "progressive"}
+    assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]
+
+
+CHECKED_SAMPLERS = '''
+import numpy as np
+from ltbench.registry import SAMPLERS
+from ltbench.samplers import ClassLawSampler, Sampler
+
+
+@SAMPLERS.register("half_balanced")
+class HalfBalanced(ClassLawSampler):
+    """Half-way between instance- and class-balanced."""
+
+    def class_probabilities(self, epoch):
+        counts = self.ctx.class_counts
+        return 0.5 * counts / counts.sum() + 0.5 / len(counts)
+
+
+@SAMPLERS.register("remembers")
+class Remembers(Sampler):
+    """Broken: each call continues the previous one's random stream (resume would replay other batches)."""
+
+    rng = np.random.default_rng(0)
+
+    def epoch_order(self, seed, epoch):
+        return self.rng.permutation(len(self.ctx.labels))
+'''
+
+
+def test_check_runs_the_sampler_contract(tmp_path, capsys):
+    from ltbench import cli
+
+    (tmp_path / "checked_samplers").mkdir()
+    (tmp_path / "checked_samplers" / "two.py").write_text(CHECKED_SAMPLERS)
+    code = cli.main(["check", str(tmp_path / "checked_samplers")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "ok    sampler half_balanced" in out
+    assert "FAIL  sampler remembers" in out and "pure function of seed and epoch" in out

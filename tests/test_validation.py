@@ -158,3 +158,20 @@ def test_best_val_reports_the_validation_best_epoch(tmp_path, write_recipe, cli)
     assert result["metrics"]["val"]["all"] == result["selection"]["val"]["all"] == max(scores)
     assert result["data"]["class_counts_val"] == [8, 8, 8, 8]
     assert (run_dir / "best_val.pt").is_file()
+
+
+@pytest.mark.slow  # two short training runs: ~10 s
+def test_a_validation_split_changes_no_training_number(tmp_path, write_recipe, cli):
+    """Validation images come from outside the training set and are only evaluated: the same run with and
+    without them trains identically (same losses, same test predictions); only metrics.val is added."""
+    plain = write_recipe("plain")
+    validated = write_recipe("validated", extra={"data": {"val_per_class": 6}})
+    for recipe in (plain, validated):
+        out = cli("run", recipe)
+        assert out.returncode == 0, out.stderr
+    results = {p.parent.parent.name: p.parent for p in (tmp_path / "results").rglob("result.json")}
+    a, b = (json.loads((results[n] / "result.json").read_text()) for n in ("plain", "validated"))
+    assert a["run_id"] != b["run_id"] and "val" not in a["metrics"] and b["metrics"]["val"]["size"] == 24
+    assert a["metrics"]["per_class"] == b["metrics"]["per_class"]
+    loss = [[r["loss"] for r in store.read_jsonl(results[n] / store.LOG)] for n in ("plain", "validated")]
+    assert loss[0] == loss[1]
