@@ -362,7 +362,8 @@ def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Load
         run.device_views = [batch_augment.build_batch(v, image, aliases) for v in names]
         encoded = device_decode.encoded_source(run.data.train, run.train.augment_on, image.kind, device)
         run.decode_on_device = encoded is not None
-        sources = {"train": encoded if encoded is not None else MultiView(run.data.train, [batch_augment.as_uint8_tensor])}
+        decoded = MultiView(run.data.train, [batch_augment.as_uint8_tensor])
+        sources = {"train": encoded if encoded is not None else decoded}
     else:
         sources = {"train": MultiView(run.data.train, [transforms.build(v, image, aliases) for v in names])}
     sources.update({name: ds for name, (ds, _) in run.eval_sets.items()})

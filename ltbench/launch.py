@@ -121,8 +121,8 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
     specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)
     name = recipe.launcher.name
-    if name == "local" and pool_size(recipe.launcher.jobs, recipe.launcher.runs_per_gpu, _visible_gpus()) > 1 \
-            and len(specs) > 1:
+    gpus = _visible_gpus() if recipe.launcher.runs_per_gpu > 1 else []  # no torch import otherwise
+    if name == "local" and pool_size(recipe.launcher.jobs, recipe.launcher.runs_per_gpu, gpus) > 1 and len(specs) > 1:
         name = "pool"
     elsewhere = LAUNCHERS[name](recipe, specs, redo, wait)
     if elsewhere is None:  # submitted; results come later ('ltbench status' follows them)
