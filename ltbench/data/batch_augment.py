@@ -30,7 +30,6 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 from torchvision.transforms.v2.functional._color import _hsv_to_rgb, _rgb_to_hsv
