@@ -3,7 +3,6 @@
 Modules, one concept each:
   index     find run folders, summarise each result.json (damaged ones too), cache the summaries
   expected  the runs a recipe expects, in grid order (cached so a table does not import torch)
-  spec      the ``tables:`` section of a recipe (validated when the recipe is loaded)
   rows      what a row is: configuration identity, labels, seeds found / missing / failed
   build     a filled table: cells, notes, best and second best per group
   formats   markdown, LaTeX, tidy CSV
@@ -67,7 +66,7 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
            overrides: list[str] = (), digits: int | None = None, select: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table."""
     from ltbench.report.build import build_table
-    from ltbench.report.spec import default_table
+    from ltbench.recipe_tables import default_table
 
     records, recipe, _ = source(path, results, use_cache, overrides)
     declared = dict(recipe.tables) if recipe is not None else {}
@@ -123,24 +122,13 @@ def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
     return path
 
 
-def check_tables(tables_by_name: dict, runs: list[dict], where: str, posthoc: list[dict] = ()) -> None:
-    """Raise ConfigError when a declared table cannot be built from a recipe's runs and stage-2 settings
-    (a selector that matches two configurations, ...): called when the recipe is loaded, before any run starts."""
-    from ltbench.report.build import build_table
-    from ltbench.report.expected import expected_of
-
-    expected = expected_of(runs, posthoc)
-    for name, spec in tables_by_name.items():
-        build_table(name, spec, [], expected, where=where, test=None)
-
-
 def summary_table(recipe) -> str | None:
     """The default table of a recipe's own runs, for the end of ``ltbench run``; None without results."""
     from ltbench.report import index
     from ltbench.report.build import build_table
     from ltbench.report.expected import expected_of
     from ltbench.report.formats import to_markdown
-    from ltbench.report.spec import default_table
+    from ltbench.recipe_tables import default_table
 
     if not Path(recipe.root).is_dir():
         return None

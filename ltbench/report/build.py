@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit, _group_values, _matches, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
-from ltbench.report.spec import TableSpec
+from ltbench.recipe_tables import TableSpec
 
 
 def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,

@@ -51,7 +51,7 @@ def row_labels(path, results=None, overrides=(), stage2: bool = False) -> tuple[
     results (a ``posthoc`` config section) are left out unless ``stage2``."""
     from ltbench.report import source
     from ltbench.report.build import build_table
-    from ltbench.report.spec import default_table
+    from ltbench.recipe_tables import default_table
 
     records, recipe, _ = source(path, results, overrides=overrides)
     if not stage2:

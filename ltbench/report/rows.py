@@ -23,7 +23,7 @@ from typing import Any
 from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
 from ltbench.errors import ConfigError
 from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
-from ltbench.report.spec import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
+from ltbench.recipe_tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
