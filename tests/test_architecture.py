@@ -176,3 +176,122 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     modules = all_modules()
     assert "torch" in import_time_closure("ltbench.engine", modules)
     assert "ltbench.data.base" in import_time_closure("ltbench.data.cifar", modules)
+
+
+# --------------------------------------------------------------------------------------------
+# No import cycles inside ltbench/, whether the imports run when a module is loaded or only when a
+# function runs: a function-level import that closes a cycle hides it from Python, not from a reader.
+
+def import_edges(module: str, path: Path) -> dict[str, str]:
+    """Project modules ``module`` imports, each with where the import is: 'module-level' (runs when the
+    module is loaded; class bodies, if and try blocks included) or 'function-level' (inside a function
+    or lambda). ``from a import b`` is an edge to a.b when that is a module, else to a. Parent packages
+    are not edges (Python loads them first anyway); imports under ``if TYPE_CHECKING:`` never run and
+    are left out. Strings given to import_module (plugin discovery) are not imports of a module's code."""
+    modules = all_modules()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: dict[str, str] = {}
+
+    def add(name: str, where: str) -> None:
+        if name in modules and name != module and found.get(name) != "module-level":
+            found[name] = where
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = "function-level" if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else where
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                visit_list(child.orelse, where)
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name, where)
+            elif isinstance(child, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - child.level + 1] if child.level else []
+                name = ".".join(base + ([child.module] if child.module else []))
+                for alias in child.names:
+                    add(f"{name}.{alias.name}" if f"{name}.{alias.name}" in modules else name, where)
+            visit(child, inner)
+
+    def visit_list(nodes: list, where: str) -> None:
+        for node in nodes:
+            visit(ast.Module(body=[node], type_ignores=[]), where)
+
+    visit(ast.parse(path.read_text()), "module-level")
+    return found
+
+
+def import_cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Each strongly connected group of two or more modules (Tarjan), as one cycle through it, every
+    step written 'a -> b (module-level|function-level)'. A group may hold more cycles than the one
+    shown: break it and the check shows the next."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return [_one_cycle(graph, group) for group in groups]
+
+
+def _one_cycle(graph: dict[str, dict[str, str]], group: list[str]) -> list[str]:
+    """A shortest way from the group's first module back to itself, inside the group (breadth first)."""
+    start, members = group[0], set(group)
+    paths = {w: [start, w] for w in graph[start] if w in members}
+    queue = list(paths)
+    while start not in paths:
+        v = queue.pop(0)
+        for w in graph[v]:
+            if w in members and w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    way = paths[start]
+    return [f"{a} -> {b} ({graph[a][b]})" for a, b in zip(way, way[1:])]
+
+
+def project_graph() -> dict[str, dict[str, str]]:
+    return {m: import_edges(m, p) for m, p in all_modules().items() if m.split(".")[0] == "ltbench"}
+
+
+def test_no_import_cycles_in_ltbench():
+    cycles = import_cycles(project_graph())
+    assert not cycles, "import cycles:\n" + "\n".join("  " + ";  ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_module_and_function_level_cycles():
+    graph = {"a": {"b": "module-level"}, "b": {"a": "function-level"}, "c": {"a": "module-level"},
+             "d": {"e": "module-level"}, "e": {"f": "module-level"}, "f": {"d": "module-level"}}
+    assert import_cycles(graph) == [["a -> b (module-level)", "b -> a (function-level)"],
+                                    ["d -> e (module-level)", "e -> f (module-level)", "f -> d (module-level)"]]
+    assert import_cycles({"a": {"b": "module-level"}, "b": {}}) == []
+
+
+def test_import_edges_tell_module_from_function_level(tmp_path):
+    sample = tmp_path / "store_like.py"
+    sample.write_text("from typing import TYPE_CHECKING\nfrom ltbench import errors\nfrom . import config\n"
+                      "if TYPE_CHECKING:\n    from ltbench.engine import train\n"
+                      "class C:\n    from ltbench.report import rows\n"
+                      "def later():\n    from ltbench.runner import run_one\n    import ltbench.errors\n")
+    assert import_edges("ltbench.store_like", sample) == {
+        "ltbench.errors": "module-level", "ltbench.config": "module-level",
+        "ltbench.report.rows": "module-level", "ltbench.runner": "function-level"}

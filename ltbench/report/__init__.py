@@ -44,21 +44,10 @@ def render(table, fmt: str = "markdown") -> str:
 
 
 def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
-    from ltbench.report import expected as exp
-    from ltbench.report import index
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file (report/expected.py)."""
+    from ltbench.report.expected import source as _source
 
-    p = Path(path)
-    if p.is_file() and p.suffix in (".yaml", ".yml"):
-        recipe = exp.recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
-        records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
-        records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
-        return records, recipe, recipe.root
-    if overrides:
-        raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
-    if not p.is_dir():
-        raise LtbenchError(f"{p}: no such results directory or recipe file")
-    return index.scan(p, use_cache), None, p
+    return _source(path, results, use_cache, overrides)
 
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench import safe_read, store
-from ltbench.errors import ConfigError
+from ltbench.errors import ConfigError, LtbenchError
 from ltbench.identity import DATA_IDENTITY
 from ltbench.recipe import Recipe, RecipeConfig, load_recipe, read_recipe_file, recipe_name, results_root
+from ltbench.report import index
 from ltbench.report.index import config_key
 from ltbench.report.build import build_table
 from ltbench.report.rows import flatten
@@ -156,3 +157,18 @@ def check_recipe_tables(recipe: Recipe) -> None:
     except ConfigError as exc:
         msg = str(exc)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
+    p = Path(path)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
+        records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
+        records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
+        return records, recipe, recipe.root
+    if overrides:
+        raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
+    if not p.is_dir():
+        raise LtbenchError(f"{p}: no such results directory or recipe file")
+    return index.scan(p, use_cache), None, p
