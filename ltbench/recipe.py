@@ -209,15 +209,14 @@ def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> d
     where = join_path(where, section)
     if not isinstance(spec, dict) or "name" not in spec:
         raise ConfigError(f"{where}: expected a mapping with a 'name' key (known: {', '.join(reg.names())})")
-    options = dict(spec)
-    name = options.pop("name")
+    name = spec["name"]
     if not isinstance(name, str):
         raise ConfigError(f"{where}.name: expected a string, got {short_repr(name)}")
     try:
-        cls = reg.get(name)
+        reg.get(name)
     except RegistryError as exc:
         raise ConfigError(f"{where}.name: {exc}") from None
-    return {"name": name, **to_dict(from_dict(cls.Config, options, where))}
+    return reg.resolved(spec, where)
 
 
 def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
@@ -485,10 +484,8 @@ def data_identity(data: dict, cache: dict) -> str | None:
     as for the built-in datasets, whose files are fixed and checksummed). Asked once per data config."""
     key = canonical_json(data)
     if key not in cache:
-        options = dict(data)
-        cls = DATASETS.get(options.pop("name"))
-        ask = getattr(cls, "data_identity", None)
-        cache[key] = ask(cls(from_dict(cls.Config, options, "data"))) if callable(ask) else None
+        ask = getattr(DATASETS.get(data["name"]), "data_identity", None)
+        cache[key] = ask(DATASETS.build(data, where="data")) if callable(ask) else None
         if cache[key] is not None and not isinstance(cache[key], str):
             raise ConfigError(f"data.name: {data['name']}: data_identity() must return a string or None, "
                               f"got {short_repr(cache[key])}")
