@@ -17,13 +17,22 @@ EXIT_USER_ERROR = 2
 MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; echoed values are cut at 200
 
 
+def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None):
+    """recipe.load_recipe, then the check that every declared table can be built from its runs (which
+    needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run."""
+    from ltbench.recipe import load_recipe
+    from ltbench.report.expected import check_recipe_tables
+
+    recipe = load_recipe(path, overrides, results_dir=results)
+    check_recipe_tables(recipe)
+    return recipe
+
+
 def _recipe_root(path: str, results: str | None) -> Path:
     """A results folder, or a recipe file whose results folder is wanted."""
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        from ltbench.recipe import load_recipe
-
-        return load_recipe(p, results_dir=results).root
+        return load_checked_recipe(p, results=results).root
     if not p.exists():
         raise LtbenchError(f"{p}: no such results directory or recipe file")
     return p
@@ -31,9 +40,7 @@ def _recipe_root(path: str, results: str | None) -> Path:
 
 def cmd_run(args) -> int:
     from ltbench import launch
-    from ltbench.recipe import load_recipe
-
-    recipe = load_recipe(args.recipe, args.overrides, results_dir=args.results)
+    recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     if args.launcher:
         recipe.launcher.name = args.launcher
     if args.jobs:
@@ -48,9 +55,7 @@ def cmd_run(args) -> int:
 def cmd_posthoc(args) -> int:
     """The recipe's stage-2 grid over its finished runs (docs/posthoc.md)."""
     from ltbench.launch import launch_posthoc
-    from ltbench.recipe import load_recipe
-
-    recipe = load_recipe(args.recipe, args.overrides, results_dir=args.results)
+    recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     if not recipe.posthoc:
         raise LtbenchError(f"{args.recipe}: posthoc: no stage-2 settings declared; add a 'posthoc:' list, e.g. "
                            f"[{{name: tau_norm, tau: [0, 0.5, 1]}}] (docs/posthoc.md)")
@@ -92,9 +97,9 @@ LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 
 def cmd_data(args) -> int:
-    from ltbench.recipe import distinct_data, load_recipe
+    from ltbench.recipe import distinct_data
 
-    recipe = load_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
+    recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
     from ltbench import engine
     from ltbench.evaluation import shot_groups
 
@@ -196,9 +201,7 @@ def cmd_status(args) -> int:
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        from ltbench.recipe import load_recipe
-
-        recipe = load_recipe(p, args.overrides, results_dir=args.results)
+        recipe = load_checked_recipe(p, args.overrides, args.results)
         return launch.print_status(recipe.root, recipe.runs, recipe.override_keys)
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")

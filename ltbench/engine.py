@@ -113,9 +113,7 @@ def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
 
 
 def dataset_builder(config: dict):
-    options = dict(config["data"])
-    builder = DATASETS.get(options.pop("name"))
-    return builder(from_dict(builder.Config, options, "data"))
+    return DATASETS.build(config["data"], where="data")
 
 
 def load_data(config: dict) -> LTData:
@@ -125,9 +123,7 @@ def load_data(config: dict) -> LTData:
 def build_run(config: dict, data: LTData | None = None) -> Run:
     builder = dataset_builder(config)
     data = data if data is not None else builder.load()
-    bb_options = dict(config["backbone"])
-    bb_builder = BACKBONES.get(bb_options.pop("name"))
-    backbone = bb_builder(from_dict(bb_builder.Config, bb_options, "backbone"), in_channels=data.image.channels)
+    backbone = BACKBONES.build(config["backbone"], in_channels=data.image.channels, where="backbone")
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
     ctx = MethodContext(

@@ -24,13 +24,10 @@ from ltbench.runlines import check_results_root, describe_found, other_data_note
 
 def preflight(recipe: Recipe) -> None:
     """Stop before any run starts when a dataset is missing (one message, not one per run)."""
-    from ltbench.config import from_dict
     from ltbench.registry import DATASETS
 
     for spec in distinct_data(recipe.runs):
-        data = dict(spec["config"]["data"])
-        builder = DATASETS.get(data.pop("name"))
-        check = getattr(builder(from_dict(builder.Config, data, "data")), "check", None)
+        check = getattr(DATASETS.build(spec["config"]["data"], where="data"), "check", None)
         if callable(check):
             check()
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ltbench.config import EmptyConfig, from_dict, to_dict
+from ltbench.config import EmptyConfig
 from ltbench.registry import METHODS
 
 
@@ -145,29 +145,22 @@ class Method(nn.Module):
 
 
 def method_config(name: str, options: dict, where: str) -> Any:
-    cls = METHODS.get(name)
-    return from_dict(cls.Config, options, where)
+    return METHODS.config({**options, "name": name}, where)
 
 
 def create_method(spec: dict, ctx: MethodContext, where: str = "method") -> Method:
     """Build a method from ``{'name': ..., **hyper-parameters}`` (also used to build auxiliary methods)."""
-    options = dict(spec)
-    name = options.pop("name")
-    cls = METHODS.get(name)
-    return cls(method_config(name, options, where), ctx)
+    return METHODS.build(spec, ctx, where=where)
 
 
 def build_method_model(spec: dict, backbone: nn.Module, where: str = "method") -> nn.Module:
     """The method's ``build_model`` on the run's backbone (the backbone itself for most methods)."""
-    options = dict(spec)
-    name = options.pop("name")
-    model = METHODS.get(name).build_model(method_config(name, options, where), backbone)
+    name = spec["name"]
+    model = METHODS.get(name).build_model(METHODS.config(spec, where), backbone)
     if not isinstance(getattr(model, "feature_dim", None), int):
         raise TypeError(f"method {name}: build_model() must return a module with an int feature_dim")
     return model
 
 
 def resolved_method_spec(spec: dict, where: str = "method") -> dict:
-    options = dict(spec)
-    name = options.pop("name")
-    return {"name": name, **to_dict(method_config(name, options, where))}
+    return METHODS.resolved(spec, where)

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ltbench.config import EmptyConfig, from_dict, to_dict
+from ltbench.config import EmptyConfig
 from ltbench.errors import ConfigError, LtbenchError, short_repr
 from ltbench.method import Method
 from ltbench.registry import POSTHOC
@@ -96,21 +96,17 @@ class PosthocMethod:
 
 
 def posthoc_config(name: str, options: dict, where: str) -> Any:
-    return from_dict(POSTHOC.get(name).Config, options, where)
+    return POSTHOC.config({**options, "name": name}, where)
 
 
 def resolved_posthoc_spec(spec: dict, where: str = "posthoc") -> dict:
     """``{'name': ..., **options}`` with every default filled in: what a stage-2 result is named by."""
-    options = dict(spec)
-    name = options.pop("name")
-    return {"name": name, **to_dict(posthoc_config(name, options, where))}
+    return POSTHOC.resolved(spec, where)
 
 
 def create_posthoc(spec: dict, frozen: FrozenRun, seed: int, where: str = "posthoc") -> PosthocMethod:
     """Build and fit a stage-2 method from ``{'name': ..., **options}``."""
-    options = dict(spec)
-    name = options.pop("name")
-    method = POSTHOC.get(name)(posthoc_config(name, options, where), frozen, seed)
+    method = POSTHOC.build(spec, frozen, seed, where=where)
     method.fit()
     return method
 

@@ -26,6 +26,7 @@ from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, ch
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
 from ltbench.data.validation import declares_validation
+from ltbench.recipe_tables import parse_tables
 from ltbench.samplers import resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
@@ -93,7 +94,7 @@ class RecipeConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)
     results_dir: str = "results"
-    tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench.report.spec)
+    tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench/recipe_tables.py)
     posthoc: Any = None  # stage-2 settings over the finished runs (ltbench.posthoc.expand_posthoc)
     sampler: dict[str, Any] = field(default_factory=dict)  # training sampler {name, **options} (ltbench/samplers/)
 
@@ -117,7 +118,7 @@ class Recipe:
     launcher: LauncherConfig
     results_dir: Path
     plugins: list[str]
-    tables: dict = field(default_factory=dict)  # name -> ltbench.report.spec.TableSpec
+    tables: dict = field(default_factory=dict)  # name -> ltbench.recipe_tables.TableSpec
     posthoc: list = field(default_factory=list)  # resolved stage-2 specs (``ltbench posthoc``)
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
 
@@ -210,15 +211,14 @@ def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> d
     where = join_path(where, section)
     if not isinstance(spec, dict) or "name" not in spec:
         raise ConfigError(f"{where}: expected a mapping with a 'name' key (known: {', '.join(reg.names())})")
-    options = dict(spec)
-    name = options.pop("name")
+    name = spec["name"]
     if not isinstance(name, str):
         raise ConfigError(f"{where}.name: expected a string, got {short_repr(name)}")
     try:
-        cls = reg.get(name)
+        reg.get(name)
     except RegistryError as exc:
         raise ConfigError(f"{where}.name: {exc}") from None
-    return {"name": name, **to_dict(from_dict(cls.Config, options, where))}
+    return reg.resolved(spec, where)
 
 
 def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
@@ -399,15 +399,8 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
     a plugin's section (method.tau) applies to the runs whose plugin has that option and must fit at
     least one of them; any other override (seeds, launcher.jobs, grid...) edits the recipe itself."""
     path = Path(path)
-    raw = load_yaml(path)
+    raw, run_overrides = read_recipe_file(path, overrides)
     where = str(path)
-    run_overrides = []
-    for text in overrides:
-        key, value = parse_override(text)
-        if key.split(".")[0] in RUN_SECTIONS:
-            run_overrides.append(RunOverride(key, value, text))
-        else:
-            set_dotted(raw, key, value, f"{where}: override {short_repr(text, 80)}")
     # Errors carry the file name in front of the dotted field.
     try:
         top = from_dict(RecipeConfig, raw, "")
@@ -415,6 +408,42 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
     except ConfigError as exc:
         msg = str(exc)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def read_recipe_file(path: Path, overrides: list[str] = ()) -> tuple[dict, list[RunOverride]]:
+    """The recipe file's YAML with the overrides that edit the recipe itself (seeds, tables, results_dir...)
+    set, and the overrides of a run's configuration, which _expand sets per grid point. One rule for
+    load_recipe and for report/expected.py, which needs the name, results root and tables without
+    expanding the runs (that imports the plugins, hence torch)."""
+    raw = load_yaml(path)
+    run_overrides = []
+    for text in overrides:
+        key, value = parse_override(text)
+        if key.split(".")[0] in RUN_SECTIONS:
+            run_overrides.append(RunOverride(key, value, text))
+        else:
+            set_dotted(raw, key, value, f"{path}: override {short_repr(text, 80)}")
+    return raw, run_overrides
+
+
+def recipe_name(path: Path, declared: str | None) -> str:
+    """The recipe's ``name:``, else its file name's stem, which must then be a plain name as well."""
+    if declared:
+        return declared
+    try:
+        check_plain_name(path.stem, "name")
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
+    return path.stem
+
+
+def results_root(configured: str | Path, results_dir: str | Path | None) -> Path:
+    """The results root, absolute: ``--results`` when given, else the recipe's ``results_dir``
+    (relative ones from the working directory)."""
+    out_dir = Path(results_dir if results_dir is not None else configured)
+    if not out_dir.is_absolute() and results_dir is None:
+        out_dir = Path.cwd() / out_dir
+    return out_dir.resolve()
 
 
 @dataclass(frozen=True)
@@ -472,10 +501,8 @@ def data_identity(data: dict, cache: dict) -> str | None:
     as for the built-in datasets, whose files are fixed and checksummed). Asked once per data config."""
     key = canonical_json(data)
     if key not in cache:
-        options = dict(data)
-        cls = DATASETS.get(options.pop("name"))
-        ask = getattr(cls, "data_identity", None)
-        cache[key] = ask(cls(from_dict(cls.Config, options, "data"))) if callable(ask) else None
+        ask = getattr(DATASETS.get(data["name"]), "data_identity", None)
+        cache[key] = ask(DATASETS.build(data, where="data")) if callable(ask) else None
         if cache[key] is not None and not isinstance(cache[key], str):
             raise ConfigError(f"data.name: {data['name']}: data_identity() must return a string or None, "
                               f"got {short_repr(cache[key])}")
@@ -492,21 +519,11 @@ def _run_config(cfg: dict, seed: int, identities: dict) -> dict:
 
 
 def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = ()) -> Recipe:
-    from ltbench.report.spec import parse_tables
-
-    name = top.name or path.stem
-    if top.name is None:
-        try:
-            check_plain_name(name, "name")
-        except ValueError as exc:
-            raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
+    name = recipe_name(path, top.name)
     tables = parse_tables(top.tables, "tables")  # checked before any run, like every other field
     plugins = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in top.plugins]
     launcher = from_dict(LauncherConfig, top.launcher, "launcher")
-    out_dir = Path(results_dir if results_dir is not None else top.results_dir)
-    if not out_dir.is_absolute() and results_dir is None:
-        out_dir = Path.cwd() / out_dir
-    out_dir = out_dir.resolve()
+    out_dir = results_root(top.results_dir, results_dir)
     points = _grid_points(top.grid, "")
     if len(points) * len(top.seeds) > MAX_RUNS:
         raise ConfigError(f"grid x seeds: {len(points)} x {len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
@@ -544,10 +561,8 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
             )
     check_overrides_used(list(run_overrides), used, runs)
     posthoc = expand_posthoc(top.posthoc, "posthoc")
-    if tables:
-        from ltbench.report import check_tables
-
-        check_tables(tables, runs, "tables", posthoc)
+    # Whether each declared table can be built from these runs is checked by the caller
+    # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
     return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
                   [ov.key for ov in run_overrides])
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ltbench.config import from_dict, to_dict
 from ltbench.errors import LtbenchError, short_repr, shorten
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
@@ -124,6 +125,22 @@ class Registry:
     def __contains__(self, name: str) -> bool:
         discover()
         return name in self._entries
+
+    # One factory from ``{name, **options}`` for every registry: the entry's ``Config`` dataclass
+    # filled from the options (dotted-field errors under ``where``), then the entry called with it.
+
+    def config(self, spec: dict, where: str) -> Any:
+        """The validated, defaulted ``Config`` of ``spec`` = ``{'name': ..., **options}``."""
+        options = dict(spec)
+        return from_dict(self.get(options.pop("name")).Config, options, where)
+
+    def resolved(self, spec: dict, where: str) -> dict:
+        """``spec`` with every default filled in, as plain data (what enters a run's configuration)."""
+        return {"name": spec["name"], **to_dict(self.config(spec, where))}
+
+    def build(self, spec: dict, *args: Any, where: str, **kwargs: Any) -> Any:
+        """``Entry(config, *args, **kwargs)``: the object ``spec`` names, built from its validated options."""
+        return self.get(spec["name"])(self.config(spec, where), *args, **kwargs)
 
 
 METHODS = Registry("method", "ltbench.methods")

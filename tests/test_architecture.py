@@ -1,7 +1,10 @@
-"""Module boundaries: the core never imports the built-in methods."""
+"""Module boundaries: the core never imports the built-in methods; every module has one layer and imports
+go down or sideways only; no import cycles; the results side loads without torch."""
 
 import ast
 from pathlib import Path
+
+import pytest
 
 CORE = Path(__file__).resolve().parents[1] / "ltbench"
 
@@ -60,20 +63,35 @@ def test_dynamic_import_check_sees_every_spelling(tmp_path):
 # --------------------------------------------------------------------------------------------
 # The layer rule (docs/architecture.md): cli -> launch -> recipe/report -> runner -> engine ->
 # data, backbones, methods -> registry, config, store. An import may go down or sideways, never up.
+# Every module of ltbench/ is named here, in exactly one layer: a new module fails
+# test_every_module_has_exactly_one_layer until it is placed (and docs/architecture.md says where).
 
 ROOT = CORE.parent
-LAYERS = {  # rank: modules (dotted prefixes); a module takes the rank of its longest matching prefix
+LAYERS = {  # rank: every module of ltbench/, by its full dotted name (a package by its __init__)
     6: ("ltbench.cli", "ltbench.__main__"),
     5: ("ltbench.launch", "ltbench.slurm", "ltbench.progress"),
-    4: ("ltbench.recipe", "ltbench.report", "ltbench.plots", "ltbench.runlines"),
+    4: ("ltbench.recipe", "ltbench.recipe_tables", "ltbench.plots", "ltbench.runlines",
+        "ltbench.report", "ltbench.report.build", "ltbench.report.document", "ltbench.report.expected",
+        "ltbench.report.formats", "ltbench.report.frames", "ltbench.report.index", "ltbench.report.published",
+        "ltbench.report.rows", "ltbench.report.significance_marks"),
     3: ("ltbench.runner", "ltbench.features", "ltbench.posthoc_runs"),
     2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
-    1: ("ltbench.data", "ltbench.backbones", "ltbench.experts", "ltbench.method", "ltbench.posthoc", "methods", "ltbench.evaluation", "ltbench.predictions",
-        "ltbench.significance", "ltbench.literature", "ltbench.distributed", "ltbench.samplers"),
-    0: ("ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record", "ltbench.runspec",
-        "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench.loggers", "ltbench.safe_read", "ltbench"),
+    1: ("ltbench.backbones", "ltbench.experts", "ltbench.method", "ltbench.posthoc", "ltbench.evaluation",
+        "ltbench.predictions", "ltbench.significance", "ltbench.literature", "ltbench.distributed",
+        "ltbench.data", "ltbench.data.base", "ltbench.data.batch_augment", "ltbench.data.cifar",
+        "ltbench.data.device_decode", "ltbench.data.fashion_mnist", "ltbench.data.idx", "ltbench.data.imagenet_tree",
+        "ltbench.data.profile", "ltbench.data.shift", "ltbench.data.splitlist", "ltbench.data.synthetic",
+        "ltbench.data.transforms", "ltbench.data.validation",
+        "ltbench.samplers", "ltbench.samplers.class_balanced", "ltbench.samplers.progressive",
+        "ltbench.samplers.square_root", "ltbench.samplers.uniform"),
+    0: ("ltbench", "ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record",
+        "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench.loggers",
+        "ltbench.safe_read"),
 }
-TORCH_FREE = ("ltbench.report", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
+PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; every module in the folder
+
+
+TORCH_FREE = ("ltbench.report", "ltbench.recipe_tables", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
               "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
               "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
               "ltbench.loggers", "ltbench.progress", "ltbench.safe_read", "ltbench.runlines")
@@ -90,13 +108,14 @@ def all_modules() -> dict[str, Path]:
 
 
 def rank_of(module: str) -> int:
-    best, rank = "", None
-    for r, prefixes in LAYERS.items():
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
-                best, rank = prefix, r
-    assert rank is not None, f"{module}: in no layer; add it to LAYERS in tests/test_architecture.py"
-    return rank
+    """The layer a module is listed in (exact name); a module of a plugin folder takes its folder's."""
+    ranks = [r for r, names in LAYERS.items() if module in names]
+    folder = module.split(".")[0]
+    if folder in PLUGIN_FOLDERS:
+        ranks.append(PLUGIN_FOLDERS[folder])
+    assert len(ranks) == 1, (f"{module}: listed in {len(ranks)} layers {ranks}; name it in exactly one layer of LAYERS "
+                             f"in tests/test_architecture.py and in docs/architecture.md's table")
+    return ranks[0]
 
 
 def imports_of(module: str, path: Path, top_level_only: bool = False) -> set[str]:
@@ -122,19 +141,53 @@ def imports_of(module: str, path: Path, top_level_only: bool = False) -> set[str
     return found
 
 
-def test_no_import_runs_back_up_the_layers():
-    modules = all_modules()
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    """Every import (at module or function level) from a module to one in a higher layer."""
     upward = []
     for module, path in modules.items():
-        for target in imports_of(module, path):
+        for target in sorted(imports_of(module, path)):
             if target in modules and rank_of(target) > rank_of(module):
                 upward.append(f"{module} (layer {rank_of(module)}) imports {target} (layer {rank_of(target)})")
+    return upward
+
+
+def test_no_import_runs_back_up_the_layers():
+    upward = upward_imports(all_modules())
     assert not upward, "\n".join(upward)
 
 
-def test_every_module_has_a_layer():
+def unplaced_modules(modules: dict[str, Path]) -> list[str]:
+    """Modules of ltbench/ listed in no layer or in more than one, and listed names that are no module."""
+    listed = [name for names in LAYERS.values() for name in names]
+    out = [f"{m}: listed {listed.count(m)} times" for m in modules if m.split(".")[0] == "ltbench" and listed.count(m) != 1]
+    out += [f"{name}: listed, but there is no such module" for name in sorted(set(listed) - set(modules))]
+    return out
+
+
+def test_every_module_has_exactly_one_layer():
+    assert not unplaced_modules(all_modules()), "\n".join(unplaced_modules(all_modules()))
     for module in all_modules():
         rank_of(module)
+
+
+def test_a_new_module_in_no_layer_is_caught(tmp_path):
+    modules = {**all_modules(), "ltbench.brand_new": tmp_path / "brand_new.py"}
+    assert unplaced_modules(modules) == ["ltbench.brand_new: listed 0 times"]
+    with pytest.raises(AssertionError, match="ltbench.brand_new: listed in 0 layers"):
+        rank_of("ltbench.brand_new")
+    assert unplaced_modules({m: p for m, p in all_modules().items() if m != "ltbench.seeding"}) == [
+        "ltbench.seeding: listed, but there is no such module"]
+
+
+def test_a_module_in_the_wrong_layer_is_caught(tmp_path):
+    """store (layer 0) importing the engine (layer 2), even inside a function, is reported; the same
+    import from the runner (layer 3) is not."""
+    sample = tmp_path / "store.py"
+    sample.write_text("from ltbench.errors import WriteError\n\ndef later():\n    from ltbench import engine\n")
+    modules = {**all_modules(), "ltbench.store": sample}
+    assert upward_imports(modules) == ["ltbench.store (layer 0) imports ltbench.engine (layer 2)"]
+    sample.write_text("from .engine import train\n")
+    assert upward_imports({**all_modules(), "ltbench.runner": sample}) == []
 
 
 def import_time_closure(start: str, modules: dict[str, Path]) -> dict[str, str]:
@@ -176,3 +229,122 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     modules = all_modules()
     assert "torch" in import_time_closure("ltbench.engine", modules)
     assert "ltbench.data.base" in import_time_closure("ltbench.data.cifar", modules)
+
+
+# --------------------------------------------------------------------------------------------
+# No import cycles inside ltbench/, whether the imports run when a module is loaded or only when a
+# function runs: a function-level import that closes a cycle hides it from Python, not from a reader.
+
+def import_edges(module: str, path: Path) -> dict[str, str]:
+    """Project modules ``module`` imports, each with where the import is: 'module-level' (runs when the
+    module is loaded; class bodies, if and try blocks included) or 'function-level' (inside a function
+    or lambda). ``from a import b`` is an edge to a.b when that is a module, else to a. Parent packages
+    are not edges (Python loads them first anyway); imports under ``if TYPE_CHECKING:`` never run and
+    are left out. Strings given to import_module (plugin discovery) are not imports of a module's code."""
+    modules = all_modules()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: dict[str, str] = {}
+
+    def add(name: str, where: str) -> None:
+        if name in modules and name != module and found.get(name) != "module-level":
+            found[name] = where
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = "function-level" if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else where
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                visit_list(child.orelse, where)
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name, where)
+            elif isinstance(child, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - child.level + 1] if child.level else []
+                name = ".".join(base + ([child.module] if child.module else []))
+                for alias in child.names:
+                    add(f"{name}.{alias.name}" if f"{name}.{alias.name}" in modules else name, where)
+            visit(child, inner)
+
+    def visit_list(nodes: list, where: str) -> None:
+        for node in nodes:
+            visit(ast.Module(body=[node], type_ignores=[]), where)
+
+    visit(ast.parse(path.read_text()), "module-level")
+    return found
+
+
+def import_cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Each strongly connected group of two or more modules (Tarjan), as one cycle through it, every
+    step written 'a -> b (module-level|function-level)'. A group may hold more cycles than the one
+    shown: break it and the check shows the next."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return [_one_cycle(graph, group) for group in groups]
+
+
+def _one_cycle(graph: dict[str, dict[str, str]], group: list[str]) -> list[str]:
+    """A shortest way from the group's first module back to itself, inside the group (breadth first)."""
+    start, members = group[0], set(group)
+    paths = {w: [start, w] for w in graph[start] if w in members}
+    queue = list(paths)
+    while start not in paths:
+        v = queue.pop(0)
+        for w in graph[v]:
+            if w in members and w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    way = paths[start]
+    return [f"{a} -> {b} ({graph[a][b]})" for a, b in zip(way, way[1:])]
+
+
+def project_graph() -> dict[str, dict[str, str]]:
+    return {m: import_edges(m, p) for m, p in all_modules().items() if m.split(".")[0] == "ltbench"}
+
+
+def test_no_import_cycles_in_ltbench():
+    cycles = import_cycles(project_graph())
+    assert not cycles, "import cycles:\n" + "\n".join("  " + ";  ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_module_and_function_level_cycles():
+    graph = {"a": {"b": "module-level"}, "b": {"a": "function-level"}, "c": {"a": "module-level"},
+             "d": {"e": "module-level"}, "e": {"f": "module-level"}, "f": {"d": "module-level"}}
+    assert import_cycles(graph) == [["a -> b (module-level)", "b -> a (function-level)"],
+                                    ["d -> e (module-level)", "e -> f (module-level)", "f -> d (module-level)"]]
+    assert import_cycles({"a": {"b": "module-level"}, "b": {}}) == []
+
+
+def test_import_edges_tell_module_from_function_level(tmp_path):
+    sample = tmp_path / "store_like.py"
+    sample.write_text("from typing import TYPE_CHECKING\nfrom ltbench import errors\nfrom . import config\n"
+                      "if TYPE_CHECKING:\n    from ltbench.engine import train\n"
+                      "class C:\n    from ltbench.report import rows\n"
+                      "def later():\n    from ltbench.runner import run_one\n    import ltbench.errors\n")
+    assert import_edges("ltbench.store_like", sample) == {
+        "ltbench.errors": "module-level", "ltbench.config": "module-level",
+        "ltbench.report.rows": "module-level", "ltbench.runner": "function-level"}

@@ -14,6 +14,7 @@ import pytest
 
 from ltbench import report
 from ltbench.errors import ConfigError
+from ltbench.cli import load_checked_recipe
 from ltbench.recipe import load_recipe
 from reportkit import populate, run_key, write_run
 
@@ -77,7 +78,7 @@ def test_a_selector_matching_two_configurations_is_an_error(write_recipe):
     path = write_recipe("r", {"grid": {"optim.epochs": [1, 4]}, "tables": tables})
     with pytest.raises(ConfigError, match=r"r\.yaml: tables\.t\.rows\[0\]\.where matches 2 different configurations "
                                           r"\(they differ in optim\.epochs\)"):
-        load_recipe(path)
+        load_checked_recipe(path)  # what every command runs: the recipe's load, then the table check
 
 
 def test_a_copied_run_folder_does_not_change_n(write_recipe):

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ltbench.config import EmptyConfig
+from ltbench.data.shift import shifted_test
 
 
 # The view aliases methods ask for ("default", "strong", "sim", "eval") mapped to the augmentation
@@ -120,8 +121,6 @@ class DatasetBuilder:
         'uniform' subsets of the balanced test split, drawn with the legacy global NumPy RNG seeded 0.
         Datasets with published shifted lists override this to read them.
         """
-        from ltbench.data.shift import shifted_test
-
         shifted = shifted_test(data, name)
         return shifted.test, shifted.test_labels
 

@@ -21,14 +21,17 @@ iNat shifted lists (SADE ``data_txt``) are random subsets with the LADE counts: 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 from torch.utils.data import Subset
 
-from ltbench.data.base import LTData
 from ltbench.data.profile import exponential_decay, ldam_subset
 
 DIRECTIONS = ("forward", "backward", "uniform")
+if TYPE_CHECKING:  # the type only: data/base.py imports this module (DatasetBuilder.test_set)
+    from ltbench.data.base import LTData
+
 SHIFT_PROTOCOLS = ("sade", "lade")  # whose shifted test set: SADE's (by label) or LADE's (by count rank)
 
 

@@ -3,7 +3,6 @@
 Modules, one concept each:
   index     find run folders, summarise each result.json (damaged ones too), cache the summaries
   expected  the runs a recipe expects, in grid order (cached so a table does not import torch)
-  spec      the ``tables:`` section of a recipe (validated when the recipe is loaded)
   rows      what a row is: configuration identity, labels, seeds found / missing / failed
   build     a filled table: cells, notes, best and second best per group
   formats   markdown, LaTeX, tidy CSV
@@ -45,21 +44,10 @@ def render(table, fmt: str = "markdown") -> str:
 
 
 def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
-    from ltbench.report import expected as exp
-    from ltbench.report import index
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file (report/expected.py)."""
+    from ltbench.report.expected import source as _source
 
-    p = Path(path)
-    if p.is_file() and p.suffix in (".yaml", ".yml"):
-        recipe = exp.recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
-        records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
-        records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
-        return records, recipe, recipe.root
-    if overrides:
-        raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
-    if not p.is_dir():
-        raise LtbenchError(f"{p}: no such results directory or recipe file")
-    return index.scan(p, use_cache), None, p
+    return _source(path, results, use_cache, overrides)
 
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
@@ -67,7 +55,7 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
            overrides: list[str] = (), digits: int | None = None, select: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table."""
     from ltbench.report.build import build_table
-    from ltbench.report.spec import default_table
+    from ltbench.recipe_tables import default_table
 
     records, recipe, _ = source(path, results, use_cache, overrides)
     declared = dict(recipe.tables) if recipe is not None else {}
@@ -123,24 +111,13 @@ def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
     return path
 
 
-def check_tables(tables_by_name: dict, runs: list[dict], where: str, posthoc: list[dict] = ()) -> None:
-    """Raise ConfigError when a declared table cannot be built from a recipe's runs and stage-2 settings
-    (a selector that matches two configurations, ...): called when the recipe is loaded, before any run starts."""
-    from ltbench.report.build import build_table
-    from ltbench.report.expected import expected_of
-
-    expected = expected_of(runs, posthoc)
-    for name, spec in tables_by_name.items():
-        build_table(name, spec, [], expected, where=where, test=None)
-
-
 def summary_table(recipe) -> str | None:
     """The default table of a recipe's own runs, for the end of ``ltbench run``; None without results."""
     from ltbench.report import index
     from ltbench.report.build import build_table
     from ltbench.report.expected import expected_of
     from ltbench.report.formats import to_markdown
-    from ltbench.report.spec import default_table
+    from ltbench.recipe_tables import default_table
 
     if not Path(recipe.root).is_dir():
         return None

@@ -8,9 +8,10 @@ are not significantly different from the best of their column and group.
 
 from __future__ import annotations
 
-from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit, _group_values, _matches, default_rows, group_title,
+from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit, group_values, matches_selector, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
-from ltbench.report.spec import TableSpec
+from ltbench.recipe_tables import TableSpec
+from ltbench.report.significance_marks import compare_rows, mark_similar
 
 
 def never_run_hint(unit: Unit) -> str:
@@ -26,13 +27,13 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
     units, notes = gather_units(records, expected)
     if spec.where:
         before = len(units)
-        units = [u for u in units if _matches(u.flat, spec.where)]
+        units = [u for u in units if matches_selector(u.flat, spec.where)]
         if before and not units:
             notes.append(f"where {spec.where} matches no configuration of these runs: the table is empty")
     if spec.rows == []:
         notes.append("rows: [] declares no row: the table is empty")
     pivot = list(spec.pivot)
-    groups = _group_values(units, pivot, spec) if units else [tuple(None for _ in pivot)]
+    groups = group_values(units, pivot, spec) if units else [tuple(None for _ in pivot)]
     if spec.rows is not None:
         rows = explicit_rows(spec, units, groups, pivot, f"{where}.{name}")
     else:
@@ -59,12 +60,8 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
     if spec.best:
         mark_best(table)
     if test:
-        from ltbench.report.significance_marks import mark_similar
-
         table.test = mark_similar(table, test)
     if any(r.versus for r in rows):
-        from ltbench.report.significance_marks import compare_rows
-
         table.comparison_test = compare_rows(table, test)
     return table
 
@@ -174,23 +171,14 @@ def n_text(table: Table, row: Row) -> str:
     return n
 
 
-def scope_of(table: Table, row: Row):
-    """Rows compete for best within their row group, unless the table says across the whole table."""
-    return None if table.spec.best_scope == "table" else row.group
-
-
-def scopes(table: Table) -> list:
-    return list(dict.fromkeys(scope_of(table, r) for r in table.rows))
-
-
 def mark_best(table: Table) -> None:
     """Bold best, underline second best, per column within each column group and row group. Ties on
     the printed value share the mark. Needs two candidates (three for a second best)."""
     digits = table.spec.digits
     for gi in range(len(table.groups)):
         for ci in range(len(table.columns)):
-            for group in scopes(table):
-                cells = [r.cells.get((gi, ci)) for r in table.rows if scope_of(table, r) == group and not r.published]
+            for group in table.scopes():
+                cells = [r.cells.get((gi, ci)) for r in table.rows if table.scope_of(r) == group and not r.published]
                 scored = [c for c in cells if c is not None and c.mean is not None]
                 if len(scored) < 2:
                     continue

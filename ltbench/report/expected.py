@@ -19,10 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench import safe_read, store
+from ltbench.errors import ConfigError, LtbenchError
 from ltbench.identity import DATA_IDENTITY
+from ltbench.recipe import Recipe, RecipeConfig, load_recipe, read_recipe_file, recipe_name, results_root
+from ltbench.report import index
 from ltbench.report.index import cache_file, config_key
+from ltbench.report.build import build_table
 from ltbench.report.rows import flatten
-from ltbench.report.spec import TableSpec, parse_tables
+from ltbench.recipe_tables import TableSpec, parse_tables
 
 CACHE_VERSION = 2
 
@@ -54,11 +58,11 @@ def _code_signature(plugin_dirs: list[str]) -> str:
 
 
 def _root_of(path: Path, raw: dict, results: str | Path | None) -> tuple[str, Path]:
-    name = raw.get("name") if isinstance(raw.get("name"), str) and raw.get("name") else path.stem
-    out = Path(results if results is not None else raw.get("results_dir") or "results")
-    if not out.is_absolute():
-        out = Path.cwd() / out
-    return name, out.resolve() / name
+    """The recipe's name and results folder by the recipe's own rules, from its file alone (no expansion)."""
+    declared = raw.get("name") if isinstance(raw.get("name"), str) else None
+    configured = raw.get("results_dir") if isinstance(raw.get("results_dir"), str) else RecipeConfig.results_dir
+    name = recipe_name(path, declared)
+    return name, results_root(configured, results) / name
 
 
 def expected_of(runs: list[dict], posthoc: list[dict] = ()) -> list[dict]:
@@ -97,13 +101,8 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
                 overrides: list[str] = ()) -> RecipeRuns:
     """Expected runs and declared tables of a recipe file (with the same dotted overrides as
     ``ltbench run``), from the cache when nothing changed."""
-    from ltbench.recipe import load_yaml, parse_override, set_dotted
-
     path = Path(path)
-    raw = load_yaml(path)
-    for text in overrides:
-        key, value = parse_override(text)
-        set_dotted(raw, key, value, f"{path}: override '{text}'")
+    raw, _ = read_recipe_file(path, overrides)
     name, root = _root_of(path, raw, results)
     plugins = raw.get("plugins") if isinstance(raw.get("plugins"), list) else []
     plugin_dirs = [str((path.parent / p).resolve()) for p in plugins if isinstance(p, str)]
@@ -122,9 +121,8 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
                 return RecipeRuns(name, path, root, expected, tables, cached["seeds"])
         except safe_read.UnusableFile:
             pass  # missing or damaged: expanded again below and rewritten
-    from ltbench.recipe import load_recipe
-
     recipe = load_recipe(path, list(overrides), results_dir=results)
+    check_recipe_tables(recipe)
     expected = expected_of(recipe.runs, recipe.posthoc)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
@@ -139,3 +137,39 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
         except (OSError, TypeError, ValueError):
             pass
     return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
+
+
+def check_tables(tables_by_name: dict, runs: list[dict], where: str, posthoc: list[dict] = ()) -> None:
+    """Raise ConfigError when a declared table cannot be built from a recipe's runs and stage-2 settings
+    (a selector that matches two configurations, ...), before any run starts."""
+    expected = expected_of(runs, posthoc)
+    for name, spec in tables_by_name.items():
+        build_table(name, spec, [], expected, where=where, test=None)
+
+
+def check_recipe_tables(recipe: Recipe) -> None:
+    """The table check of a loaded recipe, its errors named like load_recipe's (``FILE: tables.NAME...``).
+    The recipe cannot run it itself (recipe never imports report): the CLI calls it after load_recipe."""
+    if not recipe.tables:
+        return
+    where = str(recipe.path)
+    try:
+        check_tables(recipe.tables, recipe.runs, "tables", recipe.posthoc)
+    except ConfigError as exc:
+        msg = str(exc)
+        raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
+    p = Path(path)
+    if p.is_file() and p.suffix in (".yaml", ".yml"):
+        recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
+        records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
+        records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
+        return records, recipe, recipe.root
+    if overrides:
+        raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
+    if not p.is_dir():
+        raise LtbenchError(f"{p}: no such results directory or recipe file")
+    return index.scan(p, use_cache), None, p

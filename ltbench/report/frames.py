@@ -49,9 +49,9 @@ class Frames:
 def row_labels(path, results=None, overrides=(), stage2: bool = False) -> tuple[list[dict], dict[str, str]]:
     """Run records and, for each run folder, the label of the default table's row it belongs to. Stage-2
     results (a ``posthoc`` config section) are left out unless ``stage2``."""
-    from ltbench.report import source
+    from ltbench.report.expected import source
     from ltbench.report.build import build_table
-    from ltbench.report.spec import default_table
+    from ltbench.recipe_tables import default_table
 
     records, recipe, _ = source(path, results, overrides=overrides)
     if not stage2:

@@ -23,7 +23,7 @@ from typing import Any
 from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
 from ltbench.errors import ConfigError
 from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
-from ltbench.report.spec import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
+from ltbench.recipe_tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
@@ -183,6 +183,14 @@ class Table:
     comparisons: list[Comparison] = field(default_factory=list)  # rows' ``versus``, in row order
     comparison_test: str | None = None  # the test behind the comparisons' p-values
 
+    def scope_of(self, row: Row):
+        """The rows a row competes with for best and is tested against: its row group, unless the table
+        says across the whole table (``best_scope: table``)."""
+        return None if self.spec.best_scope == "table" else row.group
+
+    def scopes(self) -> list:
+        return list(dict.fromkeys(self.scope_of(r) for r in self.rows))
+
     def group_header(self, level: int, gi: int) -> str:
         key, value = self.pivot[level], self.groups[gi][level]
         labels = {value_text(k) if not isinstance(k, str) else k: v
@@ -312,7 +320,7 @@ def expand_columns(spec: TableSpec, units: list[Unit]) -> list[tuple[str, str]]:
     return cols
 
 
-def _group_values(units: list[Unit], pivot: list[str], spec: TableSpec) -> list[tuple]:
+def group_values(units: list[Unit], pivot: list[str], spec: TableSpec) -> list[tuple]:
     seen = []
     for u in units:
         g = tuple(u.flat.get(k) for k in pivot)
@@ -330,7 +338,7 @@ def _group_values(units: list[Unit], pivot: list[str], spec: TableSpec) -> list[
     return sorted(seen, key=lambda g: (rank(g), seen.index(g)))
 
 
-def _matches(flat: dict, where: dict) -> bool:
+def matches_selector(flat: dict, where: dict) -> bool:
     """Every selector key equal. A stage-2 result is selected only by a selector that names a
     ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
     if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
@@ -352,7 +360,7 @@ def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot
     for i, rs in enumerate(spec.rows):
         row = Row(rs.label or f"row {i + 1}", rs.group, rs.highlight, rs.head, dict(rs.marks))
         for gi, g in enumerate(groups):
-            hits = [u for u in units if tuple(u.flat.get(k) for k in pivot) == g and _matches(u.flat, rs.where)]
+            hits = [u for u in units if tuple(u.flat.get(k) for k in pivot) == g and matches_selector(u.flat, rs.where)]
             if len(hits) > 1 and spec.select:
                 row.units[gi] = selected_unit(hits, spec.select)
                 if not row.label.endswith("]"):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ltbench.report.build import scope_of, scopes
 from ltbench.report.rows import Comparison, Row, Table
 
 TESTS = ("welch", "bootstrap")
@@ -30,8 +29,8 @@ def mark_similar(table: Table, test: str) -> str | None:
     used = False
     for gi in range(len(table.groups)):
         for ci, (col, _) in enumerate(table.columns):
-            for group in scopes(table):
-                rows = [r for r in table.rows if scope_of(table, r) == group and not r.published
+            for group in table.scopes():
+                rows = [r for r in table.rows if table.scope_of(r) == group and not r.published
                         and r.cells.get((gi, ci)) is not None and r.cells[(gi, ci)].mean is not None]
                 if len(rows) < 2:
                     continue

@@ -168,7 +168,4 @@ def resolve_sampler(given: Any, declared: Any, method_name: str, where: str = "s
 
 def create_sampler(spec: dict | None, ctx: SamplerContext) -> Sampler:
     """A run's sampler from its resolved ``sampler`` section (None: the default)."""
-    options = dict(spec or {"name": DEFAULT_SAMPLER})
-    name = options.pop("name")
-    cls = SAMPLERS.get(name)
-    return cls(sampler_config(name, options, "sampler"), ctx)
+    return SAMPLERS.build(spec or {"name": DEFAULT_SAMPLER}, ctx, where="sampler")
