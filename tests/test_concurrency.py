@@ -27,7 +27,8 @@ def _launch(*args: str) -> subprocess.Popen:
 def trained_here(stdout: str) -> set[str]:
     """Run ids this launch trained itself: in-process blocks that logged an epoch, or pool workers that
     finished with a status (not 'skipped'/'already finished')."""
-    ids = set(re.findall(r"^finished (\w{12}): (?:done|FAILED)", stdout, re.M))
+    ids = set(re.findall(r"^finished .*\((\w{12})\): (?:done|FAILED)", stdout, re.M))  # 'finished la seed 0 (id): done'
+
     for block in re.split(r"^\[\d+/\d+\] ", stdout, flags=re.M)[1:]:
         match = re.search(r"\((\w{12})\)\n", block)
         if match and re.search(r"^  epoch 1/", block, re.M):

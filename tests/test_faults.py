@@ -27,6 +27,16 @@ from ltbench.errors import ConfigError, LtbenchError
 from reportkit import populate
 from tests.conftest import ROOT, TINY, deep_update, run_cli
 
+
+@pytest.fixture(scope="module", autouse=True)
+def caches_in_the_results_folder():
+    """These tests damage the caches where ltbench keeps them by default, in the results folder (a temporary
+    one here): conftest sends caches to $LTBENCH_CACHE_DIR for the rest of the suite, so it is unset here."""
+    saved = os.environ.pop("LTBENCH_CACHE_DIR", None)
+    yield
+    if saved is not None:
+        os.environ["LTBENCH_CACHE_DIR"] = saved
+
 STAGE2 = [{"name": "la_posthoc", "tau": [1.0]}]
 
 

@@ -238,8 +238,8 @@ def test_plugin_sampler_and_method_declared_sampler(tmp_path, write_recipe, cli)
 def test_cli_lists_samplers_and_refuses_an_unknown_one_with_a_suggestion(write_recipe, cli):
     listed = cli("list", "samplers")
     assert listed.returncode == 0
-    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["class_balanced", "progressive",
-                                                                        "square_root", "uniform"]
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line and not line[0].isspace()]
+    assert names == ["class_balanced", "progressive", "square_root", "uniform"]  # each with a 'from ...' line
     out = cli("run", write_recipe(extra={"sampler": {"name": "no_such"}}), "--dry-run")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "sampler.name: unknown sampler 'no_such'. Did you mean" in out.stderr
