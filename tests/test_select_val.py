@@ -69,8 +69,10 @@ def test_select_val_reports_the_test_score_of_the_validation_best_setting(tmp_pa
 
 
 def test_a_row_matching_several_settings_is_refused_without_select(tmp_path):
+    from ltbench.cli import load_checked_recipe  # the table check runs after loading (recipe never imports report)
+
     with pytest.raises(ConfigError, match="select: val"):
-        load_recipe(recipe_file(tmp_path, select=None))
+        load_checked_recipe(recipe_file(tmp_path, select=None))
 
 
 def test_runs_without_validation_metrics_are_said_not_silently_skipped(tmp_path):
