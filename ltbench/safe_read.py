@@ -49,18 +49,24 @@ def regular_file_problem(path: Path | str) -> str:
     return "" if stat.S_ISREG(st.st_mode) else f"is not a regular file ({_kind(st.st_mode)})"
 
 
+def _open_nonblocking(path: Path | str) -> int:
+    """A read-only descriptor opened with O_NONBLOCK, so a FIFO cannot block the open; UnusableFile when it
+    cannot be opened (missing included). The callers check what it is with fstat on the descriptor."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnusableFile(path, "is missing") from None
+    except OSError as exc:
+        raise UnusableFile(path, _os_reason(exc)) from None
+
+
 def read_bytes(path: Path | str, limit: int = MAX_JSON_BYTES) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes; UnusableFile otherwise (missing included).
 
     Opened with O_NONBLOCK, so a FIFO cannot block the open, and checked with fstat on the open
     descriptor, so the file read is the file checked (no race with a rename in between).
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except (FileNotFoundError, NotADirectoryError):
-        raise UnusableFile(path, "is missing") from None
-    except OSError as exc:
-        raise UnusableFile(path, _os_reason(exc)) from None
+    fd = _open_nonblocking(path)
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -92,12 +98,7 @@ def sha256_of(path: Path | str) -> str:
     for anything else (a FIFO never blocks, /dev/zero is never read)."""
     import hashlib
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except (FileNotFoundError, NotADirectoryError):
-        raise UnusableFile(path, "is missing") from None
-    except OSError as exc:
-        raise UnusableFile(path, _os_reason(exc)) from None
+    fd = _open_nonblocking(path)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

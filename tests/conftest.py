@@ -24,6 +24,18 @@ def pytest_configure(config):
         config._ltbench_cache_dir = os.environ["LTBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ltbench-test-cache-")
 
 
+@contextlib.contextmanager
+def caches_in_the_results_folder():
+    """For tests that damage the caches where ltbench keeps them by default, in the results folder (a
+    temporary one): $LTBENCH_CACHE_DIR, set for the rest of the suite, is unset while they run."""
+    saved = os.environ.pop("LTBENCH_CACHE_DIR", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["LTBENCH_CACHE_DIR"] = saved
+
+
 def pytest_unconfigure(config):
     import shutil
 

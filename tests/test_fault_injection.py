@@ -23,18 +23,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, TINY, deep_update
+from tests.conftest import ROOT, TINY, caches_in_the_results_folder, deep_update
 
 SEEDS = 7  # seeds 0-5 take one damage each, seed 6 stays healthy
 DAMAGES = ("truncate", "flip", "fifo", "loop", "huge", "devzero")
 @pytest.fixture(scope="module", autouse=True)
-def caches_in_the_results_folder():
-    """These tests damage the caches where ltbench keeps them by default, in the results folder (a temporary
-    one here): conftest sends caches to $LTBENCH_CACHE_DIR for the rest of the suite, so it is unset here."""
-    saved = os.environ.pop("LTBENCH_CACHE_DIR", None)
-    yield
-    if saved is not None:
-        os.environ["LTBENCH_CACHE_DIR"] = saved
+def _caches_in_the_results_folder():
+    with caches_in_the_results_folder():  # tests/conftest.py says why
+        yield
 
 
 PER_RUN_KINDS = {  # case -> files inside a run folder; the command that must name a damaged run it did not repair

@@ -25,17 +25,13 @@ import yaml
 from ltbench import features, report, store
 from ltbench.errors import ConfigError, LtbenchError
 from reportkit import populate
-from tests.conftest import ROOT, TINY, deep_update, run_cli
+from tests.conftest import ROOT, TINY, caches_in_the_results_folder, deep_update, run_cli
 
 
 @pytest.fixture(scope="module", autouse=True)
-def caches_in_the_results_folder():
-    """These tests damage the caches where ltbench keeps them by default, in the results folder (a temporary
-    one here): conftest sends caches to $LTBENCH_CACHE_DIR for the rest of the suite, so it is unset here."""
-    saved = os.environ.pop("LTBENCH_CACHE_DIR", None)
-    yield
-    if saved is not None:
-        os.environ["LTBENCH_CACHE_DIR"] = saved
+def _caches_in_the_results_folder():
+    with caches_in_the_results_folder():  # tests/conftest.py says why
+        yield
 
 STAGE2 = [{"name": "la_posthoc", "tau": [1.0]}]
 
