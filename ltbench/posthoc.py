@@ -33,10 +33,17 @@ from ltbench.method import Method
 from ltbench.registry import POSTHOC
 
 
+class MissingFeatureSpace(ConfigError, AttributeError):
+    """A stage-2 method asked for a feature space the run's method does not declare. A ConfigError (one
+    line, exit 2) and an AttributeError (so ``getattr(inputs, name, None)`` and ``hasattr`` work)."""
+
+
 @dataclass
 class SplitInputs:
     """One cached split: backbone features (N, d), labels (N,), and every feature space the run's method
-    declared (``Method.feature_spaces``), by name, each (N, p)."""
+    declared (``Method.feature_spaces``), by name, each (N, p): ``inputs.space(name)``, or as an attribute
+    (``inputs.<name>``), so a stage-2 method reads the space its training method exposes by the name that
+    method gave it, and the core names none."""
 
     features: torch.Tensor
     labels: torch.Tensor
@@ -46,12 +53,19 @@ class SplitInputs:
         return len(self.labels)
 
     def space(self, name: str) -> torch.Tensor:
-        """The feature space ``name``; ConfigError when the run's method declares none of that name."""
+        """The feature space ``name``; MissingFeatureSpace (a ConfigError) when the run's method declares none of that name."""
         if name not in self.spaces:
-            raise ConfigError(f"feature space '{name}': the run's method does not provide it (it provides: "
-                              f"{', '.join(sorted(self.spaces)) or 'none'}); choose a stage-2 setting that does "
-                              f"not need it, or runs of a method that declares it (Method.feature_spaces)")
+            raise MissingFeatureSpace(
+                f"feature space '{name}': the run's method does not provide it (it provides: "
+                f"{', '.join(sorted(self.spaces)) or 'none'}); choose a stage-2 setting that does not need it, "
+                f"or runs of a method that declares it (Method.feature_spaces)")
         return self.spaces[name]
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        """Only reached for a name that is no field: a declared feature space, else MissingFeatureSpace."""
+        if name.startswith("_") or name in ("features", "labels", "spaces"):  # copy/pickle probes, fields not set yet
+            raise AttributeError(name)
+        return self.space(name)
 
 
 @dataclass

@@ -35,7 +35,7 @@ from ltbench.posthoc import FrozenRun, PosthocMethod, SplitInputs
 from ltbench.registry import POSTHOC
 
 from ._vmf import simplex_etf, spread_directions
-from .bape import BAPE, UNIT_SPACE
+from .bape import BAPE
 from .posthoc_linear import linear_head
 
 
@@ -65,10 +65,9 @@ class BapeRefitConfig:
 
 
 def unit_features(frozen: FrozenRun, inputs: SplitInputs) -> torch.Tensor:
-    """BAPE's z (the feature space it declares, ``BAPE.feature_spaces``) for a BAPE run, else the
-    L2-normalised backbone features."""
+    """BAPE's z for a BAPE run, else the L2-normalised backbone features."""
     if isinstance(frozen.method, BAPE):
-        return inputs.space(UNIT_SPACE).float()
+        return inputs.z.float()
     return F.normalize(inputs.features.float(), dim=1)
 
 
@@ -99,8 +98,6 @@ class BapeRefit(PosthocMethod):
         if is_bape and cfg.prior_dirs == "head":
             raise LtbenchError("bape_refit: prior_dirs 'head' is for non-BAPE runs (a BAPE run's z is not in the "
                                "linear head's space); use auto or etf")
-        if is_bape:
-            frozen.require_spaces([UNIT_SPACE], self.registered_name)
         train_unit = unit_features(frozen, frozen.train)
         dim = train_unit.shape[1]
         ctx = frozen.method.ctx if is_bape else MethodContext(frozen.num_classes, frozen.class_counts, dim, 1)

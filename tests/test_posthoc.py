@@ -70,7 +70,7 @@ def test_features_reproduce_the_runs_own_test_predictions(runs):
         assert np.array_equal(pred, stored["head:main"])
         assert frozen.train.features.shape[0] == sum(json.loads(
             (features.Path(runs["dirs"][name]) / store.RESULT).read_text())["data"]["class_counts_train"])
-    assert frozen_of(runs, "bape").train.space("z").shape[1] == 8 and frozen_of(runs, "ce").train.spaces == {}
+    assert frozen_of(runs, "bape").train.z.shape[1] == 8 and frozen_of(runs, "ce").train.spaces == {}
 
 
 def test_a_stage2_method_asks_for_a_feature_space_by_name(runs, monkeypatch):
