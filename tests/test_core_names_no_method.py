@@ -41,8 +41,6 @@ ALLOWED = {  # (module path under ltbench/, method name) -> why the name there i
     # stale-entry test below says so).
     **{("report/published.py", name): "published results are keyed by the method they quote (METHOD_NAMES)"
        for name in ("la", "bape", "ce", "ldam", "ldam_drw", "cosine", "la_posthoc", "ce_drw")},
-    ("contract.py", "la"): "the stage-2 contract fits plugins on a FrozenRun of an untrained built-in LA head "
-                           "(a core-owned linear method would remove this; not done in issue 21b)",
 }
 
 
