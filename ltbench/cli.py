@@ -306,7 +306,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["markdown", "latex", "csv"], default="markdown")
     p.add_argument("--digits", type=int, choices=range(0, 7), metavar="0..6", help="decimals (default: the table's, 2)")
     p.add_argument("--heads", help="rows for these prediction heads (fnmatch patterns, comma-separated), "
-                                   "e.g. 'sum_da_*' for every BAPE distribution-adjustment mode")
+                                   "e.g. 'sum_da_*' for every head whose name starts with sum_da_")
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch",
                    help="mark cells not significantly different from the best (default: welch over seeds)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
@@ -326,10 +326,11 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="read every result.json again and rewrite the index and expansion caches")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, kappa, prior shift, training curves")
+    p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, per-class statistics, prior shift, training curves")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
-    p.add_argument("--kind", choices=["per_class", "kappa", "shift", "curves"], required=True)
+    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves"], required=True,
+                   help="class_stats: one figure per recorded per-class statistic (kappa: its earlier name)")
     p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_plot)

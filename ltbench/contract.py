@@ -32,6 +32,7 @@ import torch.nn as nn
 from ltbench import registry
 from ltbench.config import from_dict
 from ltbench.errors import DataMissingError, LtbenchError, shorten
+from ltbench.method import Method
 
 COUNTS = (40, 20, 10, 5, 2)  # a small long-tailed training set of K = 5 classes
 FEATURE_DIM = 16
@@ -246,17 +247,32 @@ def check_method(cls: Any, name: str) -> None:
 # Stage-2 (posthoc) methods
 
 
+class ContractLinearHead(Method):
+    """The trained method of the contract's FrozenRun: one linear head whose scores are balanced, the shape
+    of most runs' classifier (stage-2 methods find it as ``method.head``). The core's own, not registered,
+    so checking a stage-2 plugin needs no particular built-in method (it used to build the built-in LA)."""
+
+    registered_name = "contract_linear_head"
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
+
+    def predict(self, features, *, target_prior=None):
+        scores = self.head(features)
+        return scores + self.target_shift(target_prior, scores)
+
+
 def tiny_frozen_run():
-    """A FrozenRun of random features under an untrained LA head: enough for the stage-2 promises."""
-    from ltbench.method import create_method
+    """A FrozenRun of random features under an untrained linear head: enough for the stage-2 promises."""
     from ltbench.posthoc import FrozenRun, SplitInputs
 
     gen = torch.Generator().manual_seed(0)
     labels = torch.cat([torch.full((n,), c) for c, n in enumerate(COUNTS)])
     split = lambda y: SplitInputs(torch.rand(len(y), FEATURE_DIM, generator=gen), y)  # noqa: E731
     torch.manual_seed(0)
-    method = create_method({"name": "la"}, _context()).eval()
-    config = {"method": {"name": "la"}, "eval": {}, "seed": 0}
+    method = ContractLinearHead(None, _context()).eval()
+    config = {"method": {"name": method.registered_name}, "eval": {}, "seed": 0}
     test = torch.arange(len(COUNTS)).repeat(4)
     return FrozenRun("contract", config, torch.tensor(COUNTS), method, {"train": split(labels), "test": split(test)})
 

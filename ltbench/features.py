@@ -6,14 +6,16 @@ that costs milliseconds to seconds. So they are extracted once and kept in the r
 
     RUN_DIR/features/
       meta.json              what was extracted, from which checkpoint (written last)
-      train.npz              'features' (N, d), 'labels' (N,), and for BAPE 'z' (N, p)
+      train.npz              'features' (N, d), 'labels' (N,), and one (N, p) array per feature space
+                             the run's method declares (``Method.feature_spaces``), named by it
       test.npz               the main test set, same arrays
       test_set-<name>.npz    each configured shifted test set (eval.test_sets)
 
 Every view is the dataset's "eval" pipeline (no augmentation), the one the run's own evaluation uses.
 Each split file is written atomically on its own, so a killed extraction resumes at the first split
-that is missing; a second call with everything present does nothing. float16 halves the size and is
-refused for BAPE's z (its class statistics need more than 11 bits; see docs/posthoc.md).
+that is missing; a second call with everything present does nothing. float16 halves the size of the
+backbone features only: a method's declared spaces stay float32 (a space may feed class statistics that
+need more than 11 bits; see docs/posthoc.md).
 
 Model selection: runs report the last epoch (``ltbench.selection``), and the engine saves the final
 checkpoint (epoch == optim.epochs, step 0) before its final evaluation, which does not change the
@@ -200,21 +202,31 @@ def split_sources(run) -> dict[str, tuple[MultiView, np.ndarray]]:
     return {"train": (MultiView(run.data.train, [tf]), np.asarray(run.data.train_labels)), **clean}
 
 
+RESERVED_ARRAYS = ("features", "labels")  # the arrays every split file holds; no feature space may take their names
+
+
+def declared_spaces(method) -> dict[str, Callable]:
+    """``method.feature_spaces()``, checked: the names become array names in the split files."""
+    spaces = method.feature_spaces()
+    for name in spaces:
+        if not (isinstance(name, str) and name.isidentifier()) or name in RESERVED_ARRAYS:
+            raise LtbenchError(f"method {method.registered_name}: feature_spaces() names {name!r}; a feature space "
+                               f"is named by an identifier other than {' and '.join(RESERVED_ARRAYS)}")
+    return spaces
+
+
 @torch.no_grad()
 def extract_split(run, dataset: MultiView, batch_size: int = 512) -> dict[str, np.ndarray]:
-    """Backbone features (and BAPE's projected z) of one clean-view dataset, in order."""
-    feats, zs = [], []
-    project = getattr(run.method, "project", None)
+    """Backbone features (and every feature space the run's method declares) of one clean-view dataset, in order."""
+    spaces = declared_spaces(run.method)
+    feats, mapped = [], {name: [] for name in spaces}
     for start in range(0, len(dataset), batch_size):
         views = [dataset[i][0][0] for i in range(start, min(start + batch_size, len(dataset)))]
         h = run.backbone(torch.stack(views)).float()
         feats.append(h)
-        if project is not None:
-            zs.append(project(h).float())
-    out = {"features": torch.cat(feats).numpy()}
-    if zs:
-        out["z"] = torch.cat(zs).numpy()
-    return out
+        for name, space in spaces.items():
+            mapped[name].append(space(h).float())
+    return {"features": torch.cat(feats).numpy(), **{name: torch.cat(parts).numpy() for name, parts in mapped.items()}}
 
 
 def save_split(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -287,7 +299,8 @@ def write_meta(run_dir: Path, result: dict, digest: str, dtype: str) -> dict:
 
 def load_split(run_dir: Path, split: str) -> dict[str, np.ndarray]:
     """The cached arrays of one split (features as float32), checked: UnusableFile (naming the file) when
-    it cannot be read or holds anything but (N, d) float features, (N,) integer labels and (N, p) float z."""
+    it cannot be read or holds anything but (N, d) float features, (N,) integer labels and (N, p) float
+    feature spaces."""
     path = Path(run_dir) / FEATURES_DIR / split_file(split)
     problem = npz_problem(path)
     if problem:
@@ -307,15 +320,16 @@ def load_split(run_dir: Path, split: str) -> dict[str, np.ndarray]:
 
 def split_arrays_problem(arrays: dict[str, np.ndarray]) -> str:
     """'' when a split's arrays have the shapes and dtypes extract_features writes, else what is wrong."""
-    feats, labels, z = arrays.get("features"), arrays.get("labels"), arrays.get("z")
+    feats, labels = arrays.get("features"), arrays.get("labels")
     if feats is None or labels is None:
         return "has no 'features' or no 'labels' array"
     if feats.ndim != 2 or feats.dtype.kind != "f" or feats.shape[1] == 0:
         return f"features are {feats.dtype} of shape {feats.shape}, expected a float (N, d) matrix"
     if labels.ndim != 1 or labels.dtype.kind not in "iu" or len(labels) != len(feats):
         return f"labels are {labels.dtype} of shape {labels.shape}, expected {len(feats)} integers"
-    if z is not None and (z.ndim != 2 or z.dtype.kind != "f" or len(z) != len(feats)):
-        return f"z is {z.dtype} of shape {z.shape}, expected a float ({len(feats)}, p) matrix"
+    for name, space in arrays.items():
+        if name not in RESERVED_ARRAYS and (space.ndim != 2 or space.dtype.kind != "f" or len(space) != len(feats)):
+            return f"{name} is {space.dtype} of shape {space.shape}, expected a float ({len(feats)}, p) matrix"
     if not np.isfinite(feats).all():
         return "features hold NaN or infinite values"
     return ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -116,6 +116,15 @@ class Method(nn.Module):
             return torch.zeros(k, device=like.device, dtype=like.dtype)
         p = p / p.sum()
         return (torch.log(p.clamp_min(1e-12)) + math.log(k)).to(like.dtype)
+
+    # -- what a second stage may use (optional) ------------------------------------------------
+    def feature_spaces(self) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+        """Extra feature spaces the method exposes to stage-2 methods, by name: each maps backbone
+        features (N, d) to (N, p) (e.g. a projection head's output). Why declared here: the core caches
+        whatever a method declares (ltbench/features.py) without knowing any method, and a stage-2 method
+        asks for a space by name (``posthoc.SplitInputs.space``), refused clearly when the run's method
+        does not provide it. Names are identifiers other than ``features`` and ``labels``; default: none."""
+        return {}
 
     # -- state ---------------------------------------------------------------------------------
     def extra_state(self) -> dict:

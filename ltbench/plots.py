@@ -206,17 +206,24 @@ def plot_per_class(df: pd.DataFrame, out_base, shot_boundaries: Sequence[float] 
     return save_figure(figure_per_class(df, shot_boundaries), out_base)
 
 
-STAT_LABELS = {"kappa": "vMF concentration κ (BAPE)", "kappa_da_uniform": "κ after distribution adjustment (BAPE)",
+# Per-class statistics are named by what they measure, not by the method that records them: a method
+# records any list of num_classes numbers in result_extras (``class_statistics``), and every one can be
+# drawn by name (``plot_class_stat``). These labels only make the usual names readable on an axis; an
+# unlisted statistic is labelled by its name.
+STAT_LABELS = {"kappa": "vMF concentration κ", "kappa_da_uniform": "κ after distribution adjustment",
                "weight_norm": "classifier weight norm", "aux.weight_norm": "auxiliary classifier weight norm",
-               "mean_norm": "norm of the class's mean embedding (BAPE)"}
+               "mean_norm": "norm of the class's mean embedding"}
+# What the report's class-statistics figure draws when not told (fnmatch patterns, in this order): the
+# concentration of a vMF class model and the norms of classifier weights, never bookkeeping lists like n.
+DRAWN_CLASS_STATS = ("kappa", "*weight_norm")
 
 
 def class_statistics(method_extras: dict, num_classes: int, prefix: str = "") -> dict[str, list[float]]:
     """The per-class statistics a run recorded in ``method_extras`` (result.json), by name.
 
-    A statistic is any list of ``num_classes`` numbers: BAPE's ``kappa``, ``kappa_da_uniform``,
-    ``mean_norm``, ``n``; LA's and the cosine classifier's ``weight_norm``.  Nested mappings (BAPE's
-    auxiliary method under ``aux``) are flattened with a dotted prefix: ``aux.weight_norm``.  The
+    A statistic is any list of ``num_classes`` numbers (a vMF model's ``kappa``, a linear head's
+    ``weight_norm``, counts ``n``...).  Nested mappings (an auxiliary method's extras under ``aux``) are
+    flattened with a dotted prefix: ``aux.weight_norm``.  The
     report loader builds the ``class_stats`` frame from this, so every method that records a list
     gets plotted without the core knowing the method.
     """
@@ -255,8 +262,27 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[
 
 
 def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa", all_rows: Sequence[str] = ()) -> list[Path]:
-    """A per-class statistic (BAPE's kappa, a classifier's weight norm) against training count."""
+    """One per-class statistic (a concentration, a classifier's weight norm...) against training count."""
     return save_figure(figure_class_stat(df, stat, all_rows), out_base)
+
+
+def plot_class_stats(df: pd.DataFrame, out_dir, all_rows: Sequence[str] = (),
+                     patterns: Sequence[str] = DRAWN_CLASS_STATS) -> tuple[list[Path], str | None]:
+    """One figure per recorded statistic matching ``patterns``, in their order, each file named by the
+    statistic (``weight_norm.png`` in a study that records no concentration); rows that do not record it
+    are named in its figure. Returns (written paths, why nothing was drawn)."""
+    from fnmatch import fnmatchcase
+
+    stats = [] if df.empty else sorted(set(df["stat"]))
+    wanted = list(dict.fromkeys(s for pattern in patterns for s in stats if fnmatchcase(s, pattern)))
+    if not wanted:
+        return [], (f"no data for the class-statistics figure in these runs (none of {', '.join(patterns)} "
+                    f"recorded per class)")
+    paths = []
+    for stat in wanted:
+        base = Path(out_dir) / stat.replace(".", "_")
+        paths += plot_class_stat(df[df["stat"] == stat], str(base), stat=stat, all_rows=all_rows)
+    return paths, None
 
 
 # ------------------------------------------------------------------------------------------------

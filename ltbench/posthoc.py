@@ -1,12 +1,18 @@
 """The stage-2 (post-hoc) interface: a classifier fitted on a finished run's frozen features.
 
 Why a fourth plugin kind: the ablations the field asks for are mostly about the classifier (logit
-adjustment's tau, tau-normalisation, classifier re-training, BAPE's prior and distribution
+adjustment's tau, tau-normalisation, classifier re-training, a Bayes classifier's prior and distribution
 adjustment). A stage-2 method takes a finished run as it is (``FrozenRun``: its config, class counts,
 the trained method rebuilt from checkpoint.pt, the cached clean-view features of ltbench/features.py)
 and a seed, fits in closed form or in a few epochs on the cached features, and predicts class scores
 under a target prior exactly the way ``Method.predict`` does, so shifted priors and shifted test sets
 go through the same evaluation core (ltbench/evaluation.py). docs/posthoc.md describes each built-in.
+
+A stage-2 method that needs more than the backbone features (e.g. the output of the run's projection
+head) asks for a feature space by name: the run's method declares the spaces it exposes
+(``Method.feature_spaces``), the feature cache holds them, and ``SplitInputs.space`` /
+``FrozenRun.require_spaces`` (or the class's ``needs_spaces``) refuse a run whose method provides none
+of that name with a ConfigError. The core never knows which method provides what.
 
 Plugins register with ``@POSTHOC.register(name)`` (built-ins live in ``methods/posthoc_*.py``) and are
 found by the same discovery as methods (core, entry points ``ltbench.posthoc``, plugin folders).
@@ -27,17 +33,39 @@ from ltbench.method import Method
 from ltbench.registry import POSTHOC
 
 
+class MissingFeatureSpace(ConfigError, AttributeError):
+    """A stage-2 method asked for a feature space the run's method does not declare. A ConfigError (one
+    line, exit 2) and an AttributeError (so ``getattr(inputs, name, None)`` and ``hasattr`` work)."""
+
+
 @dataclass
 class SplitInputs:
-    """One cached split: backbone features (N, d), labels (N,), and BAPE's unit features z (N, p) when
-    the run was a BAPE run (None otherwise)."""
+    """One cached split: backbone features (N, d), labels (N,), and every feature space the run's method
+    declared (``Method.feature_spaces``), by name, each (N, p): ``inputs.space(name)``, or as an attribute
+    (``inputs.<name>``), so a stage-2 method reads the space its training method exposes by the name that
+    method gave it, and the core names none."""
 
     features: torch.Tensor
     labels: torch.Tensor
-    z: torch.Tensor | None = None
+    spaces: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def space(self, name: str) -> torch.Tensor:
+        """The feature space ``name``; MissingFeatureSpace (a ConfigError) when the run's method declares none of that name."""
+        if name not in self.spaces:
+            raise MissingFeatureSpace(
+                f"feature space '{name}': the run's method does not provide it (it provides: "
+                f"{', '.join(sorted(self.spaces)) or 'none'}); choose a stage-2 setting that does not need it, "
+                f"or runs of a method that declares it (Method.feature_spaces)")
+        return self.spaces[name]
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        """Only reached for a name that is no field: a declared feature space, else MissingFeatureSpace."""
+        if name.startswith("_") or name in ("features", "labels", "spaces"):  # copy/pickle probes, fields not set yet
+            raise AttributeError(name)
+        return self.space(name)
 
 
 @dataclass
@@ -64,6 +92,16 @@ class FrozenRun:
         counts = self.class_counts.double()
         return (counts / counts.sum()).float()
 
+    def require_spaces(self, names, who: str) -> None:
+        """ConfigError naming ``who`` (the stage-2 method) unless the run's method provides every feature
+        space in ``names``."""
+        provided = set(self.train.spaces) if "train" in self.splits else set()
+        missing = [n for n in names if n not in provided]
+        if missing:
+            raise ConfigError(f"posthoc '{who}' needs the feature space(s) {', '.join(missing)}, which run "
+                              f"{self.run_id} (method '{self.config.get('method', {}).get('name', '?')}') does "
+                              f"not provide (it provides: {', '.join(sorted(provided)) or 'none'})")
+
 
 class PosthocMethod:
     """Base class of every stage-2 method: set ``Config``; implement ``fit`` and ``predict``.
@@ -75,6 +113,9 @@ class PosthocMethod:
 
     Config: ClassVar[type] = EmptyConfig
     registered_name: ClassVar[str] = "?"
+    # Feature spaces (``Method.feature_spaces``) every fit needs, by name: a run whose method provides
+    # them not is refused before fitting. A need that depends on the run is checked in ``fit`` instead.
+    needs_spaces: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: Any, frozen: FrozenRun, seed: int):
         self.cfg, self.frozen, self.seed = cfg, frozen, int(seed)
@@ -91,7 +132,7 @@ class PosthocMethod:
         return Method.target_shift(self, target_prior, like)
 
     def result_extras(self) -> dict:
-        """JSON-able facts about the fitted classifier (e.g. kappa per class) for the stage-2 result."""
+        """JSON-able facts about the fitted classifier (e.g. a per-class statistic) for the stage-2 result."""
         return {}
 
 
@@ -106,6 +147,7 @@ def resolved_posthoc_spec(spec: dict, where: str = "posthoc") -> dict:
 
 def create_posthoc(spec: dict, frozen: FrozenRun, seed: int, where: str = "posthoc") -> PosthocMethod:
     """Build and fit a stage-2 method from ``{'name': ..., **options}``."""
+    frozen.require_spaces(POSTHOC.get(spec["name"]).needs_spaces, spec["name"])
     method = POSTHOC.build(spec, frozen, seed, where=where)
     method.fit()
     return method

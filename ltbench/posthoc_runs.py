@@ -66,8 +66,8 @@ def load_frozen(run_dir: Path) -> FrozenRun:
     splits = {}
     for name in features.cached_splits(config):
         arrays = features.load_split(run_dir, name)
-        z = torch.from_numpy(arrays["z"]) if "z" in arrays else None
-        splits[name] = SplitInputs(torch.from_numpy(arrays["features"]), torch.from_numpy(arrays["labels"]), z)
+        spaces = {k: torch.from_numpy(v) for k, v in arrays.items() if k not in features.RESERVED_ARRAYS}
+        splits[name] = SplitInputs(torch.from_numpy(arrays["features"]), torch.from_numpy(arrays["labels"]), spaces)
     if not isinstance(result.get("data"), dict) or not result["data"].get("class_counts_train"):
         raise LtbenchError(f"{Path(run_dir) / store.RESULT}: no data.class_counts_train (a stage-2 fit needs the "
                            f"training counts); run it again with 'ltbench run'")
@@ -78,17 +78,30 @@ def load_frozen(run_dir: Path) -> FrozenRun:
     except (RuntimeError, ValueError) as exc:  # load_state_dict: the features do not fit the checkpoint's method
         raise safe_read.UnusableFile(Path(run_dir) / features.FEATURES_DIR,
                                      f"does not fit the run's checkpoint ({str(exc).splitlines()[0][:160]})") from None
+    check_spaces_declared(run_dir, splits["train"], method)
     return FrozenRun(result["run_id"], config, counts, method, splits)
 
 
+def check_spaces_declared(run_dir: Path, train: SplitInputs, method) -> None:
+    """The cache holds exactly the feature spaces the run's method declares (``Method.feature_spaces``):
+    a cache extracted before a method declared a space, or with one it no longer declares, is unusable
+    (set aside and extracted again), never read as if it matched."""
+    declared, cached = sorted(features.declared_spaces(method)), sorted(train.spaces)
+    if declared != cached:
+        raise safe_read.UnusableFile(Path(run_dir) / features.FEATURES_DIR / features.split_file("train"),
+                                     f"holds the feature spaces [{', '.join(cached)}], the run's method declares "
+                                     f"[{', '.join(declared)}]")
+
+
 def check_splits_agree(run_dir: Path, splits: dict[str, SplitInputs], num_classes: int) -> None:
-    """Every split of one cache has the same feature (and z) width, and labels that are class indices."""
+    """Every split of one cache has the same feature width, the same feature spaces of the same widths, and
+    labels that are class indices."""
     folder = Path(run_dir) / features.FEATURES_DIR
     width = splits["train"].features.shape[1]
-    z_width = None if splits["train"].z is None else splits["train"].z.shape[1]
+    space_widths = {k: v.shape[1] for k, v in splits["train"].spaces.items()}
     for name, inputs in splits.items():
         path = folder / features.split_file(name)
-        if inputs.features.shape[1] != width or (None if inputs.z is None else inputs.z.shape[1]) != z_width:
+        if inputs.features.shape[1] != width or {k: v.shape[1] for k, v in inputs.spaces.items()} != space_widths:
             raise safe_read.UnusableFile(path, f"features of width {inputs.features.shape[1]}, the training split's "
                                                f"are {width}")
         if len(inputs.labels) and (int(inputs.labels.min()) < 0 or int(inputs.labels.max()) >= num_classes):

@@ -115,8 +115,7 @@ class Registry:
 
     def unknown_message(self, name: str) -> str:
         known = sorted(self._entries)
-        close = difflib.get_close_matches(name, known, n=1, cutoff=self.hint_cutoff)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(name, known, self.hint_cutoff)
         return (
             f"unknown {self.kind} '{name}'.{hint} Known: {', '.join(known) or '(none)'}. "
             f"Searched: {searched_locations()}"
@@ -141,6 +140,23 @@ class Registry:
     def build(self, spec: dict, *args: Any, where: str, **kwargs: Any) -> Any:
         """``Entry(config, *args, **kwargs)``: the object ``spec`` names, built from its validated options."""
         return self.get(spec["name"])(self.config(spec, where), *args, **kwargs)
+
+
+def did_you_mean(name: str, known, cutoff: float = 0.6) -> str:
+    """" Did you mean 'x'?" for the closest known name (difflib's ratio at least ``cutoff``), else ''."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff) if isinstance(name, str) else []
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def lookup(table, name: str, kind: str, cutoff: float = 0.6) -> Any:
+    """The one lookup rule of the plain name -> object tables that need no discovery (figure kinds, table
+    formats, a method's solvers): ``table[name]``, or LtbenchError naming the kind, the closest known name
+    and every known one. Why not a Registry: these tables are closed (no plugin adds to them) and some
+    are read on the torch-free results side, where discovery (which imports the plugins) must not run."""
+    if isinstance(name, str) and name in table:
+        return table[name]
+    raise LtbenchError(f"unknown {kind} {short_repr(name, 60)}.{did_you_mean(name, table, cutoff)} "
+                       f"Known: {', '.join(sorted(table))}")
 
 
 METHODS = Registry("method", "ltbench.methods")

@@ -25,6 +25,7 @@ from ltbench.registry import METHODS
 from ._vmf import KAPPA_SOLVERS, OnlineClassMeans, log_cp, map_estimate, simplex_etf, spread_directions
 
 DA_MODES = ("none", "shared_kappa", "map_test_prior", "debiased")
+UNIT_SPACE = "z"  # the feature space BAPE exposes to stage 2 (Method.feature_spaces): its projected unit features
 
 
 @dataclass
@@ -169,6 +170,10 @@ class BAPE(Method):
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """Backbone features -> unit vectors z on S^{p-1}."""
         return F.normalize(self.proj(h).float(), dim=1)
+
+    def feature_spaces(self) -> dict:
+        """The unit features z, cached for stage 2 under UNIT_SPACE (methods/posthoc_bape.py refits on them)."""
+        return {UNIT_SPACE: self.project}
 
     def prior_directions(self) -> torch.Tensor:
         """m0 renormalised to unit rows (float32, differentiable)."""

@@ -70,7 +70,44 @@ def test_features_reproduce_the_runs_own_test_predictions(runs):
         assert np.array_equal(pred, stored["head:main"])
         assert frozen.train.features.shape[0] == sum(json.loads(
             (features.Path(runs["dirs"][name]) / store.RESULT).read_text())["data"]["class_counts_train"])
-    assert frozen_of(runs, "bape").train.z.shape[1] == 8 and frozen_of(runs, "ce").train.z is None
+    assert frozen_of(runs, "bape").train.z.shape[1] == 8 and frozen_of(runs, "ce").train.spaces == {}
+
+
+def test_a_stage2_method_asks_for_a_feature_space_by_name(runs, monkeypatch):
+    """The cache holds what the run's method declares (Method.feature_spaces); a stage-2 method needing a
+    space the run's method does not provide is refused with a ConfigError naming both, before any fit."""
+    ce, bape = frozen_of(runs, "ce"), frozen_of(runs, "bape")
+    assert sorted(bape.method.feature_spaces()) == sorted(bape.train.spaces) == ["z"]
+    with pytest.raises(ConfigError, match=r"feature space 'z'.*provides: none"):
+        ce.train.space("z")
+    monkeypatch.setattr(POSTHOC.get("la_posthoc"), "needs_spaces", ("z",))
+    with pytest.raises(ConfigError, match=r"posthoc 'la_posthoc' needs the feature space\(s\) z.*method 'ce'"):
+        create_posthoc({"name": "la_posthoc"}, ce, seed=0)
+    create_posthoc({"name": "la_posthoc"}, bape, seed=0)  # the BAPE run provides z
+
+
+def test_a_cache_without_a_declared_space_is_unusable_never_misread(runs, tmp_path, monkeypatch):
+    """A cache extracted before the method declared a space (or with one it no longer declares) does not
+    load as if it matched: UnusableFile, which 'ltbench posthoc' answers by extracting again."""
+    from ltbench import safe_read
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["dirs"]["ce"], run_dir, ignore=shutil.ignore_patterns("posthoc"))
+    method_class = type(frozen_of(runs, "ce").method)
+    monkeypatch.setattr(method_class, "feature_spaces", lambda self: {"doubled": lambda h: 2 * h}, raising=False)
+    with pytest.raises(safe_read.UnusableFile, match=r"feature spaces \[\], the run's method declares \[doubled\]"):
+        load_frozen(run_dir)
+    shutil.rmtree(run_dir / features.FEATURES_DIR)
+    features.extract_features(run_dir, say=lambda m: None)
+    frozen = load_frozen(run_dir)
+    assert torch.equal(frozen.train.space("doubled"), 2 * frozen.train.features)
+
+
+def test_a_feature_space_may_not_take_a_reserved_name(runs, monkeypatch):
+    method = frozen_of(runs, "ce").method
+    monkeypatch.setattr(type(method), "feature_spaces", lambda self: {"labels": lambda h: h}, raising=False)
+    with pytest.raises(LtbenchError, match="feature_spaces\\(\\) names 'labels'"):
+        features.declared_spaces(method)
 
 
 def test_extraction_is_idempotent_and_resumes(runs, tmp_path, monkeypatch):

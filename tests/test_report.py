@@ -305,7 +305,7 @@ def test_cli_report_writes_every_table_and_a_summary(write_recipe, cli):
     text = (folder / "report.md").read_text()
     assert "ltbench table" in text and "## Provenance" in text and "6 done" in text
     assert (folder / "figures" / "per_class.png").stat().st_size > 1000 and "![per_class]" in text
-    assert "**kappa**: not drawn: no data" in text  # said, not silently missing (fake runs record no norms)
+    assert "**class_stats**: not drawn: no data" in text  # said, not silently missing (fake runs record no norms)
 
 
 @pytest.mark.slow
@@ -319,7 +319,7 @@ def test_cli_plot_writes_png_and_pdf_or_says_why_not(write_recipe, cli, tmp_path
     shift = cli("plot", path, "--kind", "shift", "--out", tmp_path / "figs")
     assert shift.returncode == 0 and (tmp_path / "figs" / "shift.png").exists()
     kappa = cli("plot", path, "--kind", "kappa", "--out", tmp_path / "figs")  # no method records kappa here
-    assert kappa.returncode == 2 and "no data for the kappa figure" in kappa.stderr
+    assert kappa.returncode == 2 and "no data for the class-statistics figure" in kappa.stderr
 
 
 def test_include_joins_another_recipes_runs_as_column_groups(write_recipe):

@@ -3,60 +3,77 @@ a standalone LaTeX document of all tables, every figure (PNG and PDF), and ``rep
 together with a provenance summary (commits, versions, devices, wall time, runs failed or missing).
 
 Figures are drawn by ``ltbench.plots`` from the tidy frames of ``ltbench.report.load``; a figure
-whose data the runs do not have (no shifted priors, no per-class kappa, no log) is skipped and the
-report says so.
+whose data the runs do not have (no shifted priors, no per-class statistics, no log) is skipped and
+the report says so.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ltbench import store
+from ltbench.registry import lookup
 
-FIGURES = {  # kind -> (frame, plotting function, keyword arguments, what it shows)
-    "per_class": ("per_class", "plot_per_class", {}, "per-class accuracy against training count"),
-    "kappa": ("class_stats", "plot_class_stat", {"stat": "kappa"},
-              "per-class statistics the runs record (BAPE's κ, classifier weight norms) against training count"),
-    "shift": ("shift", "plot_shift", {}, "accuracy from forward through uniform to backward test priors"),
-    "curves": ("curves", "plot_curves", {"y": "loss"}, "training loss per epoch"),
+@dataclass(frozen=True)
+class FigureKind:
+    """One kind of figure: the frame it draws from, how, and what it shows (the report's caption)."""
+
+    frame: str
+    draw: Callable[..., tuple[list, str | None]]  # (plots module, frame, out_base, study rows) -> (paths, why not)
+    what: str
+
+
+def _one_figure(function: str, **options):
+    """A kind drawn by one ``plots`` function into ``out_base``; an empty frame is said, not drawn."""
+
+    def draw(plots, df, out_base: Path, all_rows) -> tuple[list, str | None]:
+        if df.empty:
+            return [], f"no data for the {out_base.name} figure in these runs"
+        out_base.parent.mkdir(parents=True, exist_ok=True)
+        return getattr(plots, function)(df, str(out_base), **options), None
+
+    return draw
+
+
+def _class_stats(plots, df, out_base: Path, all_rows) -> tuple[list, str | None]:
+    """One figure per recorded per-class statistic the plots draw by default (``plots.DRAWN_CLASS_STATS``),
+    each file named by it beside ``out_base``."""
+    out_base.parent.mkdir(parents=True, exist_ok=True)
+    return plots.plot_class_stats(df, out_base.parent, all_rows)
+
+
+FIGURES = {  # kind -> FigureKind; looked up by ``figure_kind`` (one rule, did-you-mean)
+    "per_class": FigureKind("per_class", _one_figure("plot_per_class"), "per-class accuracy against training count"),
+    "class_stats": FigureKind("class_stats", _class_stats, "per-class statistics the runs record (a vMF "
+                              "concentration κ, classifier weight norms) against training count"),
+    "shift": FigureKind("shift", _one_figure("plot_shift"), "accuracy from forward through uniform to backward test priors"),
+    "curves": FigureKind("curves", _one_figure("plot_curves", y="loss"), "training loss per epoch"),
 }
-# The files a kind writes, as glob patterns without the extension: 'kappa' writes one figure per recorded
-# statistic, each named by it (kappa, weight_norm, aux_weight_norm), never 'kappa' for a weight norm.
-FIGURE_FILES = {"kappa": ("kappa", "*weight_norm")}
+# Earlier names of a kind, still accepted: 'kappa' drew the class statistics before it was named for
+# what it draws (docs/results.md and users' commands say --kind kappa).
+FIGURE_ALIASES = {"kappa": "class_stats"}
+# The files a kind writes, as glob patterns without the extension (scripts/results_doc.py): the class
+# statistics write one figure per recorded statistic, named by it; the patterns are plots.DRAWN_CLASS_STATS
+# (not imported here: matplotlib is loaded only to draw; tests/test_lookup_tables.py checks they agree).
+FIGURE_FILES = {"class_stats": ("kappa", "*weight_norm")}
+FIGURE_FILES.update({alias: FIGURE_FILES[kind] for alias, kind in FIGURE_ALIASES.items()})
+
+
+def figure_kind(kind: str) -> FigureKind:
+    return lookup(FIGURES, FIGURE_ALIASES.get(kind, kind), "figure kind")
 
 
 def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
     """Draw one kind of figure; returns (written paths, reason when nothing was drawn)."""
-    frame_name, func_name, kwargs, _ = FIGURES[kind]
-    try:
-        from ltbench import plots
-    except ImportError:
-        return [], "figures are not available in this build (no ltbench.plots)"
-    df = frames[frame_name]
-    if kind == "kappa":  # BAPE's kappa, and beside it the per-class weight norms LA / cosine heads record
-        return _class_stats(plots, df, out_base, _study_rows(frames))
-    if df.empty:
-        return [], f"no data for the {kind} figure in these runs"
-    out_base.parent.mkdir(parents=True, exist_ok=True)
-    return [str(p) for p in getattr(plots, func_name)(df, str(out_base), **kwargs)], None
+    figure = figure_kind(kind)
+    from ltbench import plots
 
-
-def _class_stats(plots, df, out_base: Path, all_rows: list[str]) -> tuple[list[str], str | None]:
-    """One figure per recorded statistic, each file named by what it draws (``weight_norm.png`` in a study
-    without BAPE, never ``kappa``); rows that do not record the statistic are named in the figure."""
-    stats = [] if df.empty else sorted(set(df["stat"]))
-    wanted = [s for s in stats if s == "kappa"] + [s for s in stats if s.endswith("weight_norm")]
-    if not wanted:
-        return [], "no data for the kappa figure in these runs (no kappa or per-class weight norms recorded)"
-    out_base.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for stat in wanted:
-        base = out_base.with_name(stat.replace(".", "_"))
-        paths += [str(p) for p in plots.plot_class_stat(df[df["stat"] == stat], str(base), stat=stat,
-                                                        all_rows=all_rows)]
-    return paths, None
+    paths, reason = figure.draw(plots, frames[figure.frame], out_base, _study_rows(frames))
+    return [str(p) for p in paths], reason
 
 
 def _study_rows(frames) -> list[str]:
@@ -108,7 +125,8 @@ def write_report(recipe_path, results=None, test: str | None = "welch", override
     _write(out / "tables_document.tex", latex_document(fragments))
     md += ["## Figures", ""]
     frames = report.load(recipe_path, results, overrides=overrides)
-    for kind, (_, _, _, what) in FIGURES.items():
+    for kind, figure in FIGURES.items():
+        what = figure.what
         paths, reason = draw(kind, frames, out / "figures" / kind)
         if paths:
             png = [p for p in paths if p.endswith(".png")]

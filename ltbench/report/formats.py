@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 
+from ltbench.registry import lookup
 from ltbench.report.build import n_text
 from ltbench.report.rows import Row, Table, value_text
 
@@ -349,8 +350,11 @@ def _csv_comparisons(table: Table, w: csv.DictWriter) -> None:
                                 + (f"; no test: {comp.no_test[(gi, ci)]}" if (gi, ci) in comp.no_test else "")})
 
 
+RENDERERS = {"markdown": to_markdown, "latex": to_latex, "csv": to_csv}  # table format -> renderer
+
+
 def render(table: Table, fmt: str) -> str:
-    return {"markdown": to_markdown, "latex": to_latex, "csv": to_csv}[fmt](table)
+    return lookup(RENDERERS, fmt, "table format")(table)
 
 
 def latex_document(fragments: list[str]) -> str:
