@@ -197,15 +197,15 @@ def cmd_check(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from ltbench import launch
+    from ltbench import run_status_view
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         recipe = load_checked_recipe(p, args.overrides, args.results)
-        return launch.print_status(recipe.root, recipe.runs, recipe.override_keys)
+        return run_status_view.print_status(recipe.root, recipe.runs, recipe.override_keys)
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
-    return launch.print_status(_recipe_root(args.path, args.results))
+    return run_status_view.print_status(_recipe_root(args.path, args.results))
 
 
 class _Parser(argparse.ArgumentParser):

@@ -63,7 +63,7 @@ def test_a_sample_is_the_same_whichever_process_builds_it():
 
 
 def _run(tmp_path: Path, write_recipe, name: str, train: dict, extra: dict | None = None) -> tuple[dict, list]:
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     recipe = write_recipe(name, extra={"train": {"progress": False, **train}, **(extra or {}),

@@ -150,7 +150,7 @@ EXECUTION_VARIANTS = {  # every train: execution setting of identity.py, set awa
 
 
 def _train_tiny(recipe_path, overrides, results_dir) -> dict:
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
     from ltbench.store import read_result
 
@@ -214,7 +214,7 @@ def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_an
     assert next(iter(table.rows[0].units.values())).runs[0]["run_id"] == base["run_id"]
     run_dir = Path(recipe.runs[0]["run_dir"])
     (run_dir / store.RESULT).unlink()  # as if killed after its last checkpoint: the next launch resumes it
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
 
     run_local(recipe.runs)
     assert "resuming from checkpoint" in capsys.readouterr().out

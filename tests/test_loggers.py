@@ -10,7 +10,7 @@ from ltbench.recipe import load_recipe
 
 
 def run_with(write_recipe, loggers, **extra):
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
 
     spec = load_recipe(write_recipe(extra={"train": {"progress": False, "eval_every": 1, "loggers": loggers},
                                            **extra})).runs[0]

@@ -27,7 +27,7 @@ def runs(tmp_path_factory):
     """Tiny finished CE, LA and BAPE runs (one seed) with a shifted test set and target priors (a few seconds)."""
     import yaml
 
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
     from tests.conftest import TINY, deep_update
 
