@@ -28,16 +28,11 @@ def preflight(recipe: Recipe) -> None:
             check()
 
 
-def is_stale(run_dir: Path) -> bool:
-    result = store.read_result(run_dir)
-    return bool(result and result.get("status") == "done" and store.changed_code(result)[0])
-
-
 def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, int]]:
-    """Runs to launch now, and the count of each status found on disk ('stale' counted apart from
-    'done'). ``redo``: 'failed' and/or 'stale' results to run again. The worker re-decides under the
-    run's lock, so a run another process finishes meanwhile is not trained twice. Not read-only: a run
-    folder whose spec.json is missing gets it written again (``runner.prepare_run_dir``)."""
+    """Runs to launch now, and the count of each status found on disk (``store.run_status``, the one rule;
+    ``store.to_run`` decides from it). ``redo``: 'failed' and/or 'stale' results to run again. The worker
+    re-decides under the run's lock, so a run another process finishes meanwhile is not trained twice. Not
+    read-only: a run folder whose spec.json is missing gets it written again (``runner.prepare_run_dir``)."""
     from ltbench.runner import prepare_run_dir
 
     statuses, out = [], []
@@ -46,14 +41,11 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dic
         if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
             prepare_run_dir(spec)  # a deleted spec.json is rewritten, whatever the run's state
         status = store.run_status(run_dir)
-        if status == "done" and is_stale(run_dir):
-            status = "stale"
         if status == "done" and "checkpoint" in redo and set_aside_without_checkpoint(run_dir):
             status = "no checkpoint"
         statuses.append(status)
-        if status == "done" or (status in ("failed", "stale") and status not in redo):
-            continue
-        out.append(spec)
+        if store.to_run(status, redo):
+            out.append(spec)
     return out, store.count_statuses(statuses)
 
 

@@ -238,7 +238,11 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
     unless ``redo_failed``; damaged ones, and results fitted on another checkpoint's features (the run was
     trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone. Results whose stage-2
     plugin code has changed since (``identity.changed_code``) are set aside and redone with ``redo_stale``,
-    else kept and appended to ``stale``, so the caller says so."""
+    else kept and appended to ``stale``, so the caller says so.
+
+    Not ``store.run_state``: a stage-2 setting is another object than a run (no started.json, so no running
+    or interrupted state; one lock for the whole grid of a run; stale also when fitted on another checkpoint).
+    It is decided from the same pieces: ``store.check_result`` and ``identity.changed_code``."""
     todo = []
     for spec in specs:
         out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
@@ -336,7 +340,7 @@ def unfinished_runs(runs: list[dict]) -> list[tuple[dict, str]]:
     out = []
     for spec in runs:
         state = store.run_status(Path(spec["run_dir"]))
-        if state != "done":
+        if state not in store.FINISHED:  # a stale run's model is still its own: stage 2 fits on it
             out.append((spec, state))
     return out
 

@@ -12,12 +12,8 @@ from ltbench.errors import DataMissingError
 from ltbench.runlines import describe_found, other_data_note, run_lines, stage2_state
 
 
-RUN_FILES = (store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.RESULT, store.STARTED, store.SUBMITTED,
-             store.LOCK)
-
-
 def _is_run_dir(folder: Path) -> bool:
-    return any((folder / name).exists() for name in RUN_FILES)
+    return any((folder / name).exists() for name in store.RUN_FILES)
 
 
 def _run_dirs_under(root: Path) -> list[Path]:
@@ -38,33 +34,32 @@ def _run_dirs_under(root: Path) -> list[Path]:
     return out
 
 
-def describe_run(run_dir: Path) -> tuple[str, str]:
-    """(status, note) of one run folder for 'ltbench status': never raises on damaged contents."""
+def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
+    """(status, note) of one run folder for 'ltbench status': never raises on damaged contents. The status is
+    ``store.run_state``'s (the one rule launch and the runner use too); only a folder found by scanning a
+    results directory (not ``listed`` by a recipe) that holds no run file is 'not a run'."""
     if not run_dir.exists():
         return "pending", ""
-    if not _is_run_dir(run_dir):
+    if not listed and not _is_run_dir(run_dir):
         empty = not any(run_dir.iterdir())
         return "not a run", ("empty folder" if empty else "no run files in this folder") + "; ignored"
-    status = store.run_status(run_dir)
-    notes = []
+    state = store.run_state(run_dir)
+    status, notes = state.status, []
     if status == "failed":
-        result = store.read_result(run_dir) or {}
+        result = state.check.result
         err = str(result.get("error") or "").strip()
         notes.append(err.splitlines()[-1][:200] if err else "no error recorded")
         if result.get("traceback_file"):
             notes.append(f"traceback: {result['traceback_file']}")
     elif status == "damaged":
-        notes.append(f"{store.check_result(run_dir).reason}; 'ltbench run' runs it again")
-    elif status == "done":
-        changed, gone = store.changed_code(store.read_result(run_dir))
-        if changed:
-            status = "stale"
-            notes.append(f"code changed since: {', '.join(changed)}; 'ltbench run --rerun-stale' runs it again")
-        elif gone:
-            notes.append(f"cannot check its code, files gone: {', '.join(gone)}")
+        notes.append(f"{state.check.reason}; 'ltbench run' runs it again")
+    elif status == "stale":
+        notes.append(f"code changed since: {', '.join(state.changed)}; 'ltbench run --rerun-stale' runs it again")
+    elif status == "done" and state.gone:
+        notes.append(f"cannot check its code, files gone: {', '.join(state.gone)}")
     elif status in ("running", "interrupted"):
         rows = store.read_jsonl(run_dir / store.LOG)
-        owner = store.read_started(run_dir)
+        owner = state.started
         notes.append(f"epoch {rows[-1].get('epoch')} done" if rows else "no epoch done")
         if owner:
             notes.append(f"pid {owner.get('pid')} on {owner.get('host')}")
@@ -95,9 +90,9 @@ def print_status(root: Path, specs: list[dict] | None = None, override_keys: lis
     described = describe_found(root, run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
     statuses, stale_stage2 = [], 0
     for run_dir in run_dirs:
-        status, note = describe_run(run_dir)
+        status, note = describe_run(run_dir, listed=specs is not None)
         statuses.append(status)
-        stage2, stale = stage2_state(run_dir) if status in ("done", "stale") else ("", 0)
+        stage2, stale = stage2_state(run_dir) if status in store.FINISHED else ("", 0)
         stale_stage2 += stale
         name = run_dir.relative_to(root) if specs is None else run_dir.name
         what = described.get(run_dir, "") if status != "not a run" else ""

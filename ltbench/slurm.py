@@ -166,7 +166,7 @@ def wait_for(recipe: Recipe, specs: list[dict], job_ids: list[str], poll_s: floa
     gone_since: float | None = None
     while True:
         states = [store.run_status(Path(s["run_dir"])) for s in specs]
-        left = [s for s, st in zip(specs, states) if st not in ("done", "failed")]
+        left = [s for s, st in zip(specs, states) if st not in (*store.FINISHED, "failed")]
         line = store.format_counts(store.count_statuses(states), order=store.STATUSES)
         if line != last:
             print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
