@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ltbench import local_pool, store
 from ltbench.errors import ConfigError
+from ltbench.registry import Registry
 from ltbench.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
 from ltbench.runlines import check_results_root, other_data_note, run_lines
@@ -109,7 +110,7 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
     gpus = local_pool.visible_gpus() if recipe.launcher.runs_per_gpu > 1 else []  # no torch import otherwise
     if name == "local" and pool_size(recipe.launcher.jobs, recipe.launcher.runs_per_gpu, gpus) > 1 and len(specs) > 1:
         name = "pool"
-    elsewhere = LAUNCHERS[name](recipe, specs, redo, wait)
+    elsewhere = LAUNCHERS.get(name)(recipe, specs, redo, wait)
     if elsewhere is None:  # submitted; results come later ('ltbench status' follows them)
         return {"failed": 0}
     report_elsewhere(elsewhere)
@@ -118,13 +119,19 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
 
 # A launcher takes (recipe, specs to run, redo, wait) and returns the specs another process was
 # running (skipped here), or None when the runs were only submitted and finish later. Every one ends
-# in runner.run_one(spec); only where it runs differs (DomainBed's ``command_launchers``).
+# in runner.run_one(spec); only where it runs differs (DomainBed's ``command_launchers``). The table is
+# the core's own (no plugin discovery); 'pool' is chosen by 'local', the others by launcher.name.
+LAUNCHERS = Registry("launcher", None, hint_cutoff=0.0)
+
+
+@LAUNCHERS.register("local")
 def launch_local(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
     """One run after another in this process."""
     with sigterm_as_interrupt():
         return run_local(specs, 1, redo)
 
 
+@LAUNCHERS.register("pool")
 def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
     """``launcher.jobs`` worker processes on this machine, or ``runs_per_gpu`` per visible GPU (chosen by
     'local' when that is more than one)."""
@@ -134,6 +141,7 @@ def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: 
         return run_pool(specs, workers, redo, gpu_slots(workers, gpus))
 
 
+@LAUNCHERS.register("slurm")
 def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
     """Job arrays on a Slurm cluster through submitit; with ``wait``, until every run has a result."""
     from ltbench import slurm
@@ -142,6 +150,7 @@ def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait:
     return [] if wait else None
 
 
+@LAUNCHERS.register("debug")
 def launch_debug(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
     """submitit's debug executor: the same job arrays as 'slurm', run in this process (all chunks)."""
     from ltbench import slurm
@@ -149,9 +158,6 @@ def launch_debug(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait:
     for job in slurm.submit_arrays(recipe, specs, "debug", redo):
         job.result()  # the debug executor runs a job when its result is asked for
     return [] if wait else None
-
-
-LAUNCHERS = {"local": launch_local, "pool": launch_pool, "slurm": launch_slurm, "debug": launch_debug}
 
 
 def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float32",

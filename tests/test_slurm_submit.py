@@ -56,7 +56,31 @@ def slurm_recipe(write_recipe, seeds, **launcher):
 
 
 def test_registry_names_the_four_launchers():
-    assert set(LAUNCHERS) == {"local", "pool", "slurm", "debug"}
+    assert LAUNCHERS.names() == ["debug", "local", "pool", "slurm"]
+
+
+def test_every_launcher_a_recipe_or_the_command_line_may_name_is_in_the_registry():
+    """recipe.LauncherConfig.name and 'ltbench run/posthoc --launcher' offer the same names, each a registered
+    launcher ('pool' is the one 'local' picks for more than one worker, never named by a user)."""
+    import typing
+
+    from ltbench import cli
+    from ltbench.recipe import LauncherConfig
+
+    offered = set(typing.get_args(typing.get_type_hints(LauncherConfig)["name"]))
+    parser = cli.build_parser()
+    for command in ("run", "posthoc"):
+        sub = next(a for a in parser._subparsers._group_actions[0].choices[command]._actions
+                   if a.dest == "launcher")
+        assert set(sub.choices) == offered
+    assert offered | {"pool"} == set(LAUNCHERS.names())
+
+
+def test_an_unknown_launcher_name_is_refused_with_a_suggestion():
+    from ltbench.registry import RegistryError
+
+    with pytest.raises(RegistryError, match="unknown launcher 'slrum'. Did you mean 'slurm'\\? Known: debug, local, pool, slurm.$"):
+        LAUNCHERS.get("slrum")
 
 
 def test_one_array_with_the_recipe_options(fake_sbatch, write_recipe, capsys):
