@@ -105,11 +105,11 @@ def cmd_data(args) -> int:
 
     reports = []
     for spec in distinct_data(recipe.runs):
-        data = engine.load_data(spec["config"])
-        e = spec["config"]["eval"]
+        data = engine.load_data(spec.config)
+        e = spec.config["eval"]
         groups = shot_groups(data.class_counts, e["many_threshold"], e["few_threshold"])
         reports.append({
-            "data": spec["config"]["data"],
+            "data": spec.config["data"],
             "num_classes": data.num_classes,
             "train_total": int(data.class_counts.sum()),
             "test_total": int(data.test_counts.sum()),

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from ltbench import local_pool, store
 from ltbench.errors import ConfigError
-from ltbench.registry import Registry
 from ltbench.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
+from ltbench.registry import Registry
 from ltbench.runlines import check_results_root, other_data_note, run_lines
+from ltbench.runspec import RunSpec
 
 
 def preflight(recipe: Recipe) -> None:
@@ -24,12 +25,12 @@ def preflight(recipe: Recipe) -> None:
     from ltbench.registry import DATASETS
 
     for spec in distinct_data(recipe.runs):
-        check = getattr(DATASETS.build(spec["config"]["data"], where="data"), "check", None)
+        check = getattr(DATASETS.build(spec.config["data"], where="data"), "check", None)
         if callable(check):
             check()
 
 
-def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dict], dict[str, int]]:
+def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, int]]:
     """Runs to launch now, and the count of each status found on disk (``store.run_status``, the one rule;
     ``store.to_run`` decides from it). ``redo``: 'failed' and/or 'stale' results to run again. The worker
     re-decides under the run's lock, so a run another process finishes meanwhile is not trained twice. Not
@@ -38,7 +39,7 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dic
 
     statuses, out = [], []
     for spec in recipe.runs:
-        run_dir = Path(spec["run_dir"])
+        run_dir = Path(spec.run_dir)
         if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
             prepare_run_dir(spec)  # a deleted spec.json is rewritten, whatever the run's state
         status = store.run_status(run_dir)
@@ -71,15 +72,15 @@ def print_plan(recipe: Recipe) -> int:
     lines = run_lines(recipe.runs, recipe.override_keys)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
     for spec, line in zip(recipe.runs, lines):
-        status = store.run_status(Path(spec["run_dir"]))
-        print(f"  {spec['run_id']}  {status:<11} {line}")
+        status = store.run_status(Path(spec.run_dir))
+        print(f"  {spec.run_id}  {status:<11} {line}")
     changed = other_data_note(recipe.root, recipe.runs)
     if changed:
         print(changed)
     return 0
 
 
-def _announce(recipe: Recipe, specs: list[dict], found: dict[str, int], redo: tuple[str, ...]) -> None:
+def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo: tuple[str, ...]) -> None:
     finished = found.get("done", 0) + sum(found.get(s, 0) for s in ("failed", "stale") if s not in redo)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s), {len(specs)} to run, {finished} already finished "
           f"(results in {recipe.root})")
@@ -125,14 +126,14 @@ LAUNCHERS = Registry("launcher", None, hint_cutoff=0.0)
 
 
 @LAUNCHERS.register("local")
-def launch_local(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
+def launch_local(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec]:
     """One run after another in this process."""
     with sigterm_as_interrupt():
         return run_local(specs, 1, redo)
 
 
 @LAUNCHERS.register("pool")
-def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict]:
+def launch_pool(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec]:
     """``launcher.jobs`` worker processes on this machine, or ``runs_per_gpu`` per visible GPU (chosen by
     'local' when that is more than one)."""
     gpus = local_pool.visible_gpus()
@@ -142,7 +143,7 @@ def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: 
 
 
 @LAUNCHERS.register("slurm")
-def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
+def launch_slurm(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec] | None:
     """Job arrays on a Slurm cluster through submitit; with ``wait``, until every run has a result."""
     from ltbench import slurm
 
@@ -151,7 +152,7 @@ def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait:
 
 
 @LAUNCHERS.register("debug")
-def launch_debug(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
+def launch_debug(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec] | None:
     """submitit's debug executor: the same job arrays as 'slurm', run in this process (all chunks)."""
     from ltbench import slurm
 
@@ -185,11 +186,11 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
     return totals
 
 
-def report_elsewhere(specs: list[dict]) -> None:
+def report_elsewhere(specs: list[RunSpec]) -> None:
     """Say what became of the runs another process was running when this one reached them."""
     if not specs:
         return
-    states = [store.run_status(Path(s["run_dir"])) for s in specs]
+    states = [store.run_status(Path(s.run_dir)) for s in specs]
     parts = store.format_counts(store.count_statuses(states))
     print(f"\n{len(specs)} run(s) were being run by another process: now {parts}"
           + ("; 'ltbench status' follows them" if any(s in ("running", "pending") for s in states) else ""))
@@ -217,7 +218,7 @@ def check_runs_per_gpu(recipe: Recipe) -> None:
 
 def print_summary(recipe: Recipe) -> dict[str, int]:
     """Print the recipe's summary table and status counts after a launch; return the counts."""
-    counts = store.count_statuses(store.run_status(Path(spec["run_dir"])) for spec in recipe.runs)
+    counts = store.count_statuses(store.run_status(Path(spec.run_dir)) for spec in recipe.runs)
     from ltbench import report
 
     text = report.summary_table(recipe)

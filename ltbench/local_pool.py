@@ -19,9 +19,10 @@ from pathlib import Path
 
 from ltbench import store
 from ltbench.recipe import run_label
+from ltbench.runspec import RunSpec
 
 
-def run_local(specs: list[dict], jobs: int = 1, redo: tuple[str, ...] = ()) -> list[dict]:
+def run_local(specs: list[RunSpec], jobs: int = 1, redo: tuple[str, ...] = ()) -> list[RunSpec]:
     """Run specs one after another in this process, or in ``jobs`` worker processes. Returns the
     specs another process was running (skipped here)."""
     if jobs > 1 and len(specs) > 1:
@@ -30,8 +31,8 @@ def run_local(specs: list[dict], jobs: int = 1, redo: tuple[str, ...] = ()) -> l
 
     elsewhere = []
     for i, spec in enumerate(specs, 1):
-        c = spec["config"]
-        print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec['run_id']})")
+        c = spec.config
+        print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec.run_id})")
         status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True), redo=redo)
         if status == "done":
             from ltbench.progress import finished_line
@@ -93,7 +94,7 @@ def _stop_workers(running: list, grace_s: float = 10.0) -> None:
             proc.kill()
             proc.wait()
     if live:
-        print(f"stopped {len(live)} worker(s): {', '.join(spec['run_id'] for _, spec, *_ in live)}", flush=True)
+        print(f"stopped {len(live)} worker(s): {', '.join(spec.run_id for _, spec, *_ in live)}", flush=True)
 
 
 def pool_size(jobs: int, runs_per_gpu: int, gpus: list[str]) -> int:
@@ -107,7 +108,7 @@ def gpu_slots(workers: int, gpus: list[str]) -> list[str | None]:
     return [gpus[slot % len(gpus)] if gpus else None for slot in range(workers)]
 
 
-def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = (), devices: list | None = None) -> list[dict]:
+def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), devices: list | None = None) -> list[RunSpec]:
     """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), worker slot s
     pinned to ``devices[s]`` (by default the visible GPUs round-robin, ``gpu_slots``) and given its share
     of the CPU threads; output in the run directory, progress (epoch, loss, img/s, ETA per slot) on the
@@ -140,7 +141,7 @@ def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = (), devices: 
     return elsewhere
 
 
-def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...], gpu: str | None,
+def _start_worker(spec: RunSpec, slot: int, jobs: int, redo: tuple[str, ...], gpu: str | None,
                   write=print) -> subprocess.Popen:
     from ltbench.runner import prepare_run_dir
 
@@ -155,19 +156,19 @@ def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...], gpu: 
     with open(run_dir / "worker.log", "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_die_with_parent if linux else None)
-    write(f"started {run_label(spec)} seed {spec['config']['seed']} ({spec['run_id']}) in slot {slot}"
+    write(f"started {run_label(spec)} seed {spec.config['seed']} ({spec.run_id}) in slot {slot}"
           + (f" on GPU {gpu}" if gpu is not None else ""))
     return proc
 
 
-def _report_worker_end(proc: subprocess.Popen, spec: dict, write=print) -> bool:
+def _report_worker_end(proc: subprocess.Popen, spec: RunSpec, write=print) -> bool:
     """Say how a worker ended (a finished run with its method, seed and All accuracy); True when
     another process had the run (claimed or finished)."""
     from ltbench.progress import finished_line
     from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line
 
     status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
-    run_dir, run_id = Path(spec["run_dir"]), spec["run_id"]
+    run_dir, run_id = Path(spec.run_dir), spec.run_id
     if status == CLAIMED:
         write(f"{run_id}: skipped: another process is running it")
     elif status == FINISHED_ELSEWHERE:

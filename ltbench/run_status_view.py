@@ -10,6 +10,7 @@ from pathlib import Path
 from ltbench import store
 from ltbench.errors import DataMissingError
 from ltbench.runlines import describe_found, other_data_note, run_lines, stage2_state
+from ltbench.runspec import RunSpec
 
 
 def _is_run_dir(folder: Path) -> bool:
@@ -81,12 +82,12 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
     return status, "; ".join(notes)
 
 
-def print_status(root: Path, specs: list[dict] | None = None, override_keys: list[str] = ()) -> int:
+def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: list[str] = ()) -> int:
     """Each run's state read from disk, and a summary line. ``specs``: the runs of a recipe (so runs
     never launched show as pending); otherwise every folder under ``root``. Each line names the run
     (method, dataset, imbalance, seed, the settings in which the runs differ), its state and notes."""
     root = Path(root)
-    run_dirs = _run_dirs_under(root) if specs is None else [Path(s["run_dir"]) for s in specs]
+    run_dirs = _run_dirs_under(root) if specs is None else [Path(s.run_dir) for s in specs]
     described = describe_found(root, run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
     statuses, stale_stage2 = [], 0
     for run_dir in run_dirs:

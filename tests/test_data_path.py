@@ -70,9 +70,9 @@ def _run(tmp_path: Path, write_recipe, name: str, train: dict, extra: dict | Non
                                        "results_dir": str(tmp_path / name)})
     spec = load_recipe(recipe).runs[0]
     run_local([spec])
-    result = json.loads((Path(spec["run_dir"]) / store.RESULT).read_text())
+    result = json.loads((Path(spec.run_dir) / store.RESULT).read_text())
     assert result["status"] == "done", result.get("error")
-    return result, store.read_jsonl(Path(spec["run_dir"]) / store.LOG)
+    return result, store.read_jsonl(Path(spec.run_dir) / store.LOG)
 
 
 SHIFTED = {"method": {"name": "la"}, "eval": {"target_priors": ["forward5"], "test_sets": ["forward5", "backward5"]},

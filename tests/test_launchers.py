@@ -90,15 +90,15 @@ def test_slurm_grid_with_a_requeued_run(tmp_path, write_recipe, cli):
     assert [r["epoch"] for r in store.read_jsonl(target / store.LOG)] == list(range(1, 13))
     assert "Many" in out  # --wait prints the table
     # The resumed run ends exactly where an uninterrupted run of the same spec ends.
-    spec = next(s for s in load_recipe(recipe).runs if s["run_id"] == requeued["run_id"])
+    spec = next(s for s in load_recipe(recipe).runs if s.run_id == requeued["run_id"])
     from ltbench.runner import run_one
 
     import torch
 
     threads = torch.get_num_threads()
-    config = {**spec["config"], "train": {**spec["config"]["train"], "threads": 1}}  # as the Slurm task had
+    config = {**spec.config, "train": {**spec.config["train"], "threads": 1}}  # as the Slurm task had
     try:
-        run_one({**spec, "config": config, "run_dir": str(tmp_path / "uninterrupted")}, say=lambda m: None)
+        run_one({**spec.to_dict(), "config": config, "run_dir": str(tmp_path / "uninterrupted")}, say=lambda m: None)
     finally:
         torch.set_num_threads(threads)
     reference = json.loads((tmp_path / "uninterrupted" / store.RESULT).read_text())

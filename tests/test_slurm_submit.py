@@ -94,9 +94,9 @@ def test_one_array_with_the_recipe_options(fake_sbatch, write_recipe, capsys):
     assert opts["mem"] == "5GB" and opts["job-name"] == f"ltbench-{recipe.name}"
     assert "submitit" in script and "srun" in script  # each task runs submitit's unpickler
     for i, spec in enumerate(recipe.runs):
-        submitted = json.loads((Path(spec["run_dir"]) / store.SUBMITTED).read_text())
+        submitted = json.loads((Path(spec.run_dir) / store.SUBMITTED).read_text())
         assert submitted["job_id"] == f"{job_id}_{i}" and submitted["cluster"] == "slurm"
-        assert store.run_status(Path(spec["run_dir"])) == "pending"
+        assert store.run_status(Path(spec.run_dir)) == "pending"
     assert f"submitted 3 run(s) as slurm job array {job_id}" in capsys.readouterr().out
 
 
@@ -106,7 +106,7 @@ def test_chunks_of_max_array_size(fake_sbatch, write_recipe):
     submitted = calls(fake_sbatch)
     arrays = [sbatch_options(script).get("array") for _, script in submitted]
     assert arrays == ["0-1%2", "0-1%2", None]  # 2 + 2 + 1 runs (parallelism capped at the size); 1 run: a plain job
-    ids = [json.loads((Path(s["run_dir"]) / store.SUBMITTED).read_text())["job_id"] for s in recipe.runs]
+    ids = [json.loads((Path(s.run_dir) / store.SUBMITTED).read_text())["job_id"] for s in recipe.runs]
     first, second, third = (job_id for job_id, _ in submitted)
     assert ids == [f"{first}_0", f"{first}_1", f"{second}_0", f"{second}_1", third]
 
@@ -116,12 +116,12 @@ def test_finished_runs_are_not_submitted_again(fake_sbatch, write_recipe):
 
     recipe = slurm_recipe(write_recipe, [0, 1])
     run_local([recipe.runs[0]])  # seed 0 finishes here (a few seconds on the tiny recipe)
-    assert store.run_status(Path(recipe.runs[0]["run_dir"])) == "done"
+    assert store.run_status(Path(recipe.runs[0].run_dir)) == "done"
     launch(recipe)
     (job_id, script), = calls(fake_sbatch)
     assert "array" not in sbatch_options(script)  # one run left: a plain job
-    assert not (Path(recipe.runs[0]["run_dir"]) / store.SUBMITTED).exists()
-    assert json.loads((Path(recipe.runs[1]["run_dir"]) / store.SUBMITTED).read_text())["job_id"] == job_id
+    assert not (Path(recipe.runs[0].run_dir) / store.SUBMITTED).exists()
+    assert json.loads((Path(recipe.runs[1].run_dir) / store.SUBMITTED).read_text())["job_id"] == job_id
 
 
 def test_a_grid_failing_validation_submits_nothing(fake_sbatch, write_recipe, cli):

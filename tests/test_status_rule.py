@@ -55,7 +55,7 @@ def test_launcher_status_and_runner_agree(tmp_path, write_recipe, capsys, state,
     recipe = load_recipe(write_recipe())
     spec = recipe.runs[0]
     recipe.runs = [spec]
-    run_dir = Path(spec["run_dir"])
+    run_dir = Path(spec.run_dir)
     _make_state(spec, state)
 
     assert store.run_status(run_dir) == state
@@ -64,7 +64,7 @@ def test_launcher_status_and_runner_agree(tmp_path, write_recipe, capsys, state,
     assert describe_run(run_dir, listed=True)[0] == state
     capsys.readouterr()
     print_status(recipe.root, recipe.runs)
-    assert f"{spec['run_id']}  {state:<11}" in capsys.readouterr().out
+    assert f"{spec.run_id}  {state:<11}" in capsys.readouterr().out
 
     expected_to_run = state not in KEPT or state in redo
     assert (todo == [spec]) is expected_to_run
@@ -77,7 +77,7 @@ def test_an_empty_folder_of_a_recipe_run_is_pending_like_the_launcher_says(tmp_p
     """A run folder the recipe names, but empty (made by hand, or emptied): the launcher runs it, so status
     says 'pending'; only a folder found by scanning a results directory is 'not a run'."""
     recipe = load_recipe(write_recipe())
-    run_dir = Path(recipe.runs[0]["run_dir"])
+    run_dir = Path(recipe.runs[0].run_dir)
     run_dir.mkdir(parents=True)
     assert describe_run(run_dir, listed=True)[0] == "pending"
     assert describe_run(run_dir)[0] == "not a run"
