@@ -152,8 +152,8 @@ def bape_sessions(tmp: str) -> dict:
     runs = load_recipe(ROOT / "recipes" / "fmnist_augment_on.yaml").runs
     out = {}
     for mode in ("worker", "batch"):
-        run = next(r for r in runs if r["config"]["method"]["name"] == "bape" and r["config"]["seed"] == 0
-                   and r["config"]["train"].get("augment_on", "worker") == mode)
+        run = next(r for r in runs if r.config["method"]["name"] == "bape" and r.config["seed"] == 0
+                   and r.config["train"].get("augment_on", "worker") == mode)
         spec = dataclasses.replace(RunSpec.coerce(run), run_dir=f"{tmp}/{mode}")
         s = engine.start_session(spec, lambda msg: None)
         s.run.loader = engine.make_loader(s.run, s.seed, 0, s.device)

@@ -56,11 +56,11 @@ def main(argv=None) -> int:
 
     recipe = load_recipe(args.recipe, args.overrides, args.results)
     for spec in recipe.runs:
-        seconds, images = data_pass(spec["config"], spec["config"]["seed"])
-        log = store.read_jsonl(Path(spec["run_dir"]) / store.LOG)
+        seconds, images = data_pass(spec.config, spec.config["seed"])
+        log = store.read_jsonl(Path(spec.run_dir) / store.LOG)
         trained = f"epoch 1 trained: {log[0]['seconds']:.1f} s ({log[0]['images_per_s']:.2f} img/s)" if log \
             else "not trained under --results"
-        print(f"{spec['run_id']} {run_label(spec)[:40]} augment_on={spec['config']['train'].get('augment_on', 'worker')}: "
+        print(f"{spec.run_id} {run_label(spec)[:40]} augment_on={spec.config['train'].get('augment_on', 'worker')}: "
               f"data alone {seconds:.1f} s for {images} images ({images / seconds:.2f} img/s); {trained}", flush=True)
     return 0
 

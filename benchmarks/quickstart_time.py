@@ -54,9 +54,9 @@ def compute_limit(seconds: float) -> tuple[float, float, int, int]:
 
     torch.set_num_threads(os.cpu_count() or 1)
     runs = load_recipe(ROOT / "recipes/quickstart.yaml").runs
-    run = engine.build_run(runs[0]["config"])
+    run = engine.build_run(runs[0].config)
     per_epoch = sum(len(b) for b in engine.epoch_batches(len(run.data.train), 64, 0, 0))
-    n_train = sum(per_epoch * spec["config"]["optim"]["epochs"] for spec in runs)
+    n_train = sum(per_epoch * spec.config["optim"]["epochs"] for spec in runs)
     n_test = len(runs) * len(run.data.test)
     model = torch.nn.Sequential(run.backbone, torch.nn.Linear(run.backbone.feature_dim, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)

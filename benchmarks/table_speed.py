@@ -57,8 +57,8 @@ def fake_result(spec: dict, k: int, rng: random.Random) -> dict:
                "target_priors": {p: {"all": rng.random(), "many": rng.random(), "medium": rng.random(),
                                      "few": rng.random()} for p in PRIORS}}
     counts = sorted((rng.randint(2, 1000) for _ in range(k)), reverse=True)
-    return {"schema_version": 1, "run_id": spec["run_id"], "recipe": spec["recipe"], "status": "done",
-            "seed": spec["config"]["seed"], "grid": spec["grid"], "config": spec["config"], "metrics": metrics,
+    return {"schema_version": 1, "run_id": spec.run_id, "recipe": spec.recipe, "status": "done",
+            "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config, "metrics": metrics,
             "data": {"num_classes": k, "class_counts_train": counts, "class_counts_test": [3] * k,
                      "class_names": [f"Plantae Tracheophyta Magnoliopsida species number {c:05d}" for c in range(k)],
                      "subset_hash": "0" * 40},
@@ -82,7 +82,7 @@ def generate(folder: Path, name: str, num_classes: int, lrs: int, taus: int, see
     rng = random.Random(0)
     t0 = time.perf_counter()
     for spec in recipe.runs:
-        run_dir = Path(spec["run_dir"])
+        run_dir = Path(spec.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "result.json").write_text(json.dumps(fake_result(spec, num_classes, rng), indent=2))
     marker.write_text("")

@@ -105,11 +105,11 @@ def cmd_data(args) -> int:
 
     reports = []
     for spec in distinct_data(recipe.runs):
-        data = engine.load_data(spec["config"])
-        e = spec["config"]["eval"]
+        data = engine.load_data(spec.config)
+        e = spec.config["eval"]
         groups = shot_groups(data.class_counts, e["many_threshold"], e["few_threshold"])
         reports.append({
-            "data": spec["config"]["data"],
+            "data": spec.config["data"],
             "num_classes": data.num_classes,
             "train_total": int(data.class_counts.sum()),
             "test_total": int(data.test_counts.sum()),
@@ -197,15 +197,15 @@ def cmd_check(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from ltbench import launch
+    from ltbench import run_status_view
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         recipe = load_checked_recipe(p, args.overrides, args.results)
-        return launch.print_status(recipe.root, recipe.runs, recipe.override_keys)
+        return run_status_view.print_status(recipe.root, recipe.runs, recipe.override_keys)
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
-    return launch.print_status(_recipe_root(args.path, args.results))
+    return run_status_view.print_status(_recipe_root(args.path, args.results))
 
 
 class _Parser(argparse.ArgumentParser):

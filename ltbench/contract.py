@@ -439,7 +439,7 @@ def check_recipe(recipe: Any, data_root: str | None = None) -> int:
     data sections (its root, split, imbalance), so 'loaded' means this recipe's data."""
     DATA_OPTIONS.clear()
     for spec in recipe.runs:
-        data = dict(spec["config"]["data"])
+        data = dict(spec.config["data"])
         options = DATA_OPTIONS.setdefault(data.pop("name"), [])
         if data not in options:
             options.append(data)

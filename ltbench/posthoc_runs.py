@@ -35,6 +35,7 @@ from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
 from ltbench.predictions import save_predictions
 from ltbench.provenance import git_state
 from ltbench.registry import POSTHOC
+from ltbench.runspec import RunSpec
 from ltbench.selection import headline
 
 POSTHOC_DIR = store.POSTHOC_DIR
@@ -251,7 +252,11 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
     unless ``redo_failed``; damaged ones, and results fitted on another checkpoint's features (the run was
     trained again), are set aside (``result.json.damaged`` / ``.stale``) and redone. Results whose stage-2
     plugin code has changed since (``identity.changed_code``) are set aside and redone with ``redo_stale``,
-    else kept and appended to ``stale``, so the caller says so."""
+    else kept and appended to ``stale``, so the caller says so.
+
+    Not ``store.run_state``: a stage-2 setting is another object than a run (no started.json, so no running
+    or interrupted state; one lock for the whole grid of a run; stale also when fitted on another checkpoint).
+    It is decided from the same pieces: ``store.check_result`` and ``identity.changed_code``."""
     todo = []
     for spec in specs:
         out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
@@ -344,12 +349,12 @@ def _posthoc_claimed_run(run_dir: Path, specs: list[dict], dtype: str, redo_fail
     return counts
 
 
-def unfinished_runs(runs: list[dict]) -> list[tuple[dict, str]]:
+def unfinished_runs(runs: list[RunSpec]) -> list[tuple[RunSpec, str]]:
     """(run spec, status) of every run of the recipe that is not done: reported, never silently skipped."""
     out = []
     for spec in runs:
-        state = store.run_status(Path(spec["run_dir"]))
-        if state != "done":
+        state = store.run_status(Path(spec.run_dir))
+        if state not in store.FINISHED:  # a stale run's model is still its own: stage 2 fits on it
             out.append((spec, state))
     return out
 
@@ -364,14 +369,14 @@ def finish_hint(state: str) -> str:
     return "'ltbench run RECIPE' runs (or resumes) it; then run this again"
 
 
-def ready_run_dirs(runs: list[dict], say: Callable[[str], None] = print) -> tuple[list[str], dict[str, int]]:
+def ready_run_dirs(runs: list[RunSpec], say: Callable[[str], None] = print) -> tuple[list[str], dict[str, int]]:
     """The folders of the finished runs among ``runs``, and {'unfinished': n}; each unfinished run is named."""
     missing = unfinished_runs(runs)
     for spec, state in missing:
-        say(f"{spec['run_id']} ({spec['config']['method']['name']}, seed {spec['config']['seed']}) is {state}: "
+        say(f"{spec.run_id} ({spec.config['method']['name']}, seed {spec.seed}) is {state}: "
             f"no stage-2 results for it; {finish_hint(state)}")
-    unfinished_ids = {spec["run_id"] for spec, _ in missing}
-    return [s["run_dir"] for s in runs if s["run_id"] not in unfinished_ids], {"unfinished": len(missing)}
+    unfinished_ids = {spec.run_id for spec, _ in missing}
+    return [s.run_dir for s in runs if s.run_id not in unfinished_ids], {"unfinished": len(missing)}
 
 
 def add_counts(totals: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
@@ -390,7 +395,7 @@ def _worker_counts(future, run_dir: str, say: Callable[[str], None]) -> dict:
         return {"skipped": 1, "skipped_runs": [f"{Path(run_dir).name}: {why}"]}
 
 
-def run_posthoc(runs: list[dict], specs: list[dict], jobs: int = 1, dtype: str = "float32",
+def run_posthoc(runs: list[RunSpec], specs: list[dict], jobs: int = 1, dtype: str = "float32",
                 redo_failed: bool = False, say: Callable[[str], None] = print, redo_stale: bool = False) -> dict[str, int]:
     """The stage-2 grid ``specs`` over every finished run of ``runs`` (recipe run specs), ``jobs`` runs at a
     time (worker processes with cores/jobs torch threads each). Returns summed counts, 'unfinished' included."""

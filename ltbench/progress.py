@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench import store
+from ltbench.runspec import RunSpec
 
 
 def eta_text(seconds: float | None) -> str:
@@ -59,13 +60,13 @@ def read_heartbeat(run_dir: Path) -> dict | None:
         return None
 
 
-def finished_line(spec: dict, label: str, status: str) -> str:
+def finished_line(spec: RunSpec, label: str, status: str) -> str:
     """'finished la (tau=1) seed 0 (abc123): done, All 67.20 %' (the accuracy when the run is done)."""
-    line = f"finished {label} seed {spec['config']['seed']} ({spec['run_id']}): {status}"
+    line = f"finished {label} seed {spec.config['seed']} ({spec.run_id}): {status}"
     accuracy = None
     if status == "done":
         try:
-            result = json.loads((Path(spec["run_dir"]) / store.RESULT).read_text())
+            result = json.loads((Path(spec.run_dir) / store.RESULT).read_text())
             accuracy = (result.get("metrics") or {}).get("all")
         except (OSError, ValueError, AttributeError):
             accuracy = None
@@ -74,7 +75,7 @@ def finished_line(spec: dict, label: str, status: str) -> str:
 
 @dataclass
 class _Slot:
-    spec: dict
+    spec: RunSpec
     label: str
     epochs: int
     shown: int = 0  # log rows already shown
@@ -100,10 +101,10 @@ class ProgressBoard:
         else:
             print(line, file=self.out, flush=True)
 
-    def start(self, slot: int, spec: dict, label: str) -> None:
-        epochs = int(spec["config"]["optim"]["epochs"])
-        entry = _Slot(spec, f"{label} seed {spec['config']['seed']}", epochs)
-        entry.shown = len(store.read_jsonl(Path(spec["run_dir"]) / store.LOG))  # resumed: earlier epochs
+    def start(self, slot: int, spec: RunSpec, label: str) -> None:
+        epochs = int(spec.config["optim"]["epochs"])
+        entry = _Slot(spec, f"{label} seed {spec.config['seed']}", epochs)
+        entry.shown = len(store.read_jsonl(Path(spec.run_dir) / store.LOG))  # resumed: earlier epochs
         if self.tty:
             from tqdm import tqdm
 
@@ -116,12 +117,12 @@ class ProgressBoard:
     def poll(self) -> None:
         """Show every epoch logged since the last poll, else where the running epoch is."""
         for slot, entry in self.slots.items():
-            rows = [r for r in store.read_jsonl(Path(entry.spec["run_dir"]) / store.LOG)
+            rows = [r for r in store.read_jsonl(Path(entry.spec.run_dir) / store.LOG)
                     if isinstance(r, dict) and "epoch" in r]
             if len(rows) > entry.shown:
                 self._show_epochs(slot, entry, rows)
             else:
-                self._show_heartbeat(slot, entry, read_heartbeat(Path(entry.spec["run_dir"])), len(rows))
+                self._show_heartbeat(slot, entry, read_heartbeat(Path(entry.spec.run_dir)), len(rows))
 
     def _show_epochs(self, slot: int, entry: _Slot, rows: list[dict]) -> None:
         if entry.bar is not None:

@@ -27,6 +27,7 @@ from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe_tables import parse_tables
+from ltbench.runspec import RunSpec
 from ltbench.samplers import resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
@@ -114,7 +115,7 @@ class Recipe:
     name: str
     path: Path
     raw: dict
-    runs: list[dict]  # run specs (plain data; what a launcher hands to a worker)
+    runs: list[RunSpec]  # run specs (a worker gets each as plain data: RunSpec.to_dict)
     launcher: LauncherConfig
     results_dir: Path
     plugins: list[str]
@@ -482,12 +483,12 @@ def _is_unknown_key(message: str, key: str) -> bool:
     return any(message.startswith(f"{'.'.join(parts[:i])}: unknown key") for i in range(2, len(parts) + 1))
 
 
-def check_overrides_used(overrides: list[RunOverride], used: set[str], runs: list[dict]) -> None:
+def check_overrides_used(overrides: list[RunOverride], used: set[str], runs: list[RunSpec]) -> None:
     """An override that no run has is an error naming it and the runs' plugins (never silently ignored)."""
     for ov in overrides:
         if ov.text not in used:
             section = ov.key.split(".")[0]
-            names = sorted({r["config"][section]["name"] for r in runs})
+            names = sorted({r.config[section]["name"] for r in runs})
             raise ConfigError(f"override {short_repr(ov.text, 80)}: no run of this recipe has '{ov.key}' (its "
                               f"{section} plugins: {', '.join(names)}); 'ltbench list {_LIST_KIND[section]}' and "
                               f"the plugin's Config say which options each has")
@@ -549,16 +550,8 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
             if run_id in seen:
                 continue
             seen.add(run_id)
-            runs.append(
-                {
-                    "recipe": name,
-                    "run_id": run_id,
-                    "config": config,
-                    "grid": point,
-                    "plugins": registry.plugin_paths(),
-                    "run_dir": str(inside_results(out_dir, name, run_id)),
-                }
-            )
+            runs.append(RunSpec(recipe=name, run_id=run_id, config=config, grid=point,
+                                plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
     check_overrides_used(list(run_overrides), used, runs)
     posthoc = expand_posthoc(top.posthoc, "posthoc")
     # Whether each declared table can be built from these runs is checked by the caller
@@ -586,12 +579,12 @@ def inside_results(out_dir: Path, *parts: str) -> Path:
     return target
 
 
-def run_label(run: dict) -> str:
-    """Short human label of a run spec or result: the method name plus the method options the grid varies,
+def run_label(run: RunSpec) -> str:
+    """Short human label of a run spec: the method name plus the method options the grid varies,
     with the values the run has (a command-line override wins over the grid), a mapping rendered as
     name[key=value,...]."""
-    grid = run.get("grid") or {}
-    method = run["config"]["method"]
+    grid = run.grid or {}
+    method = run.config["method"]
     keys = [k.split(".", 1)[1] for k in grid if k.startswith("method.") and k != "method.name"]
     if isinstance(grid.get("method"), dict):
         keys += [k for k in grid["method"] if k != "name"]
@@ -601,7 +594,7 @@ def run_label(run: dict) -> str:
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         extras.append(f"{key}={_short(value)}")
-    sampler = run["config"].get("sampler")  # absent: the default, uniform
+    sampler = run.config.get("sampler")  # absent: the default, uniform
     if sampler:
         extras.append(f"sampler={_short(sampler)}")
     return method["name"] + (f" ({', '.join(extras)})" if extras else "")
@@ -614,11 +607,11 @@ def _short(v: Any) -> str:
     return value_text(v)
 
 
-def distinct_data(runs: list[dict]) -> list[dict]:
+def distinct_data(runs: list[RunSpec]) -> list[RunSpec]:
     """One run spec per distinct data configuration (to check or describe each dataset once)."""
     seen, out = set(), []
     for spec in runs:
-        key = canonical_json(spec["config"]["data"])
+        key = canonical_json(spec.config["data"])
         if key not in seen:
             seen.add(key)
             out.append(spec)

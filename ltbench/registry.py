@@ -64,9 +64,9 @@ def _source(label: str) -> Iterator[None]:
 class Registry:
     """A name -> object table filled by the ``@REGISTRY.register(name)`` decorator."""
 
-    def __init__(self, kind: str, group: str, hint_cutoff: float = 0.6):
+    def __init__(self, kind: str, group: str | None, hint_cutoff: float = 0.6):
         self.kind = kind  # "method", "dataset", "backbone", "posthoc method"
-        self.group = group  # entry-point group
+        self.group = group  # entry-point group; None: the core's own table, never extended by plugins (no discovery)
         # How alike a known name must be to be suggested (difflib's ratio); a registry of a few names
         # unlike each other suggests the closest one whatever was typed (0.0).
         self.hint_cutoff = hint_cutoff
@@ -94,7 +94,7 @@ class Registry:
         return decorator
 
     def get(self, name: str) -> Any:
-        discover()
+        self._discover()
         if not isinstance(name, str):
             raise RegistryError(f"a {self.kind} name must be a string, got {short_repr(name, 60)}")
         if name not in self._entries:
@@ -106,23 +106,25 @@ class Registry:
         return self._entries[name]
 
     def names(self) -> list[str]:
-        discover()
+        self._discover()
         return sorted(self._entries)
 
     def entries(self) -> list[Entry]:
-        discover()
+        self._discover()
         return [self._entries[n] for n in sorted(self._entries)]
+
+    def _discover(self) -> None:
+        if self.group is not None:  # a core-only table needs no plugin import (no torch)
+            discover()
 
     def unknown_message(self, name: str) -> str:
         known = sorted(self._entries)
         hint = did_you_mean(name, known, self.hint_cutoff)
-        return (
-            f"unknown {self.kind} '{name}'.{hint} Known: {', '.join(known) or '(none)'}. "
-            f"Searched: {searched_locations()}"
-        )
+        searched = f" Searched: {searched_locations()}" if self.group is not None else ""
+        return f"unknown {self.kind} '{name}'.{hint} Known: {', '.join(known) or '(none)'}.{searched}"
 
     def __contains__(self, name: str) -> bool:
-        discover()
+        self._discover()
         return name in self._entries
 
     # One factory from ``{name, **options}`` for every registry: the entry's ``Config`` dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 from ltbench import store
 from ltbench.config import value_text
 from ltbench.errors import LtbenchError
+from ltbench.runspec import RunSpec
 
 
 def check_results_root(root: Path) -> None:
@@ -25,17 +26,17 @@ def check_results_root(root: Path) -> None:
                            f"choose another with --results DIR or fix its permissions")
 
 
-def other_data_note(root: Path, specs: list[dict]) -> str:
+def other_data_note(root: Path, specs: list[RunSpec]) -> str:
     """Say so when run folders of this recipe's results were made from other data than the dataset's files
     hold now (a dataset that names its data, ``identity.DATA_IDENTITY``): they are no longer its runs."""
     import json
 
     from ltbench.identity import DATA_IDENTITY
 
-    now = {s["config"].get(DATA_IDENTITY) for s in specs} - {None}
+    now = {s.config.get(DATA_IDENTITY) for s in specs} - {None}
     if not now or not Path(root).is_dir():
         return ""
-    ours, before = {s["run_id"] for s in specs}, set()
+    ours, before = {s.run_id for s in specs}, set()
     count = 0
     for folder in sorted(p for p in Path(root).iterdir() if p.is_dir() and p.name not in ours):
         record = store.read_result(folder)
@@ -58,15 +59,15 @@ def other_data_note(root: Path, specs: list[dict]) -> str:
 ALWAYS_SHOWN = ("method.name", "data.name", "data.imb_factor", "seed")
 
 
-def run_lines(specs: list[dict], override_keys: list[str] = ()) -> list[str]:
+def run_lines(specs: list[RunSpec], override_keys: list[str] = ()) -> list[str]:
     """One text per run: the method with the options its grid point or the command line set (values as
     resolved), the dataset, its imbalance and the seed, then every other setting in which the runs differ
     (method options compared between runs of the same method), so no two runs read alike."""
     from ltbench.identity import differing_settings, identity_of
     from ltbench.report.rows import flatten
 
-    flats = [flatten(identity_of(s["config"])) for s in specs]
-    differ = set(differing_settings([s["config"] for s in specs]))
+    flats = [flatten(identity_of(s.config)) for s in specs]
+    differ = set(differing_settings([s.config for s in specs]))
     same_method: dict[str, list[dict]] = {}
     for flat in flats:
         same_method.setdefault(str(flat.get("method.name")), []).append(flat)
@@ -74,7 +75,7 @@ def run_lines(specs: list[dict], override_keys: list[str] = ()) -> list[str]:
     lines = []
     for spec, flat in zip(specs, flats):
         name = str(flat.get("method.name"))
-        named = _method_keys_named(spec.get("grid") or {}) | {k for k in override_keys if k.startswith("method.")}
+        named = _method_keys_named(spec.grid or {}) | {k for k in override_keys if k.startswith("method.")}
         options = [k for k in sorted(flat) if k.startswith("method.") and k != "method.name"
                    and (k in varying[name] or k in named or any(k.startswith(n + ".") for n in named))]
         label = name + (f" ({', '.join(f'{k[7:]}={value_text(flat[k])}' for k in options)})" if options else "")
@@ -109,7 +110,9 @@ def describe_found(root: Path, run_dirs: list[Path]) -> dict[Path, str]:
         config = rec.get("config")
         if rec["dir"] in wanted and isinstance(config, dict) and all(isinstance(config.get(s), dict)
                                                                    for s in ("data", "method")):
-            specs[Path(rec["dir"])] = {"config": {**config, "seed": rec.get("seed")}, "grid": rec.get("grid") or {}}
+            specs[Path(rec["dir"])] = RunSpec(recipe=str(rec.get("recipe") or ""), run_id=str(rec.get("run_id")),
+                                              config={**config, "seed": rec.get("seed")},
+                                              grid=rec.get("grid") or {}, run_dir=rec["dir"])
     return dict(zip(specs, run_lines(list(specs.values())))) if specs else {}
 
 

@@ -71,7 +71,7 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
     spec = RunSpec.coerce(spec)
     if _rank() != 0:
         run_dir = Path(spec.run_dir)
-        return FINISHED_ELSEWHERE if store.run_status(run_dir) == "done" else _execute(spec, run_dir, say, False)
+        return FINISHED_ELSEWHERE if store.run_status(run_dir) in store.FINISHED else _execute(spec, run_dir, say, False)
     run_dir = prepare_run_dir(spec)
     claim = store.claim_run(run_dir, wait_s=claim_wait_s)
     if claim is None:
@@ -93,23 +93,20 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
     removed = store.remove_stale_tmp(run_dir)
     if removed:
         say(f"removed {len(removed)} temporary file(s) left by an interrupted write: {', '.join(removed)}")
-    check = store.check_result(run_dir)
-    if check.state == "done":
-        changed, _ = store.changed_code(check.result)
-        if not ("stale" in redo and changed):
-            return False
+    state = store.run_state(run_dir)  # the one status rule; under the lock, 'running' is a dead owner's leftover
+    if not store.to_run(state.status, redo):
+        return False
+    if state.status == "stale":
         moved = store.set_aside(run_dir / store.RESULT, "stale")
         for name in (store.CHECKPOINT, store.LOG):  # trained by the old code: start over
             (run_dir / name).unlink(missing_ok=True)
-        say(f"code changed since this result ({', '.join(changed)}): old result kept as {moved.name}; "
+        say(f"code changed since this result ({', '.join(state.changed)}): old result kept as {moved.name}; "
             f"training again from scratch")
-    elif check.state == "failed":
-        if "failed" not in redo:
-            return False
+    elif state.status == "failed":
         (run_dir / store.RESULT).unlink()
-    elif check.state == "unusable":
+    elif state.status == "damaged":
         moved = store.set_aside(run_dir / store.RESULT)
-        say(f"{check.reason}; moved it to {moved.name} and running again "
+        say(f"{state.check.reason}; moved it to {moved.name} and running again "
             f"(from the checkpoint, if there is a usable one)")
     for name in (store.LOG, store.CHECKPOINT):
         path = run_dir / name

@@ -2,9 +2,10 @@
 
 A run spec crosses process boundaries (spec.json on disk, a submitit pickle, a pool queue), so it
 stays plain data: names and options, never models, datasets or classes. The worker repeats plugin
-discovery from ``plugins`` and rebuilds everything from ``config``. ``to_dict``/``from_dict`` are the
-one conversion to and from that plain form; launchers that still build dicts pass them through
-``RunSpec.coerce`` at the runner boundary. No torch here: launchers and the login node import it.
+discovery from ``plugins`` and rebuilds everything from ``config``. Inside a process a run is a RunSpec
+(``Recipe.runs``, the launchers, status, stage 2); ``to_dict``/``from_dict`` are the one conversion to and
+from the plain form, used where a spec leaves the process (spec.json, a submitit pickle) and where one
+comes back (``runner.run_one`` coerces what it is given). No torch here: launchers and the login node import it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import submitit
 from ltbench import store
 from ltbench.errors import LtbenchError
 from ltbench.recipe import LauncherConfig, Recipe
+from ltbench.runspec import RunSpec
 
 
 CLAIM_WAIT_S = 180.0  # > the default NFSv4 lease (90 s)
@@ -78,7 +79,7 @@ def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:
     return ex
 
 
-def submit(recipe: Recipe, specs: list[dict], wait: bool = False, redo: tuple[str, ...] = ()) -> list[str]:
+def submit(recipe: Recipe, specs: list[RunSpec], wait: bool = False, redo: tuple[str, ...] = ()) -> list[str]:
     """Submit ``specs`` to Slurm as job arrays of at most ``launcher.max_array_size``; returns the job
     ids. ``wait``: block until every run has a result (or its job left the queue)."""
     require_sbatch()
@@ -109,7 +110,7 @@ def submit_posthoc(recipe: Recipe, run_dirs: list[str], specs: list[dict], clust
     return jobs
 
 
-def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[str, ...] = ()) -> list:
+def submit_arrays(recipe: Recipe, specs: list[RunSpec], cluster: str, redo: tuple[str, ...] = ()) -> list:
     """Hand ``specs`` to a submitit executor (``cluster``: 'slurm', or 'debug' for submitit's in-process
     executor) in chunks of ``launcher.max_array_size``; each run gets a submitted.json. Returns the jobs."""
     from ltbench.runner import prepare_run_dir
@@ -121,10 +122,10 @@ def submit_arrays(recipe: Recipe, specs: list[dict], cluster: str, redo: tuple[s
         prepare_run_dir(spec)
     all_jobs = []
     for chunk in _array_chunks(recipe, specs):
-        jobs = _map_array(ex, RunJob(), chunk, [tuple(redo)] * len(chunk))
+        jobs = _map_array(ex, RunJob(), [s.to_dict() for s in chunk], [tuple(redo)] * len(chunk))  # pickled: plain data
         all_jobs += jobs
         for job, spec in zip(jobs, chunk):
-            store.atomic_write_json(Path(spec["run_dir"]) / store.SUBMITTED,
+            store.atomic_write_json(Path(spec.run_dir) / store.SUBMITTED,
                                     {"job_id": job.job_id, "cluster": cluster, "time": time.time(),
                                      "logs": str(recipe.root / "_submitit" / str(job.job_id).split("_")[0])})
         print(f"submitted {len(chunk)} run(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
@@ -160,13 +161,13 @@ def queued(job_ids: list[str]) -> set[str]:
     return {line.strip() for line in out.stdout.splitlines() if line.strip()}
 
 
-def wait_for(recipe: Recipe, specs: list[dict], job_ids: list[str], poll_s: float = 2.0) -> None:
+def wait_for(recipe: Recipe, specs: list[RunSpec], job_ids: list[str], poll_s: float = 2.0) -> None:
     """Block until every run has a result on disk, or its job has left the queue without one."""
     last = ""
     gone_since: float | None = None
     while True:
-        states = [store.run_status(Path(s["run_dir"])) for s in specs]
-        left = [s for s, st in zip(specs, states) if st not in ("done", "failed")]
+        states = [store.run_status(Path(s.run_dir)) for s in specs]
+        left = [s for s, st in zip(specs, states) if st not in (*store.FINISHED, "failed")]
         line = store.format_counts(store.count_statuses(states), order=store.STATUSES)
         if line != last:
             print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
@@ -178,7 +179,7 @@ def wait_for(recipe: Recipe, specs: list[dict], job_ids: list[str], poll_s: floa
         else:
             gone_since = gone_since or time.time()
             if time.time() - gone_since > 20:  # results are written before a job leaves the queue
-                ids = ", ".join(s["run_id"] for s in left)
+                ids = ", ".join(s.run_id for s in left)
                 print(f"{len(left)} run(s) left the queue without a result ({ids}); see their logs under "
                       f"{recipe.root / '_submitit'}; launch the recipe again to resume them", flush=True)
                 return

@@ -30,7 +30,7 @@ import shutil
 import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,16 @@ LOCK, TRACEBACK = "lock", "traceback.txt"
 SCHEMA_VERSION = 1
 TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
 HEADLINE_METRICS = ("all", "many", "medium", "few")
-STATUSES = ("pending", "running", "interrupted", "damaged", "done", "failed")  # what run_status returns
+STATUSES = ("pending", "running", "interrupted", "damaged", "done", "stale", "failed")  # what run_status returns
+FINISHED = ("done", "stale")  # a usable result of a run that went to its end (stale: made by older code)
 
 
 POSTHOC_DIR = "posthoc"  # RUN_DIR/posthoc/<stage-2 id>/result.json: stage-2 results (ltbench/posthoc_runs.py)
 # Folders ltbench itself writes beside the run folders of a recipe (``ltbench report``): never runs.
 # (Names starting with '_' or '.', such as _submitit and the caches, are skipped as well.)
 OWNED_DIRS = ("report",)
+# The files that make a folder a run's (any one of them): status lists such folders, the table index reads them.
+RUN_FILES = (SPEC, CONFIG, LOG, CHECKPOINT, RESULT, STARTED, SUBMITTED, LOCK)
 
 
 # Stage-2 ids and the stale-code rule live in ltbench/identity.py (the one home of run identity).
@@ -434,23 +437,57 @@ def read_result(run_dir: Path) -> dict | None:
     return check_result(run_dir).result
 
 
-def run_status(run_dir: Path) -> str:
-    """One word from disk:
-    'done' / 'failed'  a usable result.json;
+@dataclass(frozen=True)
+class RunState:
+    """A run's status and what it was decided from, so a caller can say why without reading again.
+
+    ``changed``: for 'stale', the modules whose source changed since the result was made; ``gone``: for
+    'done', the modules whose file is gone (the code cannot be checked); ``check``: the result.json read.
+    """
+
+    status: str
+    check: ResultCheck
+    changed: tuple[str, ...] = ()
+    gone: tuple[str, ...] = ()
+    started: dict = field(default_factory=dict)
+
+
+def run_state(run_dir: Path) -> RunState:
+    """The one rule for a run's status, read from disk (launch, status, the runner and stage 2 all ask it):
+    'done'             a usable result.json whose recorded code is unchanged (or cannot be checked);
+    'stale'            a usable 'done' result made by plugin code that has changed since (``changed_code``);
+    'failed'           a usable result.json of a run that failed;
     'damaged'          a result.json that is unusable (``check_result`` says why); run again to redo it;
     'running'          started, no result, and its process is alive (or ran on another host: unknown);
     'interrupted'      started on this host, no result, its process is gone; run again to resume;
     'pending'          submitted or never started.
     """
     check = check_result(run_dir)
+    if check.state == "done":
+        changed, gone = changed_code(check.result)
+        return RunState("stale", check, tuple(changed)) if changed else RunState("done", check, gone=tuple(gone))
     if check.usable:
-        return check.state
+        return RunState(check.state, check)
     if check.state == "unusable":
-        return "damaged"
+        return RunState("damaged", check)
     started = read_started(run_dir)
     if started or (Path(run_dir) / STARTED).exists():
-        return "interrupted" if owner_alive(started) is False else "running"
-    return "pending"
+        return RunState("interrupted" if owner_alive(started) is False else "running", check, started=started)
+    return RunState("pending", check)
+
+
+def run_status(run_dir: Path) -> str:
+    """One word from disk (:func:`run_state` says which and why)."""
+    return run_state(run_dir).status
+
+
+def to_run(status: str, redo: tuple[str, ...] = ()) -> bool:
+    """Does a launch run a run in this status? A 'done' one never; a 'failed' or 'stale' one only when asked
+    (``redo`` names it); the others (pending, interrupted, damaged, running) always, since the worker
+    decides again under the run's lock (a run still running elsewhere is then skipped)."""
+    if status == "done":
+        return False
+    return status in redo if status in ("failed", "stale") else True
 
 
 def iter_results(root: Path) -> list[dict]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ltbench.runspec import RunSpec
+
 PRIORS = ["forward50", "forward10", "uniform", "backward10", "backward50"]
 
 
@@ -21,18 +23,20 @@ def fake_metrics(config: dict, seed: int) -> dict:
             "heads": {"aux": {g: round(v - 0.01, 4) for g, v in groups.items()}}}
 
 
-def write_run(spec: dict, status: str = "done", metrics: dict | None = None) -> Path:
-    run_dir = Path(spec["run_dir"])
+def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None = None) -> Path:
+    """``spec``: a recipe's run, or the plain form of a made-up one (a stage-2 result's folder, say)."""
+    spec = RunSpec.coerce(spec)
+    run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.json").write_text(json.dumps(spec))
+    (run_dir / "spec.json").write_text(json.dumps(spec.to_dict()))
     if status in ("done", "failed"):
-        result = {"schema_version": 1, "run_id": spec["run_id"], "recipe": spec["recipe"], "status": status,
-                  "seed": spec["config"]["seed"], "grid": spec["grid"], "config": spec["config"],
+        result = {"schema_version": 1, "run_id": spec.run_id, "recipe": spec.recipe, "status": status,
+                  "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config,
                   "data": {"class_counts_train": [24, 12, 6, 3]},
                   "provenance": {"git_commit": "0" * 40, "ltbench_version": "0.1.0", "torch": "x"},
                   "device": "cpu", "wall_seconds": 1.0}
         if status == "done":
-            result["metrics"] = metrics or fake_metrics(spec["config"], spec["config"]["seed"])
+            result["metrics"] = metrics or fake_metrics(spec.config, spec.config["seed"])
         else:
             result["error"] = "Traceback ...\nRuntimeError: loss is nan at epoch 2"
         (run_dir / "result.json").write_text(json.dumps(result, indent=1))
@@ -53,5 +57,5 @@ def populate(recipe, skip=(), status: dict | None = None) -> None:
 
 
 def run_key(spec: dict) -> tuple:
-    c = spec["config"]
+    c = spec.config
     return (c["method"]["name"], c["method"].get("tau"), c["data"]["imb_factor"], c["optim"]["epochs"], c["seed"])

@@ -253,7 +253,7 @@ def test_the_cifar100_and_imagenet_recipes_list_the_four_methods():
                                                    "lade": {"alpha": 0.1, "remine_lambda": 0.01}}),
                              ("imagenet_lt.yaml", {"vs": {"gamma": 0.3, "tau": 1.0},
                                                    "lade": {"alpha": 0.05, "remine_lambda": 0.5}})]:
-        methods = {r["config"]["method"]["name"]: r["config"]["method"] for r in load_recipe(root / recipe).runs}
+        methods = {r.config["method"]["name"]: r.config["method"] for r in load_recipe(root / recipe).runs}
         assert {"balanced_softmax", "cb", "vs", "lade"} <= set(methods)
         assert methods["cb"]["loss_type"] == "focal" and methods["cb"]["beta"] == 0.9999
         for name, options in expected.items():

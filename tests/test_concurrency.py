@@ -42,7 +42,7 @@ def test_three_concurrent_launches_train_each_run_once(tmp_path, write_recipe):
     procs = [_launch(recipe), _launch(recipe), _launch(recipe, "--jobs", "2")]
     outs = [p.communicate(timeout=480)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], "\n\n".join(outs)
-    ids = [s["run_id"] for s in load_recipe(recipe).runs]
+    ids = [s.run_id for s in load_recipe(recipe).runs]
     trained = [trained_here(out) for out in outs]
     for run_id in ids:
         assert sum(run_id in t for t in trained) == 1, (run_id, trained, "\n\n".join(outs))

@@ -257,7 +257,7 @@ def test_sade_run_adapts_on_every_test_set(tmp_path, write_recipe):
     source learns the aggregation weights there; result.json records them and the per-expert heads."""
     from conftest import ROOT  # noqa: F401  (conftest path set-up)
     from ltbench import store
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe(extra={"method": {"name": "sade", "test_time_epochs": 2},

@@ -45,7 +45,7 @@ def test_run_and_status_survive_damaged_run_folders(tmp_path, write_recipe, cli)
     recipe = write_recipe(extra={"seeds": list(range(8)), "optim": {"epochs": 1}})
     first = cli("run", recipe)
     assert first.returncode == 0, first.stdout + first.stderr
-    run_dirs = [Path(s["run_dir"]) for s in load_recipe(recipe).runs]
+    run_dirs = [Path(s.run_dir) for s in load_recipe(recipe).runs]
     modes = {p.name: p.stat().st_mode & 0o777 for p in run_dirs[0].iterdir()}
     for name in (store.RESULT, store.SPEC, store.CONFIG, store.STARTED, store.CHECKPOINT):
         assert modes[name] == modes[store.LOG] and modes[name] & 0o044, modes  # readable by others

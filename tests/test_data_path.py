@@ -63,16 +63,16 @@ def test_a_sample_is_the_same_whichever_process_builds_it():
 
 
 def _run(tmp_path: Path, write_recipe, name: str, train: dict, extra: dict | None = None) -> tuple[dict, list]:
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     recipe = write_recipe(name, extra={"train": {"progress": False, **train}, **(extra or {}),
                                        "results_dir": str(tmp_path / name)})
     spec = load_recipe(recipe).runs[0]
     run_local([spec])
-    result = json.loads((Path(spec["run_dir"]) / store.RESULT).read_text())
+    result = json.loads((Path(spec.run_dir) / store.RESULT).read_text())
     assert result["status"] == "done", result.get("error")
-    return result, store.read_jsonl(Path(spec["run_dir"]) / store.LOG)
+    return result, store.read_jsonl(Path(spec.run_dir) / store.LOG)
 
 
 SHIFTED = {"method": {"name": "la"}, "eval": {"target_priors": ["forward5"], "test_sets": ["forward5", "backward5"]},

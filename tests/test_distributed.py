@@ -74,7 +74,7 @@ def test_two_gloo_processes_agree_with_one_process(tmp_path, write_recipe):
     results = {}
     for world in (1, 2):
         run_dir = tmp_path / f"world{world}"
-        s = {**spec, "run_dir": str(run_dir)}
+        s = {**spec.to_dict(), "run_dir": str(run_dir)}
         run_dir.mkdir()
         (run_dir / "spec.json").write_text(json.dumps(s))
         outs = launch(world, ["-m", "ltbench.runner", str(run_dir / "spec.json")])

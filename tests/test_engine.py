@@ -91,7 +91,7 @@ def test_corrupt_checkpoint_starts_the_run_over(tmp_path, write_recipe, cli):
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(recipe).runs[0]
-    run_dir = Path(spec["run_dir"])
+    run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True)
     (run_dir / store.CHECKPOINT).write_bytes(b"PK\x03\x04 truncated zip")
     out = cli("run", recipe)
@@ -150,20 +150,20 @@ def test_finished_runs_are_skipped(tmp_path, write_recipe, cli):
 
 
 def test_result_is_self_describing(tmp_path, write_recipe):
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe()).runs[0]
     run_local([spec])
     r = _only_result(tmp_path / "results")
-    assert r["status"] == "done" and r["run_id"] == spec["run_id"]
+    assert r["status"] == "done" and r["run_id"] == spec.run_id
     for key in ("ltbench_version", "git_commit", "git_dirty", "python", "torch", "torchvision", "hostname", "cpu_model"):
         assert key in r["provenance"]
     assert r["data"]["class_counts_train"] == [24, 13, 7, 4]
     assert len(r["data"]["subset_hash"]) == 40
     assert len(r["metrics"]["per_class"]) == 4
     assert r["wall_seconds"] > 0 and r["seed"] == 0
-    run_dir = Path(spec["run_dir"])
+    run_dir = Path(spec.run_dir)
     for name in (store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT):
         assert (run_dir / name).exists(), name
     assert not list(run_dir.glob(".*tmp*"))
@@ -189,7 +189,7 @@ def test_missing_dataset_says_which_files_and_how(tmp_path, write_recipe, cli):
 
 
 def test_bf16_autocast_trains(tmp_path, write_recipe):
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe(extra={"train": {"precision": "bf16", "eval_every": 1}})).runs[0]
@@ -214,7 +214,7 @@ def test_data_command_prints_counts_and_groups(write_recipe, cli):
 
 def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, write_recipe):
     from ltbench.data.shift import shifted_counts
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe(extra={"method": {"name": "la"}, "eval": {

@@ -71,7 +71,7 @@ def tree(pristine, tmp_path):
     from ltbench.recipe import load_recipe
 
     recipe = load_recipe(tmp_path / "f.yaml")
-    return tmp_path / "f.yaml", {s["config"]["seed"]: Path(s["run_dir"]) for s in recipe.runs}
+    return tmp_path / "f.yaml", {s.config["seed"]: Path(s.run_dir) for s in recipe.runs}
 
 
 def drop_stage2(run_dir: Path) -> None:
@@ -399,7 +399,7 @@ def _result_with(tmp_path: Path, change) -> Path:
     spec = load_recipe(ROOT / "recipes" / "quickstart.yaml").runs[0]
     from reportkit import write_run
 
-    run_dir = write_run({**spec, "run_dir": str(tmp_path / "run")})
+    run_dir = write_run({**spec.to_dict(), "run_dir": str(tmp_path / "run")})
     result = json.loads((run_dir / store.RESULT).read_text())
     change(result)
     (run_dir / store.RESULT).write_text(json.dumps(result))
@@ -537,9 +537,9 @@ def test_a_missing_predictions_file_is_noted_when_the_bootstrap_leaves_its_seed_
     populate(recipe)
     labels = np.arange(400) % 4
     for spec in recipe.runs:
-        predictions.save_predictions(Path(spec["run_dir"]), {"labels": labels, "head:main": labels}, 4)
-    gone = next(s for s in recipe.runs if s["config"]["method"]["name"] == "ce" and s["config"]["seed"] == 1)
-    (Path(gone["run_dir"]) / "predictions.npz").unlink()
+        predictions.save_predictions(Path(spec.run_dir), {"labels": labels, "head:main": labels}, 4)
+    gone = next(s for s in recipe.runs if s.config["method"]["name"] == "ce" and s.config["seed"] == 1)
+    (Path(gone.run_dir) / "predictions.npz").unlink()
     (table,) = report.tables(path, test="bootstrap")
     ce = next(r for r in table.rows if r.label == "CE")
-    assert any("seed(s) 1: predictions.npz missing" in n and gone["run_id"] in n for n in ce.notes), ce.notes
+    assert any("seed(s) 1: predictions.npz missing" in n and gone.run_id in n for n in ce.notes), ce.notes

@@ -12,11 +12,11 @@ def test_a_dataset_may_suggest_its_shot_thresholds_and_the_recipe_wins(write_rec
 
     builder = DATASETS.get("synthetic_lt")
     plain = load_recipe(write_recipe("plain")).runs[0]
-    assert (plain["config"]["eval"]["few_threshold"], plain["config"]["eval"]["many_threshold"]) == (20, 100)
+    assert (plain.config["eval"]["few_threshold"], plain.config["eval"]["many_threshold"]) == (20, 100)
     monkeypatch.setattr(builder, "shot_thresholds", (5, 15), raising=False)
-    suggested = load_recipe(write_recipe("suggested")).runs[0]["config"]["eval"]
+    suggested = load_recipe(write_recipe("suggested")).runs[0].config["eval"]
     assert (suggested["few_threshold"], suggested["many_threshold"]) == (5, 15)
-    given = load_recipe(write_recipe("given", extra={"eval": {"many_threshold": 30}})).runs[0]["config"]["eval"]
+    given = load_recipe(write_recipe("given", extra={"eval": {"many_threshold": 30}})).runs[0].config["eval"]
     assert (given["few_threshold"], given["many_threshold"]) == (5, 30)
     from ltbench.errors import ConfigError
 
@@ -28,7 +28,7 @@ def test_a_dataset_may_suggest_its_shot_thresholds_and_the_recipe_wins(write_rec
 def test_default_thresholds_keep_existing_run_ids(write_recipe):
     """(20, 100) from the dataset resolves to the same config, so every existing id stays."""
     explicit = load_recipe(write_recipe("a", extra={"eval": {"few_threshold": 20, "many_threshold": 100}})).runs[0]
-    assert load_recipe(write_recipe("b")).runs[0]["run_id"] == explicit["run_id"]
+    assert load_recipe(write_recipe("b")).runs[0].run_id == explicit.run_id
 
 
 def test_run_help_describes_recipe_and_launcher(capsys):

@@ -62,7 +62,7 @@ def test_batches_arrive_pinned_and_views_train_on_the_gpu(write_recipe, workers)
     from ltbench import engine
     from ltbench.recipe import load_recipe
 
-    run = engine.build_run(load_recipe(write_recipe()).runs[0]["config"])
+    run = engine.build_run(load_recipe(write_recipe()).runs[0].config)
     device = torch.device("cuda")
     engine.prepare_for_device(run, device)
     loader = engine.make_loader(run, 0, workers, device)
@@ -168,7 +168,7 @@ def test_torchrun_trains_a_run_on_the_gpu(tmp_path, write_recipe):
     spec = load_recipe(write_recipe(extra=CUDA_RUN)).runs[0]
     run_dir = tmp_path / "torchrun"
     run_dir.mkdir()
-    (run_dir / store.SPEC).write_text(json.dumps({**spec, "run_dir": str(run_dir)}))
+    (run_dir / store.SPEC).write_text(json.dumps({**spec.to_dict(), "run_dir": str(run_dir)}))
     out = torchrun(1, "-m", "ltbench.runner", str(run_dir / store.SPEC))
     assert out.returncode == 0, out.stdout + out.stderr
     result = json.loads((run_dir / store.RESULT).read_text())

@@ -295,16 +295,16 @@ def test_an_unknown_augment_on_is_refused_with_the_choices(write_recipe):
 
 @pytest.mark.slow
 def test_augment_on_batch_is_its_own_run_and_trains_every_view(tmp_path, write_recipe):
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     bape = {"method": {"name": "bape", "aux": {"name": "la", "tau": 1.0}}, "optim": {"epochs": 1}}
     worker = load_recipe(write_recipe("w", extra=bape)).runs[0]
     batch = load_recipe(write_recipe("b", extra={**bape, "train": {"progress": False, "augment_on": "batch"}})).runs[0]
-    assert worker["run_id"] != batch["run_id"]
-    assert "augment_on" not in worker["config"]["train"]  # added later: earlier runs keep their ids
+    assert worker.run_id != batch.run_id
+    assert "augment_on" not in worker.config["train"]  # added later: earlier runs keep their ids
     run_local([batch])
-    result = json.loads((Path(batch["run_dir"]) / store.RESULT).read_text())
+    result = json.loads((Path(batch.run_dir) / store.RESULT).read_text())
     assert result["status"] == "done", result.get("error")
     assert result["config"]["train"]["augment_on"] == "batch" and len(result["views"]) == 3
 

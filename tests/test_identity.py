@@ -117,7 +117,7 @@ def test_two_folders_with_different_contents_never_share_a_run_id_or_a_row(tmp_p
                for name in ("first", "copy", "other")}
     from ltbench.recipe import load_recipe
 
-    ids = {name: load_recipe(path).runs[0]["run_id"] for name, path in recipes.items()}
+    ids = {name: load_recipe(path).runs[0].run_id for name, path in recipes.items()}
     assert ids["first"] == ids["copy"] != ids["other"]
     code, out, err = run_cli(["run", recipes["first"]], capsys)
     assert code == 0 and "1 done" in out, out + err
@@ -150,16 +150,16 @@ EXECUTION_VARIANTS = {  # every train: execution setting of identity.py, set awa
 
 
 def _train_tiny(recipe_path, overrides, results_dir) -> dict:
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
     from ltbench.store import read_result
 
     recipe = load_recipe(recipe_path, overrides, results_dir=results_dir)
     run_local(recipe.runs)
     (spec,) = recipe.runs
-    result = read_result(Path(spec["run_dir"]))
+    result = read_result(Path(spec.run_dir))
     assert result and result["status"] == "done", result
-    return {**result, "run_dir": spec["run_dir"]}
+    return {**result, "run_dir": spec.run_dir}
 
 
 @pytest.fixture(scope="module")
@@ -212,9 +212,9 @@ def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_an
     assert not table.notes  # no "not runs of this recipe", no missing seed
     assert [r.notes for r in table.rows] == [["Many not recorded for seed(s) 0"]]  # the tiny data has no many-shot class
     assert next(iter(table.rows[0].units.values())).runs[0]["run_id"] == base["run_id"]
-    run_dir = Path(recipe.runs[0]["run_dir"])
+    run_dir = Path(recipe.runs[0].run_dir)
     (run_dir / store.RESULT).unlink()  # as if killed after its last checkpoint: the next launch resumes it
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
 
     run_local(recipe.runs)
     assert "resuming from checkpoint" in capsys.readouterr().out

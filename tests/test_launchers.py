@@ -90,15 +90,15 @@ def test_slurm_grid_with_a_requeued_run(tmp_path, write_recipe, cli):
     assert [r["epoch"] for r in store.read_jsonl(target / store.LOG)] == list(range(1, 13))
     assert "Many" in out  # --wait prints the table
     # The resumed run ends exactly where an uninterrupted run of the same spec ends.
-    spec = next(s for s in load_recipe(recipe).runs if s["run_id"] == requeued["run_id"])
+    spec = next(s for s in load_recipe(recipe).runs if s.run_id == requeued["run_id"])
     from ltbench.runner import run_one
 
     import torch
 
     threads = torch.get_num_threads()
-    config = {**spec["config"], "train": {**spec["config"]["train"], "threads": 1}}  # as the Slurm task had
+    config = {**spec.config, "train": {**spec.config["train"], "threads": 1}}  # as the Slurm task had
     try:
-        run_one({**spec, "config": config, "run_dir": str(tmp_path / "uninterrupted")}, say=lambda m: None)
+        run_one({**spec.to_dict(), "config": config, "run_dir": str(tmp_path / "uninterrupted")}, say=lambda m: None)
     finally:
         torch.set_num_threads(threads)
     reference = json.loads((tmp_path / "uninterrupted" / store.RESULT).read_text())
@@ -124,7 +124,7 @@ def test_debug_launcher_runs_every_array_chunk(tmp_path, write_recipe, cli):
 
 
 def test_gpu_slots_place_workers_round_robin():
-    from ltbench.launch import gpu_slots, pool_size
+    from ltbench.local_pool import gpu_slots, pool_size
 
     assert pool_size(jobs=1, runs_per_gpu=3, gpus=["0", "1"]) == 6
     assert pool_size(jobs=4, runs_per_gpu=1, gpus=["0", "1"]) == 4  # jobs as before
@@ -155,12 +155,12 @@ class FakeWorker:
 
 
 def test_runs_per_gpu_puts_that_many_runs_on_each_faked_gpu(tmp_path, write_recipe, monkeypatch, capsys):
-    from ltbench import launch
+    from ltbench import launch, local_pool
 
     recipe = load_recipe(write_recipe(extra={"launcher": {"runs_per_gpu": 2}}), ["seeds=[0,1,2,3,4,5,6]"])
-    monkeypatch.setattr(launch, "_visible_gpus", lambda: ["3", "5"])
-    monkeypatch.setattr(launch.subprocess, "Popen", FakeWorker)
-    monkeypatch.setattr(launch.time, "sleep", lambda s: None)
+    monkeypatch.setattr(local_pool, "visible_gpus", lambda: ["3", "5"])
+    monkeypatch.setattr(local_pool.subprocess, "Popen", FakeWorker)
+    monkeypatch.setattr(local_pool.time, "sleep", lambda s: None)
     monkeypatch.setattr(launch, "print_summary", lambda recipe: {})
     FakeWorker.live, FakeWorker.started = [], []
     launch.launch(recipe)
@@ -179,11 +179,11 @@ def test_runs_per_gpu_puts_that_many_runs_on_each_faked_gpu(tmp_path, write_reci
     ({"runs_per_gpu": 2, "name": "debug"}, ["0"], "applies to the local launcher only"),
 ])
 def test_runs_per_gpu_is_refused_where_it_cannot_take_effect(write_recipe, monkeypatch, launcher, gpus, message):
-    from ltbench import launch
+    from ltbench import launch, local_pool
     from ltbench.errors import ConfigError
 
     recipe = load_recipe(write_recipe(extra={"launcher": launcher}))
-    monkeypatch.setattr(launch, "_visible_gpus", lambda: gpus)
+    monkeypatch.setattr(local_pool, "visible_gpus", lambda: gpus)
     with pytest.raises(ConfigError, match="launcher.runs_per_gpu: 2 ") as err:
         launch.launch(recipe)
     assert message in str(err.value)

@@ -10,12 +10,12 @@ from ltbench.recipe import load_recipe
 
 
 def run_with(write_recipe, loggers, **extra):
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
 
     spec = load_recipe(write_recipe(extra={"train": {"progress": False, "eval_every": 1, "loggers": loggers},
                                            **extra})).runs[0]
     run_local([spec])
-    run_dir = Path(spec["run_dir"])
+    run_dir = Path(spec.run_dir)
     assert json.loads((run_dir / "result.json").read_text())["status"] == "done"
     return spec, run_dir, [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
 
@@ -77,8 +77,8 @@ def test_wandb_offline_run_holds_the_scalars(write_recipe, monkeypatch, tmp_path
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
     spec, run_dir, log = run_with(write_recipe, ["wandb"])
-    (offline,) = list((run_dir / "wandb").glob(f"offline-run-*-{spec['run_id']}"))
-    history = wandb_history(offline / f"run-{spec['run_id']}.wandb")
+    (offline,) = list((run_dir / "wandb").glob(f"offline-run-*-{spec.run_id}"))
+    history = wandb_history(offline / f"run-{spec.run_id}.wandb")
     assert [row["_step"] for row in history] == [1, 2]
     assert [row["loss"] for row in history] == pytest.approx([row["loss"] for row in log])
     assert history[0]["test/all"] == pytest.approx(log[0]["test"]["all"])
@@ -87,8 +87,8 @@ def test_wandb_offline_run_holds_the_scalars(write_recipe, monkeypatch, tmp_path
 def test_loggers_are_off_by_default_and_not_in_the_run_id(write_recipe):
     plain = load_recipe(write_recipe("plain")).runs[0]
     logged = load_recipe(write_recipe("logged", extra={"train": {"loggers": ["tensorboard", "wandb"]}})).runs[0]
-    assert plain["config"]["train"]["loggers"] == []
-    assert plain["run_id"] == logged["run_id"]
+    assert plain.config["train"]["loggers"] == []
+    assert plain.run_id == logged.run_id
 
 
 @pytest.mark.parametrize("loggers,message", [(["mlflow"], "unknown logger 'mlflow'"),

@@ -27,14 +27,14 @@ def run_cli(argv, capsys) -> tuple[int, str, str]:
 def test_an_override_wins_over_the_grid_on_every_run_that_has_the_key():
     plain = load_recipe(QUICKSTART)
     tau2 = load_recipe(QUICKSTART, ["method.tau=2.0"])
-    methods = {r["config"]["method"]["name"]: r for r in tau2.runs}
-    assert methods["la"]["config"]["method"]["tau"] == 2.0  # the grid says tau 1.0: the command line wins
-    assert "tau" not in methods["ce"]["config"]["method"]
-    changed = {r["run_id"] for r in tau2.runs} ^ {r["run_id"] for r in plain.runs}
+    methods = {r.config["method"]["name"]: r for r in tau2.runs}
+    assert methods["la"].config["method"]["tau"] == 2.0  # the grid says tau 1.0: the command line wins
+    assert "tau" not in methods["ce"].config["method"]
+    changed = {r.run_id for r in tau2.runs} ^ {r.run_id for r in plain.runs}
     assert len(changed) == 2  # only the LA run is another run
     assert tau2.override_keys == ["method.tau"]
     lr = load_recipe(QUICKSTART, ["optim.lr=0.05"])
-    assert {r["config"]["optim"]["lr"] for r in lr.runs} == {0.05}
+    assert {r.config["optim"]["lr"] for r in lr.runs} == {0.05}
 
 
 @pytest.mark.parametrize("override, words", [
@@ -65,9 +65,9 @@ def test_dry_run_shows_the_overridden_value_and_every_setting_that_differs(capsy
 
 
 def test_an_execution_setting_override_keeps_the_run_ids(capsys, tmp_path):
-    plain = [r["run_id"] for r in load_recipe(QUICKSTART).runs]
+    plain = [r.run_id for r in load_recipe(QUICKSTART).runs]
     for override in ("train.num_workers=3", "train.checkpoint_minutes=10", "train.threads=1"):
-        assert [r["run_id"] for r in load_recipe(QUICKSTART, [override]).runs] == plain, override
+        assert [r.run_id for r in load_recipe(QUICKSTART, [override]).runs] == plain, override
     code, out, _ = run_cli(["run", QUICKSTART, "--dry-run", "train.num_workers=3", "--results", tmp_path], capsys)
     assert code == 0 and all(run_id in out for run_id in plain)
 

@@ -1,6 +1,7 @@
 """Stage 2 on frozen features: the feature cache, the stage-2 contract, reproduction of trained heads,
 the recipe section, storage next to the run, and tables over stage-2 rows (docs/posthoc.md)."""
 
+import dataclasses
 import json
 import shutil
 
@@ -27,7 +28,7 @@ def runs(tmp_path_factory):
     """Tiny finished CE, LA and BAPE runs (one seed) with a shifted test set and target priors (a few seconds)."""
     import yaml
 
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
     from tests.conftest import TINY, deep_update
 
@@ -44,7 +45,7 @@ def runs(tmp_path_factory):
     path.write_text(yaml.safe_dump(recipe))
     loaded = load_recipe(path)
     run_local(loaded.runs)
-    dirs = {spec["config"]["method"]["name"]: spec["run_dir"] for spec in loaded.runs}
+    dirs = {spec.config["method"]["name"]: spec.run_dir for spec in loaded.runs}
     for run_dir in dirs.values():
         features.extract_features(run_dir, say=lambda m: None)
     return {"recipe": loaded, "path": path, "dirs": dirs}
@@ -264,12 +265,12 @@ def test_posthoc_command_stores_results_next_to_runs_and_is_idempotent(runs):
     assert again == {"unfinished": 0, "already": 3 * n, "done": 0, "failed": 0}
     spec = recipe.posthoc[0]
     run = recipe.runs[0]
-    result = json.loads((features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec) / store.RESULT).read_text())
-    assert result["posthoc_of"] == run["run_id"] and result["config"]["posthoc"] == spec
-    assert result["run_id"] == store.stage2_run_id(run["run_id"], spec)
-    assert store.check_result(features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)).state == "done"
+    result = json.loads((features.Path(run.run_dir) / "posthoc" / posthoc_id(spec) / store.RESULT).read_text())
+    assert result["posthoc_of"] == run.run_id and result["config"]["posthoc"] == spec
+    assert result["run_id"] == store.stage2_run_id(run.run_id, spec)
+    assert store.check_result(features.Path(run.run_dir) / "posthoc" / posthoc_id(spec)).state == "done"
     assert set(result["metrics"]) >= {"all", "many", "medium", "few", "per_class", "target_priors", "test_sets"}
-    out = features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)
+    out = features.Path(run.run_dir) / "posthoc" / posthoc_id(spec)
     (out / store.RESULT).write_text(json.dumps({**result, "features": {"checkpoint_sha256": "another"}}))
     assert run_posthoc(recipe.runs, recipe.posthoc, say=said.append)["done"] == 1  # fitted on old features: redone
     assert (out / "result.json.stale").is_file() and store.check_result(out).state == "done"
@@ -281,7 +282,7 @@ def test_stage2_results_of_changed_stage2_code_are_stale_and_refitted_on_request
     recipe = runs["recipe"]
     run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)
     spec, run = recipe.posthoc[0], recipe.runs[0]
-    out = features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)
+    out = features.Path(run.run_dir) / "posthoc" / posthoc_id(spec)
     result = json.loads((out / store.RESULT).read_text())
     module = POSTHOC.entry(spec["name"]).module
     code = result["code"]
@@ -301,7 +302,7 @@ def test_stage2_results_of_changed_stage2_code_are_stale_and_refitted_on_request
 
 def test_unfinished_runs_are_reported_not_skipped(runs, tmp_path):
     recipe = runs["recipe"]
-    ghost = {**recipe.runs[0], "run_id": "ghost", "run_dir": str(tmp_path / "ghost")}
+    ghost = dataclasses.replace(recipe.runs[0], run_id="ghost", run_dir=str(tmp_path / "ghost"))
     said = []
     totals = run_posthoc([ghost], recipe.posthoc, say=said.append)
     assert totals == {"unfinished": 1} and "ghost (ce, seed 0) is pending" in said[0]
@@ -361,7 +362,7 @@ def test_posthoc_through_the_debug_launcher_stores_what_local_would(runs):
     assert launch_posthoc(recipe) == {"unfinished": 0, "already": 0, "done": 6, "failed": 0}
     for run in recipe.runs:
         for spec in recipe.posthoc:
-            assert store.check_result(features.Path(run["run_dir"]) / "posthoc" / posthoc_id(spec)).state == "done"
+            assert store.check_result(features.Path(run.run_dir) / "posthoc" / posthoc_id(spec)).state == "done"
     recipe.launcher.name = "local"
     assert launch_posthoc(recipe)["already"] == 6  # the same results, found by the local launcher
 
@@ -376,7 +377,7 @@ def test_posthoc_on_slurm_submits_one_array_task_per_finished_run(runs, fake_sba
     assert sbatch_options(script)["array"] == "0-2%3"  # 3 runs, 3 tasks (parallelism capped at the size)
     assert f"submitted the stage-2 grid of 3 run(s) as slurm job array {job_id}" in capsys.readouterr().out
     spec = recipe.posthoc[0]
-    assert not any((features.Path(r["run_dir"]) / "posthoc" / posthoc_id(spec)).exists() for r in recipe.runs)
+    assert not any((features.Path(r.run_dir) / "posthoc" / posthoc_id(spec)).exists() for r in recipe.runs)
 
 
 def test_figures_frames_leave_stage2_rows_out_unless_asked(runs):

@@ -29,11 +29,11 @@ def results(tmp_path_factory):
     for run in recipe.runs:
         write_run(run)
         for spec in recipe.posthoc:
-            config = {**run["config"], "posthoc": spec}
-            if spec["name"] == "tau_norm" and run["config"]["method"]["name"] == "la" and config["seed"] == 2:
+            config = {**run.config, "posthoc": spec}
+            if spec["name"] == "tau_norm" and run.config["method"]["name"] == "la" and config["seed"] == 2:
                 continue  # one stage-2 seed never fitted: a note, n = 2/3
-            stage2 = {**run, "run_id": store.stage2_run_id(run["run_id"], spec), "config": config,
-                      "run_dir": str(Path(run["run_dir"]) / store.POSTHOC_DIR / store.posthoc_id(spec))}
+            stage2 = {**run.to_dict(), "run_id": store.stage2_run_id(run.run_id, spec), "config": config,
+                      "run_dir": str(Path(run.run_dir) / store.POSTHOC_DIR / store.posthoc_id(spec))}
             write_run(stage2, metrics=stage2_metrics(config, config["seed"]))
     return root
 

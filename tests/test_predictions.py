@@ -17,7 +17,7 @@ def la_run(tmp_path_factory):
     """Two tiny post-hoc LA runs with an 'erm' head and two shifted test sets (about two seconds)."""
     import yaml
 
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
     from ltbench.recipe import load_recipe
     from tests.conftest import TINY, deep_update
 

@@ -6,10 +6,11 @@ import json
 
 from ltbench import store
 from ltbench.progress import ProgressBoard, epoch_line, eta_text, finished_line
+from ltbench.runspec import RunSpec
 
 
 def spec_in(tmp_path, epochs=4, seed=1):
-    return {"run_id": "abc123", "run_dir": str(tmp_path), "config": {"seed": seed, "optim": {"epochs": epochs}}}
+    return RunSpec(recipe="tiny", run_id="abc123", run_dir=str(tmp_path), config={"seed": seed, "optim": {"epochs": epochs}})
 
 
 def log_epoch(tmp_path, epoch, loss=1.5, seconds=2.0):

@@ -9,8 +9,8 @@ def test_grid_and_seeds_expand_into_runs(write_recipe):
     path = write_recipe(extra={"seeds": [0, 1], "grid": {"optim.lr": [0.1, 0.05], "data.imb_factor": [5, 10, 20]}})
     recipe = load_recipe(path)
     assert len(recipe.runs) == 12
-    assert len({r["run_id"] for r in recipe.runs}) == 12
-    lrs = sorted({r["config"]["optim"]["lr"] for r in recipe.runs})
+    assert len({r.run_id for r in recipe.runs}) == 12
+    lrs = sorted({r.config["optim"]["lr"] for r in recipe.runs})
     assert lrs == [0.05, 0.1]
 
 
@@ -18,33 +18,33 @@ def test_list_of_grids_is_a_union_and_method_values_replace_the_subtree(write_re
     path = write_recipe(extra={"method": {"name": "la", "tau": 2.0},
                                "grid": [{"method": [{"name": "ce"}]}, {"optim.lr": [0.2, 0.3]}]})
     recipe = load_recipe(path)
-    configs = [(r["config"]["method"], r["config"]["optim"]["lr"]) for r in recipe.runs]
-    base_lr = load_recipe(write_recipe("base")).runs[0]["config"]["optim"]["lr"]
+    configs = [(r.config["method"], r.config["optim"]["lr"]) for r in recipe.runs]
+    base_lr = load_recipe(write_recipe("base")).runs[0].config["optim"]["lr"]
     # the first grid replaces the whole method subtree (la's tau does not leak into ce); the second
     # keeps the recipe's method and varies only the learning rate: a union of 1 + 2 runs, not a product
     assert configs[0][0]["name"] == "ce" and "tau" not in configs[0][0] and configs[0][1] == base_lr
     assert [lr for _, lr in configs[1:]] == [0.2, 0.3]
     assert all(method["name"] == "la" and method["tau"] == 2.0 for method, _ in configs[1:])
-    assert len({r["run_id"] for r in recipe.runs}) == 3
+    assert len({r.run_id for r in recipe.runs}) == 3
 
 
 def test_run_id_is_stable_and_ignores_paths(write_recipe, tmp_path):
     a = load_recipe(write_recipe("a"))
     b = load_recipe(write_recipe("b", {"train": {"threads": 1, "progress": True}}), results_dir=tmp_path / "other")
-    assert a.runs[0]["run_id"] == b.runs[0]["run_id"]
+    assert a.runs[0].run_id == b.runs[0].run_id
     fm = {"data": {"name": "fashion_mnist_lt"}}
     d = load_recipe(write_recipe("d", fm))
     e = load_recipe(write_recipe("e", {"data": {"name": "fashion_mnist_lt", "root": "/elsewhere"}}))
-    assert d.runs[0]["run_id"] == e.runs[0]["run_id"] != a.runs[0]["run_id"]
-    assert a.runs[0]["run_id"] == run_id_of(a.runs[0]["config"])
+    assert d.runs[0].run_id == e.runs[0].run_id != a.runs[0].run_id
+    assert a.runs[0].run_id == run_id_of(a.runs[0].config)
     c = load_recipe(write_recipe("c", {"optim": {"lr": 0.01}}))
-    assert c.runs[0]["run_id"] != a.runs[0]["run_id"]
+    assert c.runs[0].run_id != a.runs[0].run_id
 
 
 def test_overrides_are_parsed_as_yaml(write_recipe):
     recipe = load_recipe(write_recipe(), ["optim.lr=0.5", "seeds=[3, 4]", "method.name=ce"])
-    assert [r["config"]["seed"] for r in recipe.runs] == [3, 4]
-    assert recipe.runs[0]["config"]["optim"]["lr"] == 0.5
+    assert [r.config["seed"] for r in recipe.runs] == [3, 4]
+    assert recipe.runs[0].config["optim"]["lr"] == 0.5
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_dry_run_lists_runs_with_ids(cli, write_recipe):
     path = write_recipe(extra={"seeds": [0, 1, 2]})
     out = cli("run", path, "--dry-run")
     assert out.returncode == 0, out.stderr
-    ids = [r["run_id"] for r in load_recipe(path).runs]
+    ids = [r.run_id for r in load_recipe(path).runs]
     for run_id in ids:
         assert run_id in out.stdout
     assert "3 run(s)" in out.stdout
@@ -124,9 +124,9 @@ def test_an_added_later_option_at_its_default_keeps_earlier_run_ids(write_recipe
     implicit = load_recipe(write_recipe("i", {"method": bape})).runs[0]
     explicit = load_recipe(write_recipe("e", {"method": {**bape, "kappa_solver": "sra"}})).runs[0]
     newton = load_recipe(write_recipe("n", {"method": {**bape, "kappa_solver": "newton"}})).runs[0]
-    assert "kappa_solver" not in implicit["config"]["method"]
-    assert implicit["run_id"] == explicit["run_id"] != newton["run_id"]
-    assert newton["config"]["method"]["kappa_solver"] == "newton"
+    assert "kappa_solver" not in implicit.config["method"]
+    assert implicit.run_id == explicit.run_id != newton.run_id
+    assert newton.config["method"]["kappa_solver"] == "newton"
 
 
 def test_reference_bape_runs_keep_their_recorded_run_ids():
@@ -135,7 +135,7 @@ def test_reference_bape_runs_keep_their_recorded_run_ids():
     root = Path(__file__).resolve().parents[1]
     recipe = load_recipe(root / "recipes" / "fmnist_bape.yaml")
     recorded = {p.name for p in (root / "docs" / "reference-results" / "fmnist_bape").iterdir()}
-    assert {r["run_id"] for r in recipe.runs} <= recorded
+    assert {r.run_id for r in recipe.runs} <= recorded
 
 
 def test_progress_labels_spell_values_as_table_rows_do(write_recipe):

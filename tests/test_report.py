@@ -86,9 +86,9 @@ def test_a_copied_run_folder_does_not_change_n(write_recipe):
     recipe = load_recipe(path)
     populate(recipe)
     before = rows_by_label(table_of(recipe.root))["la"].cells[(0, 3)]
-    some_la = next(s for s in recipe.runs if s["config"]["method"]["name"] == "la")
-    shutil.copytree(some_la["run_dir"], recipe.root / "copy-of-a-run")
-    shutil.copytree(some_la["run_dir"], recipe.root / "nested" / some_la["run_id"])
+    some_la = next(s for s in recipe.runs if s.config["method"]["name"] == "la")
+    shutil.copytree(some_la.run_dir, recipe.root / "copy-of-a-run")
+    shutil.copytree(some_la.run_dir, recipe.root / "nested" / some_la.run_id)
     for source in (recipe.root, path):
         table = table_of(source)
         after = rows_by_label(table)["la"].cells[(0, 3)]
@@ -131,7 +131,7 @@ def test_labels_are_canonical_and_rows_keep_grid_order(write_recipe):
     populate(load_recipe(path))
     assert [r.label for r in table_of(path).rows] == ["la (tau=2)", "ce", "la (tau=1)"]
     path2 = write_recipe("r2", {"grid": {"method": [{"name": "la", "tau": 1.0}, {"name": "la", "tau": 2.0}]}})
-    assert load_recipe(path2).runs[0]["run_id"] == load_recipe(path).runs[2]["run_id"]  # 1 and 1.0 are one run
+    assert load_recipe(path2).runs[0].run_id == load_recipe(path).runs[2].run_id  # 1 and 1.0 are one run
 
 
 def test_only_the_recipes_own_runs_and_the_others_are_named(write_recipe):
@@ -189,13 +189,13 @@ def test_damaged_run_folders_are_named_not_fatal(write_recipe, cli):
         if content is not None:
             (recipe.root / name / "result.json").write_bytes(content)
     bad_metric = next(s for s in recipe.runs if run_key(s) == ("la", 1.0, 6.0, 2, 0))
-    data = json.loads((Path(bad_metric["run_dir"]) / "result.json").read_text())
+    data = json.loads((Path(bad_metric.run_dir) / "result.json").read_text())
     data["metrics"]["few"] = "n/a"
-    (Path(bad_metric["run_dir"]) / "result.json").write_text(json.dumps(data))
+    (Path(bad_metric.run_dir) / "result.json").write_text(json.dumps(data))
     no_spec = next(s for s in recipe.runs if run_key(s) == ("ce", None, 6.0, 2, 2))
-    for f in Path(no_spec["run_dir"]).iterdir():
+    for f in Path(no_spec.run_dir).iterdir():
         f.unlink()
-    (Path(no_spec["run_dir"]) / "log.jsonl").write_text('{"epoch": 1}\n')
+    (Path(no_spec.run_dir) / "log.jsonl").write_text('{"epoch": 1}\n')
     for source in (recipe.root, path):
         out = cli("table", source)
         assert out.returncode == 0, out.stderr
@@ -220,8 +220,8 @@ def test_the_cache_is_invalidated_by_a_changed_result(write_recipe):
     populate(recipe)
     assert rows_by_label(table_of(path))["la"].cells[(0, 3)].mean == pytest.approx(63.4)
     assert index.cache_file(recipe.root, index.INDEX_FILE).exists()
-    spec = next(s for s in recipe.runs if s["config"]["method"]["name"] == "la")
-    result = Path(spec["run_dir"]) / "result.json"
+    spec = next(s for s in recipe.runs if s.config["method"]["name"] == "la")
+    result = Path(spec.run_dir) / "result.json"
     data = json.loads(result.read_text())
     data["metrics"]["all"] = 0.5
     result.write_text(json.dumps(data))  # another size: read again
@@ -361,10 +361,10 @@ def test_bootstrap_marks_come_from_stored_predictions(write_recipe):
     populate(recipe)
     labels = np.arange(400) % 4
     for spec in recipe.runs:
-        wrong = 160 if spec["config"]["method"]["name"] == "ce" else 156  # 60.0% vs 61.0%: a tie
+        wrong = 160 if spec.config["method"]["name"] == "ce" else 156  # 60.0% vs 61.0%: a tie
         pred = labels.copy()
         pred[:wrong] = (pred[:wrong] + 1) % 4
-        predictions.save_predictions(Path(spec["run_dir"]), {"labels": labels, "head:main": pred}, 4)
+        predictions.save_predictions(Path(spec.run_dir), {"labels": labels, "head:main": pred}, 4)
     table = table_of(path, test="bootstrap")
     ce = rows_by_label(table)["ce"]
     assert ce.cells[(0, 3)].similar and not ce.cells[(0, 0)].similar  # only whole-test-set columns

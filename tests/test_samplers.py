@@ -162,7 +162,7 @@ def test_ddp_shards_are_disjoint_and_cover_the_epoch(tmp_path, write_recipe, sam
 
     recipe = write_recipe(extra={"sampler": {"name": sampler}, "data": {"max_per_class": 40, "imb_factor": 10},
                                  "optim": {"batch_size": 8, "epochs": 4}})
-    config = load_recipe(recipe).runs[0]["config"]
+    config = load_recipe(recipe).runs[0].config
     script = tmp_path / "shards.py"
     script.write_text(DDP_SCRIPT)
     outs = launch(2, [str(script), json.dumps(config)], timeout=120)
@@ -223,7 +223,7 @@ def test_plugin_sampler_and_method_declared_sampler(tmp_path, write_recipe, cli)
 
     recipe = write_recipe(extra={"plugins": ["./sampler_plugins"], "method": {"name": "ce_balanced_stage1"}})
     run = load_recipe(recipe).runs[0]
-    assert run["config"]["sampler"] == {"name": "class_balanced"}
+    assert run.config["sampler"] == {"name": "class_balanced"}
     refused = cli("run", recipe, "--dry-run", "sampler.name=tail_only")
     assert refused.returncode == 2 and "needs sampler" in refused.stderr and "Traceback" not in refused.stderr
     # The sampler takes effect: a model trained on the rarest class alone predicts nothing else.
@@ -255,7 +255,7 @@ def test_sampler_is_in_the_run_id_and_the_label_and_the_default_keeps_old_ids(wr
     plain = load_recipe(write_recipe()).runs[0]
     uniform = load_recipe(write_recipe(extra={"sampler": {"name": "uniform"}})).runs[0]
     balanced = load_recipe(write_recipe(extra={"sampler": {"name": "class_balanced"}})).runs[0]
-    assert "sampler" not in plain["config"] and plain["run_id"] == uniform["run_id"] != balanced["run_id"]
+    assert "sampler" not in plain.config and plain.run_id == uniform.run_id != balanced.run_id
     assert run_label(balanced) == "ce (sampler=class_balanced)" and run_label(plain) == "ce"
 
 
@@ -264,7 +264,7 @@ def test_quickstart_ids_are_unchanged():
     (these are the ids the main branch gave recipes/quickstart.yaml before this change)."""
     from ltbench.recipe import load_recipe
 
-    ids = [r["run_id"] for r in load_recipe(ROOT / "recipes" / "quickstart.yaml").runs]
+    ids = [r.run_id for r in load_recipe(ROOT / "recipes" / "quickstart.yaml").runs]
     assert ids == ["b772c3f57417", "fcaba61914e2", "c2955543b128", "d26e01af66b7"]
 
 

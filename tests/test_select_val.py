@@ -36,7 +36,7 @@ def recipe_file(tmp_path, select="val") -> str:
 
 def populate(path: str) -> None:
     for spec in load_recipe(path).runs:
-        c = spec["config"]
+        c = spec.config
         metrics = fake_metrics(c, c["seed"])
         if c["method"]["name"] == "la":
             val, test = SCORES[(c["method"]["tau"], c["seed"])]

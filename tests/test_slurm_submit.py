@@ -56,7 +56,31 @@ def slurm_recipe(write_recipe, seeds, **launcher):
 
 
 def test_registry_names_the_four_launchers():
-    assert set(LAUNCHERS) == {"local", "pool", "slurm", "debug"}
+    assert LAUNCHERS.names() == ["debug", "local", "pool", "slurm"]
+
+
+def test_every_launcher_a_recipe_or_the_command_line_may_name_is_in_the_registry():
+    """recipe.LauncherConfig.name and 'ltbench run/posthoc --launcher' offer the same names, each a registered
+    launcher ('pool' is the one 'local' picks for more than one worker, never named by a user)."""
+    import typing
+
+    from ltbench import cli
+    from ltbench.recipe import LauncherConfig
+
+    offered = set(typing.get_args(typing.get_type_hints(LauncherConfig)["name"]))
+    parser = cli.build_parser()
+    for command in ("run", "posthoc"):
+        sub = next(a for a in parser._subparsers._group_actions[0].choices[command]._actions
+                   if a.dest == "launcher")
+        assert set(sub.choices) == offered
+    assert offered | {"pool"} == set(LAUNCHERS.names())
+
+
+def test_an_unknown_launcher_name_is_refused_with_a_suggestion():
+    from ltbench.registry import RegistryError
+
+    with pytest.raises(RegistryError, match="unknown launcher 'slrum'. Did you mean 'slurm'\\? Known: debug, local, pool, slurm.$"):
+        LAUNCHERS.get("slrum")
 
 
 def test_one_array_with_the_recipe_options(fake_sbatch, write_recipe, capsys):
@@ -70,9 +94,9 @@ def test_one_array_with_the_recipe_options(fake_sbatch, write_recipe, capsys):
     assert opts["mem"] == "5GB" and opts["job-name"] == f"ltbench-{recipe.name}"
     assert "submitit" in script and "srun" in script  # each task runs submitit's unpickler
     for i, spec in enumerate(recipe.runs):
-        submitted = json.loads((Path(spec["run_dir"]) / store.SUBMITTED).read_text())
+        submitted = json.loads((Path(spec.run_dir) / store.SUBMITTED).read_text())
         assert submitted["job_id"] == f"{job_id}_{i}" and submitted["cluster"] == "slurm"
-        assert store.run_status(Path(spec["run_dir"])) == "pending"
+        assert store.run_status(Path(spec.run_dir)) == "pending"
     assert f"submitted 3 run(s) as slurm job array {job_id}" in capsys.readouterr().out
 
 
@@ -82,22 +106,22 @@ def test_chunks_of_max_array_size(fake_sbatch, write_recipe):
     submitted = calls(fake_sbatch)
     arrays = [sbatch_options(script).get("array") for _, script in submitted]
     assert arrays == ["0-1%2", "0-1%2", None]  # 2 + 2 + 1 runs (parallelism capped at the size); 1 run: a plain job
-    ids = [json.loads((Path(s["run_dir"]) / store.SUBMITTED).read_text())["job_id"] for s in recipe.runs]
+    ids = [json.loads((Path(s.run_dir) / store.SUBMITTED).read_text())["job_id"] for s in recipe.runs]
     first, second, third = (job_id for job_id, _ in submitted)
     assert ids == [f"{first}_0", f"{first}_1", f"{second}_0", f"{second}_1", third]
 
 
 def test_finished_runs_are_not_submitted_again(fake_sbatch, write_recipe):
-    from ltbench.launch import run_local
+    from ltbench.local_pool import run_local
 
     recipe = slurm_recipe(write_recipe, [0, 1])
     run_local([recipe.runs[0]])  # seed 0 finishes here (a few seconds on the tiny recipe)
-    assert store.run_status(Path(recipe.runs[0]["run_dir"])) == "done"
+    assert store.run_status(Path(recipe.runs[0].run_dir)) == "done"
     launch(recipe)
     (job_id, script), = calls(fake_sbatch)
     assert "array" not in sbatch_options(script)  # one run left: a plain job
-    assert not (Path(recipe.runs[0]["run_dir"]) / store.SUBMITTED).exists()
-    assert json.loads((Path(recipe.runs[1]["run_dir"]) / store.SUBMITTED).read_text())["job_id"] == job_id
+    assert not (Path(recipe.runs[0].run_dir) / store.SUBMITTED).exists()
+    assert json.loads((Path(recipe.runs[1].run_dir) / store.SUBMITTED).read_text())["job_id"] == job_id
 
 
 def test_a_grid_failing_validation_submits_nothing(fake_sbatch, write_recipe, cli):

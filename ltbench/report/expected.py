@@ -22,6 +22,7 @@ from ltbench import safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.identity import DATA_IDENTITY
 from ltbench.recipe import Recipe, RecipeConfig, load_recipe, read_recipe_file, recipe_name, results_root
+from ltbench.runspec import RunSpec
 from ltbench.report import index
 from ltbench.report.index import cache_file, config_key
 from ltbench.report.build import build_table
@@ -65,17 +66,17 @@ def _root_of(path: Path, raw: dict, results: str | Path | None) -> tuple[str, Pa
     return name, results_root(configured, results) / name
 
 
-def expected_of(runs: list[dict], posthoc: list[dict] = ()) -> list[dict]:
+def expected_of(runs: list[RunSpec], posthoc: list[dict] = ()) -> list[dict]:
     """The rows' runs in grid order: every run, then every (run, stage-2 setting) of the recipe's
     ``posthoc:`` grid, whose config is the run's plus a ``posthoc`` section (ltbench/posthoc_runs.py)."""
     out = []
     for spec in runs:
-        key, identity = config_key(spec["config"])
-        out.append({"run_id": spec["run_id"], "key": key, "seed": spec["config"]["seed"], "flat": flatten(identity)})
+        key, identity = config_key(spec.config)
+        out.append({"run_id": spec.run_id, "key": key, "seed": spec.seed, "flat": flatten(identity)})
     for stage2 in posthoc:
         for spec in runs:
-            key, identity = config_key({**spec["config"], "posthoc": stage2})
-            out.append({"run_id": store.stage2_run_id(spec["run_id"], stage2), "key": key, "seed": spec["config"]["seed"],
+            key, identity = config_key({**spec.config, "posthoc": stage2})
+            out.append({"run_id": store.stage2_run_id(spec.run_id, stage2), "key": key, "seed": spec.seed,
                         "flat": flatten(identity)})
     return out
 
@@ -127,7 +128,7 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
     # any file this cache watches: such a recipe is expanded every time, never read from or written to the cache.
-    volatile = any(DATA_IDENTITY in spec["config"] for spec in recipe.runs)
+    volatile = any(DATA_IDENTITY in spec.config for spec in recipe.runs)
     if root.is_dir() and not volatile:  # also with --no-cache: a damaged cache is replaced by a good one
         try:
             compact = {"version": CACHE_VERSION, "signature": signature, "seeds": seeds,
@@ -139,7 +140,7 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
 
 
-def check_tables(tables_by_name: dict, runs: list[dict], where: str, posthoc: list[dict] = ()) -> None:
+def check_tables(tables_by_name: dict, runs: list[RunSpec], where: str, posthoc: list[dict] = ()) -> None:
     """Raise ConfigError when a declared table cannot be built from a recipe's runs and stage-2 settings
     (a selector that matches two configurations, ...), before any run starts."""
     expected = expected_of(runs, posthoc)

@@ -49,7 +49,6 @@ def cache_file(root: Path, name: str) -> Path:
 INDEX_VERSION = 6  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all')
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
-RUN_FILES = {store.SPEC, store.CONFIG, store.LOG, store.CHECKPOINT, store.STARTED, store.SUBMITTED}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
 
 
@@ -172,7 +171,7 @@ def find_run_dirs(root: Path) -> list[tuple[str, set[str], os.stat_result | None
         # one pointing back in ('ln -s . latest') would loop; every run inside is reached by its real path.
         subdirs = [e.path for e in entries if _is_dir(e) and not e.is_symlink() and not e.name.startswith(".")
                    and e.name not in SKIP_DIRS]
-        if store.RESULT in files or files & RUN_FILES or (not subdirs and folder != root_s):
+        if not files.isdisjoint(store.RUN_FILES) or (not subdirs and folder != root_s):
             out.append((folder, files, _stat(os.path.join(folder, store.RESULT)) if store.RESULT in files else None))
             out += stage2_dirs(folder)
             continue

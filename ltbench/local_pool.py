@@ -1,0 +1,194 @@
+"""Runs on this machine: one after another in this process, or a pool of worker processes.
+
+A pool worker is ``python -m ltbench.runner RUN_DIR/spec.json`` in a subprocess of its own, pinned to a
+GPU slot and given its share of the CPU threads. SIGTERM to the launcher is handled like Ctrl-C (the
+workers are stopped, their runs resume at the next launch), and on Linux a worker dies with its
+launcher, even one killed by kill -9. Which runs to start is decided by ``ltbench.launch``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ltbench import store
+from ltbench.recipe import run_label
+from ltbench.runspec import RunSpec
+
+
+def run_local(specs: list[RunSpec], jobs: int = 1, redo: tuple[str, ...] = ()) -> list[RunSpec]:
+    """Run specs one after another in this process, or in ``jobs`` worker processes. Returns the
+    specs another process was running (skipped here)."""
+    if jobs > 1 and len(specs) > 1:
+        return run_pool(specs, jobs, redo)
+    from ltbench.runner import CLAIMED, FINISHED_ELSEWHERE, failure_line, run_one
+
+    elsewhere = []
+    for i, spec in enumerate(specs, 1):
+        c = spec.config
+        print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec.run_id})")
+        status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True), redo=redo)
+        if status == "done":
+            from ltbench.progress import finished_line
+
+            print(finished_line(spec, run_label(spec), status), flush=True)
+        elif status == "failed":
+            print(f"  FAILED: {failure_line(Path(spec['run_dir']))}")
+        elif status in (CLAIMED, FINISHED_ELSEWHERE):
+            if status == FINISHED_ELSEWHERE:
+                print("  already finished by another process")
+            elsewhere.append(spec)
+    return elsewhere
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received: handled like Ctrl-C (workers stopped, 'run again to resume')."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises Terminated (a KeyboardInterrupt) while launching, so claims are released, pool
+    workers stopped and the CLI says 'run again to resume' (only the main thread can set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _die_with_parent() -> None:
+    """In a pool worker, before exec (Linux): the kernel sends it SIGTERM when the launcher dies,
+    even by kill -9, so no orphan keeps training a run nobody waits for."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _stop_workers(running: list, grace_s: float = 10.0) -> None:
+    """SIGTERM every live worker, then SIGKILL what is left after ``grace_s``. A killed run keeps
+    its last checkpoint and its lock dies with it, so the next launch resumes it."""
+    live = [item for item in running if item[0].poll() is None]
+    for proc, *_ in live:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc, spec, *_ in live:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if live:
+        print(f"stopped {len(live)} worker(s): {', '.join(spec.run_id for _, spec, *_ in live)}", flush=True)
+
+
+def pool_size(jobs: int, runs_per_gpu: int, gpus: list[str]) -> int:
+    """Workers at once: ``jobs``, or ``runs_per_gpu`` on each visible GPU when that is asked for."""
+    return len(gpus) * runs_per_gpu if runs_per_gpu > 1 and gpus else jobs
+
+
+def gpu_slots(workers: int, gpus: list[str]) -> list[str | None]:
+    """The CUDA_VISIBLE_DEVICES of each worker slot: GPUs round-robin (slot s on gpus[s % len(gpus)]), so
+    with ``workers`` = GPUs x k every GPU holds k runs; None for every slot when there is no GPU."""
+    return [gpus[slot % len(gpus)] if gpus else None for slot in range(workers)]
+
+
+def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), devices: list | None = None) -> list[RunSpec]:
+    """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), worker slot s
+    pinned to ``devices[s]`` (by default the visible GPUs round-robin, ``gpu_slots``) and given its share
+    of the CPU threads; output in the run directory, progress (epoch, loss, img/s, ETA per slot) on the
+    terminal (``ltbench.progress``). A slot keeps its GPU for every run it takes, so each GPU holds at most
+    its share of runs at once. Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs
+    run elsewhere."""
+    from ltbench.progress import ProgressBoard
+
+    devices = devices if devices is not None else gpu_slots(jobs, visible_gpus())
+    queue, running, elsewhere = list(specs), [], []
+    free_slots = list(range(jobs))
+    board = ProgressBoard(jobs)
+    with sigterm_as_interrupt():
+        try:
+            while queue or running:
+                while queue and free_slots:
+                    slot, spec = free_slots.pop(0), queue.pop(0)
+                    running.append((_start_worker(spec, slot, jobs, redo, devices[slot], board.write), spec, slot))
+                    board.start(slot, spec, run_label(spec))
+                time.sleep(0.2)
+                board.poll()
+                for item in [item for item in running if item[0].poll() is not None]:
+                    running.remove(item)
+                    free_slots.append(item[2])
+                    if _report_worker_end(item[0], item[1], lambda line, slot=item[2]: board.finish(slot, line)):
+                        elsewhere.append(item[1])
+        finally:
+            board.close()
+            _stop_workers(running)
+    return elsewhere
+
+
+def _start_worker(spec: RunSpec, slot: int, jobs: int, redo: tuple[str, ...], gpu: str | None,
+                  write=print) -> subprocess.Popen:
+    from ltbench.runner import prepare_run_dir
+
+    run_dir = prepare_run_dir(spec)
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
+    cmd += ["--redo", ",".join(redo)] if redo else []
+    linux = sys.platform.startswith("linux")
+    with open(run_dir / "worker.log", "a") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_die_with_parent if linux else None)
+    write(f"started {run_label(spec)} seed {spec.config['seed']} ({spec.run_id}) in slot {slot}"
+          + (f" on GPU {gpu}" if gpu is not None else ""))
+    return proc
+
+
+def _report_worker_end(proc: subprocess.Popen, spec: RunSpec, write=print) -> bool:
+    """Say how a worker ended (a finished run with its method, seed and All accuracy); True when
+    another process had the run (claimed or finished)."""
+    from ltbench.progress import finished_line
+    from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line
+
+    status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
+    run_dir, run_id = Path(spec.run_dir), spec.run_id
+    if status == CLAIMED:
+        write(f"{run_id}: skipped: another process is running it")
+    elif status == FINISHED_ELSEWHERE:
+        write(f"{run_id}: already finished elsewhere")
+    elif status == "failed":
+        write(finished_line(spec, run_label(spec), f"FAILED: {failure_line(run_dir)}"))
+    elif status is None:
+        write(f"{run_id}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}")
+    else:
+        write(finished_line(spec, run_label(spec), status))
+    return status in (CLAIMED, FINISHED_ELSEWHERE)
+
+
+def visible_gpus() -> list[str]:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g for g in env.split(",") if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:
+        return []
