@@ -290,6 +290,20 @@ class OptimConfig:
             raise ValueError(f"milestones must be increasing, got {short_repr(self.milestones)}")
 
 
+# The experiment trackers ``train.loggers`` may name, and the PyPI package each needs. The names are a
+# validation rule of the train section, so they live here; ltbench/train/loggers.py builds the loggers.
+LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def check_logger_names(names) -> None:
+    """``train.loggers`` validation (at recipe load): known names, each once."""
+    for name in names:
+        if name not in LOGGER_PACKAGES:
+            raise ValueError(f"loggers: unknown logger {name!r}; expected any of {', '.join(LOGGER_PACKAGES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"loggers: a logger is named twice: {list(names)}")
+
+
 @dataclass
 class TrainConfig:
     """How a run executes; none of these changes the method, some change numerics (precision)."""
@@ -310,8 +324,6 @@ class TrainConfig:
     augment_on: Literal["worker", "batch"] = added_later("worker")
 
     def validate(self) -> None:
-        from ltbench.loggers import check_logger_names
-
         check_logger_names(self.loggers)
         check_range("num_workers", self.num_workers, 0, 256)
         check_range("eval_every", self.eval_every, 0, MAX_EPOCHS)

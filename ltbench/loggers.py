@@ -17,8 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from ltbench.config import LOGGER_PACKAGES as PACKAGES
+
 LOGGERS: dict[str, Callable] = {}
-PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger -> the PyPI package it needs
 
 
 def register_logger(name: str):
@@ -26,15 +27,6 @@ def register_logger(name: str):
         LOGGERS[name] = cls
         return cls
     return add
-
-
-def check_logger_names(names) -> None:
-    """``train.loggers`` validation (at recipe load): known names, each once."""
-    for name in names:
-        if name not in PACKAGES:
-            raise ValueError(f"loggers: unknown logger {name!r}; expected any of {', '.join(PACKAGES)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"loggers: a logger is named twice: {list(names)}")
 
 
 def scalars(row: dict) -> dict[str, float]:
