@@ -201,11 +201,30 @@ def cmd_status(args) -> int:
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        recipe = load_checked_recipe(p, args.overrides, args.results)
-        return launch.print_status(recipe.root, recipe.runs, recipe.override_keys)
+        return launch.print_status(*_status_runs(p, args.overrides, args.results))
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
     return launch.print_status(_recipe_root(args.path, args.results))
+
+
+def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple[Path, list[dict], list[str]]:
+    """(results folder, run specs, override keys) of a recipe file: from the expansion cache when nothing
+    the expansion depends on changed (no torch; ltbench/expansion.py), else expanded (plugins, torch) and
+    cached for the next time."""
+    from ltbench import expansion
+
+    try:
+        recipe_file = expansion.read_recipe(path, overrides, results)
+        signature = expansion.expansion_signature(recipe_file, overrides)
+        hit = expansion.cached_runs(recipe_file, overrides, signature)
+    except LtbenchError:  # a broken recipe file: load_checked_recipe reports it, in its words
+        recipe_file = hit = None
+    if hit is not None:
+        return recipe_file.root, *hit
+    recipe = load_checked_recipe(path, overrides, results)
+    if recipe_file is not None:
+        expansion.save_runs(recipe_file, overrides, signature, recipe)
+    return recipe.root, recipe.runs, recipe.override_keys
 
 
 class _Parser(argparse.ArgumentParser):

@@ -70,7 +70,7 @@ ROOT = CORE.parent
 LAYERS = {  # rank: every module of ltbench/, by its full dotted name (a package by its __init__)
     6: ("ltbench.cli", "ltbench.__main__"),
     5: ("ltbench.launch", "ltbench.slurm", "ltbench.progress"),
-    4: ("ltbench.recipe", "ltbench.recipe_tables", "ltbench.plots", "ltbench.runlines",
+    4: ("ltbench.recipe", "ltbench.recipe_tables", "ltbench.expansion", "ltbench.plots", "ltbench.runlines",
         "ltbench.report", "ltbench.report.build", "ltbench.report.document", "ltbench.report.expected",
         "ltbench.report.formats", "ltbench.report.frames", "ltbench.report.index", "ltbench.report.published",
         "ltbench.report.rows", "ltbench.report.significance_marks"),
@@ -94,7 +94,7 @@ PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; 
 TORCH_FREE = ("ltbench.report", "ltbench.recipe_tables", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
               "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
               "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
-              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read", "ltbench.runlines")
+              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read", "ltbench.runlines", "ltbench.expansion")
 
 
 def all_modules() -> dict[str, Path]:

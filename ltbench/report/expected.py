@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench import safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
+from ltbench.expansion import code_signature
 from ltbench.identity import DATA_IDENTITY
 from ltbench.recipe import Recipe, RecipeConfig, load_recipe, read_recipe_file, recipe_name, results_root
 from ltbench.report import index
@@ -39,22 +39,6 @@ class RecipeRuns:
     expected: list[dict]  # run_id, key, seed, flat (configuration less seed, flattened)
     tables: dict[str, TableSpec]
     seeds: list
-
-
-def _code_signature(plugin_dirs: list[str]) -> str:
-    import ltbench
-
-    roots = [Path(ltbench.__file__).parent, Path(ltbench.__file__).parent.parent / "methods"]
-    roots += [Path(p) for p in plugin_dirs]
-    h = hashlib.sha1()
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
-            for f in sorted(filenames):
-                if f.endswith(".py"):
-                    st = os.stat(os.path.join(dirpath, f))
-                    h.update(f"{dirpath}/{f}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()
 
 
 def _root_of(path: Path, raw: dict, results: str | Path | None) -> tuple[str, Path]:
@@ -107,7 +91,7 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     plugins = raw.get("plugins") if isinstance(raw.get("plugins"), list) else []
     plugin_dirs = [str((path.parent / p).resolve()) for p in plugins if isinstance(p, str)]
     signature = hashlib.sha1(path.read_bytes() + json.dumps([str(root), list(overrides)]).encode()
-                             + _code_signature(plugin_dirs).encode()).hexdigest()
+                             + code_signature(plugin_dirs).encode()).hexdigest()
     cache_path = cache_file(root, f".ltbench-recipe-{name}-"
                                   f"{hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]}.json")
     if use_cache:
