@@ -1,5 +1,6 @@
-"""``ltbench status RECIPE`` reads the recipe's last expansion from its cache (ltbench/expansion.py), so it
-runs where torch cannot be imported; anything the expansion depends on changing makes it expand again."""
+"""The caches of a recipe's expansion (ltbench/expansion.py): ``ltbench status RECIPE`` reads its runs from
+the cache, so it runs where torch cannot be imported; anything the expansion depends on changing makes it
+(and the tables' cache, report/expected.py) expand again."""
 
 from __future__ import annotations
 
@@ -77,3 +78,28 @@ def test_a_forged_or_damaged_runs_cache_is_not_used(write_recipe, tmp_path):
         assert expansion.cached_runs(recipe_file, [], signature) is None
         cache.write_text("{not json")
         assert expansion.cached_runs(recipe_file, [], signature) is None
+
+
+def test_the_table_cache_sees_a_change_in_a_plugin_path_folder(write_recipe, tmp_path, monkeypatch):
+    """The tables' expansion cache (report/expected.py) takes the same signature: a method defined in a
+    $LTBENCH_PLUGIN_PATH folder can change every run id of a recipe, so editing it expands again."""
+    from ltbench.recipe import load_recipe
+    from ltbench.registry import PLUGIN_PATH_ENV
+    from ltbench.report import expected
+
+    path = write_recipe("tiny")
+    (tmp_path / "results" / "tiny").mkdir(parents=True)
+    recipe = load_recipe(path)
+    folder = tmp_path / "env_plugins"
+    folder.mkdir()
+    (folder / "defaults.py").write_text("TAU = 1.0\n")
+    monkeypatch.setenv(PLUGIN_PATH_ENV, str(folder))
+    expansions = []
+    monkeypatch.setattr(expected, "load_recipe", lambda *a, **k: expansions.append(a) or recipe)
+    with caches_in_the_results_folder():
+        for _ in range(2):
+            assert [e["run_id"] for e in expected.recipe_runs(path).expected] == [r["run_id"] for r in recipe.runs]
+        assert len(expansions) == 1  # the second read came from the cache
+        (folder / "defaults.py").write_text("TAU = 2.0\n")
+        expected.recipe_runs(path)
+        assert len(expansions) == 2
