@@ -24,7 +24,7 @@ import yaml
 from ltbench import identity, registry
 from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text
 from ltbench.errors import short_repr
-from ltbench.registry import BACKBONES, DATASETS, RegistryError
+from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe_tables import parse_tables
 from ltbench.samplers import resolve_sampler
@@ -289,11 +289,9 @@ def _check_view_names(method: dict, where: str) -> None:
             continue
         unknown = [v for v in value if v not in STANDARD_VIEW_ALIASES]
         if unknown:
-            from ltbench.data.transforms import PIPELINES  # torchvision: imported only when needed
-
-            bad = [v for v in unknown if v not in PIPELINES]
+            bad = [v for v in unknown if v not in PIPELINES]  # discovery imports the pipelines (torchvision)
             if bad:
-                known = ", ".join([*STANDARD_VIEW_ALIASES, *sorted(PIPELINES)])
+                known = ", ".join([*STANDARD_VIEW_ALIASES, *PIPELINES.names()])
                 raise ConfigError(f"{join_path(where, key)}: unknown view {short_repr(bad[0])}; known: {known}")
 
 
