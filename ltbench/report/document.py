@@ -13,7 +13,7 @@ import shlex
 from collections import Counter
 from pathlib import Path
 
-from ltbench import store
+from ltbench import plots, store
 
 FIGURES = {  # kind -> (frame, plotting function, keyword arguments, what it shows)
     "per_class": ("per_class", "plot_per_class", {}, "per-class accuracy against training count"),
@@ -30,10 +30,6 @@ FIGURE_FILES = {"kappa": ("kappa", "*weight_norm")}
 def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
     """Draw one kind of figure; returns (written paths, reason when nothing was drawn)."""
     frame_name, func_name, kwargs, _ = FIGURES[kind]
-    try:
-        from ltbench import plots
-    except ImportError:
-        return [], "figures are not available in this build (no ltbench.plots)"
     df = frames[frame_name]
     if kind == "kappa":  # BAPE's kappa, and beside it the per-class weight norms LA / cosine heads record
         return _class_stats(plots, df, out_base, _study_rows(frames))
