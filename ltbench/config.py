@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from ltbench.errors import ConfigError, short_repr
 from ltbench.identity import DROPPED, identity_of
+from ltbench.loggers import check_logger_names
+from ltbench.priors import parse_prior
 
 # Which configuration fields are execution settings (not part of what a run computes) is declared in
 # ltbench/identity.py, the one home of run identity; these names are kept for the code that imports them.
@@ -310,8 +312,6 @@ class TrainConfig:
     augment_on: Literal["worker", "batch"] = added_later("worker")
 
     def validate(self) -> None:
-        from ltbench.loggers import check_logger_names
-
         check_logger_names(self.loggers)
         check_range("num_workers", self.num_workers, 0, 256)
         check_range("eval_every", self.eval_every, 0, MAX_EPOCHS)
@@ -362,8 +362,6 @@ def check_views(views: list[str] | None, what: str = "views") -> None:
 
 def check_prior_name(name: str, where: str) -> tuple[str, float]:
     """'forward50' -> ('forward', 50.0): the one prior grammar of ltbench/priors.py, with ``where`` in front."""
-    from ltbench.priors import parse_prior
-
     try:
         return parse_prior(name)
     except ValueError as exc:

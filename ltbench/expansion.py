@@ -34,9 +34,8 @@ SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status rea
 def code_signature(plugin_dirs: list[str]) -> str:
     """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
     given plugin folders."""
-    import ltbench
-
-    roots = [Path(ltbench.__file__).parent, Path(ltbench.__file__).parent.parent / "methods"]
+    core = Path(__file__).resolve().parent  # ltbench/
+    roots = [core, core.parent / "methods"]
     roots += [Path(p) for p in plugin_dirs]
     h = hashlib.sha1()
     for root in roots:

@@ -16,16 +16,17 @@ import threading
 import time
 from pathlib import Path
 
-from ltbench import store
+from ltbench import report, store
 from ltbench.errors import ConfigError, DataMissingError
+from ltbench.progress import ProgressBoard, finished_line
 from ltbench.recipe import Recipe, distinct_data, run_label
+from ltbench.registry import DATASETS
 from ltbench.runlines import check_results_root, describe_found, other_data_note, run_lines, stage2_state
+from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line, prepare_run_dir, run_one
 
 
 def preflight(recipe: Recipe) -> None:
     """Stop before any run starts when a dataset is missing (one message, not one per run)."""
-    from ltbench.registry import DATASETS
-
     for spec in distinct_data(recipe.runs):
         check = getattr(DATASETS.build(spec["config"]["data"], where="data"), "check", None)
         if callable(check):
@@ -42,8 +43,6 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dic
     'done'). ``redo``: 'failed' and/or 'stale' results to run again. The worker re-decides under the
     run's lock, so a run another process finishes meanwhile is not trained twice. Not read-only: a run
     folder whose spec.json is missing gets it written again (``runner.prepare_run_dir``)."""
-    from ltbench.runner import prepare_run_dir
-
     statuses, out = [], []
     for spec in recipe.runs:
         run_dir = Path(spec["run_dir"])
@@ -64,7 +63,7 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[dic
 def set_aside_without_checkpoint(run_dir: Path) -> bool:
     """--rebuild-checkpoints: a done run whose checkpoint.pt is not its final model (gone, truncated, foreign)
     has its result moved to result.json.no-checkpoint, so the run trains again and writes both anew."""
-    from ltbench.features import final_checkpoint_problem
+    from ltbench.features import final_checkpoint_problem  # lazy: keeps status free of torch
 
     problem = final_checkpoint_problem(run_dir)
     if not problem:
@@ -148,7 +147,7 @@ def launch_pool(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: 
 
 def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
     """Job arrays on a Slurm cluster through submitit; with ``wait``, until every run has a result."""
-    from ltbench import slurm
+    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
 
     slurm.submit(recipe, specs, wait=wait, redo=redo)
     return [] if wait else None
@@ -156,7 +155,7 @@ def launch_slurm(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait:
 
 def launch_debug(recipe: Recipe, specs: list[dict], redo: tuple[str, ...], wait: bool) -> list[dict] | None:
     """submitit's debug executor: the same job arrays as 'slurm', run in this process (all chunks)."""
-    from ltbench import slurm
+    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
 
     for job in slurm.submit_arrays(recipe, specs, "debug", redo):
         job.result()  # the debug executor runs a job when its result is asked for
@@ -172,13 +171,13 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
     time); 'slurm' submits one array task per finished run and returns (run the command again, or
     ``ltbench table``, once they end: stored settings are skipped); 'debug' runs those tasks in this process.
     Returns summed counts ('unfinished', 'done', 'failed', 'already', 'busy'; 'submitted' on Slurm)."""
-    from ltbench.posthoc_runs import add_counts, ready_run_dirs, run_posthoc
+    from ltbench.posthoc_runs import add_counts, ready_run_dirs, run_posthoc  # lazy: keeps status free of torch
 
     name = recipe.launcher.name
     if name not in ("slurm", "debug"):
         return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed,
                            redo_stale=redo_stale)
-    from ltbench import slurm
+    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
 
     if name == "slurm":
         slurm.require_sbatch()
@@ -206,7 +205,6 @@ def run_local(specs: list[dict], jobs: int = 1, redo: tuple[str, ...] = ()) -> l
     specs another process was running (skipped here)."""
     if jobs > 1 and len(specs) > 1:
         return run_pool(specs, jobs, redo)
-    from ltbench.runner import CLAIMED, FINISHED_ELSEWHERE, failure_line, run_one
 
     elsewhere = []
     for i, spec in enumerate(specs, 1):
@@ -214,8 +212,6 @@ def run_local(specs: list[dict], jobs: int = 1, redo: tuple[str, ...] = ()) -> l
         print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec['run_id']})")
         status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True), redo=redo)
         if status == "done":
-            from ltbench.progress import finished_line
-
             print(finished_line(spec, run_label(spec), status), flush=True)
         elif status == "failed":
             print(f"  FAILED: {failure_line(Path(spec['run_dir']))}")
@@ -314,8 +310,6 @@ def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = (), devices: 
     terminal (``ltbench.progress``). A slot keeps its GPU for every run it takes, so each GPU holds at most
     its share of runs at once. Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs
     run elsewhere."""
-    from ltbench.progress import ProgressBoard
-
     devices = devices if devices is not None else gpu_slots(jobs, _visible_gpus())
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
@@ -342,8 +336,6 @@ def run_pool(specs: list[dict], jobs: int, redo: tuple[str, ...] = (), devices: 
 
 def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...], gpu: str | None,
                   write=print) -> subprocess.Popen:
-    from ltbench.runner import prepare_run_dir
-
     run_dir = prepare_run_dir(spec)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -363,9 +355,6 @@ def _start_worker(spec: dict, slot: int, jobs: int, redo: tuple[str, ...], gpu: 
 def _report_worker_end(proc: subprocess.Popen, spec: dict, write=print) -> bool:
     """Say how a worker ended (a finished run with its method, seed and All accuracy); True when
     another process had the run (claimed or finished)."""
-    from ltbench.progress import finished_line
-    from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line
-
     status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
     run_dir, run_id = Path(spec["run_dir"]), spec["run_id"]
     if status == CLAIMED:
@@ -396,7 +385,6 @@ def _visible_gpus() -> list[str]:
 def print_summary(recipe: Recipe) -> dict[str, int]:
     """Print the recipe's summary table and status counts after a launch; return the counts."""
     counts = store.count_statuses(store.run_status(Path(spec["run_dir"])) for spec in recipe.runs)
-    from ltbench import report
 
     text = report.summary_table(recipe)
     if text:

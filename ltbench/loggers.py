@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from ltbench.errors import ConfigError
+
 LOGGERS: dict[str, Callable] = {}
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger -> the PyPI package it needs
 
@@ -104,8 +106,6 @@ class LoggerSet:
 
 def create_loggers(names, run_dir: Path, spec) -> LoggerSet:
     """Start the named loggers; a missing package is one line naming what to install."""
-    from ltbench.errors import ConfigError
-
     out = []
     for name in names:
         try:

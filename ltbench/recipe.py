@@ -223,7 +223,7 @@ def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> d
 
 def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     """Validate one run's configuration into plain, fully defaulted data."""
-    from ltbench.method import resolved_method_spec
+    from ltbench.method import resolved_method_spec  # lazy: keeps table and status free of torch
 
     method = raw.get("method")
     mwhere = join_path(where, "method")
@@ -569,7 +569,7 @@ def expand_posthoc(entries: Any, where: str) -> list[dict]:
     """The recipe's ``posthoc:`` grid, resolved and validated like a method config (ltbench/posthoc.py)."""
     if entries is None:
         return []
-    from ltbench.posthoc import expand_posthoc as expand  # torch: only for recipes that declare a stage 2
+    from ltbench.posthoc import expand_posthoc as expand  # lazy: keeps table and status free of torch
 
     return expand(entries, where)
 

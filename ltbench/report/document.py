@@ -13,7 +13,8 @@ import shlex
 from collections import Counter
 from pathlib import Path
 
-from ltbench import plots, store
+from ltbench import plots, report, store
+from ltbench.report.formats import latex_document, render
 
 FIGURES = {  # kind -> (frame, plotting function, keyword arguments, what it shows)
     "per_class": ("per_class", "plot_per_class", {}, "per-class accuracy against training count"),
@@ -84,9 +85,6 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_report(recipe_path, results=None, test: str | None = "welch", overrides=(), use_cache: bool = True) -> Path:
-    from ltbench import report
-    from ltbench.report.formats import latex_document, render
-
     records, recipe, root = report.source(recipe_path, results, use_cache, overrides=overrides)
     if recipe is None:
         raise report.LtbenchError(f"{recipe_path}: 'ltbench report' needs a recipe file")
