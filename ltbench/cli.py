@@ -20,8 +20,8 @@ MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; e
 def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None):
     """recipe.load_recipe, then the check that every declared table can be built from its runs (which
     needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run."""
-    from ltbench.recipe import load_recipe
-    from ltbench.report.expected import check_recipe_tables
+    from ltbench.recipe import load_recipe  # lazy: keeps --help fast
+    from ltbench.report.expected import check_recipe_tables  # lazy: keeps --help fast
 
     recipe = load_recipe(path, overrides, results_dir=results)
     check_recipe_tables(recipe)
@@ -39,7 +39,7 @@ def _recipe_root(path: str, results: str | None) -> Path:
 
 
 def cmd_run(args) -> int:
-    from ltbench import launch
+    from ltbench import launch  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     if args.launcher:
         recipe.launcher.name = args.launcher
@@ -54,7 +54,7 @@ def cmd_run(args) -> int:
 
 def cmd_posthoc(args) -> int:
     """The recipe's stage-2 grid over its finished runs (docs/posthoc.md)."""
-    from ltbench.launch import launch_posthoc
+    from ltbench.launch import launch_posthoc  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     if not recipe.posthoc:
         raise LtbenchError(f"{args.recipe}: posthoc: no stage-2 settings declared; add a 'posthoc:' list, e.g. "
@@ -79,7 +79,7 @@ def cmd_posthoc(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from ltbench import registry
+    from ltbench import registry  # lazy: keeps --help fast
 
     registry.add_plugin_paths(args.plugins or [])
     reg = registry.REGISTRIES[args.kind]
@@ -97,11 +97,11 @@ LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 
 def cmd_data(args) -> int:
-    from ltbench.recipe import distinct_data
+    from ltbench.recipe import distinct_data  # lazy: keeps --help fast
 
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
-    from ltbench import engine
-    from ltbench.evaluation import shot_groups
+    from ltbench import engine  # lazy: keeps table and status free of torch
+    from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
 
     reports = []
     for spec in distinct_data(recipe.runs):
@@ -146,7 +146,7 @@ def cmd_data(args) -> int:
 
 
 def cmd_table(args) -> int:
-    from ltbench import report
+    from ltbench import report  # lazy: keeps --help fast
 
     heads = [h.strip() for h in args.heads.split(",") if h.strip()] if args.heads else None
     test = None if args.test == "none" else args.test
@@ -163,7 +163,7 @@ def cmd_table(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from ltbench.report.document import write_report
+    from ltbench.report.document import write_report  # lazy: keeps the other commands free of matplotlib
 
     out = write_report(args.recipe, args.results, test=None if args.test == "none" else args.test,
                        overrides=args.overrides, use_cache=not args.no_cache)
@@ -172,8 +172,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from ltbench import report
-    from ltbench.report.document import draw
+    from ltbench import report  # lazy: keeps --help fast
+    from ltbench.report.document import draw  # lazy: keeps the other commands free of matplotlib
 
     frames = report.load(args.path, args.results, overrides=args.overrides)
     _, _, root = report.source(args.path, args.results, overrides=args.overrides)
@@ -186,26 +186,45 @@ def cmd_plot(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from ltbench.contract import check_plugin_folder, check_recipe
+    from ltbench.contract import check_plugin_folder, check_recipe  # lazy: keeps table and status free of torch
 
     target = Path(args.folder)
     if target.is_file() and target.suffix in (".yaml", ".yml"):
-        from ltbench.recipe import load_recipe
+        from ltbench.recipe import load_recipe  # lazy: keeps --help fast
 
         return check_recipe(load_recipe(target), args.data_root)
     return check_plugin_folder(args.folder, args.data_root)
 
 
 def cmd_status(args) -> int:
-    from ltbench import run_status_view
+    from ltbench import run_status_view  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        recipe = load_checked_recipe(p, args.overrides, args.results)
-        return run_status_view.print_status(recipe.root, recipe.runs, recipe.override_keys)
+        return run_status_view.print_status(*_status_runs(p, args.overrides, args.results))
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
     return run_status_view.print_status(_recipe_root(args.path, args.results))
+
+
+def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple[Path, list, list[str]]:
+    """(results folder, run specs, override keys) of a recipe file: from the expansion cache when nothing
+    the expansion depends on changed (no torch; ltbench/expansion.py), else expanded (plugins, torch) and
+    cached for the next time."""
+    from ltbench import expansion  # lazy: keeps --help fast
+
+    try:
+        recipe_file = expansion.read_recipe(path, overrides, results)
+        signature = expansion.expansion_signature(recipe_file, overrides)
+        hit = expansion.cached_runs(recipe_file, overrides, signature)
+    except LtbenchError:  # a broken recipe file: load_checked_recipe reports it, in its words
+        recipe_file = hit = None
+    if hit is not None:
+        return recipe_file.root, *hit
+    recipe = load_checked_recipe(path, overrides, results)
+    if recipe_file is not None:
+        expansion.save_runs(recipe_file, overrides, signature, recipe)
+    return recipe.root, recipe.runs, recipe.override_keys
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ltbench.errors import ConfigError, short_repr
 from ltbench.identity import DROPPED, identity_of
+from ltbench.priors import parse_prior
 
 # Which configuration fields are execution settings (not part of what a run computes) is declared in
 # ltbench/identity.py, the one home of run identity; these names are kept for the code that imports them.
@@ -374,8 +375,6 @@ def check_views(views: list[str] | None, what: str = "views") -> None:
 
 def check_prior_name(name: str, where: str) -> tuple[str, float]:
     """'forward50' -> ('forward', 50.0): the one prior grammar of ltbench/priors.py, with ``where`` in front."""
-    from ltbench.priors import parse_prior
-
     try:
         return parse_prior(name)
     except ValueError as exc:

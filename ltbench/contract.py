@@ -31,8 +31,11 @@ import torch.nn as nn
 
 from ltbench import registry
 from ltbench.config import from_dict
+from ltbench.data.base import LTData
+from ltbench.method import Method, MethodContext, create_method
+from ltbench.posthoc import FrozenRun, PosthocMethod, SplitInputs
+from ltbench.samplers import Sampler, SamplerContext
 from ltbench.errors import DataMissingError, LtbenchError, shorten
-from ltbench.method import Method
 
 COUNTS = (40, 20, 10, 5, 2)  # a small long-tailed training set of K = 5 classes
 FEATURE_DIM = 16
@@ -70,8 +73,6 @@ def default_config(cls: Any, what: str) -> Any:
 
 
 def _context(feature_dim: int = FEATURE_DIM):
-    from ltbench.method import MethodContext
-
     return MethodContext(num_classes=len(COUNTS), class_counts=torch.tensor(COUNTS), feature_dim=feature_dim,
                          epochs=2)
 
@@ -116,8 +117,6 @@ def model_feature_dim(cls: Any, cfg: Any) -> int:
 
 
 def _build_method(cls: Any, cfg: Any, seed: int):
-    from ltbench.method import Method
-
     torch.manual_seed(seed)
     method = cls(cfg, _context(model_feature_dim(cls, cfg)))
     _expect(isinstance(method, Method) and isinstance(method, nn.Module),
@@ -265,8 +264,6 @@ class ContractLinearHead(Method):
 
 def tiny_frozen_run():
     """A FrozenRun of random features under an untrained linear head: enough for the stage-2 promises."""
-    from ltbench.posthoc import FrozenRun, SplitInputs
-
     gen = torch.Generator().manual_seed(0)
     labels = torch.cat([torch.full((n,), c) for c, n in enumerate(COUNTS)])
     split = lambda y: SplitInputs(torch.rand(len(y), FEATURE_DIM, generator=gen), y)  # noqa: E731
@@ -280,8 +277,6 @@ def tiny_frozen_run():
 def check_posthoc(cls: Any, name: str) -> None:
     """Default config validates; fit(); predict() gives finite (N, K) scores, the same for None and a
     uniform prior, and a prior favouring a class never moves predictions away from it."""
-    from ltbench.posthoc import PosthocMethod
-
     cfg = default_config(cls, f"posthoc {name}")
     frozen = tiny_frozen_run()
     clf = cls(cfg, frozen, 0)
@@ -356,7 +351,6 @@ def check_dataset(cls: Any, name: str) -> str:
 def _check_loaded(data: Any) -> str:
     import numpy as np
 
-    from ltbench.data.base import LTData
 
     _expect(isinstance(data, LTData), f"load() must return ltbench.data.LTData, got {type(data).__name__}")
     k = data.num_classes
@@ -378,7 +372,6 @@ def check_sampler(cls: Any, name: str) -> str:
     epochs or seeds (so it is not one fixed order)."""
     import numpy as np
 
-    from ltbench.samplers import Sampler, SamplerContext
 
     _expect(isinstance(cls, type) and issubclass(cls, Sampler), "a sampler must subclass ltbench.samplers.Sampler")
     labels = np.repeat(np.arange(5), [40, 20, 9, 4, 2])

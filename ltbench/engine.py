@@ -42,6 +42,7 @@ from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
+from ltbench.loggers import create_loggers
 from ltbench.method import Method, MethodContext, build_method_model, create_method
 from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.record import TrainOutcome, data_record
@@ -797,8 +798,6 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
     distributed.barrier()
     s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
     if s.main and s.run.train.loggers:
-        from ltbench.loggers import create_loggers
-
         s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
     saver.restart_clock()
     started = time.time()

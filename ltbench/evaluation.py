@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ltbench.data.profile import exponential_decay
+from ltbench.priors import parse_prior
 
 GROUPS = ("many", "medium", "few")
 
@@ -120,6 +121,4 @@ def longtail_prior(train_counts, imb_factor: float, direction: str) -> np.ndarra
 def parse_prior_name(name: str) -> tuple[str, float]:
     """'forward50' -> ('forward', 50.0); 'uniform' -> ('uniform', 1.0). ValueError for anything else
     (the one grammar: ltbench/priors.py, which also validates recipes before any run)."""
-    from ltbench.priors import parse_prior
-
     return parse_prior(name)

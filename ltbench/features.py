@@ -38,6 +38,7 @@ from ltbench.checkpoint import load_checkpoint
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
 from ltbench.data.validation import declares_validation
+from ltbench.engine import build_run
 from ltbench.errors import LtbenchError
 from ltbench.predictions import npz_problem
 
@@ -185,8 +186,6 @@ def set_aside_damaged_cache(run_dir: Path, say: Callable[[str], None]) -> None:
 
 def rebuild_run(config: dict, state: dict):
     """The run's data, backbone and method (``engine.Run``) with the final checkpoint's weights, in eval mode."""
-    from ltbench.engine import build_run
-
     run = build_run(config)
     run.model.load_state_dict(state["model"])
     run.method.load_extra_state(state.get("method_extra", {}))

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ltbench import local_pool, store
+from ltbench import local_pool, report, store
 from ltbench.errors import ConfigError
 from ltbench.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
-from ltbench.registry import Registry
+from ltbench.registry import DATASETS, Registry
 from ltbench.runlines import check_results_root, other_data_note, run_lines
+from ltbench.runner import prepare_run_dir
 from ltbench.runspec import RunSpec
 
 
 def preflight(recipe: Recipe) -> None:
     """Stop before any run starts when a dataset is missing (one message, not one per run)."""
-    from ltbench.registry import DATASETS
-
     for spec in distinct_data(recipe.runs):
         check = getattr(DATASETS.build(spec.config["data"], where="data"), "check", None)
         if callable(check):
@@ -35,8 +34,6 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[Run
     ``store.to_run`` decides from it). ``redo``: 'failed' and/or 'stale' results to run again. The worker
     re-decides under the run's lock, so a run another process finishes meanwhile is not trained twice. Not
     read-only: a run folder whose spec.json is missing gets it written again (``runner.prepare_run_dir``)."""
-    from ltbench.runner import prepare_run_dir
-
     statuses, out = [], []
     for spec in recipe.runs:
         run_dir = Path(spec.run_dir)
@@ -54,7 +51,7 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[Run
 def set_aside_without_checkpoint(run_dir: Path) -> bool:
     """--rebuild-checkpoints: a done run whose checkpoint.pt is not its final model (gone, truncated, foreign)
     has its result moved to result.json.no-checkpoint, so the run trains again and writes both anew."""
-    from ltbench.features import final_checkpoint_problem
+    from ltbench.features import final_checkpoint_problem  # lazy: keeps status free of torch
 
     problem = final_checkpoint_problem(run_dir)
     if not problem:
@@ -145,7 +142,7 @@ def launch_pool(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wai
 @LAUNCHERS.register("slurm")
 def launch_slurm(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec] | None:
     """Job arrays on a Slurm cluster through submitit; with ``wait``, until every run has a result."""
-    from ltbench import slurm
+    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
 
     slurm.submit(recipe, specs, wait=wait, redo=redo)
     return [] if wait else None
@@ -154,7 +151,7 @@ def launch_slurm(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wa
 @LAUNCHERS.register("debug")
 def launch_debug(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec] | None:
     """submitit's debug executor: the same job arrays as 'slurm', run in this process (all chunks)."""
-    from ltbench import slurm
+    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
 
     for job in slurm.submit_arrays(recipe, specs, "debug", redo):
         job.result()  # the debug executor runs a job when its result is asked for
@@ -167,13 +164,13 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
     time); 'slurm' submits one array task per finished run and returns (run the command again, or
     ``ltbench table``, once they end: stored settings are skipped); 'debug' runs those tasks in this process.
     Returns summed counts ('unfinished', 'done', 'failed', 'already', 'busy'; 'submitted' on Slurm)."""
-    from ltbench.posthoc_runs import add_counts, ready_run_dirs, run_posthoc
+    from ltbench.posthoc_runs import add_counts, ready_run_dirs, run_posthoc  # lazy: keeps status free of torch
 
     name = recipe.launcher.name
     if name not in ("slurm", "debug"):
         return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed,
                            redo_stale=redo_stale)
-    from ltbench import slurm
+    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
 
     if name == "slurm":
         slurm.require_sbatch()
@@ -219,8 +216,6 @@ def check_runs_per_gpu(recipe: Recipe) -> None:
 def print_summary(recipe: Recipe) -> dict[str, int]:
     """Print the recipe's summary table and status counts after a launch; return the counts."""
     counts = store.count_statuses(store.run_status(Path(spec.run_dir)) for spec in recipe.runs)
-    from ltbench import report
-
     text = report.summary_table(recipe)
     if text:
         print()

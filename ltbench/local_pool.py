@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 from ltbench import store
+from ltbench.progress import ProgressBoard, finished_line
 from ltbench.recipe import run_label
+from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line, prepare_run_dir, run_one
 from ltbench.runspec import RunSpec
 
 
@@ -27,19 +29,15 @@ def run_local(specs: list[RunSpec], jobs: int = 1, redo: tuple[str, ...] = ()) -
     specs another process was running (skipped here)."""
     if jobs > 1 and len(specs) > 1:
         return run_pool(specs, jobs, redo)
-    from ltbench.runner import CLAIMED, FINISHED_ELSEWHERE, failure_line, run_one
-
     elsewhere = []
     for i, spec in enumerate(specs, 1):
         c = spec.config
         print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec.run_id})")
         status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True), redo=redo)
         if status == "done":
-            from ltbench.progress import finished_line
-
             print(finished_line(spec, run_label(spec), status), flush=True)
         elif status == "failed":
-            print(f"  FAILED: {failure_line(Path(spec['run_dir']))}")
+            print(f"  FAILED: {failure_line(Path(spec.run_dir))}")
         elif status in (CLAIMED, FINISHED_ELSEWHERE):
             if status == FINISHED_ELSEWHERE:
                 print("  already finished by another process")
@@ -115,8 +113,6 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
     terminal (``ltbench.progress``). A slot keeps its GPU for every run it takes, so each GPU holds at most
     its share of runs at once. Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs
     run elsewhere."""
-    from ltbench.progress import ProgressBoard
-
     devices = devices if devices is not None else gpu_slots(jobs, visible_gpus())
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
@@ -143,8 +139,6 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
 
 def _start_worker(spec: RunSpec, slot: int, jobs: int, redo: tuple[str, ...], gpu: str | None,
                   write=print) -> subprocess.Popen:
-    from ltbench.runner import prepare_run_dir
-
     run_dir = prepare_run_dir(spec)
     threads = max(1, (os.cpu_count() or 1) // jobs)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -164,9 +158,6 @@ def _start_worker(spec: RunSpec, slot: int, jobs: int, redo: tuple[str, ...], gp
 def _report_worker_end(proc: subprocess.Popen, spec: RunSpec, write=print) -> bool:
     """Say how a worker ended (a finished run with its method, seed and All accuracy); True when
     another process had the run (claimed or finished)."""
-    from ltbench.progress import finished_line
-    from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line
-
     status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
     run_dir, run_id = Path(spec.run_dir), spec.run_id
     if status == CLAIMED:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ltbench.config import LOGGER_PACKAGES as PACKAGES
+from ltbench.errors import ConfigError
 
 LOGGERS: dict[str, Callable] = {}
 
@@ -96,8 +97,6 @@ class LoggerSet:
 
 def create_loggers(names, run_dir: Path, spec) -> LoggerSet:
     """Start the named loggers; a missing package is one line naming what to install."""
-    from ltbench.errors import ConfigError
-
     out = []
     for name in names:
         try:

@@ -30,6 +30,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ltbench.errors import LtbenchError
 from ltbench.evaluation import GROUPS
+from ltbench.priors import prior_position as position
 from ltbench.store import atomic_write_bytes
 
 FORMATS = ("png", "pdf")
@@ -291,8 +292,6 @@ def plot_class_stats(df: pd.DataFrame, out_dir, all_rows: Sequence[str] = (),
 
 def prior_position(name: str) -> float:
     """Natural order of test priors: forward50 < ... < forward2 < uniform < backward2 < ... < backward50."""
-    from ltbench.priors import prior_position as position
-
     return position(name)
 
 

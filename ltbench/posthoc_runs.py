@@ -29,11 +29,12 @@ import torch
 from ltbench import features, identity, registry, safe_read, store
 from ltbench.config import EvalConfig, from_dict
 from ltbench.errors import DiskFullError, LtbenchError
+from ltbench.identity import code_entry
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.method import MethodContext, create_method
 from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
 from ltbench.predictions import save_predictions
-from ltbench.provenance import git_state
+from ltbench.provenance import git_state, module_closure
 from ltbench.registry import POSTHOC
 from ltbench.runspec import RunSpec
 from ltbench.selection import headline
@@ -169,8 +170,6 @@ def plugin_code(name: str) -> dict:
     with the files now, so an edited stage-2 plugin (or its helper) makes its results stale."""
     import sys
 
-    from ltbench.identity import code_entry
-    from ltbench.provenance import module_closure
 
     module_name = POSTHOC.entry(name).module
     out = {}

@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ltbench import safe_read
 from ltbench.store import atomic_write_bytes
 
 PREDICTIONS = "predictions.npz"
@@ -61,8 +62,6 @@ def npz_problem(path: Path, max_member_bytes: int = MAX_NPZ_MEMBER_BYTES) -> str
     """'' when ``path`` is a regular .npz whose members are plain (no object) arrays whose headers agree with
     their stored sizes, else what is wrong. Reads the headers only: a forged header claiming 10^12 entries
     is refused before numpy allocates anything."""
-    from ltbench import safe_read
-
     problem = safe_read.regular_file_problem(path)
     if problem:
         return problem

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 import ltbench
+from ltbench import registry
+from ltbench.identity import code_entry
 
 
 def git_state(folder: Path) -> dict:
@@ -135,8 +137,6 @@ def plugin_code(config: dict) -> dict[str, dict]:
     its method (and any method it names, e.g. an auxiliary one), dataset, backbone and sampler, built-in ones
     included, plus the package-local modules they use. Status compares these with the files on disk
     to flag results computed by code that has changed since."""
-    from ltbench import registry
-
     wanted = [(registry.METHODS, n) for n in _names_in(config.get("method"))]
     wanted += [(registry.DATASETS, config["data"]["name"]), (registry.BACKBONES, config["backbone"]["name"])]
     if config.get("sampler"):  # absent for the default sampler (then the record is as before samplers existed)
@@ -145,7 +145,6 @@ def plugin_code(config: dict) -> dict[str, dict]:
     for reg, name in wanted:
         if name in reg:
             modules |= module_closure(reg.entry(name).module)
-    from ltbench.identity import code_entry
 
     out = {}
     for name in sorted(modules):

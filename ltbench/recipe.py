@@ -24,7 +24,7 @@ import yaml
 from ltbench import identity, registry
 from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text
 from ltbench.errors import short_repr
-from ltbench.registry import BACKBONES, DATASETS, RegistryError
+from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe_tables import parse_tables
 from ltbench.runspec import RunSpec
@@ -224,7 +224,7 @@ def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> d
 
 def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     """Validate one run's configuration into plain, fully defaulted data."""
-    from ltbench.method import resolved_method_spec
+    from ltbench.method import resolved_method_spec  # lazy: keeps table and status free of torch
 
     method = raw.get("method")
     mwhere = join_path(where, "method")
@@ -290,11 +290,9 @@ def _check_view_names(method: dict, where: str) -> None:
             continue
         unknown = [v for v in value if v not in STANDARD_VIEW_ALIASES]
         if unknown:
-            from ltbench.data.transforms import PIPELINES  # torchvision: imported only when needed
-
-            bad = [v for v in unknown if v not in PIPELINES]
+            bad = [v for v in unknown if v not in PIPELINES]  # discovery imports the pipelines (torchvision)
             if bad:
-                known = ", ".join([*STANDARD_VIEW_ALIASES, *sorted(PIPELINES)])
+                known = ", ".join([*STANDARD_VIEW_ALIASES, *PIPELINES.names()])
                 raise ConfigError(f"{join_path(where, key)}: unknown view {short_repr(bad[0])}; known: {known}")
 
 
@@ -564,7 +562,7 @@ def expand_posthoc(entries: Any, where: str) -> list[dict]:
     """The recipe's ``posthoc:`` grid, resolved and validated like a method config (ltbench/posthoc.py)."""
     if entries is None:
         return []
-    from ltbench.posthoc import expand_posthoc as expand  # torch: only for recipes that declare a stage 2
+    from ltbench.posthoc import expand_posthoc as expand  # lazy: keeps table and status free of torch
 
     return expand(entries, where)
 

@@ -1,9 +1,9 @@
 """One registry type for methods, datasets, backbones, samplers and stage-2 (posthoc) methods, and the discovery that fills them.
 
 Names are found in three places, always in this order:
-1. the core's own modules (datasets and backbones shipped in ``ltbench``);
+1. the core's own modules (datasets, backbones, samplers and augmentation pipelines shipped in ``ltbench``);
 2. Python entry points (groups ``ltbench.methods``, ``ltbench.datasets``, ``ltbench.backbones``,
-   ``ltbench.posthoc``, ``ltbench.samplers``);
+   ``ltbench.posthoc``, ``ltbench.samplers``, ``ltbench.pipelines``, ``ltbench.batch_pipelines``);
    the built-in ``methods/`` package is registered this way too, so it is loaded exactly like a
    third-party plugin;
 3. plugin folders, from a recipe's ``plugins:`` list and the ``LTBENCH_PLUGIN_PATH`` environment
@@ -25,7 +25,7 @@ import pkgutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ltbench.config import from_dict, to_dict
 from ltbench.errors import LtbenchError, short_repr, shorten
@@ -33,7 +33,7 @@ from ltbench.errors import LtbenchError, short_repr, shorten
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
 CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones",
                 "ltbench.samplers.uniform", "ltbench.samplers.class_balanced", "ltbench.samplers.square_root",
-                "ltbench.samplers.progressive")
+                "ltbench.samplers.progressive", "ltbench.data.transforms", "ltbench.data.batch_augment")
 
 
 class RegistryError(LtbenchError):
@@ -117,8 +117,10 @@ class Registry:
         if self.group is not None:  # a core-only table needs no plugin import (no torch)
             discover()
 
-    def unknown_message(self, name: str) -> str:
-        known = sorted(self._entries)
+    def unknown_message(self, name: str, also: Iterable[str] = ()) -> str:
+        """'unknown <kind> NAME. Did you mean ...? Known: ...'; ``also``: other names the caller accepts
+        (a dataset's view aliases, say), suggested and listed with the registry's."""
+        known = sorted({*self._entries, *also})
         hint = did_you_mean(name, known, self.hint_cutoff)
         searched = f" Searched: {searched_locations()}" if self.group is not None else ""
         return f"unknown {self.kind} '{name}'.{hint} Known: {', '.join(known) or '(none)'}.{searched}"
@@ -167,7 +169,13 @@ BACKBONES = Registry("backbone", "ltbench.backbones")
 POSTHOC = Registry("posthoc method", "ltbench.posthoc")  # stage-2 classifiers on frozen features (ltbench/posthoc.py)
 SAMPLERS = Registry("sampler", "ltbench.samplers", hint_cutoff=0.0)  # training-set samplers (ltbench/samplers/)
 REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES, "posthoc": POSTHOC,
-              "samplers": SAMPLERS}
+              "samplers": SAMPLERS}  # the plugin kinds a run names ('ltbench list', 'ltbench check', provenance)
+# Augmentation pipelines by name (ltbench/data/transforms.py: ImageSpec -> per-image transform) and their
+# batched counterparts under the same names (ltbench/data/batch_augment.py, train.augment_on=batch).
+# Methods ask for them through their views; not a plugin kind of their own in 'ltbench list'/'check'.
+PIPELINES = Registry("augmentation pipeline", "ltbench.pipelines")
+BATCH_PIPELINES = Registry("batched augmentation pipeline", "ltbench.batch_pipelines")
+DISCOVERED = (*REGISTRIES.values(), PIPELINES, BATCH_PIPELINES)  # every registry entry points can fill
 
 # --------------------------------------------------------------------------------------------
 # Discovery
@@ -208,7 +216,7 @@ def _load_entry_points() -> None:
     if _entry_points_done:
         return
     _entry_points_done = True
-    for registry in REGISTRIES.values():
+    for registry in DISCOVERED:
         for ep in sorted(importlib.metadata.entry_points(group=registry.group), key=lambda e: e.name):
             dist = getattr(ep, "dist", None)
             dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"

@@ -12,6 +12,9 @@ from pathlib import Path
 from ltbench import store
 from ltbench.config import value_text
 from ltbench.errors import LtbenchError
+from ltbench.identity import DATA_IDENTITY, differing_settings, identity_of
+from ltbench.report.index import scan
+from ltbench.report.rows import flatten
 from ltbench.runspec import RunSpec
 
 
@@ -31,7 +34,6 @@ def other_data_note(root: Path, specs: list[RunSpec]) -> str:
     hold now (a dataset that names its data, ``identity.DATA_IDENTITY``): they are no longer its runs."""
     import json
 
-    from ltbench.identity import DATA_IDENTITY
 
     now = {s.config.get(DATA_IDENTITY) for s in specs} - {None}
     if not now or not Path(root).is_dir():
@@ -63,9 +65,6 @@ def run_lines(specs: list[RunSpec], override_keys: list[str] = ()) -> list[str]:
     """One text per run: the method with the options its grid point or the command line set (values as
     resolved), the dataset, its imbalance and the seed, then every other setting in which the runs differ
     (method options compared between runs of the same method), so no two runs read alike."""
-    from ltbench.identity import differing_settings, identity_of
-    from ltbench.report.rows import flatten
-
     flats = [flatten(identity_of(s.config)) for s in specs]
     differ = set(differing_settings([s.config for s in specs]))
     same_method: dict[str, list[dict]] = {}
@@ -102,8 +101,6 @@ def _method_keys_named(grid: dict) -> set[str]:
 def describe_found(root: Path, run_dirs: list[Path]) -> dict[Path, str]:
     """Run lines of the folders found under a results directory, from the index the tables use
     (report/index.py: each result.json or spec.json read once, then cached)."""
-    from ltbench.report.index import scan
-
     wanted = {os.fspath(p) for p in run_dirs}
     specs = {}
     for rec in scan(root):

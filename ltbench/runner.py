@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from ltbench import record, registry, safe_read, store
+from ltbench import provenance, record, registry, safe_read, store
 from ltbench.errors import LtbenchError
 from ltbench.runspec import RunSpec
 
@@ -118,7 +118,7 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
 
 def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
     """Train the run and write its result.json (assembled by ``ltbench.record``)."""
-    from ltbench import distributed, engine, provenance  # torch is imported only by workers
+    from ltbench import distributed, engine  # lazy: keeps launchers free of torch (only workers train)
 
     registry.add_plugin_paths(spec.plugins)
     started = time.time()

@@ -22,6 +22,7 @@ import submitit
 from ltbench import store
 from ltbench.errors import LtbenchError
 from ltbench.recipe import LauncherConfig, Recipe
+from ltbench.runner import prepare_run_dir, run_one
 from ltbench.runspec import RunSpec
 
 
@@ -32,8 +33,6 @@ class RunJob(submitit.helpers.Checkpointable):
     """What a Slurm task executes: one run spec (plain data), resumed from its checkpoint if any."""
 
     def __call__(self, spec: dict, redo: tuple[str, ...] = ()) -> str:
-        from ltbench.runner import run_one
-
         # On a cluster, a requeued task may find the lock of its previous, crashed node still held
         # until the NFS lease expires: wait for it rather than skip the run.
         wait = CLAIM_WAIT_S if os.environ.get("SLURM_JOB_ID") else 0.0
@@ -50,7 +49,7 @@ class PosthocJob(submitit.helpers.Checkpointable):
 
     def __call__(self, run_dir: str, specs: list[dict], dtype: str = "float32", redo_failed: bool = False,
                  redo_stale: bool = False) -> dict:
-        from ltbench.posthoc_runs import posthoc_one_run
+        from ltbench.posthoc_runs import posthoc_one_run  # lazy: keeps status and submission free of torch
 
         return posthoc_one_run(run_dir, specs, dtype, redo_failed, say=lambda msg: print(msg, flush=True),
                                redo_stale=redo_stale)
@@ -113,8 +112,6 @@ def submit_posthoc(recipe: Recipe, run_dirs: list[str], specs: list[dict], clust
 def submit_arrays(recipe: Recipe, specs: list[RunSpec], cluster: str, redo: tuple[str, ...] = ()) -> list:
     """Hand ``specs`` to a submitit executor (``cluster``: 'slurm', or 'debug' for submitit's in-process
     executor) in chunks of ``launcher.max_array_size``; each run gets a submitted.json. Returns the jobs."""
-    from ltbench.runner import prepare_run_dir
-
     if not specs:
         return []
     ex = make_executor(recipe, cluster)

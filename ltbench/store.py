@@ -23,6 +23,7 @@ This module imports no torch, so status and tables work on a login node.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -505,3 +506,25 @@ def iter_results(root: Path) -> list[dict]:
 def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
     """(run directory, check) for every result.json below ``root``, usable or not."""
     return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]
+
+
+# The caches ltbench keeps beside a results folder (table index, recipe expansions) live in the folder
+# itself, or under $LTBENCH_CACHE_DIR.
+CACHE_DIR_ENV = "LTBENCH_CACHE_DIR"  # set: the table caches live there, not in the results folder
+
+
+def cache_file(root: Path, name: str) -> Path:
+    """Where a results folder's cache file ``name`` lives: in the folder itself, or, with
+    $LTBENCH_CACHE_DIR set, in a subfolder of it named after the folder's absolute path. The tests set
+    it, so reading docs/reference-results never writes into the source tree; so can a user whose results
+    folder is shared or read-only."""
+    elsewhere = os.environ.get(CACHE_DIR_ENV)
+    if not elsewhere:
+        return Path(root) / name
+    key = hashlib.sha1(os.fspath(Path(root).resolve()).encode()).hexdigest()[:16]
+    folder = Path(elsewhere) / key
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # unwritable: the cache is skipped when saved, tables still work
+    return folder / name

@@ -125,7 +125,7 @@ def registries_restored():
     from ltbench import registry
 
     registry.discover()  # the core and entry points first: they must survive the restore
-    regs = list(registry.REGISTRIES.values())
+    regs = list(registry.DISCOVERED)
     saved = {reg: dict(reg._entries) for reg in regs}
     folders = list(registry._plugin_paths)
     try:

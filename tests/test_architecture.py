@@ -2,6 +2,7 @@
 go down or sideways only; no import cycles; the results side loads without torch."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ ROOT = CORE.parent
 LAYERS = {  # rank: every module of ltbench/, by its full dotted name (a package by its __init__)
     6: ("ltbench.cli", "ltbench.__main__"),
     5: ("ltbench.launch", "ltbench.local_pool", "ltbench.run_status_view", "ltbench.slurm", "ltbench.progress"),
-    4: ("ltbench.recipe", "ltbench.recipe_tables", "ltbench.plots", "ltbench.runlines",
+    4: ("ltbench.recipe", "ltbench.recipe_tables", "ltbench.expansion", "ltbench.plots", "ltbench.runlines",
         "ltbench.report", "ltbench.report.build", "ltbench.report.document", "ltbench.report.expected",
         "ltbench.report.formats", "ltbench.report.frames", "ltbench.report.index", "ltbench.report.published",
         "ltbench.report.rows", "ltbench.report.significance_marks"),
@@ -94,7 +95,8 @@ PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; 
 TORCH_FREE = ("ltbench.report", "ltbench.recipe_tables", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
               "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
               "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
-              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read", "ltbench.runlines", "ltbench.run_status_view")
+              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read", "ltbench.runlines", "ltbench.run_status_view",
+              "ltbench.expansion")
 
 
 def all_modules() -> dict[str, Path]:
@@ -348,3 +350,52 @@ def test_import_edges_tell_module_from_function_level(tmp_path):
     assert import_edges("ltbench.store_like", sample) == {
         "ltbench.errors": "module-level", "ltbench.config": "module-level",
         "ltbench.report.rows": "module-level", "ltbench.runner": "function-level"}
+
+
+# --------------------------------------------------------------------------------------------
+# A project import inside a function body says why it is there, in one fixed form on its line:
+# ``# lazy: keeps <command or module> free of <torch, matplotlib, submitit>`` (or, in the CLI, ``# lazy:
+# keeps --help fast``: each command imports its own modules). Any other import of ltbench or methods
+# belongs at module level (with no import cycle, tests above, none is needed to break one).
+
+LAZY_REASON = re.compile(r"#\s*lazy: keeps (--help fast|\S.* free of \S.*)$")
+
+
+def unexplained_lazy_imports(modules: dict[str, Path]) -> list[str]:
+    """'module:line: statement' for every import of a project module (ltbench, methods, or relative)
+    inside a function or lambda whose line lacks the LAZY_REASON comment."""
+    out = []
+    for module, path in modules.items():
+        lines = path.read_text().splitlines()
+
+        def visit(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                    names = ([a.name for a in child.names] if isinstance(child, ast.Import)
+                             else ["." * child.level + (child.module or "")])
+                    project = any(n.startswith(".") or n.split(".")[0] in ("ltbench", "methods") for n in names)
+                    if project and not LAZY_REASON.search(lines[child.lineno - 1]):
+                        out.append(f"{module}:{child.lineno}: {lines[child.lineno - 1].strip()}")
+                visit(child, inner)
+
+        visit(ast.parse(path.read_text()), False)
+    return out
+
+
+def test_every_function_level_project_import_says_why():
+    found = unexplained_lazy_imports(all_modules())
+    assert not found, ("move these imports to module level, or say on their line why they must wait "
+                       "('# lazy: keeps <command> free of torch'):\n" + "\n".join(found))
+
+
+def test_an_unexplained_function_level_import_is_caught(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import json\nfrom ltbench import store\n\n"
+                      "def later():\n    import os\n    from ltbench import engine  # lazy: keeps status free of torch\n"
+                      "    from ltbench.report import rows\n    from . import config  # imported late\n"
+                      "    from methods import la  # lazy: because\n\n"
+                      "handler = lambda: __import__('x')\n")
+    assert unexplained_lazy_imports({"ltbench.sample": sample}) == [
+        "ltbench.sample:7: from ltbench.report import rows", "ltbench.sample:8: from . import config  # imported late",
+        "ltbench.sample:9: from methods import la  # lazy: because"]

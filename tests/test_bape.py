@@ -1,9 +1,9 @@
 """BAPE (methods/bape.py): logits and loss against an independent float64 reference, statistics, DA modes,
 ensemble rule, checkpoints, prior directions.
 
-The reference below is written from the paper's formulas (spec §2.4, §2.6) with scipy's Bessel function, not
-with methods/_vmf.py. The projection head is replaced by the identity where the test needs hand-made unit
-features z (feature_dim == proj_dim).
+The reference below is written from the paper's formulas (docs/bape.md: Training and Formulas) with scipy's
+Bessel function, not with methods/_vmf.py. The projection head is replaced by the identity where the test
+needs hand-made unit features z (feature_dim == proj_dim).
 """
 
 from __future__ import annotations

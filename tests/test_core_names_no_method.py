@@ -36,11 +36,6 @@ ALLOWED = {  # (module path under ltbench/, method name) -> why the name there i
     ("recipe.py", "ldam"): "an example recipe name in an error message (cifar10_lt_ldam)",
     ("cli.py", "tau_norm"): _EXAMPLE,
     ("posthoc.py", "tau_norm"): _EXAMPLE,
-    # The literature file's method keys: published results are quoted per method by nature (published.yaml).
-    # Issue 21 removes the self-mapping METHOD_NAMES there; drop these entries when that lands (the
-    # stale-entry test below says so).
-    **{("report/published.py", name): "published results are keyed by the method they quote (METHOD_NAMES)"
-       for name in ("la", "bape", "ce", "ldam", "ldam_drw", "cosine", "la_posthoc", "ce_drw")},
 }
 
 

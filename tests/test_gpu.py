@@ -210,7 +210,7 @@ def test_each_batched_pipeline_on_cuda_agrees_with_the_cpu():
     cifar = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8, generator=gen)
     files = [torch.randint(0, 256, (3, 300 + 7 * i, 400 - 5 * i), dtype=torch.uint8, generator=gen) for i in range(8)]
     seeds = torch.arange(1000, 1064, dtype=torch.int64)
-    for name, build in sorted(BATCH_PIPELINES.items()):
+    for name, build in ((e.name, e.obj) for e in BATCH_PIPELINES.entries()):
         for spec, images in ((small, cifar), (large, files)):
             pipeline = build(spec)
             n = len(images)

@@ -20,7 +20,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("name", sorted(PIPELINES))
+@pytest.mark.parametrize("name", PIPELINES.names())
 def test_every_pipeline_runs(name, case):
     spec, shape = CASES[case]
     torch.manual_seed(0)
@@ -48,6 +48,23 @@ def test_aliases_and_unknown_names():
     assert transforms.build("sim", spec, aliases)(torch.zeros(3, 32, 32, dtype=torch.uint8)).shape == (3, 32, 32)
     with pytest.raises(ConfigError, match="unknown augmentation pipeline 'nope'"):
         transforms.build("nope", spec, aliases)
+    with pytest.raises(ConfigError, match="Did you mean 'simaug'.*Known: .*autoaug_cutout, default, eval"):
+        transforms.build("simaugg", spec, aliases)
+
+
+def test_a_pipeline_name_taken_twice_is_refused():
+    """PIPELINES is a registry (ltbench/registry.py): a second 'standard' from another module would silently
+    replace the first (a dict did), so it is an error naming both."""
+    from ltbench.registry import BATCH_PIPELINES, RegistryError
+
+    def standard(spec):
+        return None
+
+    standard.__module__ = "someone_elses_plugin"
+    for registry in (PIPELINES, BATCH_PIPELINES):
+        with pytest.raises(RegistryError, match="'standard' is registered twice: by ltbench.data.*someone_elses"):
+            registry.register("standard")(standard)
+    assert PIPELINES.get("standard").__module__ == "ltbench.data.transforms"
 
 
 def _seed_with_centre_near_corner(h: int, w: int, near: int) -> tuple[int, int, int]:
@@ -106,7 +123,7 @@ def test_small_image_fast_path_is_bit_identical_to_torchvision(name, case, shape
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("name", sorted(PIPELINES))
+@pytest.mark.parametrize("name", PIPELINES.names())
 def test_every_pipeline_equals_its_torchvision_compose_bit_for_bit(name, case):
     """The direct paths (DirectPipeline, SmallTensorFastPath) give the v2.Compose's output and leave the
     RNG where the Compose leaves it, so a seeded sample is the same whichever path builds it."""

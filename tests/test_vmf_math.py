@@ -118,11 +118,11 @@ def test_log_cp_float32_input_and_gradcheck():
 
 
 def test_sra_prior_kappa_values():
-    # kappa0 = p R0 / (1 - R0^2) with R0 = beta_hat / alpha_hat (spec §2.4)
+    # kappa0 = p R0 / (1 - R0^2) with R0 = beta_hat / alpha_hat (docs/bape.md, Training: the MAP estimate)
     k_cifar = V.sra_kappa(torch.tensor(8.0 / 40.0, dtype=F64), 128).item()
     k_imnet = V.sra_kappa(torch.tensor(0.6 / 20.0, dtype=F64), 1024).item()
     assert abs(k_cifar - 26.6667) < 1e-3  # 128 * 0.2 / 0.96
-    assert abs(k_imnet - 30.7477) < 1e-3  # 1024 * 0.03 / 0.9991, "30.7" in the spec
+    assert abs(k_imnet - 30.7477) < 1e-3  # 1024 * 0.03 / 0.9991
     # degenerate R: clamped, finite
     k = V.sra_kappa(torch.tensor([0.0, 1.0, 1.5], dtype=F64), 128, max_kappa=1e5, min_kappa=1e-6)
     assert k.tolist() == [1e-6, 1e5, 1e5]

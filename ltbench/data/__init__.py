@@ -9,7 +9,7 @@ __all__ = ["DatasetBuilder", "ImageSpec", "LTData"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from ltbench.data import base
+        from ltbench.data import base  # lazy: keeps ltbench.data.profile users free of torch
 
         return getattr(base, name)
     raise AttributeError(f"module 'ltbench.data' has no attribute {name!r}")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ltbench.config import EmptyConfig
+from ltbench.config import EmptyConfig, check_prior_name
 from ltbench.data.shift import shifted_test
 
 
@@ -110,8 +110,6 @@ class DatasetBuilder:
         Called when a recipe is loaded, so an unknown ``eval.test_sets`` name stops the recipe before
         any run trains (not after the whole training, at evaluation). Default: the SADE names below.
         """
-        from ltbench.config import check_prior_name
-
         check_prior_name(name, "")
 
     def test_set(self, name: str, data: LTData) -> tuple[Dataset, np.ndarray]:

@@ -35,7 +35,9 @@ from torchvision.transforms.v2 import functional as TF
 from torchvision.transforms.v2.functional._color import _hsv_to_rgb, _rgb_to_hsv
 
 from ltbench.data.base import ImageSpec
+from ltbench.data.transforms import resolve
 from ltbench.errors import ConfigError
+from ltbench.registry import BATCH_PIPELINES
 
 # ------------------------------------------------------------------------------------------------
 # Per-sample random numbers: a counter-based hash, the same on any device and in any batch
@@ -529,15 +531,7 @@ class BatchPipeline:
         return batch.images.to(torch.float32).mul_(1.0 / 255).sub_(mean).div_(std)
 
 
-BATCH_PIPELINES: dict[str, Callable[[ImageSpec], BatchPipeline]] = {}
-
-
-def batch_pipeline(name: str):
-    def deco(fn):
-        BATCH_PIPELINES[name] = fn
-        return fn
-
-    return deco
+batch_pipeline = BATCH_PIPELINES.register  # @batch_pipeline("name"): ImageSpec -> BatchPipeline; no name twice
 
 
 def _crop_steps(spec: ImageSpec) -> list[Step]:
@@ -593,14 +587,12 @@ def imagenet_eval_batch(spec: ImageSpec) -> BatchPipeline:
 
 def build_batch(name: str, spec: ImageSpec, aliases: dict[str, str] | None = None) -> BatchPipeline:
     """The batch pipeline for a view name (or alias), as transforms.build gives the per-image one."""
-    from ltbench.data.transforms import resolve
-
     concrete = resolve(name, aliases or {})
     if concrete not in BATCH_PIPELINES:
         raise ConfigError(f"train.augment_on: batch: the augmentation pipeline '{concrete}' (view '{name}') has no "
-                          f"batched version; batched pipelines: {', '.join(sorted(BATCH_PIPELINES))}; "
+                          f"batched version; batched pipelines: {', '.join(BATCH_PIPELINES.names())}; "
                           f"fix: train.augment_on=worker")
-    return BATCH_PIPELINES[concrete](spec)
+    return BATCH_PIPELINES.get(concrete)(spec)
 
 
 def as_uint8_tensor(image) -> torch.Tensor:

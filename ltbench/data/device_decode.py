@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 from torch.utils.data import Dataset
 
+from ltbench.data.base import MultiView
 from ltbench.errors import DataMissingError
 
 JPEG_MAGIC = (0xFF, 0xD8, 0xFF)
@@ -39,8 +40,6 @@ def encoded_source(dataset: Dataset, augment_on: str, image_kind: str, device: t
     """The training source for the loader when the device decodes: ``MultiView`` of the files' bytes (one view,
     the bytes as they are); None when workers decode (``uses_device_decode`` is false, or the dataset is not
     read from files, e.g. CIFAR arrays)."""
-    from ltbench.data.base import MultiView
-
     if not uses_device_decode(augment_on, image_kind, device) or not callable(getattr(dataset, "file", None)):
         return None
     return MultiView(EncodedFiles(dataset), [encoded_view])

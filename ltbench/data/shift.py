@@ -27,6 +27,7 @@ import numpy as np
 from torch.utils.data import Subset
 
 from ltbench.data.profile import exponential_decay, ldam_subset
+from ltbench.evaluation import parse_prior_name
 
 DIRECTIONS = ("forward", "backward", "uniform")
 if TYPE_CHECKING:  # the type only: data/base.py imports this module (DatasetBuilder.test_set)
@@ -91,8 +92,6 @@ def shifted_test_indices(
 
 def shifted_test(data: LTData, name: str, method: str = "sade", seed: int = 0) -> LTData:
     """A copy of ``data`` whose test split is the shifted test set ``name`` (e.g. 'forward50')."""
-    from ltbench.evaluation import parse_prior_name
-
     direction, rho = parse_prior_name(name)
     idx = shifted_test_indices(data.test_labels, data.class_counts, rho, direction, seed=seed, method=method)
     info = {**data.info, "test_shift": {"name": name, "method": method, "seed": seed, "size": int(len(idx))}}

@@ -17,16 +17,9 @@ from torchvision.transforms.v2._transform import _RandomApplyTransform
 
 from ltbench.data.base import ImageSpec
 from ltbench.errors import ConfigError
+from ltbench.registry import PIPELINES
 
-PIPELINES: dict[str, Callable[[ImageSpec], Callable]] = {}
-
-
-def pipeline(name: str):
-    def deco(fn):
-        PIPELINES[name] = fn
-        return fn
-
-    return deco
+pipeline = PIPELINES.register  # @pipeline("name"): ImageSpec -> transform; a name taken twice is refused
 
 
 class Cutout(torch.nn.Module):
@@ -249,6 +242,5 @@ def resolve(name: str, aliases: dict[str, str]) -> str:
 def build(name: str, spec: ImageSpec, aliases: dict[str, str] | None = None) -> Callable:
     concrete = resolve(name, aliases or {})
     if concrete not in PIPELINES:
-        known = sorted(set(PIPELINES) | set(aliases or {}))
-        raise ConfigError(f"unknown augmentation pipeline '{name}'; known: {', '.join(known)}")
-    return PIPELINES[concrete](spec)
+        raise ConfigError(PIPELINES.unknown_message(name, also=aliases or {}))
+    return PIPELINES.get(concrete)(spec)

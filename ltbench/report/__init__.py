@@ -23,6 +23,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from ltbench.errors import LtbenchError
+from ltbench.recipe_tables import default_table
+from ltbench.report import index
+from ltbench.report.build import build_table
+from ltbench.report.expected import expected_of
+from ltbench.report.expected import source as _source
+from ltbench.report.formats import render as _render
+from ltbench.report.formats import to_markdown
+from ltbench.report.frames import load as _load
+from ltbench.report.published import add_published
+from ltbench.safe_read import regular_file_problem
 
 FORMATS = ("markdown", "latex", "csv")
 
@@ -32,21 +42,15 @@ def load(path, results=None, overrides=(), stage2: bool = False):
     the recipe's overrides): runs, heads, shift, test_sets, per_class, class_stats, curves. See
     ``ltbench.report.frames`` for the columns. ``stage2``: include stage-2 results (ltbench posthoc) as
     rows too; off by default, since a grid adds hundreds of rows per run."""
-    from ltbench.report.frames import load as _load
-
     return _load(path, results=results, overrides=overrides, stage2=stage2)
 
 
 def render(table, fmt: str = "markdown") -> str:
-    from ltbench.report.formats import render as _render
-
     return _render(table, fmt)
 
 
 def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
     """(records, RecipeRuns or None, root) for a results folder or a recipe file (report/expected.py)."""
-    from ltbench.report.expected import source as _source
-
     return _source(path, results, use_cache, overrides)
 
 
@@ -54,9 +58,6 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
            test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
            overrides: list[str] = (), digits: int | None = None, select: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table."""
-    from ltbench.report.build import build_table
-    from ltbench.recipe_tables import default_table
-
     records, recipe, _ = source(path, results, use_cache, overrides)
     declared = dict(recipe.tables) if recipe is not None else {}
     if name is not None and name not in declared:
@@ -90,8 +91,6 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
                 exp += other.expected
         table = build_table(table_name, spec, recs, exp, where=where, test=test)
         if spec.published:
-            from ltbench.report.published import add_published
-
             add_published(table)
         out.append(table)
     return out
@@ -100,8 +99,6 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
 def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
     """An ``include:`` entry as a recipe file: a regular file that is not the including recipe itself
     (which would count its folders twice and call each run a copy of itself)."""
-    from ltbench.safe_read import regular_file_problem
-
     path = Path(recipe_path).parent / other
     problem = regular_file_problem(path)
     if problem:
@@ -113,12 +110,6 @@ def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
 
 def summary_table(recipe) -> str | None:
     """The default table of a recipe's own runs, for the end of ``ltbench run``; None without results."""
-    from ltbench.report import index
-    from ltbench.report.build import build_table
-    from ltbench.report.expected import expected_of
-    from ltbench.report.formats import to_markdown
-    from ltbench.recipe_tables import default_table
-
     if not Path(recipe.root).is_dir():
         return None
     records = index.scan(recipe.root)

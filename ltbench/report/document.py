@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ltbench import store
+from ltbench import report, store
 from ltbench.registry import lookup
+from ltbench.report.formats import latex_document, render
 
 @dataclass(frozen=True)
 class FigureKind:
@@ -70,7 +71,7 @@ def figure_kind(kind: str) -> FigureKind:
 def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
     """Draw one kind of figure; returns (written paths, reason when nothing was drawn)."""
     figure = figure_kind(kind)
-    from ltbench import plots
+    from ltbench import plots  # lazy: keeps tables and status free of matplotlib
 
     paths, reason = figure.draw(plots, frames[figure.frame], out_base, _study_rows(frames))
     return [str(p) for p in paths], reason
@@ -105,9 +106,6 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_report(recipe_path, results=None, test: str | None = "welch", overrides=(), use_cache: bool = True) -> Path:
-    from ltbench import report
-    from ltbench.report.formats import latex_document, render
-
     records, recipe, root = report.source(recipe_path, results, use_cache, overrides=overrides)
     if recipe is None:
         raise report.LtbenchError(f"{recipe_path}: 'ltbench report' needs a recipe file")

@@ -2,9 +2,10 @@
 
 Expanding a recipe validates every run against the plugins' Config classes, which imports the
 method modules and therefore torch (about 2 s). A table must not pay that each time, so the
-expansion is cached in the results folder (``.ltbench-recipe-<name>.json``), keyed by the recipe
-file's bytes, the results folder and the size and mtime of every Python file of ltbench, the
-built-in methods and the recipe's plugin folders: editing any of them expands the recipe again. A
+expansion is cached in the results folder (``.ltbench-recipe-<name>.json``), keyed by
+``expansion.expansion_signature``: the recipe file's path and bytes, the overrides, the results folder,
+$LTBENCH_PLUGIN_PATH and the size and mtime of every Python file of ltbench, the built-in methods, the
+recipe's plugin folders and the $LTBENCH_PLUGIN_PATH folders: editing any of them expands it again. A
 recipe whose dataset names its data by a digest of its files is never cached (its files may change).
 A method installed from another package and upgraded in place is not seen; delete the cache file
 (or run ``ltbench table --no-cache``) after such an upgrade.
@@ -14,14 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench import safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
+from ltbench.expansion import expansion_signature, read_recipe
 from ltbench.identity import DATA_IDENTITY
-from ltbench.recipe import Recipe, RecipeConfig, load_recipe, read_recipe_file, recipe_name, results_root
+from ltbench.recipe import Recipe, load_recipe
 from ltbench.runspec import RunSpec
 from ltbench.report import index
 from ltbench.report.index import cache_file, config_key
@@ -40,30 +41,6 @@ class RecipeRuns:
     expected: list[dict]  # run_id, key, seed, flat (configuration less seed, flattened)
     tables: dict[str, TableSpec]
     seeds: list
-
-
-def _code_signature(plugin_dirs: list[str]) -> str:
-    import ltbench
-
-    roots = [Path(ltbench.__file__).parent, Path(ltbench.__file__).parent.parent / "methods"]
-    roots += [Path(p) for p in plugin_dirs]
-    h = hashlib.sha1()
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
-            for f in sorted(filenames):
-                if f.endswith(".py"):
-                    st = os.stat(os.path.join(dirpath, f))
-                    h.update(f"{dirpath}/{f}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()
-
-
-def _root_of(path: Path, raw: dict, results: str | Path | None) -> tuple[str, Path]:
-    """The recipe's name and results folder by the recipe's own rules, from its file alone (no expansion)."""
-    declared = raw.get("name") if isinstance(raw.get("name"), str) else None
-    configured = raw.get("results_dir") if isinstance(raw.get("results_dir"), str) else RecipeConfig.results_dir
-    name = recipe_name(path, declared)
-    return name, results_root(configured, results) / name
 
 
 def expected_of(runs: list[RunSpec], posthoc: list[dict] = ()) -> list[dict]:
@@ -103,12 +80,9 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     """Expected runs and declared tables of a recipe file (with the same dotted overrides as
     ``ltbench run``), from the cache when nothing changed."""
     path = Path(path)
-    raw, _ = read_recipe_file(path, overrides)
-    name, root = _root_of(path, raw, results)
-    plugins = raw.get("plugins") if isinstance(raw.get("plugins"), list) else []
-    plugin_dirs = [str((path.parent / p).resolve()) for p in plugins if isinstance(p, str)]
-    signature = hashlib.sha1(path.read_bytes() + json.dumps([str(root), list(overrides)]).encode()
-                             + _code_signature(plugin_dirs).encode()).hexdigest()
+    recipe_file = read_recipe(path, overrides, results)
+    raw, name, root = recipe_file.raw, recipe_file.name, recipe_file.root
+    signature = expansion_signature(recipe_file, overrides)
     cache_path = cache_file(root, f".ltbench-recipe-{name}-"
                                   f"{hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]}.json")
     if use_cache:

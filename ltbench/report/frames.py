@@ -26,7 +26,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ltbench import store
-from ltbench.report.rows import prior_order
+from ltbench.recipe_tables import default_table
+from ltbench.report.build import build_table
+from ltbench.report.expected import source
+from ltbench.report.rows import flatten, prior_order
 
 
 @dataclass
@@ -49,10 +52,6 @@ class Frames:
 def row_labels(path, results=None, overrides=(), stage2: bool = False) -> tuple[list[dict], dict[str, str]]:
     """Run records and, for each run folder, the label of the default table's row it belongs to. Stage-2
     results (a ``posthoc`` config section) are left out unless ``stage2``."""
-    from ltbench.report.expected import source
-    from ltbench.report.build import build_table
-    from ltbench.recipe_tables import default_table
-
     records, recipe, _ = source(path, results, overrides=overrides)
     if not stage2:
         records = [r for r in records if not (r.get("config") or {}).get("posthoc")]
@@ -128,7 +127,6 @@ def load(path, results=None, overrides=(), stage2: bool = False) -> Frames:
         line = {"row": row, "run_id": rec.get("run_id"), "seed": seed, "status": rec["status"],
                 "recipe": rec.get("recipe"), "dir": rec["dir"], "note": rec.get("note"),
                 **{g: m.get(g) for g in ("all", "many", "medium", "few")}, **(rec.get("prov") or {})}
-        from ltbench.report.rows import flatten
 
         line.update({f"config.{k}": v for k, v in flatten(rec.get("config") or {}).items()
                      if not isinstance(v, (list, dict))})

@@ -26,26 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ltbench import identity, safe_read, store
+from ltbench.store import CACHE_DIR_ENV, cache_file  # noqa: F401  (index.cache_file: the name callers use)
 
 INDEX_FILE = ".ltbench-index"
-CACHE_DIR_ENV = "LTBENCH_CACHE_DIR"  # set: the table caches live there, not in the results folder
-
-
-def cache_file(root: Path, name: str) -> Path:
-    """Where a results folder's cache file ``name`` lives: in the folder itself, or, with
-    $LTBENCH_CACHE_DIR set, in a subfolder of it named after the folder's absolute path. The tests set
-    it, so reading docs/reference-results never writes into the source tree; so can a user whose results
-    folder is shared or read-only."""
-    elsewhere = os.environ.get(CACHE_DIR_ENV)
-    if not elsewhere:
-        return Path(root) / name
-    key = hashlib.sha1(os.fspath(Path(root).resolve()).encode()).hexdigest()[:16]
-    folder = Path(elsewhere) / key
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass  # unwritable: the cache is skipped when saved, tables still work
-    return folder / name
 INDEX_VERSION = 6  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all')
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}

@@ -2,26 +2,23 @@
 
 The numbers and their sources live in ``ltbench/published.yaml`` (read by ``ltbench.literature``).
 A row of ours matches a published entry when the dataset, imbalance factor, backbone and epochs of
-its configuration agree and the method is the same (after mapping ltbench's method names to the
-names the literature file uses). Each matching entry becomes a reference row (never bold, no n: it
-was not run here) and the row of ours gets delta = ours - published on each matching column.
+its configuration agree and the method is the same (the literature file uses ltbench's method names; a
+table's ``published_method`` names another one for a row). Each matching entry becomes a reference row
+(never bold, no n: it was not run here) and the row of ours gets delta = ours - published on each
+matching column.
 """
 
 from __future__ import annotations
 
+from ltbench.literature import load_published, match
 from ltbench.report.rows import Cell, Row, Table, value_text
-
-# ltbench method names (and BAPE's ensemble heads) as the literature file names them.
-METHOD_NAMES = {"la": "la", "bape": "bape", "ce": "ce", "ldam_drw": "ldam_drw", "cosine": "cosine",
-                "la_posthoc": "la_posthoc", "ce_drw": "ce_drw"}
 
 
 def _published_method(table: Table, row: Row, unit) -> str | None:
     name = table.spec.published_method.get(row.label)
     if name:
         return name
-    method = unit.flat.get("method.name")
-    return METHOD_NAMES.get(method, method)
+    return unit.flat.get("method.name")
 
 
 def _settings_match(entry, flat: dict) -> bool:
@@ -33,11 +30,6 @@ def add_published(table: Table) -> None:
     """Insert, after each row of ours, the published entries that match it: one reference row per
     source (over every column group); a source whose numbers another row already shows is named in
     that row instead of repeating them. Our cells get delta = ours - published (first source)."""
-    try:
-        from ltbench.literature import load_published, match
-    except ImportError:
-        table.notes.append("published results are not available in this build (no ltbench.literature)")
-        return
     entries = load_published()
     out: list[Row] = []
     for row in table.rows:

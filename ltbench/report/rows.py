@@ -22,6 +22,7 @@ from typing import Any
 
 from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
 from ltbench.errors import ConfigError
+from ltbench.identity import DATA_IDENTITY
 from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
 from ltbench.recipe_tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
@@ -248,8 +249,6 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
 def other_data_notes(foreign: list[dict], expected: list[dict]) -> list[str]:
     """Say when left-out runs were made from other data than the recipe's now (a dataset that names its
     data by a digest of its files, identity.DATA_IDENTITY): the files under data.root have changed."""
-    from ltbench.identity import DATA_IDENTITY
-
     now = {e["flat"].get(DATA_IDENTITY) for e in expected} - {None}
     before = [r for r in foreign if (r.get("config") or {}).get(DATA_IDENTITY) not in (None, *now)]
     if not now or not before:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ltbench import predictions, significance
 from ltbench.report.rows import Comparison, Row, Table
 
 TESTS = ("welch", "bootstrap")
@@ -23,9 +24,6 @@ def mark_similar(table: Table, test: str) -> str | None:
     if test == "welch" and sum(1 for r in table.rows if not r.published
                                and any(len(c.values) >= 2 for c in r.cells.values())) < 2:
         return None  # nothing to test: spare the numpy/scipy import
-    significance = _significance_module()
-    if significance is None:  # the significance module is not installed in this build
-        return None
     used = False
     for gi in range(len(table.groups)):
         for ci, (col, _) in enumerate(table.columns):
@@ -70,10 +68,6 @@ def _whole_set_correct(row: Row, gi: int, col: str) -> dict | None:
         head, test_set = "main", parts[1]
     else:
         return None
-    try:
-        from ltbench import predictions
-    except ImportError:
-        return None
     runs = row.units[gi].runs
     found = predictions.correct_by_seed({s: rec["dir"] for s, rec in runs.items()}, head=head, test_set=test_set)
     lacking = [s for s in runs if s not in found]
@@ -110,7 +104,6 @@ def compare_rows(table: Table, test: str | None) -> str | None:
     pairs = [(row, ref) for row in table.rows for ref in row.versus]
     if not pairs:
         return None
-    significance = _significance_module() if test else None
     used = False
     for row, ref in pairs:
         comparison = Comparison(row, ref)
@@ -118,7 +111,7 @@ def compare_rows(table: Table, test: str | None) -> str | None:
             other = ref.cells.get((gi, ci))
             if cell.mean is None or other is None or other.mean is None:
                 continue
-            p, reason = _pvalue(table, row, ref, gi, ci, test, significance) if significance else (None, None)
+            p, reason = _pvalue(table, row, ref, gi, ci, test, significance) if test else (None, None)
             used |= p is not None
             comparison.cells[(gi, ci)] = (cell.mean - other.mean, p)
             if reason:
@@ -129,14 +122,6 @@ def compare_rows(table: Table, test: str | None) -> str | None:
     if test == "bootstrap":
         return "paired bootstrap over test images on the seeds both rows have, 10,000 resamples (whole-test-set columns only)"
     return "Welch's t-test over seeds"
-
-
-def _significance_module():
-    try:
-        from ltbench import significance
-    except ImportError:
-        return None
-    return significance
 
 
 def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int, test: str,

@@ -1,0 +1,138 @@
+"""A recipe's expanded runs, cached so that ``ltbench status RECIPE`` needs no torch when nothing changed.
+
+Expanding a recipe validates every run against the plugins' Config classes, which imports the method
+modules and therefore torch. ``status`` only needs what the expansion produced (each run's id, folder,
+configuration and grid point, and the keys the command line set), so after one expansion it is kept in
+the results folder (``.ltbench-runs-<name>-<overrides hash>.json``, or under $LTBENCH_CACHE_DIR),
+keyed by everything the expansion depends on that a file can show (``expansion_signature``): the
+recipe file's path and bytes, the overrides, the results root, and the size and mtime of every Python
+file of ltbench, the built-in methods, the recipe's plugin folders and the $LTBENCH_PLUGIN_PATH
+folders. Any change there expands the recipe again (with torch), so a stale cache never changes
+what status reports. Not cached: a recipe whose dataset names its data by a digest of its files
+(``identity.DATA_IDENTITY``; the files may change without any of the above), and a recipe whose
+results folder does not exist yet. Not seen: a plugin installed as a package (entry point) and
+upgraded in place; delete the cache file after such an upgrade.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ltbench import safe_read, store
+from ltbench.identity import DATA_IDENTITY
+from ltbench.recipe import Recipe, RecipeConfig, read_recipe_file, recipe_name, results_root
+from ltbench.registry import PLUGIN_PATH_ENV
+from ltbench.runspec import RunSpec
+
+RUNS_CACHE_VERSION = 1
+SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status reads of a run spec
+
+
+def code_signature(plugin_dirs: list[str]) -> str:
+    """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
+    given plugin folders."""
+    core = Path(__file__).resolve().parent  # ltbench/
+    roots = [core, core.parent / "methods"]
+    roots += [Path(p) for p in plugin_dirs]
+    h = hashlib.sha1()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+            for f in sorted(filenames):
+                if f.endswith(".py"):
+                    st = os.stat(os.path.join(dirpath, f))
+                    h.update(f"{dirpath}/{f}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()
+
+
+def env_plugin_dirs() -> list[str]:
+    """The folders of $LTBENCH_PLUGIN_PATH (registry.py imports them into every expansion)."""
+    return [p for p in os.environ.get(PLUGIN_PATH_ENV, "").split(os.pathsep) if p]
+
+
+@dataclass
+class RecipeFile:
+    """What the recipe file alone says, without expanding it (no plugins imported, no torch)."""
+    path: Path
+    raw: dict  # the YAML with the recipe-level overrides set
+    name: str
+    root: Path  # results/<name>
+    plugin_dirs: list[str]  # the recipe's plugins:, absolute
+
+
+def read_recipe(path: str | Path, overrides: list[str] = (), results: str | Path | None = None) -> RecipeFile:
+    """The recipe's name, results folder and plugin folders by the recipe's own rules, from its file."""
+    path = Path(path)
+    raw, _ = read_recipe_file(path, list(overrides))
+    declared = raw.get("name") if isinstance(raw.get("name"), str) else None
+    configured = raw.get("results_dir") if isinstance(raw.get("results_dir"), str) else RecipeConfig.results_dir
+    name = recipe_name(path, declared)
+    plugins = raw.get("plugins") if isinstance(raw.get("plugins"), list) else []
+    plugin_dirs = [str((path.parent / p).resolve()) for p in plugins if isinstance(p, str)]
+    return RecipeFile(path, raw, name, results_root(configured, results) / name, plugin_dirs)
+
+
+def expansion_signature(recipe: RecipeFile, overrides: list[str]) -> str:
+    """Everything a file can show that the expansion depends on (the module docstring lists it)."""
+    h = hashlib.sha1(recipe.path.read_bytes())
+    h.update(json.dumps([str(recipe.path.resolve()), str(recipe.root), list(overrides),
+                         os.environ.get(PLUGIN_PATH_ENV, "")]).encode())
+    h.update(code_signature(recipe.plugin_dirs + env_plugin_dirs()).encode())
+    return h.hexdigest()
+
+
+def _runs_cache_path(recipe: RecipeFile, overrides: list[str]) -> Path:
+    tag = hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]
+    return store.cache_file(recipe.root, f".ltbench-runs-{recipe.name}-{tag}.json")
+
+
+def runs_cache_problem(cached: object, root: Path) -> str:
+    """'' when a runs cache has the shape status relies on, else what is wrong (a forged or damaged
+    cache is expanded again, never shown). Every run folder must be directly under the results folder."""
+    if not isinstance(cached, dict):
+        return "not a mapping"
+    keys, runs = cached.get("override_keys"), cached.get("runs")
+    if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+        return "override_keys"
+    if not isinstance(runs, list):
+        return "runs"
+    for spec in runs:
+        if not (isinstance(spec, dict) and set(spec) == set(SPEC_KEYS) and isinstance(spec["run_id"], str)
+                and isinstance(spec["config"], dict) and isinstance(spec["grid"], dict)
+                and isinstance(spec["run_dir"], str) and Path(spec["run_dir"]) == root / spec["run_id"]):
+            return "runs"
+    return ""
+
+
+def cached_runs(recipe: RecipeFile, overrides: list[str], signature: str) -> tuple[list[RunSpec], list[str]] | None:
+    """(run specs, override keys) of the recipe's last expansion when nothing it depends on changed since
+    (``signature``: expansion_signature, taken before); None otherwise (then the caller expands the
+    recipe, and saves it with ``save_runs``)."""
+    try:
+        cached = safe_read.load_json(_runs_cache_path(recipe, overrides))
+    except safe_read.UnusableFile:
+        return None
+    if not isinstance(cached, dict) or cached.get("version") != RUNS_CACHE_VERSION \
+            or cached.get("signature") != signature \
+            or runs_cache_problem(cached, recipe.root):
+        return None
+    return [RunSpec.from_dict(spec) for spec in cached["runs"]], cached["override_keys"]
+
+
+def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, recipe: Recipe) -> None:
+    """Keep an expansion for the next status (best effort: an unwritable folder only costs the next one
+    torch). ``signature`` was taken before expanding, so a file edited meanwhile makes the cache miss."""
+    if recipe.root != recipe_file.root or not recipe.root.is_dir() \
+            or any(DATA_IDENTITY in spec.config for spec in recipe.runs):
+        return
+    payload = {"version": RUNS_CACHE_VERSION, "signature": signature,
+               "override_keys": list(recipe.override_keys),
+               "runs": [{k: getattr(spec, k) for k in SPEC_KEYS} for spec in recipe.runs]}
+    try:
+        store.atomic_write_bytes(_runs_cache_path(recipe_file, overrides), json.dumps(payload).encode())
+    except (OSError, TypeError, ValueError):
+        pass

@@ -1,0 +1,105 @@
+"""The caches of a recipe's expansion (ltbench/expansion.py): ``ltbench status RECIPE`` reads its runs from
+the cache, so it runs where torch cannot be imported; anything the expansion depends on changing makes it
+(and the tables' cache, report/expected.py) expand again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, caches_in_the_results_folder, run_cli
+
+NO_TORCH = "import sys; sys.modules['torch'] = None; from ltbench.cli import main; raise SystemExit(main(sys.argv[1:]))"
+IN_RESULTS = {"LTBENCH_CACHE_DIR": ""}  # the cache in the (temporary) results folder, where the test can see it
+
+
+def status_without_torch(*args) -> subprocess.CompletedProcess:
+    """``ltbench status ARGS`` in a process where ``import torch`` raises ImportError."""
+    return subprocess.run([sys.executable, "-c", NO_TORCH, "status", *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, **IN_RESULTS}, timeout=120)
+
+
+def expands(*args) -> bool:
+    """Whether status had to expand the recipe (it failed on importing torch)."""
+    result = status_without_torch(*args)
+    return result.returncode != 0 and "import of torch halted" in result.stderr
+
+
+@pytest.mark.slow  # 11 ltbench processes, three of them import torch (about 6 s on an idle machine)
+def test_status_of_a_recipe_needs_no_torch_once_cached_and_never_shows_a_stale_cache(write_recipe, tmp_path):
+    plugins = tmp_path / "plug"
+    plugins.mkdir()
+    (plugins / "helpers.py").write_text("SCALE = 1\n")
+    recipe = write_recipe("tiny", {"plugins": [str(plugins)]})
+    (tmp_path / "results" / "tiny").mkdir(parents=True)
+
+    assert expands(recipe)  # nothing cached yet: the expansion imports the plugins, hence torch
+    first = run_cli("status", recipe, env=IN_RESULTS)
+    assert first.returncode == 0 and "1 pending" in first.stdout, first.stderr
+    cached = status_without_torch(recipe)
+    assert cached.returncode == 0, cached.stderr
+    assert cached.stdout == first.stdout
+
+    recipe.write_text(recipe.read_text().replace("- 0", "- 0\n- 1"))  # seeds: [0, 1]
+    assert expands(recipe)  # the recipe changed: the cache is not used
+    second = run_cli("status", recipe, env=IN_RESULTS)
+    assert "2 pending" in second.stdout, second.stderr
+    assert status_without_torch(recipe).stdout == second.stdout
+    assert expands(recipe, "optim.epochs=3")  # other overrides: not cached yet
+
+    (plugins / "helpers.py").write_text("SCALE = 2\n")  # plugin code changed
+    assert expands(recipe)
+    assert run_cli("status", recipe, env=IN_RESULTS).stdout == second.stdout
+    assert status_without_torch(recipe).stdout == second.stdout
+
+
+def test_a_forged_or_damaged_runs_cache_is_not_used(write_recipe, tmp_path):
+    from ltbench import expansion
+    from ltbench.recipe import load_recipe
+
+    path = write_recipe("tiny")
+    (tmp_path / "results" / "tiny").mkdir(parents=True)
+    recipe_file = expansion.read_recipe(path, [], None)
+    signature = expansion.expansion_signature(recipe_file, [])
+    recipe = load_recipe(path)
+    with caches_in_the_results_folder():
+        expansion.save_runs(recipe_file, [], signature, recipe)
+        (cache,) = recipe.root.glob(".ltbench-runs-tiny-*.json")
+        runs, keys = expansion.cached_runs(recipe_file, [], signature)
+        assert [r.run_dir for r in runs] == [r.run_dir for r in recipe.runs] and keys == []
+        assert expansion.cached_runs(recipe_file, [], "another signature") is None
+        saved = json.loads(cache.read_text())
+        saved["runs"][0]["run_dir"] = str(tmp_path / "elsewhere")  # a run folder outside the recipe's results
+        cache.write_text(json.dumps(saved))
+        assert expansion.cached_runs(recipe_file, [], signature) is None
+        cache.write_text("{not json")
+        assert expansion.cached_runs(recipe_file, [], signature) is None
+
+
+def test_the_table_cache_sees_a_change_in_a_plugin_path_folder(write_recipe, tmp_path, monkeypatch):
+    """The tables' expansion cache (report/expected.py) takes the same signature: a method defined in a
+    $LTBENCH_PLUGIN_PATH folder can change every run id of a recipe, so editing it expands again."""
+    from ltbench.recipe import load_recipe
+    from ltbench.registry import PLUGIN_PATH_ENV
+    from ltbench.report import expected
+
+    path = write_recipe("tiny")
+    (tmp_path / "results" / "tiny").mkdir(parents=True)
+    recipe = load_recipe(path)
+    folder = tmp_path / "env_plugins"
+    folder.mkdir()
+    (folder / "defaults.py").write_text("TAU = 1.0\n")
+    monkeypatch.setenv(PLUGIN_PATH_ENV, str(folder))
+    expansions = []
+    monkeypatch.setattr(expected, "load_recipe", lambda *a, **k: expansions.append(a) or recipe)
+    with caches_in_the_results_folder():
+        for _ in range(2):
+            assert [e["run_id"] for e in expected.recipe_runs(path).expected] == [r.run_id for r in recipe.runs]
+        assert len(expansions) == 1  # the second read came from the cache
+        (folder / "defaults.py").write_text("TAU = 2.0\n")
+        expected.recipe_runs(path)
+        assert len(expansions) == 2
