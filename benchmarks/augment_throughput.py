@@ -145,9 +145,9 @@ def kornia_rates(args) -> None:
 
 def bape_sessions(tmp: str) -> dict:
     """Two sessions of the quickstart BAPE+LA run (recipes/fmnist_augment_on.yaml, seed 0): worker and batch."""
-    from ltbench import engine
+    from ltbench.train import engine
     from ltbench.recipe import load_recipe
-    from ltbench.runspec import RunSpec
+    from ltbench.results.runspec import RunSpec
 
     runs = load_recipe(ROOT / "recipes" / "fmnist_augment_on.yaml").runs
     out = {}
@@ -163,7 +163,7 @@ def bape_sessions(tmp: str) -> dict:
 
 def timed_epoch(s, epoch: int, prepared: list | None = None) -> tuple[float, float]:
     """(augmentation and loading CPU seconds, step CPU seconds) of one epoch; ``prepared``: ready views."""
-    from ltbench import engine
+    from ltbench.train import engine
 
     run = s.run
     run.model.train()
@@ -209,7 +209,7 @@ def epoch_share(args) -> None:
 
 
 def engine_batches(s, epoch: int):
-    from ltbench import engine
+    from ltbench.train import engine
 
     return engine.epoch_batches(len(s.run.data.train), s.run.optim.batch_size, s.seed, epoch)
 

@@ -25,7 +25,7 @@ def data_pass(config: dict, seed: int) -> tuple[float, int]:
     """Seconds to load (and, with augment_on: batch, augment) every training batch of epoch 1, and images."""
     import torch
 
-    from ltbench import engine
+    from ltbench.train import engine
     from ltbench.config import TrainConfig, from_dict
 
     engine.set_threads(from_dict(TrainConfig, config["train"], "train"))
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("overrides", nargs="*")
     ap.add_argument("--results", default=None)
     args = ap.parse_intermixed_args(argv)
-    from ltbench import store
+    from ltbench.results import store
     from ltbench.recipe import load_recipe, run_label
 
     recipe = load_recipe(args.recipe, args.overrides, args.results)

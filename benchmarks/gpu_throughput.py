@@ -112,7 +112,7 @@ class BareLoop:
         import torch
         import torch.nn as nn
 
-        from ltbench import engine
+        from ltbench.train import engine
 
         torch.manual_seed(0)
         run = engine.build_run(config)
@@ -184,7 +184,7 @@ def measure(config: dict, bare: BareLoop) -> tuple[list[float], list[float]]:
     """Per-epoch seconds (ltbench, bare), interleaved epoch by epoch, warm-up epochs dropped. An ltbench epoch
     is the time between two of its epoch reports less the bare epoch run in between (so it includes the
     epoch-end checkpoint, as a real run does)."""
-    from ltbench import engine
+    from ltbench.train import engine
 
     ltbench_s, bare_s, marks = [], [], {"last": None}
 

@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench import engine
+from ltbench.train import engine
 from ltbench.data import transforms
 from ltbench.recipe import resolve_run_config
 
@@ -175,7 +175,7 @@ def measure_evaluation(config: dict, bare: BareLoop, rounds: int, workers: int) 
 def epoch_end_cost(config: dict, rounds: int = 5) -> float:
     """Median seconds of what ltbench does at every epoch end besides training: the checkpoint
     (serialise, write, fsync, rename, fsync the folder) and the log line (append, fsync)."""
-    from ltbench import store
+    from ltbench.results import store
 
     run = engine.build_run(config)
     optimizer = engine.make_optimizer(run)

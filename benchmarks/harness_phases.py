@@ -25,8 +25,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness_overhead as H  # noqa: E402
 
-from ltbench import engine  # noqa: E402
-from ltbench.runspec import RunSpec  # noqa: E402
+from ltbench.train import engine  # noqa: E402
+from ltbench.results.runspec import RunSpec  # noqa: E402
 
 
 def timed_batches(batches, clock, totals: collections.Counter, key: str):

@@ -49,7 +49,7 @@ def compute_limit(seconds: float) -> tuple[float, float, int, int]:
     import torch
     import torch.nn.functional as F
 
-    from ltbench import engine
+    from ltbench.train import engine
     from ltbench.recipe import load_recipe
 
     torch.set_num_threads(os.cpu_count() or 1)

@@ -39,7 +39,7 @@ def _recipe_root(path: str, results: str | None) -> Path:
 
 
 def cmd_run(args) -> int:
-    from ltbench import launch  # lazy: keeps --help fast
+    from ltbench.run import launch  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     if args.launcher:
         recipe.launcher.name = args.launcher
@@ -54,7 +54,7 @@ def cmd_run(args) -> int:
 
 def cmd_posthoc(args) -> int:
     """The recipe's stage-2 grid over its finished runs (docs/posthoc.md)."""
-    from ltbench.launch import launch_posthoc  # lazy: keeps --help fast
+    from ltbench.run.launch import launch_posthoc  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     if not recipe.posthoc:
         raise LtbenchError(f"{args.recipe}: posthoc: no stage-2 settings declared; add a 'posthoc:' list, e.g. "
@@ -100,7 +100,7 @@ def cmd_data(args) -> int:
     from ltbench.recipe import distinct_data  # lazy: keeps --help fast
 
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
-    from ltbench import engine  # lazy: keeps table and status free of torch
+    from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
 
     reports = []
@@ -197,7 +197,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from ltbench import run_status_view  # lazy: keeps --help fast
+    from ltbench.run import run_status_view  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
@@ -209,9 +209,9 @@ def cmd_status(args) -> int:
 
 def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple[Path, list, list[str]]:
     """(results folder, run specs, override keys) of a recipe file: from the expansion cache when nothing
-    the expansion depends on changed (no torch; ltbench/expansion.py), else expanded (plugins, torch) and
+    the expansion depends on changed (no torch; ltbench/recipe/expansion.py), else expanded (plugins, torch) and
     cached for the next time."""
-    from ltbench import expansion  # lazy: keeps --help fast
+    from ltbench.recipe import expansion  # lazy: keeps --help fast
 
     try:
         recipe_file = expansion.read_recipe(path, overrides, results)

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ltbench.errors import ConfigError, short_repr
-from ltbench.identity import DROPPED, identity_of
+from ltbench.results.identity import DROPPED, identity_of
 from ltbench.priors import parse_prior
 
 # Which configuration fields are execution settings (not part of what a run computes) is declared in
-# ltbench/identity.py, the one home of run identity; these names are kept for the code that imports them.
+# ltbench/results/identity.py, the one home of run identity; these names are kept for the code that imports them.
 NOT_IN_RUN_ID = DROPPED
 without_local_fields = identity_of
 

@@ -121,7 +121,7 @@ class Method(nn.Module):
     def feature_spaces(self) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         """Extra feature spaces the method exposes to stage-2 methods, by name: each maps backbone
         features (N, d) to (N, p) (e.g. a projection head's output). Why declared here: the core caches
-        whatever a method declares (ltbench/features.py) without knowing any method, and a stage-2 method
+        whatever a method declares (ltbench/stage2/features.py) without knowing any method, and a stage-2 method
         asks for a space by name (``posthoc.SplitInputs.space``), refused clearly when the run's method
         does not provide it. Names are identifiers other than ``features`` and ``labels``; default: none."""
         return {}

@@ -3,7 +3,7 @@
 Why a fourth plugin kind: the ablations the field asks for are mostly about the classifier (logit
 adjustment's tau, tau-normalisation, classifier re-training, a Bayes classifier's prior and distribution
 adjustment). A stage-2 method takes a finished run as it is (``FrozenRun``: its config, class counts,
-the trained method rebuilt from checkpoint.pt, the cached clean-view features of ltbench/features.py)
+the trained method rebuilt from checkpoint.pt, the cached clean-view features of ltbench/stage2/features.py)
 and a seed, fits in closed form or in a few epochs on the cached features, and predicts class scores
 under a target prior exactly the way ``Method.predict`` does, so shifted priors and shifted test sets
 go through the same evaluation core (ltbench/evaluation.py). docs/posthoc.md describes each built-in.

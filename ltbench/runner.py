@@ -1,6 +1,6 @@
 """``run_one(spec)``: the only function any launcher executes, locally or on a cluster node.
 
-The spec (``ltbench.runspec.RunSpec``, or its plain dict form) is plain data (no pickled models, datasets or classes): the worker repeats plugin
+The spec (``ltbench.results.runspec.RunSpec``, or its plain dict form) is plain data (no pickled models, datasets or classes): the worker repeats plugin
 discovery from it, so it runs the same in this process, a subprocess or a Slurm job.
 ``python -m ltbench.runner RUN_DIR/spec.json [--redo failed,stale]`` runs one spec in a fresh
 process (also under torchrun); its exit code says what happened (see ``EXIT_CODES``).
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import yaml
 
-from ltbench import provenance, record, registry, safe_read, store
+from ltbench.results import provenance, record, safe_read, store
+from ltbench import registry
 from ltbench.errors import LtbenchError
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 
 # What run_one returns besides 'done' and 'failed' (this process trained it):
 CLAIMED = "claimed"  # another live process holds the run's lock: skipped
@@ -117,8 +118,8 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
 
 
 def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
-    """Train the run and write its result.json (assembled by ``ltbench.record``)."""
-    from ltbench import distributed, engine  # lazy: keeps launchers free of torch (only workers train)
+    """Train the run and write its result.json (assembled by ``ltbench.results.record``)."""
+    from ltbench.train import distributed, engine  # lazy: keeps launchers free of torch (only workers train)
 
     registry.add_plugin_paths(spec.plugins)
     started = time.time()

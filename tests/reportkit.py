@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 
 PRIORS = ["forward50", "forward10", "uniform", "backward10", "backward50"]
 

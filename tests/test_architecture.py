@@ -62,41 +62,34 @@ def test_dynamic_import_check_sees_every_spelling(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# The layer rule (docs/architecture.md): cli -> launch -> recipe/report -> runner -> engine ->
-# data, backbones, methods -> registry, config, store. An import may go down or sideways, never up.
-# Every module of ltbench/ is named here, in exactly one layer: a new module fails
+# The layer rule (docs/architecture.md), per folder: cli -> run/ -> recipe/, report/ -> runner, stage2/ ->
+# train/, contract -> the plugin API (data/, samplers/, method, posthoc, backbones, experts, evaluation) ->
+# results/, registry, config, errors, priors, seeding. An import may go down or sideways, never up.
+# A sub-package is placed as a whole: every module in it takes its folder's layer, so a module that
+# belongs to another layer belongs in another folder. Every top-level module and every folder is named
+# here once; there is no prefix that matches everything: a new top-level module or a new folder fails
 # test_every_module_has_exactly_one_layer until it is placed (and docs/architecture.md says where).
 
 ROOT = CORE.parent
-LAYERS = {  # rank: every module of ltbench/, by its full dotted name (a package by its __init__)
+LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder stands for all its modules)
     6: ("ltbench.cli", "ltbench.__main__"),
-    5: ("ltbench.launch", "ltbench.local_pool", "ltbench.run_status_view", "ltbench.slurm", "ltbench.progress"),
-    4: ("ltbench.recipe", "ltbench.recipe_tables", "ltbench.expansion", "ltbench.plots", "ltbench.runlines",
-        "ltbench.report", "ltbench.report.build", "ltbench.report.document", "ltbench.report.expected",
-        "ltbench.report.formats", "ltbench.report.frames", "ltbench.report.index", "ltbench.report.published",
-        "ltbench.report.rows", "ltbench.report.significance_marks"),
-    3: ("ltbench.runner", "ltbench.features", "ltbench.posthoc_runs"),
-    2: ("ltbench.engine", "ltbench.checkpoint", "ltbench.selection", "ltbench.contract", "ltbench.provenance"),
-    1: ("ltbench.backbones", "ltbench.experts", "ltbench.method", "ltbench.posthoc", "ltbench.evaluation",
-        "ltbench.predictions", "ltbench.significance", "ltbench.literature", "ltbench.distributed",
-        "ltbench.data", "ltbench.data.base", "ltbench.data.batch_augment", "ltbench.data.cifar",
-        "ltbench.data.device_decode", "ltbench.data.fashion_mnist", "ltbench.data.idx", "ltbench.data.imagenet_tree",
-        "ltbench.data.profile", "ltbench.data.shift", "ltbench.data.splitlist", "ltbench.data.synthetic",
-        "ltbench.data.transforms", "ltbench.data.validation",
-        "ltbench.samplers", "ltbench.samplers.class_balanced", "ltbench.samplers.progressive",
-        "ltbench.samplers.square_root", "ltbench.samplers.uniform"),
-    0: ("ltbench", "ltbench.registry", "ltbench.config", "ltbench.store", "ltbench.errors", "ltbench.record",
-        "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.seeding", "ltbench.loggers",
-        "ltbench.safe_read"),
+    5: ("ltbench.run", "ltbench.slurm"),
+    4: ("ltbench.recipe", "ltbench.report"),
+    3: ("ltbench.runner", "ltbench.stage2"),
+    2: ("ltbench.train", "ltbench.contract"),
+    1: ("ltbench.data", "ltbench.samplers", "ltbench.method", "ltbench.posthoc", "ltbench.backbones",
+        "ltbench.experts", "ltbench.evaluation"),
+    0: ("ltbench", "ltbench.results", "ltbench.registry", "ltbench.config", "ltbench.errors", "ltbench.priors",
+        "ltbench.seeding"),
 }
 PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; every module in the folder
 
 
-TORCH_FREE = ("ltbench.report", "ltbench.recipe_tables", "ltbench.store", "ltbench.significance", "ltbench.literature", "ltbench.plots",
-              "ltbench.evaluation", "ltbench.predictions", "ltbench.recipe", "ltbench.selection", "ltbench.record",
-              "ltbench.runspec", "ltbench.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
-              "ltbench.loggers", "ltbench.progress", "ltbench.safe_read", "ltbench.runlines", "ltbench.run_status_view",
-              "ltbench.expansion")
+TORCH_FREE = ("ltbench.report", "ltbench.recipe.tables", "ltbench.results.store", "ltbench.report.significance", "ltbench.report.literature", "ltbench.report.plots",
+              "ltbench.evaluation", "ltbench.results.predictions", "ltbench.recipe", "ltbench.train.selection", "ltbench.results.record",
+              "ltbench.results.runspec", "ltbench.results.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
+              "ltbench.train.loggers", "ltbench.run.progress", "ltbench.results.safe_read", "ltbench.run.runlines", "ltbench.run.run_status_view",
+              "ltbench.recipe.expansion")
 
 
 def all_modules() -> dict[str, Path]:
@@ -109,14 +102,20 @@ def all_modules() -> dict[str, Path]:
     return out
 
 
+def placed_by(module: str) -> str:
+    """The LAYERS entry that places ``module``: its own name (a top-level module, or a folder's __init__),
+    else its folder (``ltbench.<folder>``); a module of a plugin folder is placed by that folder."""
+    parts = module.split(".")
+    return module if len(parts) <= 2 or parts[0] != "ltbench" else ".".join(parts[:2])
+
+
 def rank_of(module: str) -> int:
-    """The layer a module is listed in (exact name); a module of a plugin folder takes its folder's."""
-    ranks = [r for r, names in LAYERS.items() if module in names]
+    """The layer of a module: its entry's in LAYERS; a module of a plugin folder takes its folder's."""
     folder = module.split(".")[0]
-    if folder in PLUGIN_FOLDERS:
-        ranks.append(PLUGIN_FOLDERS[folder])
-    assert len(ranks) == 1, (f"{module}: listed in {len(ranks)} layers {ranks}; name it in exactly one layer of LAYERS "
-                             f"in tests/test_architecture.py and in docs/architecture.md's table")
+    ranks = [PLUGIN_FOLDERS[folder]] if folder in PLUGIN_FOLDERS else \
+        [r for r, names in LAYERS.items() if placed_by(module) in names]
+    assert len(ranks) == 1, (f"{module}: {placed_by(module)} is listed in {len(ranks)} layers {ranks}; name it in exactly "
+                             f"one layer of LAYERS in tests/test_architecture.py and in docs/architecture.md's table")
     return ranks[0]
 
 
@@ -159,9 +158,11 @@ def test_no_import_runs_back_up_the_layers():
 
 
 def unplaced_modules(modules: dict[str, Path]) -> list[str]:
-    """Modules of ltbench/ listed in no layer or in more than one, and listed names that are no module."""
+    """Modules of ltbench/ whose entry (themselves or their folder) is listed in no layer or in more than
+    one, and listed names that are no module."""
     listed = [name for names in LAYERS.values() for name in names]
-    out = [f"{m}: listed {listed.count(m)} times" for m in modules if m.split(".")[0] == "ltbench" and listed.count(m) != 1]
+    out = [f"{m}: {placed_by(m)} listed {listed.count(placed_by(m))} times" for m in modules
+           if m.split(".")[0] == "ltbench" and listed.count(placed_by(m)) != 1]
     out += [f"{name}: listed, but there is no such module" for name in sorted(set(listed) - set(modules))]
     return out
 
@@ -174,21 +175,26 @@ def test_every_module_has_exactly_one_layer():
 
 def test_a_new_module_in_no_layer_is_caught(tmp_path):
     modules = {**all_modules(), "ltbench.brand_new": tmp_path / "brand_new.py"}
-    assert unplaced_modules(modules) == ["ltbench.brand_new: listed 0 times"]
-    with pytest.raises(AssertionError, match="ltbench.brand_new: listed in 0 layers"):
+    assert unplaced_modules(modules) == ["ltbench.brand_new: ltbench.brand_new listed 0 times"]
+    with pytest.raises(AssertionError, match="ltbench.brand_new is listed in 0 layers"):
         rank_of("ltbench.brand_new")
+    new_folder = {**all_modules(), "ltbench.newpkg": tmp_path / "__init__.py", "ltbench.newpkg.x": tmp_path / "x.py"}
+    assert unplaced_modules(new_folder) == ["ltbench.newpkg: ltbench.newpkg listed 0 times",
+                                            "ltbench.newpkg.x: ltbench.newpkg listed 0 times"]
+    assert rank_of("ltbench.results.brand_new") == rank_of("ltbench.results.store")  # a folder places its modules
     assert unplaced_modules({m: p for m, p in all_modules().items() if m != "ltbench.seeding"}) == [
         "ltbench.seeding: listed, but there is no such module"]
 
 
 def test_a_module_in_the_wrong_layer_is_caught(tmp_path):
-    """store (layer 0) importing the engine (layer 2), even inside a function, is reported; the same
+    """results/store (layer 0) importing the engine (layer 2), even inside a function, is reported; the same
     import from the runner (layer 3) is not."""
     sample = tmp_path / "store.py"
-    sample.write_text("from ltbench.errors import WriteError\n\ndef later():\n    from ltbench import engine\n")
-    modules = {**all_modules(), "ltbench.store": sample}
-    assert upward_imports(modules) == ["ltbench.store (layer 0) imports ltbench.engine (layer 2)"]
-    sample.write_text("from .engine import train\n")
+    sample.write_text("from ltbench.errors import WriteError\n\ndef later():\n    from ltbench.train import engine\n")
+    modules = {**all_modules(), "ltbench.results.store": sample}
+    assert upward_imports(modules) == ["ltbench.results.store (layer 0) imports ltbench.train (layer 2)",
+                                       "ltbench.results.store (layer 0) imports ltbench.train.engine (layer 2)"]
+    sample.write_text("from .train.engine import train\n")
     assert upward_imports({**all_modules(), "ltbench.runner": sample}) == []
 
 
@@ -223,13 +229,13 @@ def test_results_side_never_imports_torch_at_import_time():
 
 def test_the_layer_check_sees_an_upward_import(tmp_path):
     sample = tmp_path / "store_like.py"
-    sample.write_text("from ltbench import engine\n\ndef later():\n    from .runner import run_one\n")
-    found = imports_of("ltbench.store_like", sample)
-    assert {"ltbench.engine", "ltbench.runner.run_one", "ltbench.runner"} <= found
-    assert rank_of("ltbench.engine") > rank_of("ltbench.store")
-    assert imports_of("ltbench.store_like", sample, top_level_only=True) == {"ltbench", "ltbench.engine"}
+    sample.write_text("from ltbench.train import engine\n\ndef later():\n    from ..runner import run_one\n")
+    found = imports_of("ltbench.results.store_like", sample)
+    assert {"ltbench.train.engine", "ltbench.runner.run_one", "ltbench.runner"} <= found
+    assert rank_of("ltbench.train.engine") > rank_of("ltbench.results.store")
+    assert imports_of("ltbench.results.store_like", sample, top_level_only=True) == {"ltbench.train", "ltbench.train.engine"}
     modules = all_modules()
-    assert "torch" in import_time_closure("ltbench.engine", modules)
+    assert "torch" in import_time_closure("ltbench.train.engine", modules)
     assert "ltbench.data.base" in import_time_closure("ltbench.data.cifar", modules)
 
 
@@ -344,7 +350,7 @@ def test_the_cycle_check_sees_module_and_function_level_cycles():
 def test_import_edges_tell_module_from_function_level(tmp_path):
     sample = tmp_path / "store_like.py"
     sample.write_text("from typing import TYPE_CHECKING\nfrom ltbench import errors\nfrom . import config\n"
-                      "if TYPE_CHECKING:\n    from ltbench.engine import train\n"
+                      "if TYPE_CHECKING:\n    from ltbench.train.engine import train\n"
                       "class C:\n    from ltbench.report import rows\n"
                       "def later():\n    from ltbench.runner import run_one\n    import ltbench.errors\n")
     assert import_edges("ltbench.store_like", sample) == {

@@ -195,7 +195,7 @@ def test_cb_softmax_and_sigmoid_reduce_over_the_batch_size_not_the_weight_sum():
     assert class_balanced_loss(x, y, w, "focal", 0.0).item() == class_balanced_loss(x, y, w, "sigmoid", 0.0).item()
 
 
-# Published numbers of the authors' own material, read by hand from the official repositories (ltbench/published.yaml)
+# Published numbers of the authors' own material, read by hand from the official repositories (ltbench/report/published.yaml)
 AUTHORS_NUMBERS = [
     ({"source": "LADE code, CVPR 2021 poster (Hong et al., 2021), Table 1", "dataset": "cifar100_lt", "imb_factor": 100,
       "method": "lade"}, {"all": 45.4}),
@@ -211,7 +211,7 @@ AUTHORS_NUMBERS = [
 
 @pytest.mark.parametrize("fields, metrics", AUTHORS_NUMBERS)
 def test_published_numbers_from_the_official_repositories(fields, metrics):
-    from ltbench.literature import load_published, match
+    from ltbench.report.literature import load_published, match
 
     fields = dict(fields)
     source = fields.pop("source")
@@ -270,4 +270,4 @@ def test_ltbench_check_methods_finds_the_built_in_folder():
 
     folder = Path(__file__).resolve().parents[1] / "methods"
     assert _defined_in("methods.cb", folder) and _defined_in("methods.lade", folder)
-    assert not _defined_in("ltbench.engine", folder) and not _defined_in("no.such.module", folder)
+    assert not _defined_in("ltbench.train.engine", folder) and not _defined_in("no.such.module", folder)

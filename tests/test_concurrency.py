@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.recipe import load_recipe
 from tests.conftest import ROOT
 

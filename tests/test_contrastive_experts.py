@@ -256,8 +256,8 @@ def test_sade_run_adapts_on_every_test_set(tmp_path, write_recipe):
     """End to end: the engine builds SADE's multi-expert network, trains it, and before predicting each test
     source learns the aggregation weights there; result.json records them and the per-expert heads."""
     from conftest import ROOT  # noqa: F401  (conftest path set-up)
-    from ltbench import store
-    from ltbench.local_pool import run_local
+    from ltbench.results import store
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe(extra={"method": {"name": "sade", "test_time_epochs": 2},

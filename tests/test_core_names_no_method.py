@@ -24,7 +24,7 @@ _PAPER_PROTOCOL = ("a data protocol named after the paper that defined it (LDAM-
 _EXAMPLE = "an example in a user-facing error message (any registered name would do; this one exists)"
 ALLOWED = {  # (module path under ltbench/, method name) -> why the name there is not about the method
     ("config.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
-    ("engine.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
+    ("train/engine.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
     ("report/formats.py", "vs"): "the English 'vs' in a table's note ('n 3 vs 2'), not the VS loss",
     ("data/cifar.py", "ldam"): _PAPER_PROTOCOL,
     ("data/profile.py", "ldam"): _PAPER_PROTOCOL,
@@ -33,7 +33,7 @@ ALLOWED = {  # (module path under ltbench/, method name) -> why the name there i
     ("data/shift.py", "sade"): _PAPER_PROTOCOL,
     ("data/shift.py", "lade"): _PAPER_PROTOCOL,
     ("data/imagenet_tree.py", "lade"): _PAPER_PROTOCOL,
-    ("recipe.py", "ldam"): "an example recipe name in an error message (cifar10_lt_ldam)",
+    ("recipe/__init__.py", "ldam"): "an example recipe name in an error message (cifar10_lt_ldam)",
     ("cli.py", "tau_norm"): _EXAMPLE,
     ("posthoc.py", "tau_norm"): _EXAMPLE,
 }

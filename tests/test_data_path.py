@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.data.base import MultiView
-from ltbench.engine import Loader, SeededSamples
+from ltbench.train.engine import Loader, SeededSamples
 
 
 class WhoLoads(torch.utils.data.Dataset):
@@ -63,7 +63,7 @@ def test_a_sample_is_the_same_whichever_process_builds_it():
 
 
 def _run(tmp_path: Path, write_recipe, name: str, train: dict, extra: dict | None = None) -> tuple[dict, list]:
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     recipe = write_recipe(name, extra={"train": {"progress": False, **train}, **(extra or {}),

@@ -95,7 +95,7 @@ def test_engine_decodes_encoded_batches_into_the_same_views(tmp_path, monkeypatc
     """The engine's wiring of device decoding, exercised on the CPU: with decoding moved to the device the
     loader hands over the files' bytes and the views built from them equal those of the worker-decoded
     batched path (same decoder on a CPU, same per-sample draws)."""
-    from ltbench import engine
+    from ltbench.train import engine
     from ltbench.data import device_decode
     from ltbench.data.imagenet_tree import TreeSpec, write_tree
     from ltbench.recipe import resolve_run_config

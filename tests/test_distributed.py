@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.recipe import load_recipe
 from tests.conftest import ROOT
 
@@ -39,7 +39,7 @@ def launch(world: int, argv: list[str], timeout: float = 600) -> list[subprocess
 
 GRAD_SCRIPT = textwrap.dedent("""
     import sys, torch
-    from ltbench import distributed
+    from ltbench.train import distributed
     rank, world = distributed.init_from_env()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.config import OptimConfig
-from ltbench.engine import epoch_batches, lr_factor
+from ltbench.train.engine import epoch_batches, lr_factor
 from tests.conftest import ROOT
 
 
@@ -150,7 +150,7 @@ def test_finished_runs_are_skipped(tmp_path, write_recipe, cli):
 
 
 def test_result_is_self_describing(tmp_path, write_recipe):
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe()).runs[0]
@@ -189,7 +189,7 @@ def test_missing_dataset_says_which_files_and_how(tmp_path, write_recipe, cli):
 
 
 def test_bf16_autocast_trains(tmp_path, write_recipe):
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe(extra={"train": {"precision": "bf16", "eval_every": 1}})).runs[0]
@@ -214,7 +214,7 @@ def test_data_command_prints_counts_and_groups(write_recipe, cli):
 
 def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, write_recipe):
     from ltbench.data.shift import shifted_counts
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     spec = load_recipe(write_recipe(extra={"method": {"name": "la"}, "eval": {
@@ -227,7 +227,7 @@ def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, wri
     assert m["test_sets"]["backward5"]["size"] == sum(shifted_counts(4, 8, 5, "backward"))
     import numpy
 
-    from ltbench.predictions import load_predictions
+    from ltbench.results.predictions import load_predictions
 
     saved = load_predictions(next((tmp_path / "results").rglob(store.RESULT)).parent)
     for name, direction in (("forward5", "forward"), ("backward5", "backward")):

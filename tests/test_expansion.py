@@ -1,4 +1,4 @@
-"""The caches of a recipe's expansion (ltbench/expansion.py): ``ltbench status RECIPE`` reads its runs from
+"""The caches of a recipe's expansion (ltbench/recipe/expansion.py): ``ltbench status RECIPE`` reads its runs from
 the cache, so it runs where torch cannot be imported; anything the expansion depends on changing makes it
 (and the tables' cache, report/expected.py) expand again."""
 
@@ -58,7 +58,7 @@ def test_status_of_a_recipe_needs_no_torch_once_cached_and_never_shows_a_stale_c
 
 
 def test_a_forged_or_damaged_runs_cache_is_not_used(write_recipe, tmp_path):
-    from ltbench import expansion
+    from ltbench.recipe import expansion
     from ltbench.recipe import load_recipe
 
     path = write_recipe("tiny")

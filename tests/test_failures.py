@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from ltbench import store
-from ltbench.engine import non_finite_loss_message
+from ltbench.results import store
+from ltbench.train.engine import non_finite_loss_message
 
 BROKEN = '''
 import pytest

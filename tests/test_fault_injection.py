@@ -166,7 +166,7 @@ def drive(tree: Path) -> dict:
             results = tree / f"r-{kind}-{how}"
             shutil.copytree(pristine, results, symlinks=True)
             call(["table", str(recipe), "--results", str(results)])  # caches for this folder
-            call(["status", str(recipe), "--results", str(results)])  # the runs cache (ltbench/expansion.py)
+            call(["status", str(recipe), "--results", str(results)])  # the runs cache (ltbench/recipe/expansion.py)
             for pattern in ROOT_FILES:
                 (target,) = (results / "faults").glob(pattern)
                 damage(target, how)
@@ -177,7 +177,7 @@ def drive(tree: Path) -> dict:
 
 def after_state(results: Path, ids: list[str]) -> dict:
     """What is usable on disk once every command ran: run results and stage-2 results, per run id."""
-    from ltbench import store
+    from ltbench.results import store
 
     out = {}
     for run_id in ids:

@@ -22,7 +22,9 @@ import numpy as np
 import pytest
 import yaml
 
-from ltbench import features, report, store
+from ltbench.stage2 import features
+from ltbench import report
+from ltbench.results import store
 from ltbench.errors import ConfigError, LtbenchError
 from reportkit import populate
 from tests.conftest import ROOT, TINY, caches_in_the_results_folder, deep_update, run_cli
@@ -155,7 +157,7 @@ FEATURE_DAMAGE = {
 @pytest.mark.slow  # needs the module's trained tree
 @pytest.mark.parametrize("how", sorted(FEATURE_DAMAGE))
 def test_a_damaged_feature_cache_is_set_aside_and_extracted_again(tree, how):
-    from ltbench.posthoc_runs import run_posthoc
+    from ltbench.stage2.posthoc_runs import run_posthoc
     from ltbench.recipe import load_recipe
 
     recipe, dirs = tree
@@ -304,7 +306,7 @@ def test_an_empty_option_list_in_a_later_posthoc_entry_is_refused():
 
 @pytest.mark.slow  # needs the module's trained tree
 def test_an_io_fault_while_writing_a_setting_is_not_stored_as_failed_and_is_retried(tree, monkeypatch):
-    from ltbench import posthoc_runs
+    from ltbench.stage2 import posthoc_runs
     from ltbench.recipe import load_recipe
 
     recipe, dirs = tree
@@ -438,7 +440,7 @@ def test_per_class_values_out_of_range_never_reach_a_figure(tmp_path):
 
 
 def test_a_corrupt_predictions_file_reads_as_absent(tmp_path):
-    from ltbench.predictions import load_predictions, save_predictions
+    from ltbench.results.predictions import load_predictions, save_predictions
 
     save_predictions(tmp_path, {"labels": np.arange(2000) % 4, "head:main": np.arange(2000) % 3}, 4)
     path = tmp_path / "predictions.npz"
@@ -527,7 +529,7 @@ def test_a_dataset_plugin_reports_a_corrupt_file_as_one_line_naming_it(tmp_path,
 
 
 def test_a_missing_predictions_file_is_noted_when_the_bootstrap_leaves_its_seed_out(write_recipe):
-    from ltbench import predictions
+    from ltbench.results import predictions
     from ltbench.recipe import load_recipe
 
     path = _tables_recipe(write_recipe, {"t": {"rows": [{"label": "CE", "where": {"method.name": "ce"}},

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ltbench import store
+from ltbench.results import store
 from tests.conftest import ROOT
 
 HAS_CUDA = torch.cuda.is_available()
@@ -59,7 +59,7 @@ def test_a_training_run_uses_the_gpu(tmp_path, write_recipe, cli):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_arrive_pinned_and_views_train_on_the_gpu(write_recipe, workers):
-    from ltbench import engine
+    from ltbench.train import engine
     from ltbench.recipe import load_recipe
 
     run = engine.build_run(load_recipe(write_recipe()).runs[0].config)
@@ -131,7 +131,7 @@ def test_a_killed_gpu_run_resumes_from_its_checkpoint(tmp_path, write_recipe, cl
 
 NCCL_SCRIPT = """
 import torch, torch.distributed as dist
-from ltbench import distributed
+from ltbench.train import distributed
 dist.init_process_group("nccl")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.cuda.set_device(rank % torch.cuda.device_count())

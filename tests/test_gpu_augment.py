@@ -21,7 +21,7 @@ import torch
 from scipy import stats
 from torchvision.transforms import InterpolationMode, v2
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.data import batch_augment as B
 from ltbench.data import transforms
 from ltbench.data.base import ImageSpec
@@ -295,7 +295,7 @@ def test_an_unknown_augment_on_is_refused_with_the_choices(write_recipe):
 
 @pytest.mark.slow
 def test_augment_on_batch_is_its_own_run_and_trains_every_view(tmp_path, write_recipe):
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
 
     bape = {"method": {"name": "bape", "aux": {"name": "la", "tau": 1.0}}, "optim": {"epochs": 1}}

@@ -1,4 +1,4 @@
-"""Run identity (ltbench/identity.py): one rule for run ids, table rows, stage-2 ids and stale code."""
+"""Run identity (ltbench/results/identity.py): one rule for run ids, table rows, stage-2 ids and stale code."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import identity
+from ltbench.results import identity
 from ltbench.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,9 +150,9 @@ EXECUTION_VARIANTS = {  # every train: execution setting of identity.py, set awa
 
 
 def _train_tiny(recipe_path, overrides, results_dir) -> dict:
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
-    from ltbench.store import read_result
+    from ltbench.results.store import read_result
 
     recipe = load_recipe(recipe_path, overrides, results_dir=results_dir)
     run_local(recipe.runs)
@@ -197,8 +197,9 @@ def test_an_execution_setting_changes_neither_the_id_nor_the_metrics(setting, ba
 def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_another(baseline, tmp_path, capsys):
     import shutil
 
-    from ltbench import report, store
-    from ltbench.launch import runs_to_launch
+    from ltbench import report
+    from ltbench.results import store
+    from ltbench.run.launch import runs_to_launch
     from ltbench.recipe import load_recipe
 
     path, base = baseline
@@ -214,7 +215,7 @@ def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_an
     assert next(iter(table.rows[0].units.values())).runs[0]["run_id"] == base["run_id"]
     run_dir = Path(recipe.runs[0].run_dir)
     (run_dir / store.RESULT).unlink()  # as if killed after its last checkpoint: the next launch resumes it
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
 
     run_local(recipe.runs)
     assert "resuming from checkpoint" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.recipe import load_recipe
 from tests.conftest import ROOT
 
@@ -124,7 +124,7 @@ def test_debug_launcher_runs_every_array_chunk(tmp_path, write_recipe, cli):
 
 
 def test_gpu_slots_place_workers_round_robin():
-    from ltbench.local_pool import gpu_slots, pool_size
+    from ltbench.run.local_pool import gpu_slots, pool_size
 
     assert pool_size(jobs=1, runs_per_gpu=3, gpus=["0", "1"]) == 6
     assert pool_size(jobs=4, runs_per_gpu=1, gpus=["0", "1"]) == 4  # jobs as before
@@ -155,7 +155,7 @@ class FakeWorker:
 
 
 def test_runs_per_gpu_puts_that_many_runs_on_each_faked_gpu(tmp_path, write_recipe, monkeypatch, capsys):
-    from ltbench import launch, local_pool
+    from ltbench.run import launch, local_pool
 
     recipe = load_recipe(write_recipe(extra={"launcher": {"runs_per_gpu": 2}}), ["seeds=[0,1,2,3,4,5,6]"])
     monkeypatch.setattr(local_pool, "visible_gpus", lambda: ["3", "5"])
@@ -179,7 +179,7 @@ def test_runs_per_gpu_puts_that_many_runs_on_each_faked_gpu(tmp_path, write_reci
     ({"runs_per_gpu": 2, "name": "debug"}, ["0"], "applies to the local launcher only"),
 ])
 def test_runs_per_gpu_is_refused_where_it_cannot_take_effect(write_recipe, monkeypatch, launcher, gpus, message):
-    from ltbench import launch, local_pool
+    from ltbench.run import launch, local_pool
     from ltbench.errors import ConfigError
 
     recipe = load_recipe(write_recipe(extra={"launcher": launcher}))

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ltbench.errors import LtbenchError
-from ltbench.literature import Published, is_metric, load_published, match
+from ltbench.report.literature import Published, is_metric, load_published, match
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,7 +147,7 @@ def test_evidence_modules_import_no_torch():
     """Tables, reports and figures run on a login node: none of these may pull in torch."""
     import subprocess
 
-    code = ("import sys, ltbench.literature, ltbench.significance, ltbench.predictions, ltbench.plots; "
-            "ltbench.literature.load_published(); assert 'torch' not in sys.modules, 'torch imported'")
+    code = ("import sys, ltbench.report.literature, ltbench.report.significance, ltbench.results.predictions, ltbench.report.plots; "
+            "ltbench.report.literature.load_published(); assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -10,7 +10,7 @@ from ltbench.recipe import load_recipe
 
 
 def run_with(write_recipe, loggers, **extra):
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
 
     spec = load_recipe(write_recipe(extra={"train": {"progress": False, "eval_every": 1, "loggers": loggers},
                                            **extra})).runs[0]
@@ -104,7 +104,7 @@ def test_a_missing_logger_package_says_what_to_install(monkeypatch, tmp_path):
     import builtins
 
     from ltbench.errors import ConfigError
-    from ltbench.loggers import create_loggers
+    from ltbench.train.loggers import create_loggers
 
     real_import = builtins.__import__
 

@@ -24,7 +24,7 @@ def test_figure_kinds_and_formats_use_it_and_kappa_solvers_are_checked_at_load()
     from methods.bape import BAPEConfig
     from methods.posthoc_bape import BapeRefitConfig
 
-    from ltbench.plots import DRAWN_CLASS_STATS
+    from ltbench.report.plots import DRAWN_CLASS_STATS
     from ltbench.report.document import FIGURE_FILES
 
     assert figure_kind("kappa") is figure_kind("class_stats") is FIGURES["class_stats"]  # the earlier name

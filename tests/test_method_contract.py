@@ -13,7 +13,7 @@ import io
 import pytest
 import torch
 
-from ltbench import engine
+from ltbench.train import engine
 from ltbench.config import from_dict
 from ltbench.data import transforms
 from ltbench.data.base import MultiView

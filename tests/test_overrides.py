@@ -54,7 +54,7 @@ def test_dry_run_shows_the_overridden_value_and_every_setting_that_differs(capsy
     assert code == 0, err
     assert "la (tau=2) on fashion_mnist_lt rho=100 seed=0" in out
     recipe = load_recipe(ROOT / "recipes" / "cifar100_lt.yaml", ["seeds=[0]"])
-    from ltbench.runlines import run_lines
+    from ltbench.run.runlines import run_lines
 
     lines = run_lines(recipe.runs, recipe.override_keys)
     assert len(set(lines)) == len(lines)  # no two runs read alike
@@ -112,8 +112,8 @@ def test_report_and_other_ltbench_folders_are_not_runs(capsys, tmp_path, write_r
 @pytest.mark.parametrize("name", ["forward1e2", "forward 50", "forward+50", "forward5_0", "forwardinf", "forward0.5",
                                   "Forward50", "backward"])
 def test_a_prior_name_outside_the_grammar_is_refused_everywhere(name, write_recipe):
-    from ltbench.literature import is_metric
-    from ltbench.recipe_tables import check_column
+    from ltbench.report.literature import is_metric
+    from ltbench.recipe.tables import check_column
 
     with pytest.raises(ConfigError, match="unknown target prior"):
         load_recipe(write_recipe(extra={"eval": {"target_priors": [name]}}))
@@ -126,8 +126,8 @@ def test_a_prior_name_outside_the_grammar_is_refused_everywhere(name, write_reci
 
 @pytest.mark.parametrize("name", ["forward50", "backward2.5", "uniform", "forward1"])
 def test_a_prior_name_inside_the_grammar_is_accepted_everywhere(name, write_recipe):
-    from ltbench.literature import is_metric
-    from ltbench.recipe_tables import check_column
+    from ltbench.report.literature import is_metric
+    from ltbench.recipe.tables import check_column
 
     load_recipe(write_recipe(extra={"eval": {"target_priors": [name]}}))
     check_column(name, "c")
@@ -136,7 +136,7 @@ def test_a_prior_name_inside_the_grammar_is_accepted_everywhere(name, write_reci
 
 
 def test_prior_names_sort_from_forward_to_backward_in_tables_and_figures():
-    from ltbench.plots import prior_position
+    from ltbench.report.plots import prior_position
     from ltbench.report.rows import prior_order
 
     names = ["backward10", "uniform", "forward2", "backward2.5", "forward50", "forward10"]

@@ -9,7 +9,7 @@ import pytest
 from matplotlib.image import imread
 
 from ltbench.errors import LtbenchError
-from ltbench.plots import (class_statistics, figure_class_stat, figure_curves, figure_per_class, figure_shift,
+from ltbench.report.plots import (class_statistics, figure_class_stat, figure_curves, figure_per_class, figure_shift,
                            plot_class_stat, plot_curves, plot_per_class, plot_shift, prior_position)
 from tests.conftest import ROOT
 
@@ -133,7 +133,7 @@ def test_empty_data_is_a_clear_error():
 
 
 def test_plotting_needs_no_display_and_no_pyplot(tmp_path):
-    code = ("import sys, pandas as pd; from ltbench.plots import plot_curves; "
+    code = ("import sys, pandas as pd; from ltbench.report.plots import plot_curves; "
             "df = pd.DataFrame({'row': ['a', 'a'], 'seed': [0, 0], 'epoch': [1, 2], 'loss': [2.0, 1.0]}); "
             f"plot_curves(df, {str(tmp_path / 'c')!r}); assert 'matplotlib.pyplot' not in sys.modules")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from ltbench import features, store
+from ltbench.stage2 import features
+from ltbench.results import store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.posthoc import create_posthoc, expand_posthoc
-from ltbench.posthoc_runs import evaluate_posthoc, load_frozen, posthoc_id, run_posthoc
-from ltbench.predictions import load_predictions
+from ltbench.stage2.posthoc_runs import evaluate_posthoc, load_frozen, posthoc_id, run_posthoc
+from ltbench.results.predictions import load_predictions
 from ltbench.registry import POSTHOC
 from tests.test_slurm_submit import fake_sbatch  # noqa: F401 - a fixture: sbatch that records its calls
 
@@ -28,7 +29,7 @@ def runs(tmp_path_factory):
     """Tiny finished CE, LA and BAPE runs (one seed) with a shifted test set and target priors (a few seconds)."""
     import yaml
 
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
     from tests.conftest import TINY, deep_update
 
@@ -90,7 +91,7 @@ def test_a_stage2_method_asks_for_a_feature_space_by_name(runs, monkeypatch):
 def test_a_cache_without_a_declared_space_is_unusable_never_misread(runs, tmp_path, monkeypatch):
     """A cache extracted before the method declared a space (or with one it no longer declares) does not
     load as if it matched: UnusableFile, which 'ltbench posthoc' answers by extracting again."""
-    from ltbench import safe_read
+    from ltbench.results import safe_read
 
     run_dir = tmp_path / "run"
     shutil.copytree(runs["dirs"]["ce"], run_dir, ignore=shutil.ignore_patterns("posthoc"))
@@ -356,7 +357,7 @@ def _recipe_with(runs, grid: list[dict], launcher: str):
 
 
 def test_posthoc_through_the_debug_launcher_stores_what_local_would(runs):
-    from ltbench.launch import launch_posthoc
+    from ltbench.run.launch import launch_posthoc
 
     recipe = _recipe_with(runs, [{"name": "la_posthoc", "tau": [0.25, 0.75]}], "debug")
     assert launch_posthoc(recipe) == {"unfinished": 0, "already": 0, "done": 6, "failed": 0}
@@ -368,7 +369,7 @@ def test_posthoc_through_the_debug_launcher_stores_what_local_would(runs):
 
 
 def test_posthoc_on_slurm_submits_one_array_task_per_finished_run(runs, fake_sbatch, capsys):
-    from ltbench.launch import launch_posthoc
+    from ltbench.run.launch import launch_posthoc
     from tests.test_slurm_submit import calls, sbatch_options
 
     recipe = _recipe_with(runs, [{"name": "tau_norm", "tau": 0.3}], "slurm")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import report, store
+from ltbench import report
+from ltbench.results import store
 from ltbench.recipe import load_recipe
 from reportkit import fake_metrics, write_run
 

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.evaluation import summarize
-from ltbench.predictions import (PREDICTIONS, compact, correct, correct_by_seed, load_predictions, paired_correct,
+from ltbench.results.predictions import (PREDICTIONS, compact, correct, correct_by_seed, load_predictions, paired_correct,
                                  save_predictions)
-from ltbench.significance import paired_bootstrap_pvalue
+from ltbench.report.significance import paired_bootstrap_pvalue
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def la_run(tmp_path_factory):
     """Two tiny post-hoc LA runs with an 'erm' head and two shifted test sets (about two seconds)."""
     import yaml
 
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
     from ltbench.recipe import load_recipe
     from tests.conftest import TINY, deep_update
 

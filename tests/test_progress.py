@@ -4,9 +4,9 @@
 import io
 import json
 
-from ltbench import store
-from ltbench.progress import ProgressBoard, epoch_line, eta_text, finished_line
-from ltbench.runspec import RunSpec
+from ltbench.results import store
+from ltbench.run.progress import ProgressBoard, epoch_line, eta_text, finished_line
+from ltbench.results.runspec import RunSpec
 
 
 def spec_in(tmp_path, epochs=4, seed=1):

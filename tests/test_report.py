@@ -335,7 +335,7 @@ def test_include_joins_another_recipes_runs_as_column_groups(write_recipe):
 
 
 def test_published_reference_rows_and_delta(write_recipe, monkeypatch):
-    from ltbench import literature
+    from ltbench.report import literature
     from ltbench.report import published
 
     entry = literature.Published(method="la", dataset="synthetic_lt", imb_factor=6.0, backbone="resnet8",
@@ -355,7 +355,7 @@ def test_published_reference_rows_and_delta(write_recipe, monkeypatch):
 def test_bootstrap_marks_come_from_stored_predictions(write_recipe):
     import numpy as np
 
-    from ltbench import predictions
+    from ltbench.results import predictions
 
     path = write_recipe("r", {**LA_GRID, "seeds": [0, 1]})
     recipe = load_recipe(path)

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ltbench import record, store
-from ltbench.checkpoint import CheckpointSaver, load_checkpoint
-from ltbench.runspec import RunSpec
-from ltbench.selection import select_model
+from ltbench.results import record, store
+from ltbench.train.checkpoint import CheckpointSaver, load_checkpoint
+from ltbench.results.runspec import RunSpec
+from ltbench.train.selection import select_model
 
 SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"
 CONFIG = {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}, "seed": 3}

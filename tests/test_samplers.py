@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ltbench.engine import Loader, SeededSamples, cut_batches, epoch_batches
+from ltbench.train.engine import Loader, SeededSamples, cut_batches, epoch_batches
 from ltbench.registry import SAMPLERS
 from ltbench.samplers import SamplerContext, class_quotas, create_sampler, power_law, resolve_sampler
 from ltbench.seeding import derive_seed
@@ -133,7 +133,7 @@ DDP_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
     import torch.distributed as dist
-    from ltbench import distributed, engine
+    from ltbench.train import distributed, engine
     config = json.loads(sys.argv[1])
     rank, world = distributed.init_from_env()
     run = engine.build_run(config)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ltbench.significance import (ALPHA, bootstrap_not_different_from_best, not_different_from_best,
+from ltbench.report.significance import (ALPHA, bootstrap_not_different_from_best, not_different_from_best,
                                   paired_bootstrap_pvalue, welch_pvalue)
 
 
@@ -131,14 +131,14 @@ def test_bootstrap_not_different_from_best_pairs_common_seeds():
     ([70.0], [60.0, 61.0], "n = 1 on a side, Welch needs 2 or more"),
 ])
 def test_undefined_welch_gives_no_p_value_and_says_why(a, b, reason):
-    from ltbench.significance import welch_test
+    from ltbench.report.significance import welch_test
 
     assert welch_test(a, b) == (None, reason)
     assert welch_test([1.0, 2.0], [3.0, 3.0])[0] is not None  # one side constant: still defined
 
 
 def test_identical_predictions_give_no_bootstrap_test():
-    from ltbench.significance import paired_bootstrap_test
+    from ltbench.report.significance import paired_bootstrap_test
 
     correct = np.random.default_rng(0).random(500) < 0.6
     assert paired_bootstrap_test(correct, correct) == (None, "identical predictions on every test image")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import store
-from ltbench.launch import LAUNCHERS, launch
+from ltbench.results import store
+from ltbench.run.launch import LAUNCHERS, launch
 from ltbench.recipe import load_recipe
 
 FAKE_SBATCH = """#!/bin/sh
@@ -112,7 +112,7 @@ def test_chunks_of_max_array_size(fake_sbatch, write_recipe):
 
 
 def test_finished_runs_are_not_submitted_again(fake_sbatch, write_recipe):
-    from ltbench.local_pool import run_local
+    from ltbench.run.local_pool import run_local
 
     recipe = slurm_recipe(write_recipe, [0, 1])
     run_local([recipe.runs[0]])  # seed 0 finishes here (a few seconds on the tiny recipe)

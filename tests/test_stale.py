@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 
 PLUGIN = '''
 import torch.nn as nn

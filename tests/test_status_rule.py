@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import store
-from ltbench.launch import runs_to_launch
+from ltbench.results import store
+from ltbench.run.launch import runs_to_launch
 from ltbench.recipe import load_recipe
-from ltbench.run_status_view import describe_run, print_status
+from ltbench.run.run_status_view import describe_run, print_status
 from ltbench.runner import _needs_running
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 from tests.reportkit import write_run
 
 
@@ -35,7 +35,7 @@ def _make_state(spec: dict, state: str) -> None:
         run_dir = write_run(spec, "failed" if state == "failed" else "done")
         if state == "stale":  # recorded with a hash the module's file no longer has
             result = json.loads((run_dir / store.RESULT).read_text())
-            result["code"] = {"ltbench.store": {"path": "ltbench/store.py", "sha256": "0" * 64}}
+            result["code"] = {"ltbench.results.store": {"path": "ltbench/results/store.py", "sha256": "0" * 64}}
             (run_dir / store.RESULT).write_text(json.dumps(result))
         return
     run_dir = write_run(spec, "pending")

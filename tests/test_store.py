@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.errors import DiskFullError
 from tests.conftest import ROOT
 

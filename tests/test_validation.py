@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.config import from_dict
 from ltbench.data import cifar
 from ltbench.data.cifar import CIFAR10LT, CIFAR100LT
@@ -18,7 +18,7 @@ from ltbench.data.fashion_mnist import DEBIAN_DIR, FashionMNISTLT, FashionMNISTL
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.data.validation import hold_out, unused_per_class
 from ltbench.errors import ConfigError
-from ltbench.selection import select_model
+from ltbench.train.selection import select_model
 from tests.conftest import ROOT
 from tests.test_splitlist import fake_imagenet_lt  # noqa: F401 - a fixture used below
 from tests.test_cifar import C100_RHO100, _index_of, real_size_labels, reference_subset, write_fake_cifar10, \

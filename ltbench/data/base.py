@@ -93,7 +93,7 @@ class DatasetBuilder:
     def data_identity(self) -> str | None:
         """What identifies this dataset's data beyond its options, or None when the options do.
 
-        Options such as ``root`` are execution settings (ltbench/identity.py): they say where files are,
+        Options such as ``root`` are execution settings (ltbench/results/identity.py): they say where files are,
         not what they hold, so they are left out of the run id. A dataset whose files the user chooses
         (an image folder, an .npz under ``data.root``) returns a digest of them here (``digest_files``),
         so results of different data never share a run id or a table row. Called when a recipe is

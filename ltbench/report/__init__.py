@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ltbench.errors import LtbenchError
-from ltbench.recipe_tables import default_table
+from ltbench.recipe.tables import default_table
 from ltbench.report import index
 from ltbench.report.build import build_table
 from ltbench.report.expected import expected_of
@@ -32,7 +32,7 @@ from ltbench.report.formats import render as _render
 from ltbench.report.formats import to_markdown
 from ltbench.report.frames import load as _load
 from ltbench.report.published import add_published
-from ltbench.safe_read import regular_file_problem
+from ltbench.results.safe_read import regular_file_problem
 
 FORMATS = ("markdown", "latex", "csv")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit, group_values, matches_selector, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
-from ltbench.recipe_tables import TableSpec
+from ltbench.recipe.tables import TableSpec
 from ltbench.report.significance_marks import compare_rows, mark_similar
 
 

@@ -2,7 +2,7 @@
 a standalone LaTeX document of all tables, every figure (PNG and PDF), and ``report.md`` showing them
 together with a provenance summary (commits, versions, devices, wall time, runs failed or missing).
 
-Figures are drawn by ``ltbench.plots`` from the tidy frames of ``ltbench.report.load``; a figure
+Figures are drawn by ``ltbench.report.plots`` from the tidy frames of ``ltbench.report.load``; a figure
 whose data the runs do not have (no shifted priors, no per-class statistics, no log) is skipped and
 the report says so.
 """
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ltbench import report, store
+from ltbench import report
+from ltbench.results import store
 from ltbench.registry import lookup
 from ltbench.report.formats import latex_document, render
 
@@ -71,7 +72,7 @@ def figure_kind(kind: str) -> FigureKind:
 def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
     """Draw one kind of figure; returns (written paths, reason when nothing was drawn)."""
     figure = figure_kind(kind)
-    from ltbench import plots  # lazy: keeps tables and status free of matplotlib
+    from ltbench.report import plots  # lazy: keeps tables and status free of matplotlib
 
     paths, reason = figure.draw(plots, frames[figure.frame], out_base, _study_rows(frames))
     return [str(p) for p in paths], reason

@@ -18,17 +18,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench import safe_read, store
+from ltbench.results import safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
-from ltbench.expansion import expansion_signature, read_recipe
-from ltbench.identity import DATA_IDENTITY
+from ltbench.recipe.expansion import expansion_signature, read_recipe
+from ltbench.results.identity import DATA_IDENTITY
 from ltbench.recipe import Recipe, load_recipe
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 from ltbench.report import index
 from ltbench.report.index import cache_file, config_key
 from ltbench.report.build import build_table
 from ltbench.report.rows import flatten
-from ltbench.recipe_tables import TableSpec, parse_tables
+from ltbench.recipe.tables import TableSpec, parse_tables
 
 CACHE_VERSION = 2
 
@@ -45,7 +45,7 @@ class RecipeRuns:
 
 def expected_of(runs: list[RunSpec], posthoc: list[dict] = ()) -> list[dict]:
     """The rows' runs in grid order: every run, then every (run, stage-2 setting) of the recipe's
-    ``posthoc:`` grid, whose config is the run's plus a ``posthoc`` section (ltbench/posthoc_runs.py)."""
+    ``posthoc:`` grid, whose config is the run's plus a ``posthoc`` section (ltbench/stage2/posthoc_runs.py)."""
     out = []
     for spec in runs:
         key, identity = config_key(spec.config)

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ltbench import store
-from ltbench.recipe_tables import default_table
+from ltbench.results import store
+from ltbench.recipe.tables import default_table
 from ltbench.report.build import build_table
 from ltbench.report.expected import source
 from ltbench.report.rows import flatten, prior_order

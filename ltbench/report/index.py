@@ -25,8 +25,8 @@ from array import array
 from collections.abc import Mapping
 from pathlib import Path
 
-from ltbench import identity, safe_read, store
-from ltbench.store import CACHE_DIR_ENV, cache_file  # noqa: F401  (index.cache_file: the name callers use)
+from ltbench.results import identity, safe_read, store
+from ltbench.results.store import CACHE_DIR_ENV, cache_file  # noqa: F401  (index.cache_file: the name callers use)
 
 INDEX_FILE = ".ltbench-index"
 INDEX_VERSION = 6  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all')
@@ -35,7 +35,7 @@ SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
 
 
-config_key = identity.row_key  # a row is a run's identity less the seed (ltbench/identity.py)
+config_key = identity.row_key  # a row is a run's identity less the seed (ltbench/results/identity.py)
 
 
 def flat_metrics(metrics: dict) -> dict[str, float]:
@@ -170,7 +170,7 @@ def find_run_dirs(root: Path) -> list[tuple[str, set[str], os.stat_result | None
 
 
 def stage2_dirs(run_dir: str) -> list[tuple[str, set[str], os.stat_result]]:
-    """The stage-2 results of a run (RUN_DIR/posthoc/<id>/result.json, ltbench/posthoc_runs.py): rows of
+    """The stage-2 results of a run (RUN_DIR/posthoc/<id>/result.json, ltbench/stage2/posthoc_runs.py): rows of
     their own. A run without a posthoc folder costs one failed scandir."""
     try:
         entries = list(os.scandir(os.path.join(run_dir, store.POSTHOC_DIR)))

@@ -1,6 +1,6 @@
 """Published results beside ours: reference rows marked with a dagger and a delta column.
 
-The numbers and their sources live in ``ltbench/published.yaml`` (read by ``ltbench.literature``).
+The numbers and their sources live in ``ltbench/report/published.yaml`` (read by ``ltbench.report.literature``).
 A row of ours matches a published entry when the dataset, imbalance factor, backbone and epochs of
 its configuration agree and the method is the same (the literature file uses ltbench's method names; a
 table's ``published_method`` names another one for a row). Each matching entry becomes a reference row
@@ -10,7 +10,7 @@ matching column.
 
 from __future__ import annotations
 
-from ltbench.literature import load_published, match
+from ltbench.report.literature import load_published, match
 from ltbench.report.rows import Cell, Row, Table, value_text
 
 

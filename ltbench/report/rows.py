@@ -22,9 +22,9 @@ from typing import Any
 
 from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
 from ltbench.errors import ConfigError
-from ltbench.identity import DATA_IDENTITY
+from ltbench.results.identity import DATA_IDENTITY
 from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
-from ltbench.recipe_tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
+from ltbench.recipe.tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
@@ -56,7 +56,7 @@ def short_key(key: str) -> str:
     return key.split(".", 1)[1] if "." in key else key
 
 
-STAGE2 = "posthoc."  # the config section of a stage-2 result (ltbench/posthoc_runs.py)
+STAGE2 = "posthoc."  # the config section of a stage-2 result (ltbench/stage2/posthoc_runs.py)
 
 
 def default_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:

@@ -1,8 +1,8 @@
 """Which cells are not significantly different from the best of their column and group, and how a row
 differs from the reference rows it names (``versus``).
 
-The tests themselves live in ``ltbench.significance`` (Welch's t-test over seeds; a paired bootstrap
-over test images from the per-run predictions in ``ltbench.predictions``); this module only decides
+The tests themselves live in ``ltbench.report.significance`` (Welch's t-test over seeds; a paired bootstrap
+over test images from the per-run predictions in ``ltbench.results.predictions``); this module only decides
 which cells to compare and records the marks. A row needs at least two seeds for Welch (rows with
 fewer make no claim); the bootstrap needs saved predictions of the same seeds on the same test
 images and is used only for columns that are whole-test-set accuracies (all, a head's all).
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ltbench import predictions, significance
+from ltbench.results import predictions
+from ltbench.report import significance
 from ltbench.report.rows import Comparison, Row, Table
 
 TESTS = ("welch", "bootstrap")

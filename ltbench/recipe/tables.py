@@ -29,7 +29,7 @@ from ltbench.config import from_dict
 from ltbench.errors import ConfigError, short_repr
 from ltbench.priors import HINT, is_prior_name
 
-SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler")  # posthoc: stage-2 results (ltbench/posthoc_runs.py)
+SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler")  # posthoc: stage-2 results (ltbench/stage2/posthoc_runs.py)
 GROUPS = ("many", "medium", "few", "all")
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][\w.]*)\}")
 

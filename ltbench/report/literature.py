@@ -52,7 +52,7 @@ class Published:
 
 
 def default_path() -> Path:
-    return Path(str(resources.files("ltbench") / "published.yaml"))
+    return Path(str(resources.files("ltbench.report") / "published.yaml"))
 
 
 def is_metric(key: str) -> bool:
@@ -60,7 +60,7 @@ def is_metric(key: str) -> bool:
 
 
 def load_published(path: Path | None = None) -> list[Published]:
-    """Every entry of the data file (``ltbench/published.yaml`` unless ``path`` is given)."""
+    """Every entry of the data file (``ltbench/report/published.yaml`` unless ``path`` is given)."""
     path = Path(path) if path is not None else default_path()
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -31,7 +31,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from ltbench.errors import LtbenchError
 from ltbench.evaluation import GROUPS
 from ltbench.priors import prior_position as position
-from ltbench.store import atomic_write_bytes
+from ltbench.results.store import atomic_write_bytes
 
 FORMATS = ("png", "pdf")
 LINE_STYLES = ("-", "--", "-.", ":")

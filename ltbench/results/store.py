@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ltbench import identity, safe_read
+from ltbench.results import identity, safe_read
 from ltbench.errors import DiskFullError, LtbenchError, WriteError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
@@ -48,7 +48,7 @@ STATUSES = ("pending", "running", "interrupted", "damaged", "done", "stale", "fa
 FINISHED = ("done", "stale")  # a usable result of a run that went to its end (stale: made by older code)
 
 
-POSTHOC_DIR = "posthoc"  # RUN_DIR/posthoc/<stage-2 id>/result.json: stage-2 results (ltbench/posthoc_runs.py)
+POSTHOC_DIR = "posthoc"  # RUN_DIR/posthoc/<stage-2 id>/result.json: stage-2 results (ltbench/stage2/posthoc_runs.py)
 # Folders ltbench itself writes beside the run folders of a recipe (``ltbench report``): never runs.
 # (Names starting with '_' or '.', such as _submitit and the caches, are skipped as well.)
 OWNED_DIRS = ("report",)
@@ -56,7 +56,7 @@ OWNED_DIRS = ("report",)
 RUN_FILES = (SPEC, CONFIG, LOG, CHECKPOINT, RESULT, STARTED, SUBMITTED, LOCK)
 
 
-# Stage-2 ids and the stale-code rule live in ltbench/identity.py (the one home of run identity).
+# Stage-2 ids and the stale-code rule live in ltbench/results/identity.py (the one home of run identity).
 posthoc_id, stage2_run_id = identity.posthoc_id, identity.stage2_run_id
 file_sha256, changed_code = identity.file_sha256, identity.changed_code
 

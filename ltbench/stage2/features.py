@@ -17,7 +17,7 @@ that is missing; a second call with everything present does nothing. float16 hal
 backbone features only: a method's declared spaces stay float32 (a space may feed class statistics that
 need more than 11 bits; see docs/posthoc.md).
 
-Model selection: runs report the last epoch (``ltbench.selection``), and the engine saves the final
+Model selection: runs report the last epoch (``ltbench.train.selection``), and the engine saves the final
 checkpoint (epoch == optim.epochs, step 0) before its final evaluation, which does not change the
 weights, so checkpoint.pt of a finished run holds exactly the model its result was computed from.
 ``load_final_state`` checks the run id, the epoch and the step before anything is extracted.
@@ -33,14 +33,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ltbench import safe_read, store
-from ltbench.checkpoint import load_checkpoint
+from ltbench.results import safe_read, store
+from ltbench.train.checkpoint import load_checkpoint
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
 from ltbench.data.validation import declares_validation
-from ltbench.engine import build_run
+from ltbench.train.engine import build_run
 from ltbench.errors import LtbenchError
-from ltbench.predictions import npz_problem
+from ltbench.results.predictions import npz_problem
 
 FEATURES_DIR = "features"
 META = "meta.json"

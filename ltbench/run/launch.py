@@ -3,22 +3,24 @@
 Every launcher ends in ``runner.run_one(spec)``; only where it runs differs. Several launches of
 one recipe may run at once (two terminals, a relaunch while a pool still runs, a Slurm array next
 to a local run): each run's lock decides who trains it, the others skip it and say so.
-The worker processes of this machine are ``ltbench.local_pool``'s; ``ltbench status`` is
-``ltbench.run_status_view``.
+The worker processes of this machine are ``ltbench.run.local_pool``'s; ``ltbench status`` is
+``ltbench.run.run_status_view``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ltbench import local_pool, report, store
+from ltbench.run import local_pool
+from ltbench import report
+from ltbench.results import store
 from ltbench.errors import ConfigError
-from ltbench.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
+from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
 from ltbench.registry import DATASETS, Registry
-from ltbench.runlines import check_results_root, other_data_note, run_lines
+from ltbench.run.runlines import check_results_root, other_data_note, run_lines
 from ltbench.runner import prepare_run_dir
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 
 
 def preflight(recipe: Recipe) -> None:
@@ -51,7 +53,7 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[Run
 def set_aside_without_checkpoint(run_dir: Path) -> bool:
     """--rebuild-checkpoints: a done run whose checkpoint.pt is not its final model (gone, truncated, foreign)
     has its result moved to result.json.no-checkpoint, so the run trains again and writes both anew."""
-    from ltbench.features import final_checkpoint_problem  # lazy: keeps status free of torch
+    from ltbench.stage2.features import final_checkpoint_problem  # lazy: keeps status free of torch
 
     problem = final_checkpoint_problem(run_dir)
     if not problem:
@@ -142,7 +144,7 @@ def launch_pool(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wai
 @LAUNCHERS.register("slurm")
 def launch_slurm(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec] | None:
     """Job arrays on a Slurm cluster through submitit; with ``wait``, until every run has a result."""
-    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
+    from ltbench.run import slurm  # lazy: keeps status and local launches free of submitit
 
     slurm.submit(recipe, specs, wait=wait, redo=redo)
     return [] if wait else None
@@ -151,7 +153,7 @@ def launch_slurm(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wa
 @LAUNCHERS.register("debug")
 def launch_debug(recipe: Recipe, specs: list[RunSpec], redo: tuple[str, ...], wait: bool) -> list[RunSpec] | None:
     """submitit's debug executor: the same job arrays as 'slurm', run in this process (all chunks)."""
-    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
+    from ltbench.run import slurm  # lazy: keeps status and local launches free of submitit
 
     for job in slurm.submit_arrays(recipe, specs, "debug", redo):
         job.result()  # the debug executor runs a job when its result is asked for
@@ -164,13 +166,13 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
     time); 'slurm' submits one array task per finished run and returns (run the command again, or
     ``ltbench table``, once they end: stored settings are skipped); 'debug' runs those tasks in this process.
     Returns summed counts ('unfinished', 'done', 'failed', 'already', 'busy'; 'submitted' on Slurm)."""
-    from ltbench.posthoc_runs import add_counts, ready_run_dirs, run_posthoc  # lazy: keeps status free of torch
+    from ltbench.stage2.posthoc_runs import add_counts, ready_run_dirs, run_posthoc  # lazy: keeps status free of torch
 
     name = recipe.launcher.name
     if name not in ("slurm", "debug"):
         return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed,
                            redo_stale=redo_stale)
-    from ltbench import slurm  # lazy: keeps status and local launches free of submitit
+    from ltbench.run import slurm  # lazy: keeps status and local launches free of submitit
 
     if name == "slurm":
         slurm.require_sbatch()

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ltbench import safe_read
+from ltbench.results import safe_read
 
 # Paths and local checks: where the data are found, how the process shows progress, how many threads.
 DROPPED: frozenset[tuple[str, str]] = frozenset({

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ltbench import registry, store
-from ltbench.runspec import RunSpec
+from ltbench import registry
+from ltbench.results import store
+from ltbench.results.runspec import RunSpec
 
 
 @dataclass
@@ -19,7 +20,7 @@ class TrainOutcome:
     """What ``engine.train`` measured (the fields of a done record after 'status')."""
 
     metrics: dict  # test metrics: ltbench.evaluation.summarize plus heads/target_priors/test_sets
-    selection: dict  # ltbench.selection.select_model
+    selection: dict  # ltbench.train.selection.select_model
     method_extras: dict  # Method.result_extras()
     data: dict  # data_record(): the data the run actually saw
     train_seconds_this_session: float

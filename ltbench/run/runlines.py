@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.config import value_text
 from ltbench.errors import LtbenchError
-from ltbench.identity import DATA_IDENTITY, differing_settings, identity_of
+from ltbench.results.identity import DATA_IDENTITY, differing_settings, identity_of
 from ltbench.report.index import scan
 from ltbench.report.rows import flatten
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 
 
 def check_results_root(root: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import ltbench
 from ltbench import registry
-from ltbench.identity import code_entry
+from ltbench.results.identity import code_entry
 
 
 def git_state(folder: Path) -> dict:

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench import store
-from ltbench.runspec import RunSpec
+from ltbench.results import store
+from ltbench.results.runspec import RunSpec
 
 
 def eta_text(seconds: float | None) -> str:
@@ -38,7 +38,7 @@ def epoch_line(rows: list[dict], epochs: int) -> str:
             f"{float(last.get('images_per_s', 0.0)):.0f} img/s ETA {eta_text(eta)}")
 
 
-HEARTBEAT = "progress.json"  # written by the engine (ltbench.engine.HEARTBEAT) about once a second
+HEARTBEAT = "progress.json"  # written by the engine (ltbench.train.engine.HEARTBEAT) about once a second
 QUIET_S = 30.0  # not a terminal: a within-epoch line at most this often per slot (the first one at once)
 
 

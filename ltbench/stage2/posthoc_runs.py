@@ -2,7 +2,7 @@
 
 Layout (docs/results-schema.md, "Stage-2 results"): next to the run it was fitted on,
 
-    RUN_DIR/features/...                 the feature cache (ltbench/features.py)
+    RUN_DIR/features/...                 the feature cache (ltbench/stage2/features.py)
     RUN_DIR/posthoc/lock                 held while a process works on this run's stage-2 grid
     RUN_DIR/posthoc/<stage-2 id>/result.json, predictions.npz
 
@@ -26,18 +26,20 @@ from typing import Callable, NoReturn
 import numpy as np
 import torch
 
-from ltbench import features, identity, registry, safe_read, store
+from ltbench.stage2 import features
+from ltbench.results import identity, safe_read, store
+from ltbench import registry
 from ltbench.config import EvalConfig, from_dict
 from ltbench.errors import DiskFullError, LtbenchError
-from ltbench.identity import code_entry
+from ltbench.results.identity import code_entry
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.method import MethodContext, create_method
 from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
-from ltbench.predictions import save_predictions
-from ltbench.provenance import git_state, module_closure
+from ltbench.results.predictions import save_predictions
+from ltbench.results.provenance import git_state, module_closure
 from ltbench.registry import POSTHOC
-from ltbench.runspec import RunSpec
-from ltbench.selection import headline
+from ltbench.results.runspec import RunSpec
+from ltbench.train.selection import headline
 
 POSTHOC_DIR = store.POSTHOC_DIR
 posthoc_id, stage2_run_id = store.posthoc_id, store.stage2_run_id

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ltbench import store
+from ltbench.results import store
 from ltbench.errors import DataMissingError
-from ltbench.runlines import describe_found, other_data_note, run_lines, stage2_state
-from ltbench.runspec import RunSpec
+from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
+from ltbench.results.runspec import RunSpec
 
 
 def _is_run_dir(folder: Path) -> bool:

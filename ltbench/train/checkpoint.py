@@ -6,7 +6,7 @@ only says "an epoch ended" or "a step ended": it saves at every epoch end, and m
 agree on the moment). On resume it restores model, optimiser, method state and fp16 loss scale, and
 cuts log.jsonl back to the lines the checkpoint had seen, so a resumed run logs each epoch once. No
 RNG state is saved: the engine derives every random draw from (seed, epoch, index), see
-``ltbench.engine``.
+``ltbench.train.engine``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from ltbench import safe_read, store
+from ltbench.results import safe_read, store
 
 CHECKPOINT_FORMAT = 1
 

@@ -22,11 +22,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench import safe_read, store
-from ltbench.identity import DATA_IDENTITY
+from ltbench.results import safe_read, store
+from ltbench.results.identity import DATA_IDENTITY
 from ltbench.recipe import Recipe, RecipeConfig, read_recipe_file, recipe_name, results_root
 from ltbench.registry import PLUGIN_PATH_ENV
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 
 RUNS_CACHE_VERSION = 1
 SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status reads of a run spec

@@ -126,7 +126,7 @@ def not_different_from_best(values_by_row: dict[str, list[float]], higher_is_bet
 def bootstrap_not_different_from_best(correct_by_row: dict[str, dict[int, np.ndarray]], alpha: float = ALPHA,
                                       n_resamples: int = 10_000, seed: int = 0) -> dict[str, bool]:
     """``not_different_from_best`` with the paired bootstrap: ``correct_by_row[row][seed]`` is a
-    boolean array per test image (``ltbench.predictions.correct``), rows on the same test set.
+    boolean array per test image (``ltbench.results.predictions.correct``), rows on the same test set.
 
     The best row has the highest accuracy over all its stored images; every other row is paired
     with it on the seeds both have.  Rows with no stored predictions, or no seed in common with the

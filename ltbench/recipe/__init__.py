@@ -5,7 +5,7 @@ A recipe has a base configuration (``data``, ``backbone``, ``method``, ``optim``
 joined), and ``seeds``. Each run's configuration is validated against the core's dataclasses and
 the ``Config`` of the named plugins. Dotted overrides of a run's configuration are set on every grid
 point after the grid (the command line wins) or refused. The run id is ``identity.run_id``: a sha1 of the
-resolved configuration less its execution settings (ltbench/identity.py), so the same experiment always
+resolved configuration less its execution settings (ltbench/results/identity.py), so the same experiment always
 lands in the same directory.
 """
 
@@ -21,13 +21,14 @@ from typing import Any, Literal
 
 import yaml
 
-from ltbench import identity, registry
+from ltbench.results import identity
+from ltbench import registry
 from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text
 from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
-from ltbench.recipe_tables import parse_tables
-from ltbench.runspec import RunSpec
+from ltbench.recipe.tables import parse_tables
+from ltbench.results.runspec import RunSpec
 from ltbench.samplers import resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
@@ -95,7 +96,7 @@ class RecipeConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     launcher: dict[str, Any] = field(default_factory=dict)
     results_dir: str = "results"
-    tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench/recipe_tables.py)
+    tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench/recipe/tables.py)
     posthoc: Any = None  # stage-2 settings over the finished runs (ltbench.posthoc.expand_posthoc)
     sampler: dict[str, Any] = field(default_factory=dict)  # training sampler {name, **options} (ltbench/samplers/)
 
@@ -119,7 +120,7 @@ class Recipe:
     launcher: LauncherConfig
     results_dir: Path
     plugins: list[str]
-    tables: dict = field(default_factory=dict)  # name -> ltbench.recipe_tables.TableSpec
+    tables: dict = field(default_factory=dict)  # name -> ltbench.recipe.tables.TableSpec
     posthoc: list = field(default_factory=list)  # resolved stage-2 specs (``ltbench posthoc``)
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
 
@@ -168,7 +169,7 @@ def set_dotted(tree: dict, key: str, value: Any, where: str) -> None:
 
 
 canonical_json = identity.canonical_json
-run_id_of = identity.run_id  # the rule lives in ltbench/identity.py
+run_id_of = identity.run_id  # the rule lives in ltbench/results/identity.py
 
 
 def _grid_points(grid: Any, where: str) -> list[dict]:

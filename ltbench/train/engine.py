@@ -1,7 +1,7 @@
 """The training loop every method shares, readable top to bottom.
 
 To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
-``CheckpointSaver.resume`` restores it (ltbench/checkpoint.py), then per epoch ``train_epoch`` (one
+``CheckpointSaver.resume`` restores it (ltbench/train/checkpoint.py), then per epoch ``train_epoch`` (one
 ``train_step`` per batch) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end
 checkpoint; finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
 What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
@@ -35,22 +35,23 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ltbench import distributed, store
-from ltbench.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
+from ltbench.train import distributed
+from ltbench.results import store
+from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
-from ltbench.loggers import create_loggers
+from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, build_method_model, create_method
-from ltbench.predictions import PREDICTION_ARRAYS, save_predictions
-from ltbench.record import TrainOutcome, data_record
+from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
+from ltbench.results.record import TrainOutcome, data_record
 from ltbench.registry import BACKBONES, DATASETS
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 from ltbench.samplers import Sampler, SamplerContext, create_sampler
 from ltbench.samplers.uniform import uniform_order
-from ltbench.selection import headline, select_model
+from ltbench.train.selection import headline, select_model
 from ltbench.seeding import derive_seed  # noqa: F401 - engine.derive_seed stays importable
 
 
@@ -435,7 +436,7 @@ def evaluate_test_sets(run: Run, device: torch.device, arrays: dict, adaptation:
 @torch.no_grad()
 def evaluate(run: Run, device: torch.device) -> dict:
     """Metrics on the test set under the uniform target prior, per head, under shifted priors and on
-    extra test sets. The argmax per test image behind them (for paired tests, ltbench.predictions)
+    extra test sets. The argmax per test image behind them (for paired tests, ltbench.results.predictions)
     travels under PREDICTION_ARRAYS; train() takes it out of the metrics and saves it."""
     feats = test_features(run, device)
     labels, k = run.data.test_labels, run.data.num_classes
@@ -577,8 +578,8 @@ class Session:
     base_lrs: list = field(default_factory=list)
     iteration: int = 0
     contract_checked: bool = False
-    loggers: object = None  # ltbench.loggers.LoggerSet on rank 0 when train.loggers names any
-    last_heartbeat: float = 0.0  # when progress.json was last written (ltbench.progress reads it)
+    loggers: object = None  # ltbench.train.loggers.LoggerSet on rank 0 when train.loggers names any
+    last_heartbeat: float = 0.0  # when progress.json was last written (ltbench.run.progress reads it)
 
     @property
     def main(self) -> bool:
@@ -696,7 +697,7 @@ HEARTBEAT = "progress.json"  # RUN_DIR/progress.json: the running epoch's step, 
 
 def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps: int) -> None:
     """At most once a second, where the epoch is: a launcher shows it before the first epoch ends
-    (``ltbench.progress``), so a long first epoch is not minutes of silence."""
+    (``ltbench.run.progress``), so a long first epoch is not minutes of silence."""
     now = time.monotonic()
     if not s.main or (now - s.last_heartbeat < 1.0 and steps_done < steps):
         return

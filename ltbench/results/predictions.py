@@ -1,7 +1,7 @@
 """Per-image test predictions of a run, kept so two runs can be compared image by image.
 
 Accuracy alone cannot say whether two runs differ by more than the luck of the test draw; the
-argmax per test image can (a paired bootstrap over images, see ``ltbench.significance``).  The
+argmax per test image can (a paired bootstrap over images, see ``ltbench.report.significance``).  The
 engine writes ``predictions.npz`` next to ``result.json`` at final evaluation:
 
   labels                     true labels of the main test set, in evaluation order
@@ -25,8 +25,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ltbench import safe_read
-from ltbench.store import atomic_write_bytes
+from ltbench.results import safe_read
+from ltbench.results.store import atomic_write_bytes
 
 PREDICTIONS = "predictions.npz"
 PREDICTION_ARRAYS = "_prediction_arrays"  # where engine.evaluate hands the arrays to engine.train
@@ -116,7 +116,7 @@ def correct(run_dir: Path, head: str = MAIN_HEAD, test_set: str | None = None) -
 def correct_by_seed(run_dirs: Mapping[int, Path], head: str = MAIN_HEAD,
                     test_set: str | None = None) -> dict[int, np.ndarray]:
     """``correct`` of each seed's run, leaving out runs without stored predictions: the input of
-    ``ltbench.significance.bootstrap_not_different_from_best``."""
+    ``ltbench.report.significance.bootstrap_not_different_from_best``."""
     found = {seed: correct(run_dir, head, test_set) for seed, run_dir in run_dirs.items()}
     return {seed: c for seed, c in found.items() if c is not None}
 

@@ -3,7 +3,7 @@
 A pool worker is ``python -m ltbench.runner RUN_DIR/spec.json`` in a subprocess of its own, pinned to a
 GPU slot and given its share of the CPU threads. SIGTERM to the launcher is handled like Ctrl-C (the
 workers are stopped, their runs resume at the next launch), and on Linux a worker dies with its
-launcher, even one killed by kill -9. Which runs to start is decided by ``ltbench.launch``.
+launcher, even one killed by kill -9. Which runs to start is decided by ``ltbench.run.launch``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import threading
 import time
 from pathlib import Path
 
-from ltbench import store
-from ltbench.progress import ProgressBoard, finished_line
+from ltbench.results import store
+from ltbench.run.progress import ProgressBoard, finished_line
 from ltbench.recipe import run_label
 from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line, prepare_run_dir, run_one
-from ltbench.runspec import RunSpec
+from ltbench.results.runspec import RunSpec
 
 
 def run_local(specs: list[RunSpec], jobs: int = 1, redo: tuple[str, ...] = ()) -> list[RunSpec]:
@@ -110,7 +110,7 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
     """A DomainBed-style pool: ``jobs`` workers (``python -m ltbench.runner spec.json``), worker slot s
     pinned to ``devices[s]`` (by default the visible GPUs round-robin, ``gpu_slots``) and given its share
     of the CPU threads; output in the run directory, progress (epoch, loss, img/s, ETA per slot) on the
-    terminal (``ltbench.progress``). A slot keeps its GPU for every run it takes, so each GPU holds at most
+    terminal (``ltbench.run.progress``). A slot keeps its GPU for every run it takes, so each GPU holds at most
     its share of runs at once. Ctrl-C or SIGTERM to this process stops the workers too. Returns the specs
     run elsewhere."""
     devices = devices if devices is not None else gpu_slots(jobs, visible_gpus())
