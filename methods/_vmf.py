@@ -303,7 +303,7 @@ def spread_directions(
 ) -> Tensor:
     """K well-spread unit vectors in R^p, for K-1 > p where no simplex ETF exists.
 
-    TSC-style target generation (spec §2.5, [Li2022a]): start from K random unit
+    TSC-style target generation (docs/bape.md, "Training": m0 initialisation; [Li2022a]): start from K random unit
     vectors and run Adam on the free vectors W (x = W/|W|), minimising
         L = mean_i logsumexp_{j != i}(x_i^T x_j / temperature).
     Return the normalised iterate with the lowest L seen.
@@ -364,7 +364,7 @@ def map_estimate(
     min_kappa: float = 1e-6,
     kappa_solver: str = "sra",
 ) -> Tuple[Tensor, Tensor]:
-    """MAP (or ML) vMF parameters per class (spec §2.4). Returns (mu (K,p), kappa (K,)), float64.
+    """MAP (or ML) vMF parameters per class (docs/bape.md, "Model"). Returns (mu (K,p), kappa (K,)), float64.
 
     With the conjugate prior (alpha0, beta0, m0) and n observations of mean z̄:
         alpha0 = alpha_hat N_y,  beta0 = beta_hat N_y,  S = beta0 m0 + n z̄,
@@ -405,7 +405,7 @@ def map_estimate(
 
 
 class OnlineClassMeans(nn.Module):
-    """Running per-class count n_y and mean z̄_y of features (spec §2.3), float64 buffers.
+    """Running per-class count n_y and mean z̄_y of features (docs/bape.md, "Model"), float64 buffers.
 
     ``update`` applies z̄ <- (n z̄ + s z̄')/(n + s), n <- n + s, where s is the batch count
     and z̄' the batch mean of the class. It writes n z̄ + s z̄' as n z̄ + (batch sum), and
