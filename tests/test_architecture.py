@@ -405,3 +405,25 @@ def test_an_unexplained_function_level_import_is_caught(tmp_path):
     assert unexplained_lazy_imports({"ltbench.sample": sample}) == [
         "ltbench.sample:7: from ltbench.report import rows", "ltbench.sample:8: from . import config  # imported late",
         "ltbench.sample:9: from methods import la  # lazy: because"]
+
+
+def recipe_imports_of_report(modules: dict[str, Path]) -> list[str]:
+    """Imports (module- or function-level) from recipe/ into report/: sideways in the layer table, but
+    the recipe must stay loadable without the table machinery (the knot issue 21 untied)."""
+    return sorted(f"{m} imports {t}" for m, p in modules.items() if m == "ltbench.recipe" or m.startswith("ltbench.recipe.")
+                  for t in imports_of(m, p) if t == "ltbench.report" or t.startswith("ltbench.report."))
+
+
+def test_recipe_never_imports_report(tmp_path):
+    assert not recipe_imports_of_report(all_modules())
+    sample = tmp_path / "sample.py"
+    sample.write_text("def later():\n    from ltbench.report.build import build_table  # lazy: keeps x free of torch\n")
+    assert recipe_imports_of_report({"ltbench.recipe.sample": sample}) == [
+        "ltbench.recipe.sample imports ltbench.report.build", "ltbench.recipe.sample imports ltbench.report.build.build_table"]
+
+
+def test_at_most_sixteen_modules_at_the_top_level():
+    """The folders carry the architecture; the top level keeps the plugin API, the shared rules and the
+    entry points (docs/architecture.md)."""
+    top = sorted(p.name for p in CORE.glob("*.py"))
+    assert len(top) <= 16, top
