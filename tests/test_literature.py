@@ -139,8 +139,8 @@ def test_the_data_file_ships_with_the_package():
     else:  # pragma: no cover
         pytest.skip("tomllib needs Python 3.11")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "published.yaml" in project["tool"]["setuptools"]["package-data"]["ltbench"]
-    assert (ROOT / "ltbench" / "published.yaml").is_file()
+    assert "report/published.yaml" in project["tool"]["setuptools"]["package-data"]["ltbench"]
+    assert (ROOT / "ltbench" / "report" / "published.yaml").is_file()
 
 
 def test_evidence_modules_import_no_torch():
