@@ -235,7 +235,7 @@ def test_table_code_never_imports_torch(write_recipe):
     recipe = load_recipe(path)
     populate(recipe)
     report.tables(path)  # fills the recipe cache; the next process must not need torch
-    code = ("import sys; from ltbench import report, store; "
+    code = ("import sys; from ltbench import report; from ltbench.results import store; "
             "[report.render(t, f) for src in sys.argv[1:] for t in report.tables(src) for f in ('markdown', 'latex', 'csv')]; "
             "assert 'torch' not in sys.modules, 'torch imported'; assert 'pandas' not in sys.modules, 'pandas imported'")
     out = subprocess.run([sys.executable, "-c", code, str(recipe.root), str(path)], capture_output=True, text=True,

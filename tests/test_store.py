@@ -136,7 +136,7 @@ def test_a_run_has_one_owner_and_is_free_again_when_the_owner_dies(tmp_path):
     assert claim is not None and store.claim_run(tmp_path) is None  # even from the same process
     claim.release()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from ltbench import store; "
+        [sys.executable, "-c", "import sys, time; from ltbench.results import store; "
          "c = store.claim_run(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert holder.stdout.readline().strip() == "held"
