@@ -269,14 +269,16 @@ class CECrashOnce(Method):
 '''
 
 
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli, workers):
+def crash_mid_epoch_then_resume(tmp_path: Path, write_recipe, cli, **extra) -> tuple[dict, dict]:
+    """Train a tiny recipe once uninterrupted (the reference), then again with a crash after the third step
+    of epoch 1 (a checkpoint after every step) and a relaunch; returns (resumed result, reference result).
+    ``extra``: recipe sections merged over the tiny CE-with-a-crash recipe (a sampler, train settings)."""
     (tmp_path / "crash_plugins").mkdir()
     (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
+    train = {"checkpoint_minutes": 1.0e-9, **extra.pop("train", {})}  # a checkpoint after every step
     recipe = write_recipe(extra={"plugins": ["./crash_plugins"], "method": {"name": "ce_crash_once"},
                                  "data": {"max_per_class": 60}, "optim": {"epochs": 3, "batch_size": 8},
-                                 "train": {"checkpoint_minutes": 1.0e-9,  # a checkpoint after every step
-                                           "num_workers": workers}})  # workers: prefetched batches are not lost
+                                 "train": train, **extra})
     reference = cli("run", recipe, "--results", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     crashed = cli("run", recipe, env={"LTBENCH_TEST_CRASH": "1"})
@@ -284,5 +286,11 @@ def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli,
     resumed = cli("run", recipe)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from checkpoint: epoch 1, step 3" in resumed.stdout
-    got = _only_result(tmp_path / "results")["metrics"]
-    assert got["per_class"] == _only_result(tmp_path / "reference")["metrics"]["per_class"]
+    return _only_result(tmp_path / "results"), _only_result(tmp_path / "reference")
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli, workers):
+    got, expected = crash_mid_epoch_then_resume(tmp_path, write_recipe, cli,
+                                                train={"num_workers": workers})  # prefetched batches are not lost
+    assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]

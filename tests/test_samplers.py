@@ -270,22 +270,9 @@ def test_quickstart_ids_are_unchanged():
 
 @pytest.mark.slow  # three runs of a tiny recipe: ~15 s
 def test_a_run_with_a_resampler_killed_mid_epoch_resumes_exactly(tmp_path, write_recipe, cli):
-    from tests.test_engine import CRASH_PLUGIN, _only_result
+    from tests.test_engine import crash_mid_epoch_then_resume
 
-    (tmp_path / "crash_plugins").mkdir()
-    (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
-    recipe = write_recipe(extra={"plugins": ["./crash_plugins"], "method": {"name": "ce_crash_once"},
-                                 "sampler": {"name": "progressive"},
-                                 "data": {"max_per_class": 60}, "optim": {"epochs": 3, "batch_size": 8},
-                                 "train": {"checkpoint_minutes": 1.0e-9}})  # a checkpoint after every step
-    reference = cli("run", recipe, "--results", tmp_path / "reference")
-    assert reference.returncode == 0, reference.stderr
-    crashed = cli("run", recipe, env={"LTBENCH_TEST_CRASH": "1"})
-    assert crashed.returncode == 17
-    resumed = cli("run", recipe)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from checkpoint: epoch 1, step 3" in resumed.stdout
-    got, expected = _only_result(tmp_path / "results"), _only_result(tmp_path / "reference")
+    got, expected = crash_mid_epoch_then_resume(tmp_path, write_recipe, cli, sampler={"name": "progressive"})
     assert got["config"]["sampler"] == {"name": "progressive"}
     assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]
 
