@@ -20,6 +20,7 @@ fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -591,6 +592,8 @@ class Session:
 
     def autocast(self):
         precision = self.run.train.precision
+        if precision == "fp32":  # no autocast context at all: nothing to switch, on any device type
+            return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.float16 if precision == "fp16" else torch.bfloat16,
                               enabled=precision != "fp32")
 
