@@ -7,8 +7,9 @@ which no venue accepts, so this writer never scales. It estimates how wide the t
 1. the std after the mean in a smaller size (``65.20\,{\scriptsize±1.40}``), 4 pt column separation;
 2. as 1, a long label broken onto a second line;
 3. the std under the mean, on a second ``\scriptsize`` line of the row;
-4. as 3, a long label broken onto that second line; then 'Med.' for 'Medium'; then with 3 pt, then 2 pt
-   column separation.
+4. as 3, a long label broken onto that second line; then short headers ('Med.' for 'Medium', a header of
+   several words on two lines) and p-values ('.051' for 'p = 0.051'); then labels on up to three, then
+   four lines; then 3 pt, then 2 pt column separation.
 
 ``width: column`` is a ``table`` that fits ``\columnwidth`` of a two-column article (10 pt body,
 ``\small`` table), ``width: page`` a ``table*`` that fits ``\textwidth``, and ``width: auto`` (the
@@ -52,14 +53,14 @@ class Layout:
     whether long labels break onto a second line, and the column separation in pt."""
 
     std: str
-    split: bool
+    label_lines: int  # a long label is broken over up to this many lines
     sep: float
-    short: bool = False  # 'Med.' for 'Medium'
+    short: bool = False  # 'Med.' for 'Medium', headers of two words on two lines, '.051' for 'p = 0.051'
 
     def describe(self) -> str:
         std = {"after": "std after the mean", "below": "std under the mean", "none": "no std"}[self.std]
-        return f"{std}, {'long labels on two lines' if self.split else 'labels on one line'}, " \
-               f"{'short headers, ' if self.short else ''}\\tabcolsep {self.sep:g}pt"
+        labels = f"long labels on up to {self.label_lines} lines" if self.label_lines > 1 else "labels on one line"
+        return f"{std}, {labels}, {'short headers, ' if self.short else ''}\\tabcolsep {self.sep:g}pt"
 
 
 @dataclass
@@ -165,27 +166,56 @@ def _mean_cell(table: Table, row: Row, gi: int, ci: int, std: str, marked: bool)
     return Cell(tex, width), below
 
 
-def _label_cells(table: Table, i: int, row: Row, marks: dict[int, int], split: bool) -> tuple[Cell, Cell]:
-    """The row's label on its first line and, split, the rest of a long label on the second line; a
-    note mark ([k]) ends the label."""
-    plain = label_text(table, row)
-    first, rest = _split(plain) if split else (plain, "")
-    mark_tex, mark_width = "", 0.0
+def _label_cells(table: Table, i: int, row: Row, marks: dict[int, int], lines: int, share: float) -> list[Cell]:
+    """The row's label, broken at spaces onto up to ``lines`` lines when it is wider than ``share`` pt;
+    a note mark ([k]) ends the label."""
+    cells = [_text(part) for part in _wrap(label_text(table, row), lines, share)]
     if i in marks:
-        mark_tex, mark_width = rf"$^{{[{marks[i]}]}}$", text_width(f"[{marks[i]}]", "cmr6") + 0.5
-    a, b = _text(first), _text(rest)
-    if rest:
-        return a, Cell(b.tex + mark_tex, b.width + mark_width)
-    return Cell(a.tex + mark_tex, a.width + mark_width), b
+        last = cells[-1]
+        cells[-1] = Cell(last.tex + rf"$^{{[{marks[i]}]}}$", last.width + text_width(f"[{marks[i]}]", "cmr6") + 0.5)
+    return cells
 
 
-def _split(plain: str) -> tuple[str, str]:
-    """A label broken at the space that leaves the wider part narrowest; short labels stay whole."""
-    if text_width(plain) <= SPLIT_ABOVE_PT or " " not in plain:
-        return plain, ""
-    cuts = [i for i, ch in enumerate(plain) if ch == " "]
-    best = min(cuts, key=lambda i: max(text_width(plain[:i]), text_width(plain[i + 1:])))
-    return plain[:best], plain[best + 1:]
+def label_share(table: Table, lines: int) -> float:
+    """How wide the label column may be when long labels break over ``lines`` lines: the widest label
+    split evenly. Labels narrower than that stay whole, so only the long ones break."""
+    if lines < 2 or not table.rows:
+        return float("inf")
+    return max(SPLIT_ABOVE_PT, max(text_width(label_text(table, r)) for r in table.rows) / lines)
+
+
+def _wrap(plain: str, lines: int, share: float) -> list[str]:
+    """``plain`` on the fewest lines (up to ``lines``) whose widest is within ``share`` (and a little);
+    on ``lines`` lines, as even as the words allow, when none is."""
+    words = plain.split(" ")
+    for k in range(1, min(lines, len(words)) + 1):
+        best = _even_lines(words, k)
+        if max(map(text_width, best)) <= share * 1.15 or k == min(lines, len(words)):
+            return best
+    return [plain]
+
+
+def _even_lines(words: list[str], k: int) -> list[str]:
+    """``words`` in ``k`` lines with the widest line as narrow as possible (dynamic programming over the
+    cut points, widths from prefix sums: quadratic in the words)."""
+    space = text_width(" ")
+    prefix = [0.0]
+    for word in words:
+        prefix.append(prefix[-1] + text_width(word))
+
+    def width(a: int, b: int) -> float:  # words[a:b] on one line
+        return prefix[b] - prefix[a] + space * (b - a - 1)
+
+    n = len(words)
+    best = {(0, 0): (0.0, [])}  # (words used, lines) -> (widest line, cut points)
+    for lines in range(1, k + 1):
+        for end in range(lines, n + 1):
+            options = [(max(best[(start, lines - 1)][0], width(start, end)), best[(start, lines - 1)][1] + [end])
+                       for start in range(lines - 1, end) if (start, lines - 1) in best]
+            if options:
+                best[(end, lines)] = min(options, key=lambda o: o[0])
+    edges = [0, *best[(n, k)][1]]
+    return [" ".join(words[a:b]) for a, b in zip(edges, edges[1:])]
 
 
 def _switch_cell(row: Row, name: str) -> Cell:
@@ -199,10 +229,10 @@ def marked_cells(table: Table) -> set[tuple[int, int]]:
     return {key for row in table.rows for key, cell in row.cells.items() if cell.similar}
 
 
-def _row_lines(table: Table, i: int, row: Row, marks: dict[int, int], layout: Layout) -> list[Line]:
-    """A table row as one line, or two (std below the means, or a label broken in two)."""
-    first, second = _label_cells(table, i, row, marks, layout.split)
-    top, bottom = [first], [second]
+def _row_lines(table: Table, i: int, row: Row, marks: dict[int, int], layout: Layout, share: float) -> list[Line]:
+    """A table row as one line, or more: the std under the means, a long label broken over lines."""
+    labels = _label_cells(table, i, row, marks, layout.label_lines, share)
+    top, bottom = [labels[0]], [labels[1] if len(labels) > 1 else Cell()]
     marked = marked_cells(table) if layout.sep < HANG_FROM_SEP else set()
     for name in table.spec.switches:
         top.append(_switch_cell(row, name))
@@ -217,10 +247,11 @@ def _row_lines(table: Table, i: int, row: Row, marks: dict[int, int], layout: La
             bottom.append(Cell())
     top.append(Cell() if row.published else _text(n_text(table, row)))
     bottom.append(Cell())
+    rows = [top] + ([bottom] if any(c.tex for c in bottom) else [])
+    rows += [[label, *_empty(len(top) - 1)] for label in labels[2:]]
     prefix = r"\rowcolor{gray!15} " if row.highlight else ""
-    if all(not c.tex for c in bottom):
-        return [Line(top, prefix=prefix)]
-    return [Line(top, end="[-1pt]", prefix=prefix), Line(bottom, end="[2pt]", prefix=prefix)]
+    return [Line(cells, end="[2pt]" if k == len(rows) - 1 and k else ("[-1pt]" if len(rows) > 1 else ""),
+                 prefix=prefix) for k, cells in enumerate(rows)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -230,13 +261,20 @@ def _row_lines(table: Table, i: int, row: Row, marks: dict[int, int], layout: La
 SHORT_HEADERS = {"Medium": "Med."}
 
 
-def _metric_header(table: Table, ci: int, compact: bool, short: bool) -> str:
+def _metric_header(table: Table, ci: int, compact: bool, short: bool) -> Cell:
+    """A column's header: 'Med.' and two words on two lines (``\\shortstack``) when short, the imbalance
+    factor alone under a Forward / Backward header (``compact``)."""
     header = table.columns[ci][1]
     header = SHORT_HEADERS.get(header, header) if short else header
-    if not compact:
-        return header
-    found = PRIOR.match(header)
-    return found.group(2) if found else ("Uni." if header == "uniform" else header)
+    found = PRIOR.match(header) if compact else None
+    if found or (compact and header == "uniform"):
+        return _text(found.group(2) if found else "Uni.")
+    words = header.split(" ")
+    if short and len(words) > 1:
+        half = (len(words) + 1) // 2
+        parts = [_text(" ".join(words[:half])), _text(" ".join(words[half:]))]
+        return Cell(rf"\shortstack[r]{{{parts[0].tex}\\{parts[1].tex}}}", max(p.width for p in parts))
+    return _text(header)
 
 
 def _prior_runs(table: Table) -> list[tuple[int, int, str]]:
@@ -301,7 +339,7 @@ def _header(table: Table, leaders: list[str], with_delta: bool, with_n: bool, sh
     compact = bool(_prior_runs(table))
     metric = []
     for _ in table.groups:
-        metric += [_text(_metric_header(table, ci, compact, short)) for ci in range(len(table.columns))]
+        metric += [_metric_header(table, ci, compact, short) for ci in range(len(table.columns))]
         metric += [Cell(r"$\Delta$", text_width("Δ"))] if with_delta else []
     last = [_text(s) for s in leaders] + metric + ([Cell("$n$", text_width("n"))] if with_n else [])
     return (_pivot_lines(table, len(leaders), per_group, tail) + _prior_line(table, len(leaders), per_group, tail)
@@ -326,15 +364,30 @@ def main_tabular(table: Table, marks: dict[int, int], layout: Layout) -> Tabular
     tab = Tabular(ncols, colspec, _header(table, ["Method", *switches], has_delta(table), True, layout.short))
     under = table.spec.differences == "rows"
     current, grouped = object(), any(r.group for r in table.rows)
+    share = label_share(table, layout.label_lines)
     for i, row in enumerate(table.rows):
         if grouped and row.group != current:
             tab.items += [r"\midrule"] if i else []
             tab.items += [_group_title(ncols, row.group)] if row.group else []
             current = row.group
-        tab.items += _row_lines(table, i, row, marks, layout)
+        tab.items += _row_lines(table, i, row, marks, layout, share)
         for comp in (c for c in table.comparisons if under and c.row is row):
             tab.items += _difference_lines(table, comp, layout, 1 + len(switches), True)
     return tab
+
+
+def _p_cell(p: float | None, short: bool) -> Cell:
+    """A p-value in small type: '$p$ = 0.051' ('$p$ < 0.001'), or with short headers '.051' ('<.001');
+    'no test' ('–') where there is none (the notes say why)."""
+    if p is None:
+        plain, tex = ("–", "--") if short else ("no test", "no test")
+    elif short:
+        plain = "<.001" if p < 0.001 else f"{p:.3f}".lstrip("0")
+        tex = r"$<$.001" if p < 0.001 else plain
+    else:
+        plain = p_text(p)
+        tex = plain.replace("p = ", r"$p$\,=\,").replace("p < ", r"$p$\,<\,")
+    return Cell(rf"{{\scriptsize {tex}}}", text_width(plain, "cmr7"))
 
 
 def _difference_lines(table: Table, comp, layout: Layout, lead: int, under: bool) -> list[Line]:
@@ -357,9 +410,7 @@ def _difference_lines(table: Table, comp, layout: Layout, lead: int, under: bool
                 continue
             difference, p = found
             top.append(_text(f"{difference:+.{table.spec.digits}f}".replace("-", "−")))
-            small = p_text(p) if p is not None else "no test"
-            tex = latex_escape(small).replace("p = ", r"$p$\,=\,").replace("p < ", r"$p$\,<\,")
-            bottom.append(Cell(rf"{{\scriptsize {tex}}}", text_width(small, "cmr7")))
+            bottom.append(_p_cell(p, layout.short))
         if has_delta(table) and under:
             top.append(Cell())
             bottom.append(Cell())
@@ -392,12 +443,12 @@ def candidate_layouts(table: Table) -> list[Layout]:
     """Layouts from the most natural to the most compact; the first that fits is taken."""
     shows_std = table.spec.std and any(c.std is not None for r in table.rows for c in r.cells.values())
     if shows_std:
-        natural = [Layout("after", False, 4), Layout("after", True, 4), Layout("below", False, 4)]
+        natural = [Layout("after", 1, 4), Layout("after", 2, 4), Layout("below", 1, 4)]
     else:
-        natural = [Layout("none", False, 4)]
+        natural = [Layout("none", 1, 4)]
     std = natural[-1].std
-    return natural + [Layout(std, True, 4), Layout(std, True, 4, True), Layout(std, True, 3, True),
-                      Layout(std, True, 2, True)]
+    return natural + [Layout(std, 2, 4), Layout(std, 2, 4, True), Layout(std, 3, 4, True), Layout(std, 4, 4, True),
+                      Layout(std, 4, 3, True), Layout(std, 4, 2, True)]
 
 
 @dataclass

@@ -50,20 +50,25 @@ FONTS = {  # font -> widths of chr(32) ... chr(126) in 1/1000 of the design size
 DESIGN_PT = {"cmr9": 9.0, "cmbx9": 9.0, "cmti9": 9.0, "cmr7": 7.0, "cmr6": 6.0}
 # Characters the writer sets in math or as a macro (latex_escape), in em of the font they appear in.
 # Greek letters are math italic: their width plus the italic correction TeX adds after them (τ: 0.45 + 0.11).
-SYMBOL_EM = {"±": 0.90, "≈": 0.80, "−": 0.80, "×": 0.80, "·": 0.29, "✓": 0.84, "✗": 0.80, "τ": 0.57,
+SYMBOL_EM = {"±": 0.80, "≈": 0.80, "−": 0.80, "×": 0.80, "·": 0.29, "✓": 0.84, "✗": 0.80, "τ": 0.57,
              "ρ": 0.57, "κ": 0.62, "α": 0.68, "β": 0.64, "Δ": 0.86, "†": 0.46, "–": 0.52, "—": 1.03,
-             "é": 0.46, "<": 0.80, ">": 0.80}
+             "é": 0.46, "<": 0.80, ">": 0.80,
+             # ASCII that latex_escape turns into a macro (OT1 has other glyphs at these codes): \_ is a
+             # 0.36 em rule with kerns, \{ \} come from the math symbols, \textbackslash and friends
+             "_": 0.36, "{": 0.50, "}": 0.50, "\\": 0.50, "~": 0.50, "^": 0.50, "|": 0.28}
 UNKNOWN_EM = 1.03  # a character outside these tables: as wide as an em quad (wider than most)
+# Small sizes of Computer Modern are relatively wider: ± is 0.80 em in cmsy9 but 0.89 em in cmsy7.
+SMALL_SYMBOLS = {"cmr7": 1.12, "cmr6": 1.2}
 
 
 def text_width(text: str, font: str = "cmr9") -> float:
     """Width in points of ``text`` set in ``font`` (one of FONTS), before any LaTeX escaping."""
-    table, size = FONTS[font], DESIGN_PT[font]
+    table, size, wider = FONTS[font], DESIGN_PT[font], SMALL_SYMBOLS.get(font, 1.0)
     total = 0.0
     for ch in text:
         code = ord(ch)
-        if 32 <= code <= 126 and ch not in "<>":
+        if 32 <= code <= 126 and ch not in SYMBOL_EM:
             total += table[code - 32] / 1000.0
         else:
-            total += SYMBOL_EM.get(ch, UNKNOWN_EM)
+            total += SYMBOL_EM.get(ch, UNKNOWN_EM) * wider
     return total * size
