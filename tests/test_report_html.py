@@ -154,3 +154,15 @@ def test_a_declared_label_never_merges_two_configurations():
     declared = {"a": "LA", "b": "LA", "c": "Baseline", "d": "ldam"}  # a sweep row; a label another row has
     assert _declared_labels(label_of, {}, declared) == {
         "a": "la (tau=1)", "b": "la (tau=2)", "c": "Baseline", "d": "cosine", "e": "ldam"}
+
+
+def test_plot_size_text_makes_a_text_wide_pdf_and_prints_its_caption(results, tmp_path, capsys):
+    from ltbench.cli import main
+    from test_plots import _pdf_page_and_font_sizes
+
+    assert main(["plot", str(SHAPES / "shapes.yaml"), "--results", str(results), "--kind", "shift",
+                 "--size", "text", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    (width, _), sizes = _pdf_page_and_font_sizes((tmp_path / "shift.pdf").read_bytes())
+    assert width == pytest.approx(6.9 * 72, abs=0.5) and min(sizes) >= 7
+    assert "caption (shift): Test accuracy under shifted test class priors" in printed

@@ -88,6 +88,7 @@ def comparison_n(comp) -> str:
 
 
 def latex_escape(text: str) -> str:
+    """Plain text as LaTeX that prints the same characters (a symbol TeX's fonts lack becomes '?')."""
     out = []
     specials = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
@@ -95,6 +96,8 @@ def latex_escape(text: str) -> str:
                 "α": r"$\alpha$", "β": r"$\beta$", "–": "--", "—": "---", "−": "$-$", "≈": r"$\approx$",
                 "†": r"$^\dagger$", "Δ": r"$\Delta$", "✓": r"\checkmark", "✗": r"$\times$", "×": r"$\times$",
                 "<": r"\textless{}", ">": r"\textgreater{}", "é": r"\'e"}
-    for ch in text:
+    for i, ch in enumerate(text):
         out.append(specials.get(ch, ch if ord(ch) < 128 else "?"))
+        if ch == "-" and text[i + 1:i + 2] == "-":  # '--rerun-stale' stays two hyphens, not an en dash
+            out.append("{}")
     return "".join(out)
