@@ -145,6 +145,12 @@ def set_caption(figure: Figure, text: str) -> None:
     figure.ltbench_caption = text
 
 
+def _sentence(text: str) -> str:
+    """A caption's first letter in capitals, unless its first word is an acronym written so (vMF)."""
+    first = text.split(" ", 1)[0]
+    return text if any(ch.isupper() for ch in first) else text[:1].upper() + text[1:]
+
+
 def caption(figure: Figure) -> str:
     return getattr(figure, "ltbench_caption", "")
 
@@ -159,7 +165,7 @@ def seeds_phrase(df: pd.DataFrame, banded: bool) -> str:
 def note_in_figure(ax: Axes, text: str) -> None:
     """Say in the figure itself, under the axis label (never over the data), why something is not drawn;
     wrapped to the figure's width."""
-    width_chars = int(ax.figure.get_figwidth() * 72 / (0.5 * SMALL_PT))
+    width_chars = int(ax.figure.get_figwidth() * 72 * 0.95 / (0.6 * LABEL_PT))  # the axis label's size
     note = textwrap.fill(text, width_chars)
     ax.set_xlabel(ax.get_xlabel() + "\n" + note if ax.get_xlabel() else note)
 
@@ -262,6 +268,8 @@ def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None =
     groups = [g for g in reversed(GROUPS) if (df["group"] == g).any()]
     if len(bounds) == 2:  # two thresholds always make three regions, even if one holds no class
         groups = ["few", "medium", "many"]
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.12 * (high - low))  # headroom: the group names sit above the data
     _name_shot_groups(ax, bounds, groups)
     where = " and ".join(f"{b:g}" for b in bounds)
     ax.set_xlabel("training images per class (log)")
@@ -331,7 +339,7 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[
     left_out = [r for r in all_rows if r not in set(chosen["row"])]
     if left_out:
         note_in_figure(ax, f"not drawn (their runs record no per-class {stat}): {', '.join(left_out)}")
-    set_caption(figure, f"{name[:1].upper() + name[1:]} per class against the class's number of training images "
+    set_caption(figure, f"{_sentence(name)} per class against the class's number of training images "
                         f"(log scale), classes with the same count averaged; {seeds_phrase(chosen, False)}.")
     legend_below(figure, ax)
     return figure
@@ -432,7 +440,7 @@ def figure_curves(df: pd.DataFrame, y: str = "loss", size: str = "column") -> Fi
         what += f" ({first}), and {which} accuracy ({second})"
     if numeric["epoch"].nunique() < 2:
         note_in_figure(axes[0], "only one epoch logged: a curve needs two (the points are that epoch)")
-    set_caption(figure, f"{what[:1].upper() + what[1:]}; {seeds_phrase(numeric, banded)}.")
+    set_caption(figure, f"{_sentence(what)}; {seeds_phrase(numeric, banded)}.")
     legend_below(figure, axes[-1])
     return figure
 
