@@ -20,9 +20,8 @@ overfull box, which tests/test_latex_fit.py fails on).
 Marks take no column: ≈ (not significantly different from the best) hangs into the gap after its cell
 (``\rlap``), so the numbers stay aligned, and every cell of a column with a ≈ keeps just enough room
 after it (``\kern``, ``mark_room``) for the mark to stay 3 pt clear of the next column. Best and second
-best are the mean in bold and underlined. Shifted-prior
-columns share a "Forward" / "Backward" header over their imbalance factors, as test-agnostic papers
-print them. ``versus`` differences go in a tabular of their own under the main one (``differences:
+best are the mean in bold and underlined. Shifted-prior columns share a "Forward" / "Backward" header
+over their imbalance factors, as test-agnostic papers print them. ``versus`` differences go in a tabular of their own under the main one (``differences:
 table``) or in a compact line under the row compared (``differences: rows``), each cell the difference
 over its p-value. The legend and notes are ``\footnotesize``, smaller than the table.
 """
@@ -49,8 +48,9 @@ PRIOR = re.compile(r"^(forward|backward)(\d+)$")
 
 @dataclass(frozen=True)
 class Layout:
-    """One way to set a table: where the std goes ('after' the mean, 'below' it, or 'none' shown),
-    whether long labels break onto a second line, and the column separation in pt."""
+    """One way to set a table: where the std goes ('after' the mean, 'below' it, or 'none' shown), over
+    how many lines a long label may break, the column separation in pt, and whether headers and p-values
+    take their short forms."""
 
     std: str
     label_lines: int  # a long label is broken over up to this many lines
