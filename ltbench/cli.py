@@ -166,8 +166,8 @@ def cmd_report(args) -> int:
     from ltbench.report.document import write_report  # lazy: keeps the other commands free of matplotlib
 
     out = write_report(args.recipe, args.results, test=None if args.test == "none" else args.test,
-                       overrides=args.overrides, use_cache=not args.no_cache)
-    print(f"report written to {out / 'report.md'}")
+                       overrides=args.overrides, use_cache=not args.no_cache, size=args.size)
+    print(f"report written to {out / 'report.md'} and {out / 'report.html'} (open it in a browser)")
     return 0
 
 
@@ -178,10 +178,12 @@ def cmd_plot(args) -> int:
     frames = report.load(args.path, args.results, overrides=args.overrides)
     _, _, root = report.source(args.path, args.results, overrides=args.overrides)
     out_dir = Path(args.out) if args.out else Path(root) / "report" / "figures"
-    paths, reason = draw(args.kind, frames, out_dir / args.kind)
-    if not paths:
-        raise LtbenchError(f"{args.path}: {reason}")
-    print("\n".join(paths))
+    drawn = draw(args.kind, frames, out_dir / args.kind, args.size)
+    if not drawn.paths:
+        raise LtbenchError(f"{args.path}: {drawn.reason}")
+    print("\n".join(drawn.paths))
+    for stem, text in drawn.captions.items():  # no title is drawn in a figure: this is for the paper's caption
+        print(f"caption ({stem}): {text}")
     return 0
 
 
@@ -336,11 +338,13 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_table)
 
-    p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md")
+    p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md, report.html")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir)")
     p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch")
+    p.add_argument("--size", choices=["column", "text"], default="column",
+                   help="figure width: one column (3.3 in, the default) or the text width (6.9 in)")
     p.add_argument("--no-cache", action="store_true",
                    help="read every result.json again and rewrite the index and expansion caches")
     p.set_defaults(func=cmd_report)
@@ -350,6 +354,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves"], required=True,
                    help="class_stats: one figure per recorded per-class statistic (kappa: its earlier name)")
+    p.add_argument("--size", choices=["column", "text"], default="column",
+                   help="figure width: one column (3.3 in, the default) or the text width (6.9 in); fonts >= 7 pt")
     p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_plot)

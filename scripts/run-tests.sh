@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command behind `make test` (and so .ci/run): pdflatex when it can be installed, the whole suite, then the Slurm tests
+# The test command behind `make test` (and so .ci/run): pdflatex and chromium when they can be installed, the whole suite, then the Slurm tests
 # against a real one-node cluster when this machine can run one (root with apt-get). The cluster is
 # brought down afterwards even when tests fail.
 set -uo pipefail
@@ -16,6 +16,18 @@ if [[ -z "${LTBENCH_SKIP_LATEX:-}" ]] && ! command -v pdflatex >/dev/null && [[ 
     apt-get update -q >/dev/null 2>&1
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q texlive-latex-base \
       texlive-latex-recommended >/dev/null 2>&1 || echo "== pdflatex could not be installed: the LaTeX test will skip"
+  fi
+fi
+
+# report.html is opened in a real headless browser by a test when chromium exists; install it the same way.
+# LTBENCH_SKIP_BROWSER=1 skips the install (the browser test then skips).
+if [[ -z "${LTBENCH_SKIP_BROWSER:-}" ]] && ! command -v chromium >/dev/null && [[ $(id -u) -eq 0 ]] \
+    && command -v apt-get >/dev/null; then
+  echo "== installing chromium for the report.html browser test"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; then
+    apt-get update -q >/dev/null 2>&1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 \
+      || echo "== chromium could not be installed: the browser test will skip"
   fi
 fi
 

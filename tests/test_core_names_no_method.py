@@ -25,7 +25,7 @@ _EXAMPLE = "an example in a user-facing error message (any registered name would
 ALLOWED = {  # (module path under ltbench/, method name) -> why the name there is not about the method
     ("config.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
     ("train/engine.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
-    ("report/formats.py", "vs"): "the English 'vs' in a table's note ('n 3 vs 2'), not the VS loss",
+    ("report/table_text.py", "vs"): "the English 'vs' in a table's note ('n 3 vs 2'), not the VS loss",
     ("data/cifar.py", "ldam"): _PAPER_PROTOCOL,
     ("data/profile.py", "ldam"): _PAPER_PROTOCOL,
     ("data/fashion_mnist.py", "ldam"): _PAPER_PROTOCOL,

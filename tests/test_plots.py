@@ -9,8 +9,8 @@ import pytest
 from matplotlib.image import imread
 
 from ltbench.errors import LtbenchError
-from ltbench.report.plots import (class_statistics, figure_class_stat, figure_curves, figure_per_class, figure_shift,
-                           plot_class_stat, plot_curves, plot_per_class, plot_shift, prior_position)
+from ltbench.report.plots import (caption, save_figure, class_statistics, figure_class_stat, figure_curves, figure_per_class,
+                                  figure_shift, plot_class_stat, plot_curves, plot_per_class, plot_shift, prior_position)
 from tests.conftest import ROOT
 
 COUNTS = [500, 200, 120, 80, 40, 25, 12, 5]  # many: 3 classes, medium: 3, few: 2
@@ -109,10 +109,14 @@ def test_prior_position_is_the_natural_order():
         "forward50", "forward5", "forward2", "uniform", "backward5", "backward25", "backward50"]
 
 
+def curves_frame() -> pd.DataFrame:
+    return pd.DataFrame([{"row": row, "seed": seed, "epoch": e, "loss": 2.0 / e + 0.1 * seed + k,
+                          "train_acc": 0.1 * e}
+                         for k, row in enumerate(("ce", "la")) for seed in (0, 1) for e in range(1, 6)])
+
+
 def test_curves_figure(tmp_path):
-    df = pd.DataFrame([{"row": row, "seed": seed, "epoch": e, "loss": 2.0 / e + 0.1 * seed + k,
-                        "train_acc": 0.1 * e}
-                       for k, row in enumerate(("ce", "la")) for seed in (0, 1) for e in range(1, 6)])
+    df = curves_frame()
     figure = figure_curves(df, "loss")
     lines = data_lines(figure)
     assert len(lines) == 2 and list(lines[0].get_xdata()) == [1, 2, 3, 4, 5]
@@ -120,7 +124,7 @@ def test_curves_figure(tmp_path):
     assert np.allclose(lines[0].get_ydata(), [v / raw[0] for v in raw])  # normalised by the first epoch
     accuracy = [line for line in figure.axes[1].get_lines() if not line.get_label().startswith("_")]
     assert np.allclose(accuracy[0].get_ydata(), [10.0 * e for e in range(1, 6)])  # train_acc in %
-    assert "band: ±1 std" in figure._suptitle.get_text()
+    assert "band: ±1 std" in caption(figure) and figure._suptitle is None
     out = tmp_path / "curves"
     assert_written_and_not_blank(plot_curves(df, out, y="train_acc"), out)
     with pytest.raises(LtbenchError, match="no column"):
@@ -175,35 +179,94 @@ def test_a_row_keeps_its_colour_across_figures_and_legends_follow_table_order():
     colours = {}
     for frame in (full, only_la):
         figure = figure_per_class(frame)
-        labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+        labels = [t.get_text() for t in figure.legends[0].get_texts()]
         assert labels == [f"{r} (n=2)" for r in sorted(set(frame.row), key=order.get)]
         for line in data_lines(figure):
             colours.setdefault(line.get_label(), set()).add(line.get_color())
     assert all(len(c) == 1 for c in colours.values()), colours
 
 
-def test_legend_sits_outside_the_axes():
-    figure = figure_per_class(per_class_frame())
+@pytest.mark.parametrize("size", ["column", "text"])
+def test_the_legend_sits_below_the_axes_inside_the_page(size):
+    figure = figure_per_class(per_class_frame(rows=("ce", "la", "bape", "ldam_drw", "balanced_softmax")), size=size)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     renderer = FigureCanvasAgg(figure).get_renderer()
-    legend = figure.axes[0].get_legend().get_window_extent(renderer)
-    assert legend.x0 >= figure.axes[0].get_window_extent(renderer).x1
+    figure.draw(renderer)  # constrained layout places the legend on drawing
+    legend = figure.legends[0].get_window_extent(renderer)
+    axes = figure.axes[0].get_tightbbox(renderer)  # the axes with its tick labels and axis labels
+    page = figure.bbox
+    assert legend.y1 <= axes.y0 + 1 and legend.y0 >= page.y0 - 1, (legend, axes)  # under the data, on the page
+    assert legend.x0 >= page.x0 - 1 and legend.x1 <= page.x1 + 1
 
 
-def test_titles_are_true_to_n():
+def test_no_title_in_the_figure_and_captions_are_true_to_n():
     one_seed = figure_shift(shift_frame().query("seed == 0"))
-    assert "one seed per row" in one_seed.axes[0].get_title() and "±1 std" not in one_seed.axes[0].get_title()
-    assert "mean over seeds" in figure_shift(shift_frame()).axes[0].get_title()
-    assert "mean over seeds" not in figure_per_class(per_class_frame(seeds=(0,))).axes[0].get_title()
+    assert "one seed per row" in caption(one_seed) and "±1 std" not in caption(one_seed)
+    assert "mean over seeds" in caption(figure_shift(shift_frame()))
+    assert "mean over seeds" not in caption(figure_per_class(per_class_frame(seeds=(0,))))
+    for figure in (one_seed, figure_curves(curves_frame()), figure_per_class(per_class_frame())):
+        assert figure._suptitle is None and all(not ax.get_title() for ax in figure.axes)
 
 
 def test_nothing_to_draw_is_said_in_the_figure():
     one_epoch = pd.DataFrame({"row": ["ce", "la"], "seed": [0, 0], "epoch": [1, 1], "loss": [2.0, 1.5]})
-    texts = [t.get_text() for t in figure_curves(one_epoch).axes[0].texts]
-    assert any("only one epoch logged" in t for t in texts)
+    assert "only one epoch logged" in figure_curves(one_epoch).axes[0].get_xlabel()
     base = per_class_frame(rows=("la",)).drop(columns="accuracy").assign(stat="weight_norm", value=1.0)
     figure = figure_class_stat(base, "weight_norm", all_rows=["ce", "la", "ldam_drw"])
-    note = " ".join(t.get_text() for t in figure.axes[0].texts)
+    note = figure.axes[0].get_xlabel().replace("\n", " ")
     assert "record no per-class weight_norm): ce, ldam_drw" in note
-    assert "kappa" not in figure.axes[0].get_title() and "κ" not in figure.axes[0].get_title()
+    assert "kappa" not in caption(figure) and "κ" not in caption(figure)
+
+
+def _pdf_page_and_font_sizes(pdf: bytes) -> tuple[tuple[float, float], list[float]]:
+    """The page's width and height in pt (MediaBox) and every font size the page's text is set in (the
+    'Tf' operators of its content streams, inflated where compressed): what a paper's reader sees."""
+    import re
+    import zlib
+
+    box = [float(v) for v in re.search(rb"/MediaBox\s*\[\s*([\d.\s-]+)\]", pdf).group(1).split()]
+    sizes = []
+    for stream in re.findall(rb"stream\r?\n(.*?)\r?\nendstream", pdf, re.S):
+        try:
+            text = zlib.decompress(stream)
+        except zlib.error:
+            text = stream
+        sizes += [float(v) for v in re.findall(rb"/F\d+\s+([\d.]+)\s+Tf", text)]
+    return (box[2] - box[0], box[3] - box[1]), sizes
+
+
+FIGURES = {"per_class": lambda size: figure_per_class(per_class_frame(), size=size),
+           "shift": lambda size: figure_shift(shift_frame(), size=size),
+           "curves": lambda size: figure_curves(curves_frame(), size=size),
+           "class_stat": lambda size: figure_class_stat(
+               per_class_frame(rows=("la",)).drop(columns="accuracy").assign(stat="weight_norm", value=1.0),
+               "weight_norm", all_rows=["ce", "la", "ldam_drw"], size=size)}
+
+
+@pytest.mark.parametrize("size,width_in", [("column", 3.3), ("text", 6.9)])
+@pytest.mark.parametrize("kind", list(FIGURES))
+def test_a_figure_is_as_wide_as_the_page_asks_and_no_text_is_under_7pt(tmp_path, kind, size, width_in):
+    """The PDF's page is the figure (3.3 in for a column, 6.9 in for the text width: included at 100 %),
+    and both matplotlib's texts and the fonts the PDF sets are 7 pt or more."""
+    from matplotlib.text import Text
+
+    figure = FIGURES[kind](size)
+    texts = [t for t in figure.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert texts and min(t.get_fontsize() for t in texts) >= 7.0
+    (width, height), sizes = _pdf_page_and_font_sizes(save_figure(figure, tmp_path / kind)[1].read_bytes())
+    assert width == pytest.approx(width_in * 72, abs=0.5) and 1.5 * 72 <= height <= 6 * 72
+    assert sizes and min(sizes) >= 7.0, sorted(set(sizes))
+
+
+def test_the_font_check_sees_a_small_font(tmp_path):
+    """The PDF reader above is not blind: a 5 pt label is found."""
+    figure = figure_shift(shift_frame())
+    figure.axes[0].set_xlabel("tiny", fontsize=5)
+    _, sizes = _pdf_page_and_font_sizes(save_figure(figure, tmp_path / "tiny")[1].read_bytes())
+    assert min(sizes) == 5.0
+
+
+def test_an_unknown_size_is_a_clear_error():
+    with pytest.raises(LtbenchError, match="figure size 'poster': expected one of column, text"):
+        figure_shift(shift_frame(), size="poster")

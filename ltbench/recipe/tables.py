@@ -71,7 +71,10 @@ class TableSpec:
     # one selected cell per seed: 'val' takes the setting with the best validation All and reports its test
     # numbers; 'test' takes the best on the test set itself, and the row says it is an oracle. None: refused.
     select: str | None = None
-    width: str = "column"  # LaTeX: 'column' (table, scaled to \columnwidth when wider) or 'page' (table*)
+    # LaTeX, never scaled: 'column' (a table in one column), 'page' (a table* across both) or 'auto' (a column
+    # when some layout fits one, else the page); ltbench/report/latex.py
+    width: str = "auto"
+    differences: str = "table"  # LaTeX: versus differences in a tabular of their own ('table') or under each row ('rows')
 
     def validate(self) -> None:
         if not 0 <= self.digits <= 6:
@@ -80,8 +83,12 @@ class TableSpec:
             raise ValueError("give either rows (explicit) or row_label (a template), not both")
         if self.best_scope not in ("group", "table"):
             raise ValueError(f"best_scope: expected 'group' or 'table', got {self.best_scope!r}")
-        if self.width not in ("column", "page"):
-            raise ValueError(f"width: expected 'column' (one column of the page) or 'page' (table*), got {self.width!r}")
+        if self.width not in ("auto", "column", "page"):
+            raise ValueError(f"width: expected 'auto', 'column' (one column of the page) or 'page' (table*), "
+                             f"got {self.width!r}")
+        if self.differences not in ("table", "rows"):
+            raise ValueError(f"differences: expected 'table' (a tabular of their own) or 'rows' (under each row "
+                             f"compared), got {self.differences!r}")
         if self.rows is not None and self.heads:
             raise ValueError("heads expands default rows; with explicit rows give each row its own head")
         if self.select not in (None, "val", "test"):

@@ -1,6 +1,8 @@
 """``ltbench report RECIPE``: ``results/<recipe>/report/`` with every declared table as md/tex/csv,
-a standalone LaTeX document of all tables, every figure (PNG and PDF), and ``report.md`` showing them
-together with a provenance summary (commits, versions, devices, wall time, runs failed or missing).
+a standalone LaTeX document of all tables, every figure (PNG and PDF, sized for a column or the text
+width), and ``report.md`` and ``report.html`` showing them together with their captions, the runs and a
+provenance summary (commits, versions, devices, wall time, runs failed or missing). report.html is
+self-contained (``ltbench.report.html``).
 
 Figures are drawn by ``ltbench.report.plots`` from the tidy frames of ``ltbench.report.load``; a figure
 whose data the runs do not have (no shifted priors, no per-class statistics, no log) is skipped and
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -19,41 +21,54 @@ from ltbench import report
 from ltbench.results import store
 from ltbench.registry import lookup
 from ltbench.report.formats import latex_document, render
+from ltbench.report.html import FigureShown, report_html
 
 @dataclass(frozen=True)
 class FigureKind:
     """One kind of figure: the frame it draws from, how, and what it shows (the report's caption)."""
 
     frame: str
-    draw: Callable[..., tuple[list, str | None]]  # (plots module, frame, out_base, study rows) -> (paths, why not)
+    draw: Callable[..., "Drawn"]  # (plots module, frame, out_base, study rows, size) -> Drawn
     what: str
 
 
-def _one_figure(function: str, **options):
-    """A kind drawn by one ``plots`` function into ``out_base``; an empty frame is said, not drawn."""
+@dataclass
+class Drawn:
+    """What drawing a kind wrote: the files, each figure's caption by file stem, or why nothing was drawn."""
 
-    def draw(plots, df, out_base: Path, all_rows) -> tuple[list, str | None]:
+    paths: list[str]
+    reason: str | None = None
+    captions: dict[str, str] = field(default_factory=dict)
+
+
+def _one_figure(function: str, **options):
+    """A kind drawn by one ``plots.figure_*`` function into ``out_base``; an empty frame is said, not drawn."""
+
+    def draw(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
         if df.empty:
-            return [], f"no data for the {out_base.name} figure in these runs"
+            return Drawn([], f"no data for the {out_base.name} figure in these runs")
         out_base.parent.mkdir(parents=True, exist_ok=True)
-        return getattr(plots, function)(df, str(out_base), **options), None
+        figure = getattr(plots, function)(df, size=size, **options)
+        paths = plots.save_figure(figure, str(out_base))
+        return Drawn([str(p) for p in paths], None, {out_base.name: plots.caption(figure)})
 
     return draw
 
 
-def _class_stats(plots, df, out_base: Path, all_rows) -> tuple[list, str | None]:
+def _class_stats(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
     """One figure per recorded per-class statistic the plots draw by default (``plots.DRAWN_CLASS_STATS``),
     each file named by it beside ``out_base``."""
     out_base.parent.mkdir(parents=True, exist_ok=True)
-    return plots.plot_class_stats(df, out_base.parent, all_rows)
+    paths, reason, captions = plots.plot_class_stats(df, out_base.parent, all_rows, size=size)
+    return Drawn([str(p) for p in paths], reason, captions)
 
 
 FIGURES = {  # kind -> FigureKind; looked up by ``figure_kind`` (one rule, did-you-mean)
-    "per_class": FigureKind("per_class", _one_figure("plot_per_class"), "per-class accuracy against training count"),
+    "per_class": FigureKind("per_class", _one_figure("figure_per_class"), "per-class accuracy against training count"),
     "class_stats": FigureKind("class_stats", _class_stats, "per-class statistics the runs record (a vMF "
                               "concentration κ, classifier weight norms) against training count"),
-    "shift": FigureKind("shift", _one_figure("plot_shift"), "accuracy from forward through uniform to backward test priors"),
-    "curves": FigureKind("curves", _one_figure("plot_curves", y="loss"), "training loss per epoch"),
+    "shift": FigureKind("shift", _one_figure("figure_shift"), "accuracy from forward through uniform to backward test priors"),
+    "curves": FigureKind("curves", _one_figure("figure_curves", y="loss"), "training loss per epoch"),
 }
 # Earlier names of a kind, still accepted: 'kappa' drew the class statistics before it was named for
 # what it draws (docs/results.md and users' commands say --kind kappa).
@@ -63,19 +78,19 @@ FIGURE_ALIASES = {"kappa": "class_stats"}
 # (not imported here: matplotlib is loaded only to draw; tests/test_lookup_tables.py checks they agree).
 FIGURE_FILES = {"class_stats": ("kappa", "*weight_norm")}
 FIGURE_FILES.update({alias: FIGURE_FILES[kind] for alias, kind in FIGURE_ALIASES.items()})
+FIGURE_SIZES = ("column", "text")  # plots.WIDTH_IN: 3.3 in and 6.9 in wide
 
 
 def figure_kind(kind: str) -> FigureKind:
     return lookup(FIGURES, FIGURE_ALIASES.get(kind, kind), "figure kind")
 
 
-def draw(kind: str, frames, out_base: Path) -> tuple[list[str], str | None]:
-    """Draw one kind of figure; returns (written paths, reason when nothing was drawn)."""
+def draw(kind: str, frames, out_base: Path, size: str = "column") -> Drawn:
+    """Draw one kind of figure at one size: the written paths and captions, or why nothing was drawn."""
     figure = figure_kind(kind)
     from ltbench.report import plots  # lazy: keeps tables and status free of matplotlib
 
-    paths, reason = figure.draw(plots, frames[figure.frame], out_base, _study_rows(frames))
-    return [str(p) for p in paths], reason
+    return figure.draw(plots, frames[figure.frame], out_base, _study_rows(frames), size)
 
 
 def _study_rows(frames) -> list[str]:
@@ -106,15 +121,33 @@ def _write(path: Path, text: str) -> None:
     store.atomic_write_bytes(path, text.encode())
 
 
-def write_report(recipe_path, results=None, test: str | None = "welch", overrides=(), use_cache: bool = True) -> Path:
+def write_report(recipe_path, results=None, test: str | None = "welch", overrides=(), use_cache: bool = True,
+                 size: str = "column") -> Path:
+    """``results/<recipe>/report/``: every table (md, tex, csv), tables_document.tex, the figures at ``size``,
+    report.md and report.html (the same, self-contained, to open in a browser)."""
     records, recipe, root = report.source(recipe_path, results, use_cache, overrides=overrides)
     if recipe is None:
         raise report.LtbenchError(f"{recipe_path}: 'ltbench report' needs a recipe file")
     out = store.ensure_writable(Path(root) / "report")
     built = report.tables(recipe_path, results, test=test, overrides=overrides, use_cache=use_cache)
-    command = "ltbench table " + " ".join(shlex.quote(str(a)) for a in [recipe_path, *overrides])
     md = [f"# Report: {recipe.name}", "", f"Recipe `{recipe_path}`; results in `{root}`.", "", "## Tables", ""]
-    fragments = []
+    md += _write_tables(built, out, recipe_path, overrides)
+    frames = report.load(recipe_path, results, overrides=overrides)
+    lines, shown = _draw_figures(frames, out, recipe_path, size)
+    provenance = provenance_summary(records)
+    md += ["## Figures", "", *lines, "## Provenance", "", *provenance, ""]
+    _write(out / "report.md", "\n".join(md))
+    intro = f"Recipe {recipe_path}; results in {root}. Tables, figures and notes as in report.md; click a " \
+            f"column header to sort."
+    _write(out / "report.html", report_html(f"Report: {recipe.name}", intro, built, shown, frames["runs"],
+                                            provenance))
+    return out
+
+
+def _write_tables(built: list, out: Path, recipe_path, overrides) -> list[str]:
+    """Each table as .md, .tex and .csv, all of them in tables_document.tex; returns report.md's lines."""
+    command = "ltbench table " + " ".join(shlex.quote(str(a)) for a in [recipe_path, *overrides])
+    md, fragments = [], []
     for t in built:
         for fmt, ext in (("markdown", "md"), ("latex", "tex"), ("csv", "csv")):
             _write(out / f"{t.name}.{ext}", render(t, fmt) + "\n")
@@ -122,17 +155,22 @@ def write_report(recipe_path, results=None, test: str | None = "welch", override
         md += [f"### {t.name}", "", f"`{command} --table {t.name}` (also [{t.name}.tex]({t.name}.tex), "
                f"[{t.name}.csv]({t.name}.csv))", "", render(t, "markdown"), ""]
     _write(out / "tables_document.tex", latex_document(fragments))
-    md += ["## Figures", ""]
-    frames = report.load(recipe_path, results, overrides=overrides)
+    return md
+
+
+def _draw_figures(frames, out: Path, recipe_path, size: str) -> tuple[list[str], list[FigureShown]]:
+    """Every kind of figure, or why it is not drawn: report.md's lines and report.html's figures."""
+    md, shown = [], []
     for kind, figure in FIGURES.items():
-        what = figure.what
-        paths, reason = draw(kind, frames, out / "figures" / kind)
-        if paths:
-            png = [p for p in paths if p.endswith(".png")]
-            md += [f"**{kind}**: {what} (`ltbench plot {recipe_path} --kind {kind}`)", "",
-                   *(f"![{kind}](figures/{Path(p).name})" for p in png), ""]
-        else:
-            md += [f"**{kind}**: not drawn: {reason}.", ""]
-    md += ["## Provenance", "", *provenance_summary(records), ""]
-    _write(out / "report.md", "\n".join(md))
-    return out
+        drawn = draw(kind, frames, out / "figures" / kind, size)
+        png = [Path(p) for p in drawn.paths if p.endswith(".png")]
+        if not png:
+            md += [f"**{kind}**: not drawn: {drawn.reason}.", ""]
+            shown.append(FigureShown(kind, None, drawn.reason or "nothing to draw"))
+            continue
+        md += [f"**{kind}**: {figure.what} (`ltbench plot {recipe_path} --kind {kind} --size {size}`)", ""]
+        for path in png:
+            text = drawn.captions.get(path.stem, "")
+            md += [f"![{kind}](figures/{path.name})", "", f"*{path.stem}*: {text}", ""]
+            shown.append(FigureShown(kind, path, text))
+    return md, shown

@@ -1,8 +1,11 @@
 """``ltbench.report.load(path)``: every run below a results folder (or of a recipe) as tidy pandas
 DataFrames, one observation per line, for analyses and figures of your own.
 
-Frames (accuracies are fractions in [0, 1]; ``row`` is the table's row label, ``seed`` the seed):
-  runs         row, run_id, seed, status, recipe, dir, note, all, many, medium, few, wall_seconds,
+Frames (accuracies are fractions in [0, 1]; ``row`` is the row's label, ``seed`` the seed): the label a
+recipe's declared table gives the row (``LA (learned tau)``) where one does, else the default table's
+(``la_learned_tau``), so figures read like the paper's tables; two configurations never share a label.
+
+  runs         row, run_id, seed, status, recipe, dir, note, error, all, many, medium, few, wall_seconds,
                device, git_commit, ltbench_version, torch, plus config.<dotted key> columns
   heads        row, seed, head, group, accuracy                    (BAPE's DA modes, aux heads, ...)
   shift        row, seed, prior, position, accuracy                (position: forward50 < ... < uniform
@@ -25,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ltbench.errors import LtbenchError
 from ltbench.results import store
 from ltbench.recipe.tables import default_table
 from ltbench.report.build import build_table
@@ -57,12 +61,67 @@ def row_labels(path, results=None, overrides=(), stage2: bool = False) -> tuple[
         records = [r for r in records if not (r.get("config") or {}).get("posthoc")]
     expected = recipe.expected if recipe is not None else None
     table = build_table("default", default_table(), records, expected, test=None)
-    label_of = {}
-    for row in table.rows:
-        for unit in row.units.values():
-            for rec in unit.runs.values():
-                label_of[rec["dir"]] = row.label if not row.group else f"{row.group}: {row.label}"
+    label_of, group_of = _default_labels(table, records, expected)
+    if recipe is not None:
+        label_of = _declared_labels(label_of, group_of, _declared_label_of(recipe, records, expected))
     return records, label_of
+
+
+def _default_labels(table, records: list[dict], expected) -> tuple[dict[str, str], dict[str, str | None]]:
+    """Run folder -> its default-table row label (and row group). A run that is not done (failed, pending,
+    running) is found by its configuration, so the run list can say which row it would have filled."""
+    label_of, group_of, by_key = {}, {}, {}
+    for row in table.rows:
+        label = row.label if not row.group else f"{row.group}: {row.label}"
+        for unit in row.units.values():
+            by_key[unit.key] = (label, row.group)
+            for rec in unit.runs.values():
+                label_of[rec["dir"]], group_of[rec["dir"]] = label, row.group
+    key_of_run = {e["run_id"]: e["key"] for e in expected or []}
+    for rec in records:
+        key = key_of_run.get(rec.get("run_id")) if expected is not None else rec.get("key")
+        if rec["dir"] not in label_of and key in by_key:
+            label_of[rec["dir"]], group_of[rec["dir"]] = by_key[key]
+    return label_of, group_of
+
+
+def _declared_label_of(recipe, records: list[dict], expected) -> dict[str, str]:
+    """Run folder -> the label a declared table gives its row (first table, in the recipe's order, whose
+    rows name it). Rows reading another head, and tables that cannot be built, name nothing."""
+    found: dict[str, str] = {}
+    for name, spec in recipe.tables.items():
+        if spec.rows is None and spec.row_label is None:
+            continue
+        try:
+            table = build_table(name, spec, records, expected, test=None)
+        except LtbenchError:
+            continue
+        for row in table.rows:
+            if row.head or row.published:
+                continue
+            for unit in row.units.values():
+                for rec in unit.runs.values():
+                    found.setdefault(rec["dir"], row.label)
+    return found
+
+
+def _declared_labels(label_of: dict[str, str], group_of: dict[str, str | None],
+                     declared: dict[str, str]) -> dict[str, str]:
+    """A default row takes the declared label of its runs (``LA (learned tau)``, not ``la_learned_tau``)
+    when all its runs that a declared table shows carry the same label and no other row would take it:
+    two configurations never share a label, so a declared row covering several (a sweep, several
+    datasets) keeps the default labels. The default row's group (the dataset or imbalance factor that
+    tells rows apart across the study) stays in front: ``imb_factor=6: Baseline``."""
+    by_row: dict[str, set[str]] = {}
+    for run_dir, label in label_of.items():
+        if run_dir in declared:
+            group = group_of.get(run_dir)
+            by_row.setdefault(label, set()).add(f"{group}: {declared[run_dir]}" if group else declared[run_dir])
+    wanted = {row: next(iter(names)) for row, names in by_row.items() if len(names) == 1}
+    taken = [name for name in wanted.values()]
+    final = {row: name for row, name in wanted.items()
+             if taken.count(name) == 1 and (name == row or name not in label_of.values())}
+    return {run_dir: final.get(label, label) for run_dir, label in label_of.items()}
 
 
 def _full_result(run_dir: str) -> dict:
@@ -125,7 +184,7 @@ def load(path, results=None, overrides=(), stage2: bool = False) -> Frames:
         seed = rec.get("seed")
         m = rec.get("metrics", {})
         line = {"row": row, "run_id": rec.get("run_id"), "seed": seed, "status": rec["status"],
-                "recipe": rec.get("recipe"), "dir": rec["dir"], "note": rec.get("note"),
+                "recipe": rec.get("recipe"), "dir": rec["dir"], "note": rec.get("note"), "error": rec.get("error"),
                 **{g: m.get(g) for g in ("all", "many", "medium", "few")}, **(rec.get("prov") or {})}
 
         line.update({f"config.{k}": v for k, v in flatten(rec.get("config") or {}).items()

@@ -5,19 +5,29 @@ files), draws one line per table row, mean over that row's seeds, writes ``out_b
 ``".pdf"`` atomically, and returns the written paths.  The matching ``figure_*`` function returns
 the matplotlib figure unsaved, for notebooks and for tests that count what was drawn.
 
+Sized for the page (issue 33): ``size="column"`` is 3.3 in wide (one column of a two-column paper),
+``size="text"`` 6.9 in (the text width); the PDF's page is exactly that wide, so it goes into a paper
+unscaled, and every text in it is at least 7 pt (axis labels 8 pt). There is no title inside the
+figure: the caption is the paper's. Each ``figure_*`` sets ``figure.ltbench_caption`` instead, saying
+what is drawn and whether the line is a mean over seeds with a ±1 std band (only when some row has more
+than one seed); ``ltbench plot`` prints it and ``ltbench report`` shows it under the figure.
+
 Headless by construction: figures are built with ``matplotlib.figure.Figure`` (object API, Agg
 and PDF canvases), never through pyplot, so no display and no global backend switch is needed.
-Legends give each row's number of seeds, as tables do, sit outside the axes, and list the rows in
-table order; a row's colour comes from its place in the table (the frames' ``row_order``), so a method
-has one colour in every figure of a study.  Titles say "mean over seeds" and promise a ±1 std band only
-when some row has more than one seed.  Where there is nothing to draw, the figure says so in words.
-PDFs embed TrueType (Type 42) fonts, never Type 3, which several venues reject.  Accuracies arrive
-as fractions and are shown in percent.
+Legends give each row's number of seeds, as tables do, sit below the axes (never over the data), and
+list the rows in table order; a row's colour comes from its place in the table (the frames'
+``row_order``), so a method has one colour in every figure of a study. Rows are labelled as the
+frames label them: the recipe's declared table labels where it declares them. Where there is nothing
+to draw, the figure says so in words. PDFs embed TrueType (Type 42) fonts, never Type 3, which several
+venues reject. Accuracies arrive as fractions and are shown in percent.
 """
 
 from __future__ import annotations
 
 import io
+import math
+import textwrap
+from functools import wraps
 from pathlib import Path
 from typing import Sequence
 
@@ -35,7 +45,12 @@ from ltbench.results.store import atomic_write_bytes
 
 FORMATS = ("png", "pdf")
 LINE_STYLES = ("-", "--", "-.", ":")
-SIZE = (6.4, 4.0)
+WIDTH_IN = {"column": 3.3, "text": 6.9}  # one column of a two-column paper, and its text width
+AXES_IN = {"column": 2.1, "text": 2.5}  # height of one panel's axes area, labels included
+LABEL_PT, SMALL_PT = 8.0, 7.0  # axis labels; ticks, legend and notes (venues ask for 7 pt or more)
+FONTS = {"font.size": LABEL_PT, "axes.labelsize": LABEL_PT, "xtick.labelsize": SMALL_PT,
+         "ytick.labelsize": SMALL_PT, "legend.fontsize": SMALL_PT, "axes.titlesize": LABEL_PT,
+         "pdf.fonttype": 42, "ps.fonttype": 42}  # TrueType, not Type 3 (venues reject it)
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
@@ -89,11 +104,55 @@ def _draw_rows(ax: Axes, df: pd.DataFrame, x: str, y: str, scale: float = 1.0, b
     return banded
 
 
-def legend_outside(figure: Figure, ax: Axes) -> None:
-    """The legend right of the axes (never over the data), in the order the rows were drawn (table order)."""
+def new_figure(size: str, panels: int = 1) -> Figure:
+    """A figure ``size`` wide ('column': 3.3 in, 'text': 6.9 in) with room for ``panels`` axes: side by
+    side at the text width, one above the other in a column (two 1.6 in panels side by side are unreadable).
+    Constrained layout keeps every label inside the page, so the saved page is exactly this wide."""
+    if size not in WIDTH_IN:
+        raise LtbenchError(f"figure size '{size}': expected one of {', '.join(WIDTH_IN)}")
+    rows = panels if size == "column" else 1
+    figure = Figure(figsize=(WIDTH_IN[size], AXES_IN[size] * rows), layout="constrained")
+    figure.ltbench_size = size
+    return figure
+
+
+def _panels(figure: Figure, panels: int) -> list[Axes]:
+    if panels == 1:
+        return [figure.add_subplot()]
+    stacked = getattr(figure, "ltbench_size", "column") == "column"
+    return [figure.add_subplot(panels, 1, i + 1) if stacked else figure.add_subplot(1, panels, i + 1)
+            for i in range(panels)]
+
+
+def legend_below(figure: Figure, ax: Axes) -> None:
+    """The legend under the axes, across the figure, never over the data, in the order the rows were drawn
+    (table order), in as many columns as its longest entry allows; the figure grows by its height so the
+    axes keep theirs."""
     handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    if not handles:
+        return
+    width_pt = figure.get_figwidth() * 72
+    entry_pt = max(len(label) for label in labels) * 0.56 * SMALL_PT + 3.5 * SMALL_PT  # text, line, spacing
+    ncols = max(1, min(len(labels), int(width_pt * 0.95 // entry_pt)))
+    figure.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=SMALL_PT, frameon=False,
+                  handlelength=1.8, columnspacing=1.0)
+    rows = math.ceil(len(labels) / ncols)
+    figure.set_figheight(figure.get_figheight() + (rows * SMALL_PT * 1.4 + 6) / 72)
+
+
+def set_caption(figure: Figure, text: str) -> None:
+    """What a paper's caption should say about the figure (no title is drawn in it)."""
+    figure.ltbench_caption = text
+
+
+def _sentence(text: str) -> str:
+    """A caption's first letter in capitals, unless its first word is an acronym written so (vMF)."""
+    first = text.split(" ", 1)[0]
+    return text if any(ch.isupper() for ch in first) else text[:1].upper() + text[1:]
+
+
+def caption(figure: Figure) -> str:
+    return getattr(figure, "ltbench_caption", "")
 
 
 def seeds_phrase(df: pd.DataFrame, banded: bool) -> str:
@@ -104,9 +163,11 @@ def seeds_phrase(df: pd.DataFrame, banded: bool) -> str:
 
 
 def note_in_figure(ax: Axes, text: str) -> None:
-    """Say in the figure itself, under the axes (never over the data), why something is not drawn."""
-    ax.text(0.0, -0.2, text, transform=ax.transAxes, ha="left", va="top", fontsize="small", color="0.2",
-            bbox={"facecolor": "0.95", "edgecolor": "0.7"})
+    """Say in the figure itself, under the axis label (never over the data), why something is not drawn;
+    wrapped to the figure's width."""
+    width_chars = int(ax.figure.get_figwidth() * 72 * 0.95 / (0.6 * LABEL_PT))  # the axis label's size
+    note = textwrap.fill(text, width_chars)
+    ax.set_xlabel(ax.get_xlabel() + "\n" + note if ax.get_xlabel() else note)
 
 
 def _log_x(ax: Axes) -> None:
@@ -119,15 +180,16 @@ def _log_x(ax: Axes) -> None:
 
 
 def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
-    """Write ``out_base``.png and .pdf, each atomically (no half-written figure after a crash)."""
+    """Write ``out_base``.png and .pdf, each atomically (no half-written figure after a crash). The PDF's
+    page is the figure's size (3.3 or 6.9 in wide), so a paper includes it at 100 %."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
     written = []
     for fmt in FORMATS:
         buffer = io.BytesIO()
         metadata = {"CreationDate": None} if fmt == "pdf" else {}
-        with rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):  # TrueType, not Type 3 (venues reject it)
-            figure.savefig(buffer, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
+        with rc_context(FONTS):  # the page is the figure's size: never cropped ('tight'), never scaled
+            figure.savefig(buffer, format=fmt, dpi=150, metadata=metadata)
         path = out_base.with_name(f"{out_base.name}.{fmt}")
         atomic_write_bytes(path, buffer.getvalue())
         written.append(path)
@@ -177,12 +239,25 @@ def _name_shot_groups(ax: Axes, bounds: list[float], groups: list[str]) -> None:
     edges = [low, *sorted(bounds), high]
     for group, left, right in zip(groups, edges, edges[1:]):
         ax.text(float(np.sqrt(left * right)), 0.98, group, transform=ax.get_xaxis_transform(), ha="center",
-                va="top", fontsize="small", color="0.35")
+                va="top", fontsize=SMALL_PT, color="0.35")
 
 
-def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None = None) -> Figure:
+def sized(draw):
+    """Build the figure under the report's font sizes: matplotlib fixes a text's size when it creates it."""
+
+    @wraps(draw)
+    def build(*args, **kwargs) -> Figure:
+        with rc_context(FONTS):
+            return draw(*args, **kwargs)
+
+    return build
+
+
+@sized
+def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None = None,
+                     size: str = "column") -> Figure:
     _require(df, ["row", "seed", "class_index", "train_count", "group", "accuracy"], "per-class figure")
-    figure = Figure(figsize=SIZE)
+    figure = new_figure(size)
     ax = figure.add_subplot()
     means = _class_means(df.dropna(subset=["accuracy"]), "accuracy")
     _draw_rows(ax, means, "train_count", "accuracy", scale=100.0, band=False, marker="o")
@@ -193,18 +268,23 @@ def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None =
     groups = [g for g in reversed(GROUPS) if (df["group"] == g).any()]
     if len(bounds) == 2:  # two thresholds always make three regions, even if one holds no class
         groups = ["few", "medium", "many"]
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.12 * (high - low))  # headroom: the group names sit above the data
     _name_shot_groups(ax, bounds, groups)
-    where = ", ".join(f"{b:g}" for b in bounds)
-    ax.set_xlabel(f"training images in the class (log scale; dotted: shot-group thresholds at {where})")
-    ax.set_ylabel("test accuracy of the class (%)")
-    ax.set_title(f"Per-class accuracy ({seeds_phrase(df, False)})")
-    legend_outside(figure, ax)
+    where = " and ".join(f"{b:g}" for b in bounds)
+    ax.set_xlabel("training images per class (log)")
+    ax.set_ylabel("class accuracy (%)")
+    set_caption(figure, "Per-class test accuracy against the class's number of training images (log scale), "
+                f"classes with the same count averaged; {seeds_phrase(df, False)}"
+                + (f"; dotted: the shot-group thresholds ({where} images)." if bounds else "."))
+    legend_below(figure, ax)
     return figure
 
 
-def plot_per_class(df: pd.DataFrame, out_base, shot_boundaries: Sequence[float] | None = None) -> list[Path]:
+def plot_per_class(df: pd.DataFrame, out_base, shot_boundaries: Sequence[float] | None = None,
+                   size: str = "column") -> list[Path]:
     """Per-class test accuracy against the class's training count, one line per row."""
-    return save_figure(figure_per_class(df, shot_boundaries), out_base)
+    return save_figure(figure_per_class(df, shot_boundaries, size), out_base)
 
 
 # Per-class statistics are named by what they measure, not by the method that records them: a method
@@ -239,7 +319,9 @@ def class_statistics(method_extras: dict, num_classes: int, prefix: str = "") ->
     return found
 
 
-def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[str] = ()) -> Figure:
+@sized
+def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[str] = (),
+                      size: str = "column") -> Figure:
     """``all_rows``: every row of the study; those that recorded no ``stat`` are named in the figure,
     so a method left out (LDAM-DRW records no weight norm) is said to be left out, with the reason."""
     _require(df, ["row", "seed", "class_index", "train_count", "stat", "value"], f"class statistic '{stat}'")
@@ -247,43 +329,47 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[
     if chosen.empty:
         known = ", ".join(sorted(df["stat"].unique()))
         raise LtbenchError(f"class statistic '{stat}': no run recorded it (recorded: {known or 'none'})")
-    figure = Figure(figsize=SIZE)
+    figure = new_figure(size)
     ax = figure.add_subplot()
     _draw_rows(ax, _class_means(chosen, "value"), "train_count", "value", band=False, marker="o")
     _log_x(ax)
     name = STAT_LABELS.get(stat, stat)
+    ax.set_xlabel("training images per class (log)")
+    ax.set_ylabel(name)
     left_out = [r for r in all_rows if r not in set(chosen["row"])]
     if left_out:
         note_in_figure(ax, f"not drawn (their runs record no per-class {stat}): {', '.join(left_out)}")
-    ax.set_xlabel("training images in the class (log scale)")
-    ax.set_ylabel(name)
-    ax.set_title(f"{name} per class ({seeds_phrase(chosen, False)})")
-    legend_outside(figure, ax)
+    set_caption(figure, f"{_sentence(name)} per class against the class's number of training images "
+                        f"(log scale), classes with the same count averaged; {seeds_phrase(chosen, False)}.")
+    legend_below(figure, ax)
     return figure
 
 
-def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa", all_rows: Sequence[str] = ()) -> list[Path]:
+def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa", all_rows: Sequence[str] = (),
+                    size: str = "column") -> list[Path]:
     """One per-class statistic (a concentration, a classifier's weight norm...) against training count."""
-    return save_figure(figure_class_stat(df, stat, all_rows), out_base)
+    return save_figure(figure_class_stat(df, stat, all_rows, size), out_base)
 
 
-def plot_class_stats(df: pd.DataFrame, out_dir, all_rows: Sequence[str] = (),
-                     patterns: Sequence[str] = DRAWN_CLASS_STATS) -> tuple[list[Path], str | None]:
+def plot_class_stats(df: pd.DataFrame, out_dir, all_rows: Sequence[str] = (), patterns: Sequence[str] = DRAWN_CLASS_STATS,
+                     size: str = "column") -> tuple[list[Path], str | None, dict[str, str]]:
     """One figure per recorded statistic matching ``patterns``, in their order, each file named by the
     statistic (``weight_norm.png`` in a study that records no concentration); rows that do not record it
-    are named in its figure. Returns (written paths, why nothing was drawn)."""
+    are named in its figure. Returns (written paths, why nothing was drawn, caption by file stem)."""
     from fnmatch import fnmatchcase
 
     stats = [] if df.empty else sorted(set(df["stat"]))
     wanted = list(dict.fromkeys(s for pattern in patterns for s in stats if fnmatchcase(s, pattern)))
     if not wanted:
         return [], (f"no data for the class-statistics figure in these runs (none of {', '.join(patterns)} "
-                    f"recorded per class)")
-    paths = []
+                    f"recorded per class)"), {}
+    paths, captions = [], {}
     for stat in wanted:
         base = Path(out_dir) / stat.replace(".", "_")
-        paths += plot_class_stat(df[df["stat"] == stat], str(base), stat=stat, all_rows=all_rows)
-    return paths, None
+        figure = figure_class_stat(df[df["stat"] == stat], stat, all_rows, size)
+        paths += save_figure(figure, base)
+        captions[base.name] = caption(figure)
+    return paths, None, captions
 
 
 # ------------------------------------------------------------------------------------------------
@@ -295,25 +381,28 @@ def prior_position(name: str) -> float:
     return position(name)
 
 
-def figure_shift(df: pd.DataFrame) -> Figure:
+@sized
+def figure_shift(df: pd.DataFrame, size: str = "column") -> Figure:
     _require(df, ["row", "seed", "prior", "position", "accuracy"], "shifted-prior figure")
     df = df.dropna(subset=["accuracy"])
     order = df.drop_duplicates("prior").sort_values("position")
     rank = {prior: i for i, prior in enumerate(order["prior"])}
-    figure = Figure(figsize=SIZE)
+    figure = new_figure(size)
     ax = figure.add_subplot()
     banded = _draw_rows(ax, df.assign(rank=df["prior"].map(rank)), "rank", "accuracy", scale=100.0, marker="o")
-    ax.set_xticks(range(len(rank)), list(rank), rotation=45, ha="right")
-    ax.set_xlabel("test class prior (forward: follows the training imbalance; backward: reverses it)")
+    ax.set_xticks(range(len(rank)), list(rank), rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_xlabel("test class prior")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"Accuracy under test-prior shift ({seeds_phrase(df, banded)})")
-    legend_outside(figure, ax)
+    set_caption(figure, "Test accuracy under shifted test class priors, from forward (the training imbalance, "
+                        "by the factor named) through uniform to backward (reversed); "
+                        f"{seeds_phrase(df, banded)}.")
+    legend_below(figure, ax)
     return figure
 
 
-def plot_shift(df: pd.DataFrame, out_base) -> list[Path]:
+def plot_shift(df: pd.DataFrame, out_base, size: str = "column") -> list[Path]:
     """Accuracy from forward rho through uniform to backward rho, one line per row."""
-    return save_figure(figure_shift(df), out_base)
+    return save_figure(figure_shift(df, size), out_base)
 
 
 ACCURACY_KEYS = ("test.all", "train_acc")  # the curves' accuracy panel: test accuracy when logged, else train
@@ -326,7 +415,8 @@ def _normalised(df: pd.DataFrame, y: str) -> pd.DataFrame:
     return df.assign(**{y: df[y] / df["row"].map(first).where(lambda v: v != 0)})
 
 
-def figure_curves(df: pd.DataFrame, y: str = "loss") -> Figure:
+@sized
+def figure_curves(df: pd.DataFrame, y: str = "loss", size: str = "column") -> Figure:
     """A loss (name containing 'loss'): two panels, the loss normalised by its row's first epoch and
     the accuracy (``test.all`` when logged, else ``train_acc``). Any other key: one panel, as logged."""
     _require(df, ["row", "seed", "epoch", y], f"training curves of '{y}'")
@@ -335,23 +425,26 @@ def figure_curves(df: pd.DataFrame, y: str = "loss") -> Figure:
         raise LtbenchError(f"training curves of '{y}': no run logged it")
     is_loss = "loss" in y
     accuracy = next((k for k in ACCURACY_KEYS if is_loss and k in df.columns and df[k].notna().any()), None)
-    figure = Figure(figsize=(SIZE[0] * 1.6, SIZE[1]) if accuracy else SIZE)
-    ax = figure.add_subplot(1, 2 if accuracy else 1, 1)
-    banded = _draw_rows(ax, _normalised(numeric, y) if is_loss else numeric, "epoch", y)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(f"{y} / its value at the first epoch (per row)" if is_loss else y)
+    figure = new_figure(size, panels=2 if accuracy else 1)
+    axes = _panels(figure, 2 if accuracy else 1)
+    banded = _draw_rows(axes[0], _normalised(numeric, y) if is_loss else numeric, "epoch", y)
+    axes[0].set_xlabel("epoch")
+    axes[0].set_ylabel(f"{y} / first-epoch {y}" if is_loss else y)
+    what = f"{y} per epoch" + (", divided by its row's value at the first epoch" if is_loss else "")
     if accuracy:
-        right = figure.add_subplot(1, 2, 2)
-        _draw_rows(right, df.dropna(subset=[accuracy]), "epoch", accuracy, scale=100.0)
-        right.set_xlabel("epoch")
-        right.set_ylabel(("test" if accuracy == "test.all" else "training") + " accuracy (%)")
+        _draw_rows(axes[1], df.dropna(subset=[accuracy]), "epoch", accuracy, scale=100.0)
+        axes[1].set_xlabel("epoch")
+        which = "test" if accuracy == "test.all" else "training"
+        axes[1].set_ylabel(f"{which} accuracy (%)")
+        first, second = ("top", "bottom") if size == "column" else ("left", "right")
+        what += f" ({first}), and {which} accuracy ({second})"
     if numeric["epoch"].nunique() < 2:
-        note_in_figure(ax, "only one epoch logged: a curve needs two (the points are that epoch)")
-    figure.suptitle(f"{y} per epoch ({seeds_phrase(numeric, banded)})")
-    legend_outside(figure, figure.axes[-1])
+        note_in_figure(axes[0], "only one epoch logged: a curve needs two (the points are that epoch)")
+    set_caption(figure, f"{_sentence(what)}; {seeds_phrase(numeric, banded)}.")
+    legend_below(figure, axes[-1])
     return figure
 
 
-def plot_curves(df: pd.DataFrame, out_base, y: str = "loss") -> list[Path]:
+def plot_curves(df: pd.DataFrame, out_base, y: str = "loss", size: str = "column") -> list[Path]:
     """One logged quantity per epoch (from log.jsonl), one line per row; a loss with the accuracy beside it."""
-    return save_figure(figure_curves(df, y), out_base)
+    return save_figure(figure_curves(df, y, size), out_base)
