@@ -24,7 +24,11 @@ def test_quick_mode_prints_a_ratio_per_setting():
     assert rows["cifar_bape_la"][1:3] == ["resnet32", "3"]  # BAPE+LA: three views through ResNet-32
     for row in rows.values():
         ltbench, bare, ratio = map(float, row[4:7])
-        assert ltbench > 0 and bare > 0 and ratio == pytest.approx(ltbench / bare, abs=0.01)
+        assert ltbench > 0 and bare > 0
+        # the printed img/s are rounded to 0.1 and the ratio to 0.01: under load both can be a few img/s,
+        # so the ratio is checked against the interval the rounded figures allow, not their quotient
+        low, high = (ltbench - 0.05) / (bare + 0.05), (ltbench + 0.05) / max(bare - 0.05, 1e-9)
+        assert low - 0.005 <= ratio <= high + 0.005
     assert re.search(r"imagenet_resnet50\s+resnet8\s+1\s+\d+", out.stdout)  # --quick swaps in ResNet-8
 
 
