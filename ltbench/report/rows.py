@@ -167,6 +167,8 @@ class Unit:
     problems: dict[int, str] = field(default_factory=dict)  # seed -> status text (failed, pending, ...)
     borrowed: dict[int, str] = field(default_factory=dict)  # seed -> sibling recipe folder it was read from
     stale: dict[int, list] = field(default_factory=dict)  # seed -> modules changed since its result was made
+    code_unknown: dict[int, str] = field(default_factory=dict)  # seed -> why its result's code cannot be checked
+    elsewhere: dict[int, list] = field(default_factory=dict)  # seed -> notes on other results of its run id
     chosen: dict[int, str] = field(default_factory=dict)  # seed -> the setting a selected row took (select:)
 
 
@@ -272,16 +274,18 @@ def _place(unit: Unit, seed, rec: dict) -> None:
         if rec.get("note"):
             unit.problems.setdefault(seed, f"seed {seed}: {rec['note']}")
         if unit.runs[seed] is rec:
-            unit.stale.pop(seed, None)
-            if rec.get("stale"):
-                unit.stale[seed] = list(rec["stale"])
+            for name in ("stale", "code_unknown", "elsewhere"):
+                getattr(unit, name).pop(seed, None)
+                if rec.get(name):
+                    getattr(unit, name)[seed] = rec[name]
         if rec.get("borrowed"):
-            unit.borrowed[seed] = rec["borrowed"]
+            unit.borrowed[seed] = rec["borrowed"] + (f": {rec['borrowed_why']}" if rec.get("borrowed_why") else "")
         return
     if seed in unit.runs and unit.runs[seed]["status"] == "done":
         return
     text = {"failed": f"seed {seed} failed" + (f" ({rec['error']})" if rec.get("error") else ""),
-            "running": f"seed {seed} still running", "pending": f"seed {seed} pending"}.get(
+            "running": f"seed {seed} still running", "pending": f"seed {seed} pending",
+            "conflict": f"seed {seed}: {rec.get('note')}"}.get(
         status, f"seed {seed} damaged: {rec.get('note', 'unreadable')} ({_name(rec)})")
     unit.problems[seed] = text
 
@@ -403,6 +407,9 @@ def selected_unit(hits: list[Unit], select: str) -> Unit:
             continue
         _, _, best = max(scored, key=lambda x: (x[0], x[1]))
         unit.runs[seed] = best.runs[seed]
+        for name in ("stale", "code_unknown", "elsewhere", "borrowed"):  # what the chosen result's notes say
+            if seed in getattr(best, name):
+                getattr(unit, name)[seed] = getattr(best, name)[seed]
         unit.chosen[seed] = ", ".join(f"{short_key(k)}={value_text(best.flat.get(k))}" for k in differ)
         if len(scored) < len(hits):
             unit.problems[seed] = f"seed {seed}: selected among {len(scored)} of {len(hits)} settings (the others unfinished or unscored)"
