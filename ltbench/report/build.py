@@ -24,7 +24,7 @@ def never_run_hint(unit: Unit) -> str:
 
 
 def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,
-                where: str = "tables", test: str | None = "welch") -> Table:
+                where: str = "tables", test: str | None = "welch", correction: str | None = None) -> Table:
     units, notes = gather_units(records, expected)
     if spec.where:
         before = len(units)
@@ -66,7 +66,7 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
     if test:
         table.test = mark_similar(table, test)
     if any(r.versus for r in rows):
-        table.comparison_test = compare_rows(table, test)
+        table.comparison_test = compare_rows(table, test, correction or spec.correction)
     return table
 
 

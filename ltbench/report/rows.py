@@ -154,6 +154,8 @@ class Comparison:
     reference: Row
     cells: dict[tuple[int, int], tuple[float, float | None]] = field(default_factory=dict)
     no_test: dict[tuple[int, int], str] = field(default_factory=dict)  # cell -> why it has no p-value
+    unadjusted: dict[tuple[int, int], float] = field(default_factory=dict)  # cell -> p before Holm (when applied)
+    detectable: dict[tuple[int, int], float] = field(default_factory=dict)  # cell -> minimum detectable difference
 
 
 @dataclass

@@ -238,6 +238,7 @@ class CodeState:
     status: str
     changed: tuple[str, ...] = ()
     reason: str = ""
+    unknown: tuple[str, ...] = ()  # recorded modules that cannot be checked (file gone, no normalised hash)
 
 
 def code_state(result: dict) -> CodeState:
@@ -259,24 +260,22 @@ def code_state(result: dict) -> CodeState:
         elif now != entry["normalized"]:
             changed.append(module)
     if changed:
-        return CodeState("stale", tuple(changed))
+        return CodeState("stale", tuple(changed), unknown=tuple(unknown))
     if result.get("code_scope") != code.CODE_SCOPE:
-        return CodeState(CODE_UNKNOWN, reason="recorded before ltbench hashed every module a run executes "
-                                              "(only its plugins' files)")
+        return CodeState(CODE_UNKNOWN, reason="recorded before ltbench hashed every module a run executes: "
+                                              "only its plugins' files", unknown=tuple(unknown))
     if unknown:
         return CodeState(CODE_UNKNOWN, reason=f"cannot check {', '.join(unknown[:4])}"
                                               + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
-                                              + " (file gone or not hashed)")
+                                              + ": file gone or not hashed", unknown=tuple(unknown))
     return CodeState("done")
 
 
 def changed_code(result: dict) -> tuple[list[str], list[str]]:
-    """(modules whose normalised source differs from the record, modules that cannot be checked): the
-    pieces of ``code_state`` for callers that list them."""
+    """(modules whose normalised source differs from the record, recorded modules that cannot be checked):
+    the pieces of ``code_state`` for callers that list them."""
     state = code_state(result)
-    unknown = [m for m, e in (result.get("code") or {}).items()
-               if isinstance(e, dict) and m not in state.changed and state.status == CODE_UNKNOWN]
-    return list(state.changed), unknown
+    return list(state.changed), list(state.unknown)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -347,4 +346,4 @@ def numerics_text(n: dict) -> str:
         parts.append(str(n["precision"]))
     if n.get("compile") not in (None, "off"):
         parts.append(f"compile {n['compile']}")
-    return ", ".join(parts) + (" (legacy record: CPU capability not recorded)" if n.get(LEGACY) else "")
+    return ", ".join(parts) + (" (legacy record: numerics read from its other fields)" if n.get(LEGACY) else "")
