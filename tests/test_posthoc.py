@@ -287,9 +287,10 @@ def test_stage2_results_of_changed_stage2_code_are_stale_and_refitted_on_request
     result = json.loads((out / store.RESULT).read_text())
     module = POSTHOC.entry(spec["name"]).module
     code = result["code"]
-    assert module in code and not any(features.Path(e["path"]).is_absolute() for e in code.values())
-    assert store.changed_code(result) == ([], [])
-    old = {**result, "code": {**code, module: {**code[module], "sha256": "0" * 64}}}  # fitted by an older version
+    assert module in code and not any(features.Path(e.get("path", "")).is_absolute() for e in code.values())
+    assert {"ltbench.stage2.posthoc_runs", "ltbench.posthoc", "ltbench.evaluation"} <= set(code)  # all it executed
+    assert store.code_state(result).status == "done" and store.changed_code(result) == ([], [])
+    old = {**result, "code": {**code, module: {**code[module], "normalized": "0" * 64}}}  # fitted by an older version
     (out / store.RESULT).write_text(json.dumps(old))
     kept = run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)
     assert kept["stale"] == 1 and kept["done"] == 0 and json.loads((out / store.RESULT).read_text()) == old

@@ -72,7 +72,8 @@ def summarize_result(data: dict, run_dir_name: str) -> dict:
     if data["status"] == "done":
         rec["metrics"] = flat_metrics(data["metrics"])
         code = data.get("code") if isinstance(data.get("code"), dict) else {}
-        rec["code"] = {"code": code, "plugins": data.get("plugins") or [], "code_scope": data.get("code_scope")}
+        rec["code"] = {"code": code, "plugins": data.get("plugins") or [], "code_scope": data.get("code_scope"),
+                       "code_source": data.get("code_source")}
         rec["numerics"] = identity.numerics_of(data)  # recorded, or what an older record says (legacy)
     else:
         err = str(data.get("error") or "").strip().splitlines()

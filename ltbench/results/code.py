@@ -34,10 +34,35 @@ STAGE2_ROOT = "ltbench.stage2.posthoc_runs"  # a stage-2 fit: the driver, the fe
 EXCLUDED = ("ltbench.results", "ltbench.report", "ltbench.run", "ltbench.recipe", "ltbench.cli",
             "ltbench.__main__", "ltbench.slurm", "ltbench.errors", "ltbench.contract", "ltbench.train.loggers")
 
+# Modules that moved (issue 21's sub-packages): old name -> where it lives now, so a record made before a
+# move is checked against the file that holds its code today (and the old names of recording or reporting
+# modules stay excluded when a closure is read from an older commit).
+MOVED = {
+    **{f"ltbench.{m}": f"ltbench.train.{m}" for m in ("engine", "checkpoint", "distributed", "selection", "loggers")},
+    **{f"ltbench.{m}": f"ltbench.stage2.{m}" for m in ("features", "posthoc_runs")},
+    **{f"ltbench.{m}": f"ltbench.results.{m}" for m in ("identity", "predictions", "provenance", "record", "runspec",
+                                                          "safe_read", "store")},
+    **{f"ltbench.{m}": f"ltbench.run.{m}" for m in ("launch", "local_pool", "progress", "run_status_view", "runlines")},
+    **{f"ltbench.{m}": f"ltbench.report.{m}" for m in ("literature", "plots", "significance")},
+    "ltbench.expansion": "ltbench.recipe.expansion", "ltbench.recipe_tables": "ltbench.recipe.tables",
+}
+
 Reader = Callable[[str], "bytes | None"]  # a path relative to the folder holding the packages -> its bytes
 
 
+def current_name(module: str) -> str:
+    """Where a module recorded under an older name lives now (``MOVED``), else its name."""
+    return MOVED.get(module, module)
+
+
+def module_path(module: str, package: bool = False) -> str:
+    """'ltbench.train.engine' -> 'ltbench/train/engine.py' ('.../__init__.py' for a package)."""
+    base = module.replace(".", "/")
+    return f"{base}/__init__.py" if package else f"{base}.py"
+
+
 def is_excluded(module: str) -> bool:
+    module = current_name(module)
     return any(module == e or module.startswith(e + ".") for e in EXCLUDED)
 
 
@@ -94,8 +119,7 @@ def normalized_hash(source: bytes) -> str | None:
 def module_file(module: str, read: Reader) -> tuple[str, bytes] | tuple[None, None]:
     """(relative path, bytes) of a module: 'a/b.py' or 'a/b/__init__.py'; (None, None) when neither exists
     (an imported name that is a class or a function, not a module)."""
-    base = module.replace(".", "/")
-    for rel in (f"{base}.py", f"{base}/__init__.py"):
+    for rel in (module_path(module), module_path(module, package=True)):
         data = read(rel)
         if data is not None:
             return rel, data
@@ -146,8 +170,17 @@ def executed_modules(roots: list[str], read: Reader, packages: set[str]) -> dict
     return found
 
 
-def code_record(modules: dict[str, tuple[str, bytes]]) -> dict[str, dict]:
-    """What a result records of each module: its relative path, the sha256 of its bytes and of its
-    normalised tree (the one the stale rule compares)."""
-    return {name: {"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "normalized": normalized_hash(data)}
-            for name, (rel, data) in sorted(modules.items())}
+def code_record(modules: dict[str, tuple[str, bytes]], with_bytes: bool = True) -> dict[str, dict]:
+    """What a result records of each module: the sha256 of its normalised tree (the one the stale rule
+    compares), its relative path only when the module's name does not give it (a package's ``__init__``),
+    and, for a run (``with_bytes``), the sha256 of its bytes. A stage-2 result leaves the bytes out: a grid
+    writes hundreds of them per run, and only the normalised hash decides anything."""
+    out = {}
+    for name, (rel, data) in sorted(modules.items()):
+        entry = {"normalized": normalized_hash(data)}
+        if rel != module_path(name):
+            entry["path"] = rel
+        if with_bytes:
+            entry["sha256"] = hashlib.sha256(data).hexdigest()
+        out[name] = entry
+    return out

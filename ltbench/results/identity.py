@@ -176,12 +176,12 @@ def code_file(module: str, entry: dict, plugin_dirs: list[str] = ()) -> Path | N
     that holds the module's top-level package now (imported, findable on sys.path, or one of the run's
     plugin folders). An old absolute path is mapped the same way; it is used as it is only when the
     package cannot be found here."""
-    recorded = str(entry.get("path") or "")
-    if not recorded:
-        return None
+    recorded = str(entry.get("path") or code.module_path(module))  # no path: the one the module's name gives
     relative = relative_code_path(module, recorded)
     base = _package_parent(module.split(".")[0], plugin_dirs)
     if base is not None:
+        if module in code.MOVED and not (base / relative).exists():  # recorded before the module moved
+            return base / code.module_path(code.MOVED[module])
         return base / relative
     return Path(recorded) if Path(recorded).is_absolute() else None
 
@@ -245,8 +245,9 @@ def code_state(result: dict) -> CodeState:
     """The one stale rule, for runs and stage-2 results alike. Comparing files on disk needs no import,
     so status and tables say it without torch. A known change wins over anything unknown."""
     recorded = result.get("code")
+    source = result.get("code_source") if isinstance(result.get("code_source"), str) else None
     if not isinstance(recorded, dict) or not recorded:
-        return CodeState(CODE_UNKNOWN, reason="no code record")
+        return CodeState(CODE_UNKNOWN, reason=source or "no code record")
     changed, unknown = [], []
     plugin_dirs = recorded_plugin_folders(result.get("plugins"))
     for module, entry in sorted(recorded.items()):
@@ -262,8 +263,8 @@ def code_state(result: dict) -> CodeState:
     if changed:
         return CodeState("stale", tuple(changed), unknown=tuple(unknown))
     if result.get("code_scope") != code.CODE_SCOPE:
-        return CodeState(CODE_UNKNOWN, reason="recorded before ltbench hashed every module a run executes: "
-                                              "only its plugins' files", unknown=tuple(unknown))
+        why = source or "recorded before ltbench hashed every module a run executes: only its plugins' files"
+        return CodeState(CODE_UNKNOWN, reason=why, unknown=tuple(unknown))
     if unknown:
         return CodeState(CODE_UNKNOWN, reason=f"cannot check {', '.join(unknown[:4])}"
                                               + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")

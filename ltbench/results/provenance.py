@@ -100,7 +100,7 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,)) -> dict[str, dict]:
+def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,), with_bytes: bool = True) -> dict[str, dict]:
     """{module: {path, sha256, normalized}} of every module a run executes (``code.executed_modules``): the
     roots (the engine; the stage-2 driver for a stage-2 fit) and the modules of its method (and any method it
     names, e.g. BAPE's auxiliary one), dataset, backbone and sampler, with everything they import from
@@ -110,14 +110,14 @@ def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,)) -> di
     if config.get("sampler"):  # absent for the default sampler, whose module the engine imports anyway
         wanted.append((registry.SAMPLERS, config["sampler"]["name"]))
     plugins = [reg.entry(name).module for reg, name in wanted if name in reg]
-    return modules_code(list(roots) + plugins)
+    return modules_code(list(roots) + plugins, with_bytes)
 
 
-def modules_code(roots: list[str]) -> dict[str, dict]:
+def modules_code(roots: list[str], with_bytes: bool = True) -> dict[str, dict]:
     """``code.code_record`` of the modules executed from ``roots``, read from this machine's files (a plugin
     package is found where this process imported it from)."""
     packages = {"ltbench"} | {r.split(".")[0] for r in roots}
-    return code.code_record(code.executed_modules(roots, identity.source_reader(), packages))
+    return code.code_record(code.executed_modules(roots, identity.source_reader(), packages), with_bytes)
 
 
 def numerics(device, *, precision: str, compile: str = "off", channels_last: bool = False,

@@ -173,8 +173,8 @@ def plugin_code(name: str, run_config: dict | None = None) -> dict:
     to that computation, and no docstring or comment edit, makes its results stale."""
     roots = (code.STAGE2_ROOT, POSTHOC.entry(name).module)
     if run_config is None:
-        return modules_code(list(roots))
-    return run_code(run_config, roots)
+        return modules_code(list(roots), with_bytes=False)
+    return run_code(run_config, roots, with_bytes=False)
 
 
 def stage2_numerics(dtype: str) -> dict:
