@@ -146,7 +146,8 @@ def stale_notes(unit) -> list[str]:
     made (identity.changed_code), one note per set of changed modules."""
     by_modules: dict[str, list[str]] = {}
     for seed, modules in sorted(unit.stale.items(), key=lambda item: str(item[0])):
-        by_modules.setdefault(", ".join(modules[:4]), []).append(str(seed))
+        more = f" and {len(modules) - 4} more" if len(modules) > 4 else ""
+        by_modules.setdefault(", ".join(modules[:4]) + more, []).append(str(seed))
     redo = "ltbench posthoc --rerun-stale" if any(k.startswith("posthoc.") for k in unit.flat) \
         else "ltbench run --rerun-stale"
     return [f"seed(s) {', '.join(seeds)} stale: made by code that has changed since ({modules}); counted, "
