@@ -502,7 +502,7 @@ def _borrow(root: Path, expected: dict, found: list[tuple[str, dict]], reference
     matching = [(f, r) for f, r in found
                 if any(not identity.numerics_difference(r.get("numerics") or {}, ref)[0] for ref in references)]
     if not agree and matching and all(not _differs(matching[0][1], r) for _, r in matching[1:]):
-        chosen, why = matching[0], "its numerics match this recipe's own runs'"
+        chosen, why = matching[0], "no recorded field of its numerics differs from this recipe's own runs'"
     elif agree:
         chosen, why = found[0], ("the results in " + ", ".join(f"{f}/" for f, _ in found) + " agree") \
             if len(found) > 1 else ""

@@ -54,6 +54,9 @@ def mark_similar(table: Table, test: str) -> str | None:
                     used |= _welch(rows, gi, ci, significance)
     if not used:
         return None
+    note = few_seeds_note(table, test)
+    if note and note not in table.notes:
+        table.notes.append(note)
     if test == "welch":
         return f"Welch's t-test over seeds, α = {significance.ALPHA}"
     return f"{TEST_TEXT[test]}, α = {significance.ALPHA}"
@@ -150,9 +153,9 @@ def compare_rows(table: Table, test: str | None, correction: str | None = None) 
         table.comparisons.append(comparison)
     if not used:
         return None
-    note = detectable_note(table, test)
-    if note:
-        table.notes.append(note)
+    for note in (detectable_note(table, test), few_seeds_note(table, test)):
+        if note and note not in table.notes:
+            table.notes.append(note)
     return TEST_TEXT[test] + (f"; {adjust(table, correction)}" if correction else "; no correction for multiple comparisons")
 
 
@@ -190,6 +193,20 @@ def detectable_note(table: Table, test: str | None) -> str | None:
     how = "Welch over the seeds' spread" if test == "welch" else "normal approximation to the bootstrap distribution"
     return (f"smallest true difference these seeds could detect, in points (80 % power, two-sided α = "
             f"{significance.ALPHA}, unadjusted; {how}): " + "; ".join(parts))
+
+
+def few_seeds_note(table: Table, test: str | None) -> str | None:
+    """The two-level bootstrap resamples each row's n seeds: their resampled mean varies (n − 1)/n as much as
+    the unbiased estimate says, from few distinct draws, so with few seeds its p-values are optimistic."""
+    if test != "bootstrap":
+        return None
+    sizes = [c.n for r in table.rows if not r.published for c in r.cells.values() if c.n >= 2]
+    if not sizes or min(sizes) >= 10:
+        return None
+    n = min(sizes)
+    return (f"the two-level bootstrap resamples as few as {n} seeds per row here: their resampled mean varies "
+            f"{n - 1}/{n} as much as the unbiased estimate says, so with so few seeds its p-values are optimistic; "
+            f"Welch's test over seeds is the safer one")
 
 
 def _header(table: Table, gi: int, ci: int) -> str:
