@@ -178,9 +178,11 @@ def plugin_code(name: str, run_config: dict | None = None) -> dict:
 
 
 def stage2_numerics(dtype: str) -> dict:
-    """The numerics of a stage-2 fit (``provenance.numerics``): on the CPU, the feature cache's dtype, and
-    the one thread ``_posthoc_claimed_run`` sets for the whole grid."""
-    return numerics(torch.device("cpu"), precision=dtype, threads_from="stage 2 fits with one thread")
+    """The numerics of a stage-2 fit (``provenance.numerics``): on the CPU, the one thread
+    ``_posthoc_claimed_run`` sets for the whole grid, and the feature cache's dtype named as a run's precision
+    (float32 features: 'fp32'), so a stage-2 row and its run's row read alike when made alike."""
+    return numerics(torch.device("cpu"), precision={"float32": "fp32", "float16": "fp16"}.get(dtype, dtype),
+                    threads_from="stage 2 fits with one thread")
 
 
 def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) -> dict:
