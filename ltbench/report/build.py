@@ -202,7 +202,8 @@ def table_numerics_note(table: Table) -> str | None:
     if len(count) == 1:
         (text, n), = count.items()
         return f"numerics of every result shown: {text} ({n} result{'s' if n > 1 else ''})"
-    parts = [f"{text}: {count[text]} result(s), rows {', '.join(labels)}" for text, labels in by_text.items()]
+    parts = [f"{text}: {count[text]} result(s), rows {', '.join(repr(label) for label in labels)}"
+             for text, labels in by_text.items()]
     return "results made under different numerics (compare across them only through means and spreads): " \
         + "; ".join(parts)
 
