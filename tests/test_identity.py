@@ -214,7 +214,8 @@ def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_an
     todo, found = runs_to_launch(recipe)
     assert todo == [] and found == {"done": 1}  # skipped: the same run
     (table,) = report.tables(path, results, overrides=other, use_cache=False)
-    assert not table.notes  # no "not runs of this recipe", no missing seed
+    # no "not runs of this recipe", no missing seed: only the numerics the result was made under (2 threads)
+    assert table.notes == [f"numerics of every result shown: {identity.numerics_text(base['numerics'])} (1 result)"]
     assert [r.notes for r in table.rows] == [["Many not recorded for seed(s) 0"]]  # the tiny data has no many-shot class
     assert next(iter(table.rows[0].units.values())).runs[0]["run_id"] == base["run_id"]
     run_dir = Path(recipe.runs[0].run_dir)

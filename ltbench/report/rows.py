@@ -22,7 +22,7 @@ from typing import Any
 
 from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
 from ltbench.errors import ConfigError
-from ltbench.results.identity import DATA_IDENTITY
+from ltbench.results.identity import DATA_IDENTITY, numerics_difference
 from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
 from ltbench.recipe.tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
@@ -237,7 +237,7 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
             continue
         unit = units[key]
         if run_id in seen_runs and rec["status"] == "done" and unit.runs.get(seed, {}).get("status") == "done":
-            notes.append(f"{_name(rec)} is a copy of run {run_id} ({seen_runs[run_id]}): counted once")
+            notes.append(duplicate_note(rec, unit.runs[seed], run_id, seen_runs[run_id]))
             continue
         seen_runs.setdefault(run_id, _name(rec))
         _place(unit, seed, rec)
@@ -248,6 +248,19 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
                      f"another version of it) and are left out: {shown}{more}")
         notes += other_data_notes(foreign, expected)
     return sorted(units.values(), key=lambda u: u.order), notes
+
+
+def duplicate_note(rec: dict, kept: dict, run_id: str, kept_name: str) -> str:
+    """A second result of one run id in the results read: a copy (counted once), or, when its numerics or its
+    numbers differ, another result that is named and not counted (identity.numerics_difference)."""
+    mine, theirs = rec.get("numerics") or {}, kept.get("numerics") or {}
+    differ = numerics_difference(mine, theirs)[0] if isinstance(mine, dict) and isinstance(theirs, dict) else []
+    same_numbers = (rec.get("metrics") or {}).get("all") == (kept.get("metrics") or {}).get("all")
+    if not differ and same_numbers:
+        return f"{_name(rec)} is a copy of run {run_id} ({kept_name}): counted once"
+    how = f"other numerics ({', '.join(f'{f} {mine[f]} against {theirs[f]}' for f in differ)})" if differ \
+        else "other numbers"
+    return f"{_name(rec)} is another result of run {run_id}, made under {how}: not counted ({kept_name} is)"
 
 
 def other_data_notes(foreign: list[dict], expected: list[dict]) -> list[str]:
