@@ -435,7 +435,7 @@ def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -
     have = {r.get("run_id") for r in records} | {Path(r["dir"]).name for r in records}
     own = {r.get("run_id"): r for r in records if r.get("status") == "done"}
     found = _sibling_results(root, {e["run_id"] for e in expected if "+" not in e["run_id"]})
-    references = [r.get("numerics") for r in own.values() if isinstance(r.get("numerics"), dict)]
+    references = [_numerics(r) for r in own.values() if isinstance(r.get("numerics"), dict)]
     out, done = [], set()
     for e in expected:
         run_id = e["run_id"]
@@ -476,17 +476,23 @@ def _sibling_results(root: Path, wanted: set[str]) -> dict[str, list[tuple[str, 
     return out
 
 
+def _numerics(rec: dict) -> dict:
+    """A record's numerics, {} when absent or not an object (a damaged cache entry never crashes a table)."""
+    value = rec.get("numerics")
+    return value if isinstance(value, dict) else {}
+
+
 def _differs(a: dict, b: dict) -> bool:
     """Two done records of one run id that cannot stand for each other: numerics known to differ, or other
     numbers (the All accuracy)."""
-    differ, _ = identity.numerics_difference(a.get("numerics") or {}, b.get("numerics") or {})
+    differ, _ = identity.numerics_difference(_numerics(a), _numerics(b))
     return bool(differ) or (a.get("metrics") or {}).get("all") != (b.get("metrics") or {}).get("all")
 
 
 def _difference_note(mine: dict, folder: str, other: dict, where: str) -> str:
     """'fmnist_augment_on/ holds another result of this run id, made under other numerics: threads 1 against
     2 (All 68.86 against 70.06 here): not used'."""
-    theirs, ours = other.get("numerics") or {}, mine.get("numerics") or {}
+    theirs, ours = _numerics(other), _numerics(mine)
     differ, _ = identity.numerics_difference(theirs, ours)
     how = ("other numerics: " + ", ".join(f"{f} {theirs[f]} against {ours[f]}" for f in differ)) if differ \
         else "numerics that cannot be compared fully"
@@ -500,14 +506,14 @@ def _borrow(root: Path, expected: dict, found: list[tuple[str, dict]], reference
     every disagreeing result when none may be chosen."""
     agree = all(not _differs(found[0][1], rec) for _, rec in found[1:])
     matching = [(f, r) for f, r in found
-                if any(not identity.numerics_difference(r.get("numerics") or {}, ref)[0] for ref in references)]
+                if any(not identity.numerics_difference(_numerics(r), ref)[0] for ref in references)]
     if not agree and matching and all(not _differs(matching[0][1], r) for _, r in matching[1:]):
         chosen, why = matching[0], "no recorded field of its numerics differs from this recipe's own runs'"
     elif agree:
         chosen, why = found[0], ("the results in " + ", ".join(f"{f}/" for f, _ in found) + " agree") \
             if len(found) > 1 else ""
     else:
-        texts = "; ".join(f"{f}/: {identity.numerics_text(r.get('numerics') or {})}, All "
+        texts = "; ".join(f"{f}/: {identity.numerics_text(_numerics(r))}, All "
                           f"{100 * (r.get('metrics') or {}).get('all', float('nan')):.2f}" for f, r in found)
         return {"status": "conflict", "run_id": expected["run_id"], "key": expected["key"], "seed": expected["seed"],
                 "dir": str(root / expected["run_id"]), "name": expected["run_id"],
@@ -517,7 +523,7 @@ def _borrow(root: Path, expected: dict, found: list[tuple[str, dict]], reference
     folder, rec = chosen
     rec = dict(rec, borrowed=folder)
     notes = [_difference_note(rec, f, r, f"in {folder}/") for f, r in found if f != folder and _differs(rec, r)]
-    mine = rec.get("numerics") or {}
+    mine = _numerics(rec)
     if references and all(identity.numerics_difference(mine, ref)[0] for ref in references):
         why = "; ".join(filter(None, [why, "made under other numerics than this recipe's own runs"]))
     if why:
