@@ -28,10 +28,10 @@ def data_pass(config: dict, seed: int) -> tuple[float, int]:
     from ltbench.train import engine
     from ltbench.config import TrainConfig, from_dict
 
-    engine.set_threads(from_dict(TrainConfig, config["train"], "train"))
+    device = engine.pick_device()
+    engine.set_threads(from_dict(TrainConfig, config["train"], "train"), device)
     torch.manual_seed(0)
     run = engine.build_run(config)
-    device = engine.pick_device()
     loader = engine.make_loader(run, seed, run.train.num_workers, device)
     keys = loader.samples.train_keys(engine.epoch_batches(len(run.data.train), run.optim.batch_size, seed, 0), 0, 0)
     started, images = time.perf_counter(), 0

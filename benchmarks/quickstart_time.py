@@ -52,7 +52,9 @@ def compute_limit(seconds: float) -> tuple[float, float, int, int]:
     from ltbench.train import engine
     from ltbench.recipe import load_recipe
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    from ltbench.results.provenance import usable_cores
+
+    torch.set_num_threads(usable_cores())  # the cores this process may use (affinity), not the machine's
     runs = load_recipe(ROOT / "recipes/quickstart.yaml").runs
     run = engine.build_run(runs[0].config)
     per_epoch = sum(len(b) for b in engine.epoch_batches(len(run.data.train), 64, 0, 0))
@@ -74,7 +76,7 @@ def compute_limit(seconds: float) -> tuple[float, float, int, int]:
 
     train_rate()  # warm-up
     train = train_rate()
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if cores > 1:  # the parallel layout's limit: every core running its own one-thread process
         torch.set_num_threads(1)
         train_rate()

@@ -152,7 +152,8 @@ def cmd_table(args) -> int:
     test = None if args.test == "none" else args.test
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
-                          overrides=args.overrides, digits=args.digits, select=args.select)
+                          overrides=args.overrides, digits=args.digits, select=args.select,
+                          correction=None if args.correction == "none" else args.correction)
     for i, table in enumerate(built):
         if i:
             print()
@@ -328,8 +329,14 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--digits", type=int, choices=range(0, 7), metavar="0..6", help="decimals (default: the table's, 2)")
     p.add_argument("--heads", help="rows for these prediction heads (fnmatch patterns, comma-separated), "
                                    "e.g. 'sum_da_*' for every head whose name starts with sum_da_")
-    p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch",
-                   help="mark cells not significantly different from the best (default: welch over seeds)")
+    p.add_argument("--test", choices=["welch", "bootstrap", "image_bootstrap", "none"], default="welch",
+                   help="mark cells not significantly different from the best, and test the versus differences: "
+                        "welch (over seeds, the default), bootstrap (two-level: seeds, then test images), "
+                        "image_bootstrap (test images only: these trained models on this test set); "
+                        "docs/significance.md")
+    p.add_argument("--correction", choices=["none", "holm", "holm:row", "holm:column"],
+                   help="Holm's correction of the versus p-values: over the whole block, within each row pair "
+                        "(shot groups, priors) or within each column (default: the table's 'correction:', else none)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
@@ -342,7 +349,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir)")
-    p.add_argument("--test", choices=["welch", "bootstrap", "none"], default="welch")
+    p.add_argument("--test", choices=["welch", "bootstrap", "image_bootstrap", "none"], default="welch")
     p.add_argument("--size", choices=["column", "text"], default="column",
                    help="figure width: one column (3.3 in, the default) or the text width (6.9 in)")
     p.add_argument("--no-cache", action="store_true",

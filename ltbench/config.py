@@ -316,7 +316,7 @@ class TrainConfig:
     cudnn_benchmark: bool = True  # let cuDNN time its kernels (CUDA only; not bit-reproducible)
     eval_every: int = 0  # evaluate on the test set every N epochs (0: only at the end)
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
-    threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default
+    threads: int | None = None  # torch threads; None or 0: 1 on the CPU, else the worker's share (provenance.thread_count)
     progress: bool = True  # progress bar on an interactive terminal
     loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
     # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or

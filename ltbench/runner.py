@@ -129,7 +129,7 @@ def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
             "time": started, "host": socket.gethostname(), "pid": os.getpid(),
             "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
         })
-    result = record.header(spec, started=started, provenance=info, code=provenance.plugin_code(spec.config))
+    result = record.header(spec, started=started, provenance=info, code=provenance.run_code(spec.config))
     try:
         record.done(result, engine.train(spec, run_dir, say=say))
     except KeyboardInterrupt:

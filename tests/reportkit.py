@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ltbench.results import code, identity
 from ltbench.results.runspec import RunSpec
 
 PRIORS = ["forward50", "forward10", "uniform", "backward10", "backward50"]
@@ -23,6 +24,15 @@ def fake_metrics(config: dict, seed: int) -> dict:
             "heads": {"aux": {g: round(v - 0.01, 4) for g, v in groups.items()}}}
 
 
+# Every made-up result records a code record that checks as unchanged (this very file, hashed when it is
+# written) and one set of numerics, so the tables' notes are about what each test is about.
+FAKE_CODE = {"code": {"tests.reportkit": identity.code_entry("tests.reportkit", __file__)},
+             "code_scope": code.CODE_SCOPE}
+FAKE_NUMERICS = {"device": "cpu", "cpu_model": "a test CPU", "cpu_capability": "DEFAULT", "threads": 1,
+                 "torch": "x", "torchvision": "x", "precision": "fp32", "compile": "off", "channels_last": False,
+                 "world_size": 1}
+
+
 def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None = None) -> Path:
     """``spec``: a recipe's run, or the plain form of a made-up one (a stage-2 result's folder, say)."""
     spec = RunSpec.coerce(spec)
@@ -34,7 +44,7 @@ def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None =
                   "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config,
                   "data": {"class_counts_train": [24, 12, 6, 3]},
                   "provenance": {"git_commit": "0" * 40, "ltbench_version": "0.1.0", "torch": "x"},
-                  "device": "cpu", "wall_seconds": 1.0}
+                  "device": "cpu", "wall_seconds": 1.0, **FAKE_CODE, "numerics": FAKE_NUMERICS}
         if status == "done":
             result["metrics"] = metrics or fake_metrics(spec.config, spec.config["seed"])
         else:

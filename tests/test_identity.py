@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench.results import identity
+from ltbench.results import code, identity
 from ltbench.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,19 +60,23 @@ def test_code_paths_are_recorded_relative_and_old_absolute_ones_are_mapped(tmp_p
     import ltbench.backbones as module
 
     entry = identity.code_entry("ltbench.backbones", module.__file__)
-    assert entry["path"] == "ltbench/backbones.py"
+    assert entry["path"] == "ltbench/backbones.py" and entry["normalized"]
     assert identity.changed_code({"code": {"ltbench.backbones": entry}}) == ([], [])
-    old = {"path": "/some/other/clone/ltbench/backbones.py", "sha256": entry["sha256"]}
+    old = {"path": "/some/other/clone/ltbench/backbones.py", "normalized": entry["normalized"]}
     assert identity.changed_code({"code": {"ltbench.backbones": old}}) == ([], [])
-    assert identity.changed_code({"code": {"ltbench.backbones": {**old, "sha256": "0" * 64}}}) == (["ltbench.backbones"], [])
+    assert identity.changed_code({"code": {"ltbench.backbones": {**old, "normalized": "0" * 64}}}) == (["ltbench.backbones"], [])
+    bytes_only = {"path": entry["path"], "sha256": entry["sha256"]}  # recorded before normalised hashes: unknown
+    assert identity.changed_code({"code": {"ltbench.backbones": bytes_only}}) == ([], ["ltbench.backbones"])
     pkg = tmp_path / "my_plugins"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "loss.py").write_text("X = 1\n")
     plugin = identity.code_entry("my_plugins.loss", str(pkg / "loss.py"))
     assert plugin["path"] == "my_plugins/loss.py"
-    result = {"code": {"my_plugins.loss": plugin}, "plugins": [str(pkg)]}
-    assert identity.changed_code(result) == ([], [])
+    result = {"code": {"my_plugins.loss": plugin}, "plugins": [str(pkg)], "code_scope": code.CODE_SCOPE}
+    assert identity.changed_code(result) == ([], []) and identity.code_state(result).status == "done"
+    (pkg / "loss.py").write_text('"""A docstring."""\n# a comment\nX = 1  # the same code\n')
+    assert identity.code_state(result).status == "done"  # normalised: docstrings and comments do not count
     (pkg / "loss.py").write_text("X = 2\n")
     assert identity.changed_code(result) == (["my_plugins.loss"], [])
     as_recorded = {"code": {"my_plugins.loss": plugin}, "plugins": {"my_loss": f"plugin folder {pkg}"}}
@@ -210,7 +214,8 @@ def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_an
     todo, found = runs_to_launch(recipe)
     assert todo == [] and found == {"done": 1}  # skipped: the same run
     (table,) = report.tables(path, results, overrides=other, use_cache=False)
-    assert not table.notes  # no "not runs of this recipe", no missing seed
+    # no "not runs of this recipe", no missing seed: only the numerics the result was made under (2 threads)
+    assert table.notes == [f"numerics of every result shown: {identity.numerics_text(base['numerics'])} (1 result)"]
     assert [r.notes for r in table.rows] == [["Many not recorded for seed(s) 0"]]  # the tiny data has no many-shot class
     assert next(iter(table.rows[0].units.values())).runs[0]["run_id"] == base["run_id"]
     run_dir = Path(recipe.runs[0].run_dir)
@@ -220,3 +225,86 @@ def test_a_results_tree_made_under_one_setting_skips_resumes_and_tables_under_an
     run_local(recipe.runs)
     assert "resuming from checkpoint" in capsys.readouterr().out
     assert store.read_result(run_dir)["metrics"]["per_class"] == base["metrics"]["per_class"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Numerics: one run id, two thread counts (the 70.06 / 68.86 case of issue 31, on a tiny run)
+
+
+@pytest.mark.slow
+def test_a_one_thread_and_a_two_thread_result_of_one_run_id_never_stand_for_each_other(baseline, tmp_path):
+    """The baseline trained with train.threads=2; the same run id trained with one thread (the CPU's default)
+    records other numerics. Put in two recipes' folders: each recipe's table uses its own result and names
+    the other; a third recipe with neither borrows none (never by folder order) and names both."""
+    import shutil
+
+    import yaml
+
+    from ltbench import report
+    from tests.conftest import TINY, deep_update
+
+    path, two = baseline
+    one = _train_tiny(path, ["train.threads=0"], tmp_path / "default")  # 0: unset, pinned to 1 on the CPU
+    assert one["run_id"] == two["run_id"]
+    assert (one["numerics"]["threads"], two["numerics"]["threads"]) == (1, 2)
+    assert one["numerics"]["threads_from"].startswith("pinned") and two["numerics"]["threads_from"] == "train.threads"
+    assert one["numerics"]["cpu_capability"] and one["numerics"]["device"] == "cpu"
+    assert identity.numerics_difference(one["numerics"], two["numerics"]) == (["threads"], [])
+    results = tmp_path / "results"
+    for name, result in (("ones", one), ("twos", two)):
+        shutil.copytree(result["run_dir"], results / name / result["run_id"])
+    recipes = {}
+    for name in ("ones", "twos", "third"):
+        recipes[name] = tmp_path / f"{name}.yaml"
+        recipes[name].write_text(yaml.safe_dump(deep_update(TINY, {"optim": {"epochs": 2}})))
+
+    def table(name):
+        (t,) = report.tables(recipes[name], results, use_cache=False)
+        return t, " ".join(t.rows[0].notes + t.notes)
+
+    for name, mine, other in (("ones", 1, 2), ("twos", 2, 1)):
+        t, notes = table(name)
+        (used,) = next(iter(t.rows[0].units.values())).runs.values()
+        assert used["numerics"]["threads"] == mine  # the recipe's own folder wins
+        assert f"{'twos' if name == 'ones' else 'ones'}/ holds another result of this run id, made under other " \
+               f"numerics: threads {other} against {mine}" in notes, notes
+    t, notes = table("third")
+    assert not next(iter(t.rows[0].units.values())).runs  # neither is used: n = 0
+    assert "disagree" in notes and "ones/" in notes and "twos/" in notes and "none is used" in notes, notes
+    assert "same computation" not in notes
+
+
+@pytest.mark.slow
+def test_editing_engine_code_makes_a_finished_run_stale_and_a_method_docstring_does_not(baseline, tmp_path):
+    """The stale rule on a real finished run, checked against a copy of the source tree: a docstring or
+    comment edit in the run's method file changes nothing; a code change in train/engine.py makes it stale,
+    in ``status`` too."""
+    import shutil
+
+    from ltbench.results import store
+    from ltbench.run.run_status_view import describe_run
+
+    _, base = baseline
+    result = json.loads((Path(base["run_dir"]) / "result.json").read_text())
+    assert result["code_scope"] == code.CODE_SCOPE
+    assert {"ltbench.train.engine", "ltbench.data.transforms", "ltbench.evaluation", "ltbench.seeding",
+            "ltbench.samplers.uniform", "ltbench.config", "methods.ce", "ltbench.backbones"} <= set(result["code"])
+    assert not any(code.is_excluded(m) for m in result["code"])  # report/, run/, results/ ... never make it stale
+    tree = tmp_path / "tree"
+    for package in ("ltbench", "methods"):
+        shutil.copytree(ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
+    moved = {**result, "plugins": {p: f"{identity.PLUGIN_FOLDER_SOURCE}{tree / p}" for p in ("ltbench", "methods")}}
+    assert identity.code_state(moved).status == "done"
+    method = tree / "methods" / "ce.py"
+    method.write_text(method.read_text().replace('"""Cross-entropy', '"""An edited docstring.\n\nCross-entropy', 1)
+                      + "\n# a comment added at the end\n")
+    assert identity.code_state(moved).status == "done"
+    engine = tree / "ltbench" / "train" / "engine.py"
+    assert engine.read_text().count("s.iteration += 1") == 1
+    engine.write_text(engine.read_text().replace("s.iteration += 1", "s.iteration += 2"))
+    assert identity.code_state(moved) == identity.CodeState("stale", ("ltbench.train.engine",))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / store.RESULT).write_text(json.dumps(moved))
+    assert describe_run(run_dir, listed=True)[0] == "stale"
+    assert "code changed since: ltbench.train.engine" in describe_run(run_dir, listed=True)[1]

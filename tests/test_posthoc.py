@@ -287,9 +287,10 @@ def test_stage2_results_of_changed_stage2_code_are_stale_and_refitted_on_request
     result = json.loads((out / store.RESULT).read_text())
     module = POSTHOC.entry(spec["name"]).module
     code = result["code"]
-    assert module in code and not any(features.Path(e["path"]).is_absolute() for e in code.values())
-    assert store.changed_code(result) == ([], [])
-    old = {**result, "code": {**code, module: {**code[module], "sha256": "0" * 64}}}  # fitted by an older version
+    assert module in code and not any(features.Path(e.get("path", "")).is_absolute() for e in code.values())
+    assert {"ltbench.stage2.posthoc_runs", "ltbench.posthoc", "ltbench.evaluation"} <= set(code)  # all it executed
+    assert store.code_state(result).status == "done" and store.changed_code(result) == ([], [])
+    old = {**result, "code": {**code, module: {**code[module], "normalized": "0" * 64}}}  # fitted by an older version
     (out / store.RESULT).write_text(json.dumps(old))
     kept = run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)
     assert kept["stale"] == 1 and kept["done"] == 0 and json.loads((out / store.RESULT).read_text()) == old
@@ -319,7 +320,7 @@ def test_tables_show_stage2_rows_and_select_them_by_posthoc_keys(runs):
     tau_result = json.loads((features.Path(runs["dirs"]["ce"]) / "posthoc" / posthoc_id(
         {"name": "tau_norm", "tau": 1.0, "keep_bias": False}) / store.RESULT).read_text())
     assert next(iter(tau.units.values())).runs[0]["metrics"]["all"] == tau_result["metrics"]["all"]
-    assert table.rows[0].label == "CE" and not table.notes
+    assert table.rows[0].label == "CE" and [n.split(":")[0] for n in table.notes] == ["numerics of every result shown"]
     labels = [r.label for r in report.tables(runs["recipe"].root, use_cache=False)[0].rows]
     assert "ce + tau_norm (tau=1)" in labels and "ce" in labels  # default labels: run label + stage-2 label
     assert "bape + bape_refit (alpha_hat=10, kappa_solver=newton)" in labels

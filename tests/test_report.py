@@ -366,10 +366,11 @@ def test_bootstrap_marks_come_from_stored_predictions(write_recipe):
         pred = labels.copy()
         pred[:wrong] = (pred[:wrong] + 1) % 4
         predictions.save_predictions(Path(spec.run_dir), {"labels": labels, "head:main": pred}, 4)
-    table = table_of(path, test="bootstrap")
-    ce = rows_by_label(table)["ce"]
-    assert ce.cells[(0, 3)].similar and not ce.cells[(0, 0)].similar  # only whole-test-set columns
-    assert "paired bootstrap over test images" in report.render(table, "markdown")
+    for test, words in (("bootstrap", "two-level bootstrap"), ("image_bootstrap", "paired bootstrap over test images only")):
+        table = table_of(path, test=test)
+        ce = rows_by_label(table)["ce"]
+        assert ce.cells[(0, 3)].similar and not ce.cells[(0, 0)].similar  # only whole-test-set columns
+        assert words in report.render(table, "markdown")
 
 
 def test_a_head_row_never_shows_the_main_predictions_shifted_numbers(write_recipe):

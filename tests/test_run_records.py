@@ -67,7 +67,8 @@ def _outcome() -> record.TrainOutcome:
                            class_names=["a", "b"], info={})
     return record.TrainOutcome(metrics={**_headline(0.5)}, selection={"strategy": "last", "epoch": 1},
                                method_extras={}, data=record.data_record(data), train_seconds_this_session=1.0,
-                               threads=1, device="cpu", world_size=1, views=["default"])
+                               threads=1, device="cpu", world_size=1, views=["default"],
+                               numerics={"device": "cpu", "threads": 1})
 
 
 def test_every_result_field_is_documented_and_a_done_record_is_usable():

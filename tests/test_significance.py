@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ltbench.report.significance import (ALPHA, bootstrap_not_different_from_best, not_different_from_best,
-                                  paired_bootstrap_pvalue, welch_pvalue)
+from ltbench.report.significance import (ALPHA, bootstrap_not_different_from_best, holm, minimum_detectable_difference,
+                                  not_different_from_best, paired_bootstrap_pvalue, two_level_bootstrap,
+                                  two_level_bootstrap_test, welch_pvalue)
 
 
 def test_welch_matches_a_hand_computed_value():
@@ -170,3 +171,108 @@ def test_a_table_difference_over_zero_variance_says_no_test_not_a_p_value(write_
         assert "no test: zero variance on both sides, Welch is undefined" in text, fmt
         assert "p < 0.001" not in text and "p = " not in text, fmt
     assert "-50.00 (no test: zero variance" in report.render(table, "markdown")
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 31: the two-level bootstrap (seeds, then test images), Holm, minimum detectable differences
+
+
+def _seed_dominated(rng, n_images=2000):
+    """Two rows of 5 seeds on one test set: each seed's model is right on a random ~p_seed of the images,
+    where p_seed spreads by several points between seeds and row a's mean is 1.5 points above row b's. The
+    images are plenty (the image-level noise is small), the seeds few: seed variance dominates."""
+    def row(means):
+        return {s: rng.random(n_images) < m for s, m in enumerate(means)}
+    return row([0.70, 0.66, 0.74, 0.68, 0.72]), row([0.69, 0.64, 0.71, 0.66, 0.685])
+
+
+def _direct_two_level(a: dict, b: dict, paired: bool, n: int, rng) -> float:
+    """The two-level bootstrap written out with image indices: per resample, draw each row's seeds, then the
+    test images (one draw for every seed), and compare the rows' mean accuracies (shift-method p-value)."""
+    A, B = np.stack([a[s] for s in sorted(a)]), np.stack([b[s] for s in sorted(b)])
+    observed = A.mean(axis=1).mean() - B.mean(axis=1).mean()
+    diffs = np.empty(n)
+    for r in range(n):
+        sa = rng.integers(0, len(A), len(A))
+        sb = sa if paired else rng.integers(0, len(B), len(B))
+        images = rng.integers(0, A.shape[1], A.shape[1])
+        diffs[r] = A[sa][:, images].mean() - B[sb][:, images].mean()
+    return float((np.sum(np.abs(diffs - observed) >= abs(observed) - 1e-12) + 1) / (n + 1))
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_two_level_bootstrap_matches_a_direct_computation_where_seed_variance_dominates(paired):
+    rng = np.random.default_rng(3)
+    a, b = _seed_dominated(rng)
+    diff, p, resampled = two_level_bootstrap(a, b, paired_seeds=paired)
+    direct = _direct_two_level(a, b, paired, 4000, np.random.default_rng(4))
+    assert diff == pytest.approx(np.mean([a[s].mean() for s in a]) - np.mean([b[s].mean() for s in b]))
+    assert abs(p - direct) < 0.04, (p, direct)  # Monte Carlo error of 4,000 and 10,000 resamples
+    # Seeds dominate: resampling the images alone (seeds held fixed) finds the 1.5-point gap decisive,
+    # the two-level bootstrap (the question 'is this training procedure better') does not.
+    image_only = paired_bootstrap_pvalue(np.stack([a[s] for s in a]), np.stack([b[s] for s in b]))
+    assert image_only < 0.01 and p > 0.05
+    assert np.std(resampled) > 2 * np.std([paired_bootstrap_spread(a, b)])
+
+
+def paired_bootstrap_spread(a, b):
+    """The image-only standard error of the same difference: mean per-image difference / sqrt(n)."""
+    per_image = np.stack([a[s] for s in a]).mean(0).astype(float) - np.stack([b[s] for s in b]).mean(0)
+    return per_image.std(ddof=1) / np.sqrt(per_image.size)
+
+
+def test_two_level_bootstrap_refuses_what_it_cannot_test():
+    one = {0: np.ones(5, bool)}
+    two = {0: np.ones(5, bool), 1: np.zeros(5, bool)}
+    assert two_level_bootstrap_test(one, two) == (None, "n = 1 on a side, the two-level bootstrap needs 2 or more seeds")
+    assert two_level_bootstrap_test(two, {0: np.ones(6, bool), 1: np.ones(6, bool)})[1] == "predictions on different test sets"
+    same = {0: np.ones(5, bool), 1: np.ones(5, bool)}
+    assert two_level_bootstrap_test(same, same)[1] == "identical predictions on every test image"
+
+
+def test_holm_matches_a_direct_computation():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        p = list(rng.random(int(rng.integers(2, 12))) ** 3)
+        with_gaps = p[:2] + [None] + p[2:]  # no test: left out of the family, None stays None
+        m, order = len(p), np.argsort(p)
+        direct = np.empty(m)
+        for rank, i in enumerate(order):  # step-down: (m - rank) p, never below the previous one, at most 1
+            direct[i] = min(1.0, max((m - k) * p[order[k]] for k in range(rank + 1)))
+        got = holm(with_gaps)
+        assert got[2] is None
+        assert np.allclose([g for g in got if g is not None], direct)
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+
+
+def test_minimum_detectable_difference_is_welchs_power_equation():
+    a, b = [70.1, 68.9, 69.5], [68.2, 69.0, 67.1, 68.4]
+    se = math.sqrt(np.var(a, ddof=1) / 3 + np.var(b, ddof=1) / 4)
+    va, vb = np.var(a, ddof=1) / 3, np.var(b, ddof=1) / 4
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3)
+    expected = (stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se
+    assert minimum_detectable_difference(a, b) == pytest.approx(expected)
+    # the definition: a true difference of that size is found with power ~0.8 (noncentral t)
+    power = 1 - stats.nct.cdf(stats.t.ppf(0.975, df), df, expected / se) + stats.nct.cdf(-stats.t.ppf(0.975, df), df, expected / se)
+    assert power == pytest.approx(0.8, abs=0.03)
+    assert minimum_detectable_difference([1.0], b) is None and minimum_detectable_difference([1, 1], [2, 2]) is None
+
+
+def test_holm_and_detectable_differences_reach_the_table(write_recipe):
+    from ltbench import report
+    from ltbench.recipe import load_recipe
+    from tests.reportkit import populate
+
+    tables = {"t": {"columns": ["many", "few", "all"], "correction": "holm:row",
+                    "rows": [{"label": "CE", "where": {"method.name": "ce"}},
+                             {"label": "LA", "where": {"method.name": "la"}, "versus": "CE"}]}}
+    path = write_recipe("r", {"grid": {"method": [{"name": "ce"}, {"name": "la", "tau": 1.0}]},
+                              "seeds": [0, 1, 2], "tables": tables})
+    populate(load_recipe(path))
+    (table,) = report.tables(path, use_cache=False)
+    (comp,) = table.comparisons
+    raw = [comp.unadjusted[c] for c in sorted(comp.cells)]
+    assert [comp.cells[c][1] for c in sorted(comp.cells)] == pytest.approx(holm(raw))
+    text = report.render(table, "markdown")
+    assert "Holm-adjusted within each row pair (across its columns) (families of 3)" in text
+    assert "smallest true difference these seeds could detect" in text and "LA − CE: Many " in text

@@ -31,12 +31,14 @@ def _make_state(spec: dict, state: str) -> None:
     """Put the run folder of ``spec`` in ``state`` as a real run would leave it."""
     if state == "pending":
         return
-    if state in ("done", "failed", "stale"):
+    if state in ("done", "failed", "stale", store.CODE_UNKNOWN):
         run_dir = write_run(spec, "failed" if state == "failed" else "done")
-        if state == "stale":  # recorded with a hash the module's file no longer has
-            result = json.loads((run_dir / store.RESULT).read_text())
-            result["code"] = {"ltbench.results.store": {"path": "ltbench/results/store.py", "sha256": "0" * 64}}
-            (run_dir / store.RESULT).write_text(json.dumps(result))
+        result = json.loads((run_dir / store.RESULT).read_text())
+        if state == "stale":  # recorded with a normalised hash the module's file no longer has
+            result["code"] = {"ltbench.results.store": {"path": "ltbench/results/store.py", "normalized": "0" * 64}}
+        elif state == store.CODE_UNKNOWN:  # recorded before ltbench recorded code at all
+            del result["code"], result["code_scope"]
+        (run_dir / store.RESULT).write_text(json.dumps(result))
         return
     run_dir = write_run(spec, "pending")
     if state == "damaged":
@@ -46,11 +48,12 @@ def _make_state(spec: dict, state: str) -> None:
         (run_dir / store.STARTED).write_text(json.dumps({"host": socket.gethostname(), "pid": pid}))
 
 
-KEPT = {"done", "failed", "stale"}  # what a plain launch leaves alone
+KEPT = {"done", "failed", "stale", store.CODE_UNKNOWN}  # what a plain launch leaves alone
 
 
 @pytest.mark.parametrize("redo", [(), ("failed", "stale")])
-@pytest.mark.parametrize("state", ["pending", "done", "failed", "stale", "damaged", "interrupted", "running"])
+@pytest.mark.parametrize("state", ["pending", "done", "failed", "stale", store.CODE_UNKNOWN, "damaged",
+                                   "interrupted", "running"])
 def test_launcher_status_and_runner_agree(tmp_path, write_recipe, capsys, state, redo):
     recipe = load_recipe(write_recipe())
     spec = recipe.runs[0]

@@ -71,7 +71,8 @@ def test_unusable_results_are_named_and_never_done(tmp_path, case):
 
 def test_usable_results_and_missing_and_directory(tmp_path):
     (tmp_path / store.RESULT).write_bytes(_with())
-    assert store.check_result(tmp_path).state == "done" and store.run_status(tmp_path) == "done"
+    # usable and finished, but it records no code: never plain 'done' (identity.code_state)
+    assert store.check_result(tmp_path).state == "done" and store.run_status(tmp_path) == store.CODE_UNKNOWN
     (tmp_path / store.RESULT).write_bytes(json.dumps({**GOOD, "status": "failed", "metrics": None}).encode())
     assert store.run_status(tmp_path) == "failed"
     (tmp_path / store.RESULT).unlink()

@@ -75,6 +75,9 @@ class TableSpec:
     # when some layout fits one, else the page); ltbench/report/latex.py
     width: str = "auto"
     differences: str = "table"  # LaTeX: versus differences in a tabular of their own ('table') or under each row ('rows')
+    # Holm's correction of the versus comparisons' p-values: over the whole block ('holm'), within each row
+    # pair ('holm:row': shot groups, priors) or within each column ('holm:column'); None: uncorrected.
+    correction: str | None = None
 
     def validate(self) -> None:
         if not 0 <= self.digits <= 6:
@@ -93,6 +96,12 @@ class TableSpec:
             raise ValueError("heads expands default rows; with explicit rows give each row its own head")
         if self.select not in (None, "val", "test"):
             raise ValueError(f"select: expected val (the validation split) or test (an oracle), got {self.select!r}")
+        if self.correction not in (None, *CORRECTIONS):
+            raise ValueError(f"correction: expected one of {', '.join(CORRECTIONS)} (Holm's correction of the "
+                             f"versus p-values), got {self.correction!r}")
+
+
+CORRECTIONS = ("holm", "holm:row", "holm:column")  # the families of report.significance_marks.adjust
 
 
 def row_label(rows: list[RowSpec], i: int) -> str:

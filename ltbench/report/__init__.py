@@ -56,7 +56,8 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
            test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
-           overrides: list[str] = (), digits: int | None = None, select: str | None = None) -> list:
+           overrides: list[str] = (), digits: int | None = None, select: str | None = None,
+           correction: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table."""
     records, recipe, _ = source(path, results, use_cache, overrides)
     declared = dict(recipe.tables) if recipe is not None else {}
@@ -89,7 +90,7 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
                 other_records, other, _ = source(other_file, results, use_cache)
                 recs += other_records
                 exp += other.expected
-        table = build_table(table_name, spec, recs, exp, where=where, test=test)
+        table = build_table(table_name, spec, recs, exp, where=where, test=test, correction=correction)
         if spec.published:
             add_published(table)
         out.append(table)

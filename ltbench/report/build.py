@@ -11,6 +11,7 @@ from __future__ import annotations
 from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit, group_values, matches_selector, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
 from ltbench.recipe.tables import TableSpec
+from ltbench.results import identity
 from ltbench.report.significance_marks import compare_rows, mark_similar
 
 
@@ -23,7 +24,7 @@ def never_run_hint(unit: Unit) -> str:
 
 
 def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,
-                where: str = "tables", test: str | None = "welch") -> Table:
+                where: str = "tables", test: str | None = "welch", correction: str | None = None) -> Table:
     units, notes = gather_units(records, expected)
     if spec.where:
         before = len(units)
@@ -57,12 +58,15 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
     seeds_everywhere = sorted({s for r in rows for u in r.units.values() for s in u.runs})
     if expected is None:
         _note_missing_without_recipe(table, seeds_everywhere)
+    numerics = table_numerics_note(table)
+    if numerics:
+        table.notes.append(numerics)
     if spec.best:
         mark_best(table)
     if test:
         table.test = mark_similar(table, test)
     if any(r.versus for r in rows):
-        table.comparison_test = compare_rows(table, test)
+        table.comparison_test = compare_rows(table, test, correction or spec.correction)
     return table
 
 
@@ -110,15 +114,19 @@ def fill_row(table: Table, row: Row) -> None:
                                  []).append(where)
         for seed in sorted(unit.problems, key=str):
             notes.setdefault(unit.problems[seed], []).append(where)
-        for text in stale_notes(unit):
+        for text in stale_notes(unit) + code_unknown_notes(unit) + numerics_notes(unit):
             notes.setdefault(text, []).append(where)
+        for seed in sorted(unit.elsewhere, key=str):
+            for text in unit.elsewhere[seed]:
+                notes.setdefault(f"seed {seed}: {text}", []).append(where)
         if unit.chosen:
             picks = "; ".join(f"seed {s}: {c}" for s, c in sorted(unit.chosen.items(), key=lambda x: str(x[0])))
             notes.setdefault(f"{SELECTION_TEXT[table.spec.select]}: {picks}", []).append(where)
-        for folder in sorted(set(unit.borrowed.values())):
-            seeds = [str(s) for s, f in sorted(unit.borrowed.items(), key=str) if f == folder]
-            notes.setdefault(f"seed(s) {', '.join(seeds)} read from {folder}/ (same run id, same computation)",
-                             []).append(where)
+        for source in sorted(set(unit.borrowed.values())):  # 'folder' or 'folder: why this one'
+            seeds = [str(s) for s, f in sorted(unit.borrowed.items(), key=str) if f == source]
+            folder, _, why = source.partition(": ")
+            notes.setdefault(f"seed(s) {', '.join(seeds)} read from {folder}/ (the same run id, absent from this "
+                             f"recipe's folder{'; ' + why if why else ''})", []).append(where)
     multi = len(table.groups) > 1
     for text, places in notes.items():
         if not multi:
@@ -138,11 +146,66 @@ def stale_notes(unit) -> list[str]:
     made (identity.changed_code), one note per set of changed modules."""
     by_modules: dict[str, list[str]] = {}
     for seed, modules in sorted(unit.stale.items(), key=lambda item: str(item[0])):
-        by_modules.setdefault(", ".join(modules[:4]), []).append(str(seed))
+        more = f" and {len(modules) - 4} more" if len(modules) > 4 else ""
+        by_modules.setdefault(", ".join(modules[:4]) + more, []).append(str(seed))
     redo = "ltbench posthoc --rerun-stale" if any(k.startswith("posthoc.") for k in unit.flat) \
         else "ltbench run --rerun-stale"
     return [f"seed(s) {', '.join(seeds)} stale: made by code that has changed since ({modules}); counted, "
             f"'{redo}' redoes them" for modules, seeds in by_modules.items()]
+
+
+def code_unknown_notes(unit) -> list[str]:
+    """'seed(s) 0, 1: code unknown (...)': finished results (counted) whose code cannot be checked against the
+    files now (identity.code_state), one note per reason: such a number is never read as plain 'done'."""
+    by_reason: dict[str, list[str]] = {}
+    for seed, reason in sorted(unit.code_unknown.items(), key=lambda item: str(item[0])):
+        by_reason.setdefault(str(reason), []).append(str(seed))
+    return [f"seed(s) {', '.join(seeds)}: code unknown ({reason}); counted" for reason, seeds in by_reason.items()]
+
+
+def numerics_notes(unit) -> list[str]:
+    """A note when the seeds of one row were made under different numerics (identity.numerics_difference):
+    'seeds made under different numerics (threads): seed 0: CPU ..., 2 threads; seeds 1, 2: ..., 1 thread'."""
+    classes: dict[str, list] = {}
+    examples: dict[str, dict] = {}
+    for seed, rec in sorted(unit.runs.items(), key=lambda item: str(item[0])):
+        numerics = rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
+        text = identity.numerics_text(numerics)
+        classes.setdefault(text, []).append(str(seed))
+        examples.setdefault(text, numerics)
+    if len(classes) < 2:
+        return []
+    texts = list(examples)
+    differ = sorted({f for i, a in enumerate(texts) for b in texts[i + 1:]
+                     for f in identity.numerics_difference(examples[a], examples[b])[0]})
+    listing = "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}: {text}" for text, seeds in classes.items())
+    if differ:
+        return [f"seeds made under different numerics ({', '.join(differ)}): {listing}"]
+    return [f"seeds whose numerics cannot be compared fully: {listing}"]
+
+
+def table_numerics_note(table: Table) -> str | None:
+    """The numerics of every run a table shows, said once: 'numerics: CPU ..., 1 thread (all 12 results)',
+    or each one with the rows made under it, so rows made under different numerics are never read as
+    like for like without saying so."""
+    by_text: dict[str, list[str]] = {}
+    count: dict[str, int] = {}
+    for row in table.rows:
+        for unit in row.units.values():
+            for rec in unit.runs.values():
+                text = identity.numerics_text(rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {})
+                count[text] = count.get(text, 0) + 1
+                if row.label not in by_text.setdefault(text, []):
+                    by_text[text].append(row.label)
+    if not count:
+        return None
+    if len(count) == 1:
+        (text, n), = count.items()
+        return f"numerics of every result shown: {text} ({n} result{'s' if n > 1 else ''})"
+    parts = [f"{text}: {count[text]} result(s), rows {', '.join(repr(label) for label in labels)}"
+             for text, labels in by_text.items()]
+    return "results made under different numerics (compare across them only through means and spreads): " \
+        + "; ".join(parts)
 
 
 def _note_missing_without_recipe(table: Table, seeds: list) -> None:

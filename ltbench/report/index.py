@@ -29,7 +29,7 @@ from ltbench.results import identity, safe_read, store
 from ltbench.results.store import CACHE_DIR_ENV, cache_file  # noqa: F401  (index.cache_file: the name callers use)
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 6  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all')
+INDEX_VERSION = 7  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
@@ -59,20 +59,22 @@ def flat_metrics(metrics: dict) -> dict[str, float]:
 def summarize_result(data: dict, run_dir_name: str) -> dict:
     """The small record a table needs from one usable result (status 'done' or 'failed')."""
     config = data["config"]
-    key, identity = config_key(config)
+    key, row_identity = config_key(config)
     rec = {
         "status": data["status"],
         "run_id": data["run_id"],
         "recipe": _str(data.get("recipe")),
         "seed": config.get("seed", data.get("seed")),
         "key": key,
-        "config": identity,
+        "config": row_identity,
         "grid": data.get("grid") if isinstance(data.get("grid"), dict) else {},
     }
     if data["status"] == "done":
         rec["metrics"] = flat_metrics(data["metrics"])
-        if isinstance(data.get("code"), dict) and data["code"]:
-            rec["code"] = {"code": data["code"], "plugins": data.get("plugins") or []}
+        code = data.get("code") if isinstance(data.get("code"), dict) else {}
+        rec["code"] = {"code": code, "plugins": data.get("plugins") or [], "code_scope": data.get("code_scope"),
+                       "code_source": data.get("code_source")}
+        rec["numerics"] = identity.numerics_of(data)  # recorded, or what an older record says (legacy)
     else:
         err = str(data.get("error") or "").strip().splitlines()
         rec["error"] = err[-1][:200] if err else ""
@@ -396,43 +398,136 @@ def _code_key(code: dict) -> str:
 
 
 def mark_stale(records: list[dict], codes: dict) -> None:
-    """``stale``: the modules whose source changed since a finished result was made (identity.changed_code,
-    the rule status and run use), checked once per distinct code set, from the files on disk now."""
-    verdict: dict[str, list[str]] = {}
+    """Every finished record gets the stale rule's verdict (``identity.code_state``, the rule status and run
+    use), checked once per distinct code set from the files on disk now: ``stale`` (the modules changed since)
+    or ``code_unknown`` (why its code cannot be checked: no code record, an older partial one...)."""
+    verdict: dict = {}
     for rec in records:
-        key = rec.get("code_key")
-        if key is None or key not in codes:
+        if rec.get("status") != "done":
             continue
+        key = rec.get("code_key")
         if key not in verdict:
-            verdict[key] = identity.changed_code(codes[key])[0]
-        if verdict[key]:
-            rec["stale"] = verdict[key]
+            entry = codes.get(key) if isinstance(key, str) else None
+            verdict[key] = identity.code_state(entry if isinstance(entry, dict) else {})
+        _apply_code_state(rec, verdict[key])
+
+
+def _apply_code_state(rec: dict, state: identity.CodeState) -> None:
+    if state.status == "stale":
+        rec["stale"] = list(state.changed)
+    elif state.status == identity.CODE_UNKNOWN:
+        rec["code_unknown"] = state.reason
 
 
 def same_runs_elsewhere(root: Path, expected: list[dict], records: list[dict]) -> list[dict]:
-    """Expected runs absent from ``root`` but present, with the same run id, in a sibling recipe's
-    folder (``results/<other recipe>/<run id>``): the same run id is the same computation, so the
-    run is used, and its record says where it came from."""
+    """Results of this recipe's run ids that sit in a sibling recipe's folder (``results/<other>/<run id>``).
+
+    One run id names one computation, but its numbers also depend on the numerics it ran under (threads, CPU
+    type: ``identity.numerics_difference``), so two results of one run id stand for each other only when
+    those match. Hence, never by folder order:
+    * the recipe's own folder wins; a sibling's result of the same run id that differs (other numerics, or
+      other numbers) is named on the own result (``elsewhere``), never used;
+    * a run the own folder lacks is read from a sibling (``borrowed``) when the siblings' results of it
+      agree, or when exactly one of them was made under numerics that match this recipe's own results';
+      otherwise none is used, and a ``conflict`` record names them all.
+    Returns the records to add (borrowed ones and conflicts); own records get their ``elsewhere`` notes."""
     root = Path(root)
     have = {r.get("run_id") for r in records} | {Path(r["dir"]).name for r in records}
-    wanted = [e["run_id"] for e in expected if e["run_id"] not in have]
+    own = {r.get("run_id"): r for r in records if r.get("status") == "done"}
+    found = _sibling_results(root, {e["run_id"] for e in expected if "+" not in e["run_id"]})
+    references = [_numerics(r) for r in own.values() if isinstance(r.get("numerics"), dict)]
+    out, done = [], set()
+    for e in expected:
+        run_id = e["run_id"]
+        if run_id not in found or run_id in done:
+            continue
+        done.add(run_id)
+        if run_id in own:
+            own[run_id].setdefault("elsewhere", []).extend(
+                _difference_note(own[run_id], folder, rec, "here") for folder, rec in found[run_id]
+                if _differs(own[run_id], rec))
+        elif run_id not in have:
+            out.append(_borrow(root, e, found[run_id], references))
+    return out
+
+
+def _sibling_results(root: Path, wanted: set[str]) -> dict[str, list[tuple[str, dict]]]:
+    """run id -> [(sibling folder name, its done record)], siblings in name order, each listed once (so a
+    table of 10,000 runs costs one listing per sibling, and a read only where a run id is shared)."""
     if not wanted or not root.parent.is_dir():
-        return []
+        return {}
     siblings = sorted(p for p in root.parent.iterdir()  # a symlinked sibling may lead anywhere: not followed
                       if not p.is_symlink() and p.is_dir() and p != root and not p.name.startswith("."))
-    out = []
-    for run_id in wanted:
-        for sib in siblings:
+    out: dict[str, list[tuple[str, dict]]] = {}
+    for sib in siblings:
+        try:
+            names = set(os.listdir(sib)) & wanted
+        except OSError:
+            continue
+        for run_id in sorted(names):
             path = sib / run_id / store.RESULT
-            if path.is_file():
-                rec = read_result_file(path)
-                code = rec.pop("code", None)
-                if code and identity.changed_code(code)[0]:
-                    rec["stale"] = identity.changed_code(code)[0]
-                if rec.get("status") == "done":
-                    rec["dir"] = str(path.parent)
-                    rec["name"] = f"../{sib.name}/{run_id}"
-                    rec["borrowed"] = sib.name
-                    out.append(rec)
-                    break
+            if not path.is_file():
+                continue
+            rec = read_result_file(path)
+            if rec.get("status") == "done":
+                _apply_code_state(rec, identity.code_state(rec.pop("code", None) or {}))
+                rec.update(dir=str(path.parent), name=f"../{sib.name}/{run_id}")
+                out.setdefault(run_id, []).append((sib.name, rec))
     return out
+
+
+def _numerics(rec: dict) -> dict:
+    """A record's numerics, {} when absent or not an object (a damaged cache entry never crashes a table)."""
+    value = rec.get("numerics")
+    return value if isinstance(value, dict) else {}
+
+
+def _differs(a: dict, b: dict) -> bool:
+    """Two done records of one run id that cannot stand for each other: numerics known to differ, or other
+    numbers (the All accuracy)."""
+    differ, _ = identity.numerics_difference(_numerics(a), _numerics(b))
+    return bool(differ) or (a.get("metrics") or {}).get("all") != (b.get("metrics") or {}).get("all")
+
+
+def _difference_note(mine: dict, folder: str, other: dict, where: str) -> str:
+    """'fmnist_augment_on/ holds another result of this run id, made under other numerics: threads 1 against
+    2 (All 68.86 against 70.06 here): not used'."""
+    theirs, ours = _numerics(other), _numerics(mine)
+    differ, _ = identity.numerics_difference(theirs, ours)
+    how = ("other numerics: " + ", ".join(f"{f} {theirs[f]} against {ours[f]}" for f in differ)) if differ \
+        else "numerics that cannot be compared fully"
+    a, b = (other.get("metrics") or {}).get("all"), (mine.get("metrics") or {}).get("all")
+    numbers = f" (All {100 * a:.2f} against {100 * b:.2f} {where})" if a is not None and b is not None else ""
+    return f"{folder}/ holds another result of this run id, made under {how}{numbers}: not used"
+
+
+def _borrow(root: Path, expected: dict, found: list[tuple[str, dict]], references: list[dict]) -> dict:
+    """The record a missing run is read from (see same_runs_elsewhere), or a ``conflict`` record naming
+    every disagreeing result when none may be chosen."""
+    agree = all(not _differs(found[0][1], rec) for _, rec in found[1:])
+    matching = [(f, r) for f, r in found
+                if any(not identity.numerics_difference(_numerics(r), ref)[0] for ref in references)]
+    if not agree and matching and all(not _differs(matching[0][1], r) for _, r in matching[1:]):
+        chosen, why = matching[0], "no recorded field of its numerics differs from this recipe's own runs'"
+    elif agree:
+        chosen, why = found[0], ("the results in " + ", ".join(f"{f}/" for f, _ in found) + " agree") \
+            if len(found) > 1 else ""
+    else:
+        texts = "; ".join(f"{f}/: {identity.numerics_text(_numerics(r))}, All "
+                          f"{100 * (r.get('metrics') or {}).get('all', float('nan')):.2f}" for f, r in found)
+        return {"status": "conflict", "run_id": expected["run_id"], "key": expected["key"], "seed": expected["seed"],
+                "dir": str(root / expected["run_id"]), "name": expected["run_id"],
+                "note": f"results of run {expected['run_id']} in other recipes' folders disagree ({texts}) and none "
+                        f"was made under this recipe's own runs' numerics: none is used; run it here with "
+                        f"'ltbench run RECIPE'"}
+    folder, rec = chosen
+    rec = dict(rec, borrowed=folder)
+    notes = [_difference_note(rec, f, r, f"in {folder}/") for f, r in found if f != folder and _differs(rec, r)]
+    mine = _numerics(rec)
+    if references and all(identity.numerics_difference(mine, ref)[0] for ref in references):
+        why = "; ".join(filter(None, [why, "made under other numerics than this recipe's own runs"]))
+    if why:
+        rec["borrowed_why"] = why
+    if notes:
+        rec["elsewhere"] = notes
+    return rec

@@ -22,7 +22,7 @@ from typing import Any
 
 from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
 from ltbench.errors import ConfigError
-from ltbench.results.identity import DATA_IDENTITY
+from ltbench.results.identity import DATA_IDENTITY, numerics_difference
 from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
 from ltbench.recipe.tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
@@ -154,6 +154,8 @@ class Comparison:
     reference: Row
     cells: dict[tuple[int, int], tuple[float, float | None]] = field(default_factory=dict)
     no_test: dict[tuple[int, int], str] = field(default_factory=dict)  # cell -> why it has no p-value
+    unadjusted: dict[tuple[int, int], float] = field(default_factory=dict)  # cell -> p before Holm (when applied)
+    detectable: dict[tuple[int, int], float] = field(default_factory=dict)  # cell -> minimum detectable difference
 
 
 @dataclass
@@ -167,6 +169,8 @@ class Unit:
     problems: dict[int, str] = field(default_factory=dict)  # seed -> status text (failed, pending, ...)
     borrowed: dict[int, str] = field(default_factory=dict)  # seed -> sibling recipe folder it was read from
     stale: dict[int, list] = field(default_factory=dict)  # seed -> modules changed since its result was made
+    code_unknown: dict[int, str] = field(default_factory=dict)  # seed -> why its result's code cannot be checked
+    elsewhere: dict[int, list] = field(default_factory=dict)  # seed -> notes on other results of its run id
     chosen: dict[int, str] = field(default_factory=dict)  # seed -> the setting a selected row took (select:)
 
 
@@ -233,7 +237,7 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
             continue
         unit = units[key]
         if run_id in seen_runs and rec["status"] == "done" and unit.runs.get(seed, {}).get("status") == "done":
-            notes.append(f"{_name(rec)} is a copy of run {run_id} ({seen_runs[run_id]}): counted once")
+            notes.append(duplicate_note(rec, unit.runs[seed], run_id, seen_runs[run_id]))
             continue
         seen_runs.setdefault(run_id, _name(rec))
         _place(unit, seed, rec)
@@ -244,6 +248,19 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
                      f"another version of it) and are left out: {shown}{more}")
         notes += other_data_notes(foreign, expected)
     return sorted(units.values(), key=lambda u: u.order), notes
+
+
+def duplicate_note(rec: dict, kept: dict, run_id: str, kept_name: str) -> str:
+    """A second result of one run id in the results read: a copy (counted once), or, when its numerics or its
+    numbers differ, another result that is named and not counted (identity.numerics_difference)."""
+    mine, theirs = rec.get("numerics") or {}, kept.get("numerics") or {}
+    differ = numerics_difference(mine, theirs)[0] if isinstance(mine, dict) and isinstance(theirs, dict) else []
+    same_numbers = (rec.get("metrics") or {}).get("all") == (kept.get("metrics") or {}).get("all")
+    if not differ and same_numbers:
+        return f"{_name(rec)} is a copy of run {run_id} ({kept_name}): counted once"
+    how = f"other numerics ({', '.join(f'{f} {mine[f]} against {theirs[f]}' for f in differ)})" if differ \
+        else "other numbers"
+    return f"{_name(rec)} is another result of run {run_id}, made under {how}: not counted ({kept_name} is)"
 
 
 def other_data_notes(foreign: list[dict], expected: list[dict]) -> list[str]:
@@ -272,16 +289,18 @@ def _place(unit: Unit, seed, rec: dict) -> None:
         if rec.get("note"):
             unit.problems.setdefault(seed, f"seed {seed}: {rec['note']}")
         if unit.runs[seed] is rec:
-            unit.stale.pop(seed, None)
-            if rec.get("stale"):
-                unit.stale[seed] = list(rec["stale"])
+            for name in ("stale", "code_unknown", "elsewhere"):
+                getattr(unit, name).pop(seed, None)
+                if rec.get(name):
+                    getattr(unit, name)[seed] = rec[name]
         if rec.get("borrowed"):
-            unit.borrowed[seed] = rec["borrowed"]
+            unit.borrowed[seed] = rec["borrowed"] + (f": {rec['borrowed_why']}" if rec.get("borrowed_why") else "")
         return
     if seed in unit.runs and unit.runs[seed]["status"] == "done":
         return
     text = {"failed": f"seed {seed} failed" + (f" ({rec['error']})" if rec.get("error") else ""),
-            "running": f"seed {seed} still running", "pending": f"seed {seed} pending"}.get(
+            "running": f"seed {seed} still running", "pending": f"seed {seed} pending",
+            "conflict": f"seed {seed}: {rec.get('note')}"}.get(
         status, f"seed {seed} damaged: {rec.get('note', 'unreadable')} ({_name(rec)})")
     unit.problems[seed] = text
 
@@ -403,6 +422,9 @@ def selected_unit(hits: list[Unit], select: str) -> Unit:
             continue
         _, _, best = max(scored, key=lambda x: (x[0], x[1]))
         unit.runs[seed] = best.runs[seed]
+        for name in ("stale", "code_unknown", "elsewhere", "borrowed"):  # what the chosen result's notes say
+            if seed in getattr(best, name):
+                getattr(unit, name)[seed] = getattr(best, name)[seed]
         unit.chosen[seed] = ", ".join(f"{short_key(k)}={value_text(best.flat.get(k))}" for k in differ)
         if len(scored) < len(hits):
             unit.problems[seed] = f"seed {seed}: selected among {len(scored)} of {len(hits)} settings (the others unfinished or unscored)"

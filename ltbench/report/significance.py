@@ -1,13 +1,22 @@
-"""Is a row's score really below the best one? Two tests a table footnote can name.
+"""Is a row's score really different from another's? The tests a table can name, each answering one question.
 
-* Welch's t-test over seeds (``welch_pvalue``): each seed is one draw of the whole training
-  procedure, so the question is whether two rows' seed means differ given the seed-to-seed spread.
-  Welch rather than Student because methods differ in how stable they are (unequal variances).
-* A paired bootstrap over test images (``paired_bootstrap_pvalue``): with the stored per-image
-  predictions of two runs on the same test set, resample the test images and ask how often a
-  difference as large as the observed one appears by chance.  It asks a narrower question (is this
-  difference a property of these trained models, or of which test images were drawn?) and works
-  with a single seed per row.
+* Welch's t-test over seeds (``welch_test``): each seed is one draw of the whole training procedure;
+  is the difference of two rows' seed means larger than the seed-to-seed spread explains? Welch rather
+  than Student because methods differ in how stable they are (unequal variances).
+* The two-level bootstrap (``two_level_bootstrap_test``, ``--test bootstrap``): the same question, "is this
+  training procedure better than that one on this test distribution", answered with the stored per-image
+  predictions. Each resample draws the seeds (with replacement, per row; jointly when the two rows are
+  heads of the same runs) and then the test images (once per resample, for every seed: they were all
+  evaluated on the same images), so both the seed-to-seed spread and the test-set draw count.
+* The image-only paired bootstrap (``paired_bootstrap_pvalue``, ``--test image_bootstrap``): resamples test
+  images only, with the seeds held fixed. It asks a narrower question: are *these trained models* better
+  on *this test set*, i.e. is the difference more than which test images were drawn explains. It ignores
+  the seed-to-seed spread, so it can call "significant" a difference that another set of seeds would undo.
+
+Families of comparisons (``holm``): Holm's step-down correction of a set of p-values, so that the chance of
+any false "significant" in the family stays at alpha. ``minimum_detectable_difference``: the smallest
+true difference a test would find with 80 % power from the spread observed, so "no significant
+difference" can be read as "equal" or as "too few seeds to tell".
 
 Only numpy and scipy: tables must not need torch.
 """
@@ -20,8 +29,12 @@ from typing import Iterable
 import numpy as np
 
 ALPHA = 0.05
+POWER = 0.8  # the power the minimum detectable difference is stated at
+RESAMPLES = 10_000
+SEED_DRAWS = 5  # seed draws per image draw in the two-level bootstrap (the image draw is the costly one)
 WELCH_FOOTNOTE = f"Welch's t-test over seeds, alpha = {ALPHA}"
-BOOTSTRAP_FOOTNOTE = f"paired bootstrap over test images, alpha = {ALPHA}"
+BOOTSTRAP_FOOTNOTE = f"two-level bootstrap (seeds, then test images), alpha = {ALPHA}"
+IMAGE_BOOTSTRAP_FOOTNOTE = f"paired bootstrap over test images only (these trained models on this test set), alpha = {ALPHA}"
 
 
 def _finite(values: Iterable[float]) -> np.ndarray:
@@ -147,3 +160,139 @@ def bootstrap_not_different_from_best(correct_by_row: dict[str, dict[int, np.nda
                                     np.stack([rows[best][s] for s in common]), n_resamples, seed)
         verdict[row] = math.isnan(p) or p >= alpha  # nan: identical predictions, tied by definition
     return verdict
+
+
+# ------------------------------------------------------------------------------------------------
+# The two-level bootstrap: seeds, then test images
+
+
+def _stack(by_seed: dict) -> tuple[list, np.ndarray]:
+    seeds = sorted(by_seed, key=str)
+    return seeds, np.stack([np.asarray(by_seed[s], dtype=bool) for s in seeds]) if seeds else np.zeros((0, 0), bool)
+
+
+def two_level_bootstrap(correct_a: dict, correct_b: dict, paired_seeds: bool = False,
+                        n_resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, np.ndarray]:
+    """(observed difference, p, resampled differences) of mean accuracy, row a - row b, as fractions.
+
+    ``correct_a`` / ``correct_b``: {seed: boolean array per test image}, every array on the same images in
+    the same order. Each resample (1) draws, with replacement, as many seeds as each row has from its own
+    seeds (the same draw for both rows when ``paired_seeds``: heads of the same runs share their seed's
+    backbone, so their seeds are one draw); (2) draws the test images with replacement, once for all seeds
+    of both rows; and takes the difference of the rows' mean accuracies. The p-value is the shift method's,
+    as in ``paired_bootstrap_pvalue``: resampled differences at least as far from the observed one as it is
+    from zero, +1 in numerator and denominator.
+
+    Only the pattern of right/wrong across all seeds of both rows matters per image, so an image draw is one
+    multinomial over the distinct patterns (the same distribution as drawing image indices). Its cost grows
+    with the number of patterns (a few hundred for ten seeds), so each image draw serves ``SEED_DRAWS``
+    seed draws: 10,000 resamples from 2,000 image draws, each resample still a draw from the two-level
+    distribution, in about a quarter of a second.
+    """
+    seeds_a, a = _stack(correct_a)
+    seeds_b, b = _stack(correct_b)
+    if len(seeds_a) < 2 or len(seeds_b) < 2 or a.shape[1] != b.shape[1] or a.shape[1] == 0:
+        raise ValueError("the two-level bootstrap needs two or more seeds per row on one test set")
+    if paired_seeds and seeds_a != seeds_b:
+        raise ValueError("paired seeds need the same seeds on both rows")
+    observed = a.mean(axis=1).mean() - b.mean(axis=1).mean()
+    patterns, counts = np.unique(np.vstack([a, b]).T, axis=0, return_counts=True)  # (k, na + nb), (k,)
+    rng = np.random.default_rng(seed)
+    n_images, na, nb = a.shape[1], len(seeds_a), len(seeds_b)
+    draws = -(-n_resamples // SEED_DRAWS)
+    weights = rng.multinomial(n_images, counts / n_images, size=draws) / n_images
+    accuracy = np.repeat(weights @ patterns.astype(float), SEED_DRAWS, axis=0)[:n_resamples]  # (r, na + nb)
+    pick_a = rng.integers(0, na, size=(n_resamples, na))
+    pick_b = pick_a if paired_seeds else rng.integers(0, nb, size=(n_resamples, nb))
+    rows = np.arange(n_resamples)[:, None]
+    out = accuracy[rows, pick_a].mean(axis=1) - accuracy[rows, na + pick_b].mean(axis=1)
+    extreme = np.abs(out - observed) >= abs(observed) - 1e-12
+    p = 1.0 if observed == 0 else float((extreme.sum() + 1) / (n_resamples + 1))
+    return float(observed), p, out
+
+
+def two_level_bootstrap_test(correct_a: dict, correct_b: dict, paired_seeds: bool = False,
+                             n_resamples: int = RESAMPLES, seed: int = 0) -> tuple[float | None, str | None]:
+    """``(p, None)``, or ``(None, reason)`` when the test cannot be made (``two_level_problem``)."""
+    problem = two_level_problem(correct_a, correct_b)
+    if problem:
+        return None, problem
+    return two_level_bootstrap(correct_a, correct_b, paired_seeds, n_resamples, seed)[1], None
+
+
+def two_level_problem(correct_a: dict, correct_b: dict) -> str | None:
+    """Why the two-level bootstrap cannot compare these rows (fewer than two seeds on a side, predictions on
+    different test sets, identical predictions everywhere), or None."""
+    na, nb = len(correct_a), len(correct_b)
+    if min(na, nb) < 2:
+        return f"n = {min(na, nb)} on a side, the two-level bootstrap needs 2 or more seeds"
+    shapes = {np.asarray(c).shape for c in [*correct_a.values(), *correct_b.values()]}
+    if len(shapes) != 1:
+        return "predictions on different test sets"
+    _, a = _stack(correct_a)
+    _, b = _stack(correct_b)
+    if (a == a[0]).all() and (b == a[0]).all():
+        return "identical predictions on every test image"
+    return None
+
+
+def two_level_not_different_from_best(correct_by_row: dict[str, dict], paired: set[frozenset] = frozenset(),
+                                      alpha: float = ALPHA) -> dict[str, bool]:
+    """``not_different_from_best`` with the two-level bootstrap: the best row has the highest mean accuracy
+    over its seeds; a row with fewer than two seeds, or on other test images than the best, gets no claim.
+    ``paired``: the pairs of row names that are heads of the same runs (seeds drawn jointly)."""
+    rows = {row: by_seed for row, by_seed in correct_by_row.items() if by_seed and len(by_seed) >= 2}
+    if not rows:
+        return {}
+    best = max(rows, key=lambda row: np.mean([np.asarray(c).mean() for c in rows[row].values()]))
+    verdict = {best: True}
+    for row, by_seed in rows.items():
+        if row == best:
+            continue
+        p, reason = two_level_bootstrap_test(by_seed, rows[best], frozenset((row, best)) in paired)
+        if p is not None or reason == "identical predictions on every test image":
+            verdict[row] = p is None or p >= alpha
+    return verdict
+
+
+# ------------------------------------------------------------------------------------------------
+# Families of comparisons, and what a test could have found
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values, in the order given (None: no test, left out of the family).
+
+    Sorted ascending, the i-th smallest of m p-values becomes max over j <= i of min(1, (m - j + 1) p_(j)):
+    rejecting where the adjusted value is below alpha keeps the chance of any false rejection in the
+    family at most alpha, like Bonferroni, while never rejecting less."""
+    tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list[float | None] = [None] * len(pvalues)
+    running, m = 0.0, len(tested)
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def minimum_detectable_difference(a: Iterable[float], b: Iterable[float], alpha: float = ALPHA,
+                                  power: float = POWER) -> float | None:
+    """The smallest true difference of means that Welch's test over these seeds would detect with probability
+    ``power`` at two-sided ``alpha``, from the spread observed: (t_{1-alpha/2} + t_{power}) x SE, with the
+    Welch-Satterthwaite degrees of freedom. None when there is no spread to estimate (n < 2 on a side, or
+    zero variance on both)."""
+    a, b = _finite(a), _finite(b)
+    if len(a) < 2 or len(b) < 2 or (np.ptp(a) == 0 and np.ptp(b) == 0):
+        return None
+    from scipy.special import stdtrit
+
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return float((stdtrit(df, 1 - alpha / 2) + stdtrit(df, power)) * math.sqrt(va + vb))
+
+
+def bootstrap_detectable_difference(resampled: np.ndarray, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The same for a bootstrap test: (z_{1-alpha/2} + z_{power}) x the standard deviation of the resampled
+    differences (the normal approximation to the bootstrap distribution)."""
+    from scipy.special import ndtri
+
+    return float((ndtri(1 - alpha / 2) + ndtri(power)) * np.std(resampled, ddof=1))

@@ -1,22 +1,37 @@
-"""Which cells are not significantly different from the best of their column and group, and how a row
-differs from the reference rows it names (``versus``).
+"""Which cells are not significantly different from the best of their column and group, how a row differs
+from the reference rows it names (``versus``), with the family correction and the power said.
 
-The tests themselves live in ``ltbench.report.significance`` (Welch's t-test over seeds; a paired bootstrap
-over test images from the per-run predictions in ``ltbench.results.predictions``); this module only decides
-which cells to compare and records the marks. A row needs at least two seeds for Welch (rows with
-fewer make no claim); the bootstrap needs saved predictions of the same seeds on the same test
-images and is used only for columns that are whole-test-set accuracies (all, a head's all).
+The tests themselves live in ``ltbench.report.significance``: Welch's t-test over seeds (``welch``), the
+two-level bootstrap over seeds and test images (``bootstrap``), and the image-only paired bootstrap
+(``image_bootstrap``, these trained models on this test set) from the per-run predictions in
+``ltbench.results.predictions``. This module decides which cells to compare, records the marks, applies
+Holm's correction to a family of comparisons (``CORRECTIONS``) and writes each comparison's minimum
+detectable difference into the table's notes. Welch needs two seeds per row (rows with fewer make no
+claim); the bootstraps need saved predictions on the same test images (two seeds per row for the
+two-level one) and are used only for columns that are whole-test-set accuracies (all, a head's all).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ltbench.recipe import tables as recipe_tables
 from ltbench.results import predictions
 from ltbench.report import significance
 from ltbench.report.rows import Comparison, Row, Table
 
-TESTS = ("welch", "bootstrap")
+TESTS = ("welch", "bootstrap", "image_bootstrap")
+# Holm over which p-values of a comparison block: all of them ('holm'), each row pair's across its columns
+# ('holm:row': the shot groups of one pair, a shift table's priors), or each column's across the row pairs
+# ('holm:column': versus over several rows).
+CORRECTIONS = recipe_tables.CORRECTIONS  # declared with the table schema (a recipe's tables: correction)
+TEST_TEXT = {
+    "welch": "Welch's t-test over seeds",
+    "bootstrap": "two-level bootstrap: seeds resampled per row (jointly for heads of the same runs), then the test "
+                 "images, 10,000 resamples (whole-test-set columns only)",
+    "image_bootstrap": "paired bootstrap over test images only, seeds held fixed: tests these trained models on this "
+                       "test set, not the training procedure; 10,000 resamples (whole-test-set columns only)",
+}
 
 
 def mark_similar(table: Table, test: str) -> str | None:
@@ -33,16 +48,18 @@ def mark_similar(table: Table, test: str) -> str | None:
                         and r.cells.get((gi, ci)) is not None and r.cells[(gi, ci)].mean is not None]
                 if len(rows) < 2:
                     continue
-                if test == "bootstrap":
-                    used |= _bootstrap(table, rows, gi, ci, col, significance)
+                if test in ("bootstrap", "image_bootstrap"):
+                    used |= _bootstrap(table, rows, gi, ci, col, test)
                 else:
                     used |= _welch(rows, gi, ci, significance)
     if not used:
         return None
-    if test == "bootstrap":
-        return (f"paired bootstrap over test images, 10,000 resamples, seeds paired, α = {significance.ALPHA}; "
-                f"only whole-test-set columns")
-    return f"Welch's t-test over seeds, α = {significance.ALPHA}"
+    note = few_seeds_note(table, test)
+    if note and note not in table.notes:
+        table.notes.append(note)
+    if test == "welch":
+        return f"Welch's t-test over seeds, α = {significance.ALPHA}"
+    return f"{TEST_TEXT[test]}, α = {significance.ALPHA}"
 
 
 def _welch(rows: list[Row], gi: int, ci: int, significance) -> bool:
@@ -80,13 +97,27 @@ def _whole_set_correct(row: Row, gi: int, col: str) -> dict | None:
     return found
 
 
-def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, significance) -> bool:
-    """Paired bootstrap over test images against the best row, on the seeds both rows have; only
-    for whole-test-set accuracies."""
+def _paired_runs(a: Row, b: Row, gi: int) -> bool:
+    """Are two rows heads of the same runs (the same run folder for every seed)? Their seeds are then one
+    draw each, resampled jointly by the two-level bootstrap."""
+    ua, ub = a.units.get(gi), b.units.get(gi)
+    if ua is None or ub is None or set(ua.runs) != set(ub.runs):
+        return False
+    return all(ua.runs[s].get("dir") == ub.runs[s].get("dir") for s in ua.runs)
+
+
+def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, test: str) -> bool:
+    """A bootstrap against the best row (two-level, or image-only on the seeds both rows have); only for
+    whole-test-set accuracies."""
     correct = {str(i): _whole_set_correct(r, gi, col) for i, r in enumerate(rows)}
     if any(c is None for c in correct.values()):
         return False
-    verdict = significance.bootstrap_not_different_from_best({k: v for k, v in correct.items() if v})
+    if test == "image_bootstrap":
+        verdict = significance.bootstrap_not_different_from_best({k: v for k, v in correct.items() if v})
+    else:
+        paired = {frozenset((str(i), str(j))) for i, a in enumerate(rows) for j, b in enumerate(rows)
+                  if i < j and _paired_runs(a, b, gi)}
+        verdict = significance.two_level_not_different_from_best({k: v for k, v in correct.items() if v}, paired)
     if len(verdict) < 2:
         return False
     best_mean = max(r.cells[(gi, ci)].mean for r in rows)
@@ -96,12 +127,12 @@ def _bootstrap(table: Table, rows: list[Row], gi: int, ci: int, col: str, signif
     return True
 
 
-def compare_rows(table: Table, test: str | None) -> str | None:
-    """Fill ``table.comparisons`` for every row that names reference rows (``versus``): the
-    difference of the means in each cell, and a two-sided p-value. Welch over seeds (each row's
-    seeds as independent draws of its training), or with ``test='bootstrap'`` the paired bootstrap
-    over test images on the seeds both rows have (whole-test-set columns only). Returns the test's
-    description for the legend, or None when no p-value could be computed."""
+def compare_rows(table: Table, test: str | None, correction: str | None = None) -> str | None:
+    """Fill ``table.comparisons`` for every row that names reference rows (``versus``): the difference of
+    the means in each cell, a two-sided p-value by ``test`` (Welch over seeds; the two-level bootstrap; the
+    image-only bootstrap), Holm-adjusted over the ``correction`` family when one is asked, and each row
+    pair's minimum detectable difference in the table's notes. Returns the legend's description of the test
+    and correction, or None when no p-value could be computed."""
     pairs = [(row, ref) for row in table.rows for ref in row.versus]
     if not pairs:
         return None
@@ -112,33 +143,101 @@ def compare_rows(table: Table, test: str | None) -> str | None:
             other = ref.cells.get((gi, ci))
             if cell.mean is None or other is None or other.mean is None:
                 continue
-            p, reason = _pvalue(table, row, ref, gi, ci, test, significance) if test else (None, None)
+            p, reason, mdd = _pvalue(table, row, ref, gi, ci, test) if test else (None, None, None)
             used |= p is not None
             comparison.cells[(gi, ci)] = (cell.mean - other.mean, p)
             if reason:
                 comparison.no_test[(gi, ci)] = reason
+            if mdd is not None:
+                comparison.detectable[(gi, ci)] = mdd
         table.comparisons.append(comparison)
     if not used:
         return None
-    if test == "bootstrap":
-        return "paired bootstrap over test images on the seeds both rows have, 10,000 resamples (whole-test-set columns only)"
-    return "Welch's t-test over seeds"
+    for note in (detectable_note(table, test), few_seeds_note(table, test)):
+        if note and note not in table.notes:
+            table.notes.append(note)
+    return TEST_TEXT[test] + (f"; {adjust(table, correction)}" if correction else "; no correction for multiple comparisons")
 
 
-def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int, test: str,
-            significance) -> tuple[float | None, str | None]:
-    """(p, None), or (None, why no test was made): a difference never shows a p-value the test cannot give."""
-    if test == "bootstrap":
-        col = table.columns[ci][0]
-        a, b = _whole_set_correct(row, gi, col), _whole_set_correct(ref, gi, col)
-        if a is None or b is None:  # a shot-group column (the legend says: whole-test-set columns only)
-            return None, None if "all" not in col.split(":") else "no stored predictions"
-        common = sorted(set(a) & set(b), key=str)
+def adjust(table: Table, correction: str) -> str:
+    """Holm's correction over the chosen family of the comparison block's p-values (replaced by the adjusted
+    ones; the raw ones kept in ``Comparison.unadjusted``). Returns the legend's words for it."""
+    families: dict = {}
+    for k, comp in enumerate(table.comparisons):
+        for cell, (_, p) in comp.cells.items():
+            if p is not None:
+                key = {"holm": None, "holm:row": k, "holm:column": cell}[correction]
+                families.setdefault(key, []).append((comp, cell))
+    for members in families.values():
+        adjusted = significance.holm([comp.cells[cell][1] for comp, cell in members])
+        for (comp, cell), p in zip(members, adjusted):
+            comp.unadjusted[cell] = comp.cells[cell][1]
+            comp.cells[cell] = (comp.cells[cell][0], p)
+    sizes = sorted({len(m) for m in families.values()})
+    size = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    scope = {"holm": "over every p-value of this block", "holm:row": "within each row pair (across its columns)",
+             "holm:column": "within each column (across the row pairs)"}[correction]
+    return f"p-values Holm-adjusted {scope} (families of {size})"
+
+
+def detectable_note(table: Table, test: str | None) -> str | None:
+    """'smallest difference these seeds could detect (80 % power, α = 0.05, from the observed spread): A − B:
+    All 0.85, Few 3.1; ...' : when a difference is not significant, says whether it could have been."""
+    parts = []
+    for comp in table.comparisons:
+        cells = [f"{_header(table, gi, ci)} {value:.2f}" for (gi, ci), value in sorted(comp.detectable.items())]
+        if cells:
+            parts.append(f"{comp.row.label} − {comp.reference.label}: {', '.join(cells)}")
+    if not parts:
+        return None
+    how = "Welch over the seeds' spread" if test == "welch" else "normal approximation to the bootstrap distribution"
+    return (f"smallest true difference these seeds could detect, in points (80 % power, two-sided α = "
+            f"{significance.ALPHA}, unadjusted; {how}): " + "; ".join(parts))
+
+
+def few_seeds_note(table: Table, test: str | None) -> str | None:
+    """The two-level bootstrap resamples each row's n seeds: their resampled mean varies (n − 1)/n as much as
+    the unbiased estimate says, from few distinct draws, so with few seeds its p-values are optimistic."""
+    if test != "bootstrap":
+        return None
+    sizes = [c.n for r in table.rows if not r.published for c in r.cells.values() if c.n >= 2]
+    if not sizes or min(sizes) >= 10:
+        return None
+    n = min(sizes)
+    return (f"the two-level bootstrap resamples as few as {n} seeds per row here: their resampled mean varies "
+            f"{n - 1}/{n} as much as the unbiased estimate says, so with so few seeds its p-values are optimistic; "
+            f"Welch's test over seeds is the safer one")
+
+
+def _header(table: Table, gi: int, ci: int) -> str:
+    prefix = " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot)))
+    return f"{prefix} {table.columns[ci][1]}".strip()
+
+
+def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int,
+            test: str) -> tuple[float | None, str | None, float | None]:
+    """(p, None, detectable difference), or (None, why no test was made, None): a difference never shows a
+    p-value the test cannot give."""
+    if test == "welch":
+        a, b = row.cells[(gi, ci)].values, ref.cells[(gi, ci)].values
+        p, reason = significance.welch_test(a, b)
+        return p, reason, significance.minimum_detectable_difference(a, b) if p is not None else None
+    col = table.columns[ci][0]
+    a, b = _whole_set_correct(row, gi, col), _whole_set_correct(ref, gi, col)
+    if a is None or b is None:  # a shot-group column (the legend says: whole-test-set columns only)
+        return None, None if "all" not in col.split(":") else "no stored predictions", None
+    common = sorted(set(a) & set(b), key=str)
+    if any(a[s].shape != b[s].shape for s in common) or len({x.shape for x in [*a.values(), *b.values()]}) > 1:
+        return None, "predictions on different test sets", None
+    import numpy as np
+
+    if test == "image_bootstrap":
         if not common:
-            return None, "no stored predictions of a common seed"
-        if any(a[s].shape != b[s].shape for s in common):
-            return None, "predictions on different test sets"
-        import numpy as np
-
-        return significance.paired_bootstrap_test(np.stack([a[s] for s in common]), np.stack([b[s] for s in common]))
-    return significance.welch_test(row.cells[(gi, ci)].values, ref.cells[(gi, ci)].values)
+            return None, "no stored predictions of a common seed", None
+        p, reason = significance.paired_bootstrap_test(np.stack([a[s] for s in common]), np.stack([b[s] for s in common]))
+        return p, reason, None
+    problem = significance.two_level_problem(a, b)
+    if problem:
+        return None, problem, None
+    _, p, resampled = significance.two_level_bootstrap(a, b, _paired_runs(row, ref, gi))
+    return p, None, 100 * significance.bootstrap_detectable_difference(resampled)

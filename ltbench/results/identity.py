@@ -29,10 +29,11 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import safe_read
+from ltbench.results import code, safe_read
 
 # Paths and local checks: where the data are found, how the process shows progress, how many threads.
 DROPPED: frozenset[tuple[str, str]] = frozenset({
@@ -118,15 +119,18 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-# Stale code: a result records {module: {path, sha256}} of the plugin code that made it
+# Stale code: a result records every module its computation executed (ltbench/results/code.py); it is
+# 'stale' when one of them has changed since, normalised (docstrings and comments never count), and its
+# code is 'unknown' when the record cannot say (no record, an older partial one, a file gone).
 
 
 _sha_cache: dict[tuple, str] = {}
+_normalized_cache: dict[tuple, str | None] = {}
 
 
 def file_sha256(path) -> str | None:
     """sha256 of a file's bytes, None when it cannot be read; cached per (path, size, mtime), since a
-    status of a large grid asks for the same few plugin files once per run."""
+    status of a large grid asks for the same few files once per run."""
     try:
         st = os.stat(path)
         key = (str(path), st.st_size, st.st_mtime_ns)
@@ -137,11 +141,26 @@ def file_sha256(path) -> str | None:
         return None
 
 
+def normalized_file_hash(path) -> str | None:
+    """``code.normalized_hash`` of a source file now (None: unreadable, or not Python), cached like
+    ``file_sha256``: ``ltbench status`` of 10,000 runs parses each module once."""
+    try:
+        st = os.stat(path)
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _normalized_cache:
+            data = safe_read.read_bytes(path, limit=16 * safe_read.MiB)
+            _normalized_cache[key] = code.normalized_hash(data)
+        return _normalized_cache[key]
+    except (OSError, TypeError, ValueError, safe_read.UnusableFile):
+        return None
+
+
 def code_entry(module: str, path: str) -> dict:
     """What a result records of one module: its path relative to the folder holding its top-level
     package ('ltbench/backbones.py', 'my_plugins/loss.py'), so a committed result checks on any clone,
-    and the sha256 of its bytes."""
-    return {"path": relative_code_path(module, path), "sha256": file_sha256(path)}
+    the sha256 of its bytes, and that of its normalised syntax tree (the one the stale rule compares)."""
+    return {"path": relative_code_path(module, path), "sha256": file_sha256(path),
+            "normalized": normalized_file_hash(path)}
 
 
 def relative_code_path(module: str, path: str) -> str:
@@ -157,12 +176,12 @@ def code_file(module: str, entry: dict, plugin_dirs: list[str] = ()) -> Path | N
     that holds the module's top-level package now (imported, findable on sys.path, or one of the run's
     plugin folders). An old absolute path is mapped the same way; it is used as it is only when the
     package cannot be found here."""
-    recorded = str(entry.get("path") or "")
-    if not recorded:
-        return None
+    recorded = str(entry.get("path") or code.module_path(module))  # no path: the one the module's name gives
     relative = relative_code_path(module, recorded)
     base = _package_parent(module.split(".")[0], plugin_dirs)
     if base is not None:
+        if module in code.MOVED and not (base / relative).exists():  # recorded before the module moved
+            return base / code.module_path(code.MOVED[module])
         return base / relative
     return Path(recorded) if Path(recorded).is_absolute() else None
 
@@ -174,7 +193,7 @@ def _package_parent(top: str, plugin_dirs: list[str]) -> Path | None:
     loaded = sys.modules.get(top)
     locations = list(getattr(loaded, "__path__", []) or [])
     if not locations:
-        import importlib.util
+        import importlib.util  # lazy: only for a package this process has not imported
 
         try:
             spec = importlib.util.find_spec(top)  # finds, does not import, a top-level package
@@ -182,6 +201,18 @@ def _package_parent(top: str, plugin_dirs: list[str]) -> Path | None:
             spec = None
         locations = list(spec.submodule_search_locations or []) if spec else []
     return Path(locations[0]).parent if locations else None
+
+
+def source_reader(plugin_dirs: list[str] = ()) -> code.Reader:
+    """A ``code.Reader`` over the files of this machine: 'pkg/mod.py' below the folder that holds ``pkg``
+    (a plugin folder of the run, or a package Python finds), None when there is no such file."""
+    def read(rel: str) -> bytes | None:
+        base = _package_parent(rel.split("/")[0], plugin_dirs)
+        try:
+            return safe_read.read_bytes(base / rel, limit=16 * safe_read.MiB) if base is not None else None
+        except safe_read.UnusableFile:
+            return None
+    return read
 
 
 PLUGIN_FOLDER_SOURCE = "plugin folder "  # how the registry names a plugin's source (registry._import_plugin_folder)
@@ -196,21 +227,124 @@ def recorded_plugin_folders(plugins) -> list[str]:
     return [p for p in plugins or [] if isinstance(p, str)]
 
 
-def changed_code(result: dict) -> tuple[list[str], list[str]]:
-    """(modules whose source differs from the hash in ``result['code']``, modules whose file is gone).
+CODE_UNKNOWN = "code unknown"  # the status of a finished result whose code cannot be checked
 
-    The stale rule for runs and stage-2 results alike; comparing files on disk needs no import, so
-    status and tables can say which finished results are stale without torch.
-    """
-    changed, gone = [], []
+
+@dataclass(frozen=True)
+class CodeState:
+    """The stale rule's verdict on a finished result: 'done' (every module it executed is unchanged,
+    normalised), 'stale' (``changed`` modules differ), or CODE_UNKNOWN (``reason`` says why it cannot tell)."""
+
+    status: str
+    changed: tuple[str, ...] = ()
+    reason: str = ""
+    unknown: tuple[str, ...] = ()  # recorded modules that cannot be checked (file gone, no normalised hash)
+
+
+def code_state(result: dict) -> CodeState:
+    """The one stale rule, for runs and stage-2 results alike. Comparing files on disk needs no import,
+    so status and tables say it without torch. A known change wins over anything unknown."""
+    recorded = result.get("code")
+    source = result.get("code_source") if isinstance(result.get("code_source"), str) else None
+    if not isinstance(recorded, dict) or not recorded:
+        return CodeState(CODE_UNKNOWN, reason=source or "no code record")
+    changed, unknown = [], []
     plugin_dirs = recorded_plugin_folders(result.get("plugins"))
-    for module, entry in sorted((result.get("code") or {}).items()):
-        if not isinstance(entry, dict):
+    for module, entry in sorted(recorded.items()):
+        if not isinstance(entry, dict) or not entry.get("normalized"):
+            unknown.append(module)
             continue
         path = code_file(module, entry, plugin_dirs)
-        now = file_sha256(path) if path is not None else None
+        now = normalized_file_hash(path) if path is not None else None
         if now is None:
-            gone.append(module)
-        elif now != entry.get("sha256"):
+            unknown.append(module)
+        elif now != entry["normalized"]:
             changed.append(module)
-    return changed, gone
+    if changed:
+        return CodeState("stale", tuple(changed), unknown=tuple(unknown))
+    if result.get("code_scope") != code.CODE_SCOPE:
+        why = source or "recorded before ltbench hashed every module a run executes: only its plugins' files"
+        return CodeState(CODE_UNKNOWN, reason=why, unknown=tuple(unknown))
+    if unknown:
+        return CodeState(CODE_UNKNOWN, reason=f"cannot check {', '.join(unknown[:4])}"
+                                              + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
+                                              + ": file gone or not hashed", unknown=tuple(unknown))
+    return CodeState("done")
+
+
+def changed_code(result: dict) -> tuple[list[str], list[str]]:
+    """(modules whose normalised source differs from the record, recorded modules that cannot be checked):
+    the pieces of ``code_state`` for callers that list them."""
+    state = code_state(result)
+    return list(state.changed), list(state.unknown)
+
+
+# ------------------------------------------------------------------------------------------------
+# Numerics: what decides a result's floating-point numbers besides its run id (provenance.numerics).
+# The run id names the computation; execution settings stay out of it so that recorded ids hold. Two
+# results of one run id stand for each other only when their numerics match: same device and model,
+# CPU capability, intra-op threads (on the CPU), versions, precision and kernel choices.
+
+_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size",
+           "threads_per_epoch")
+NUMERICS_FIELDS = {
+    "cpu": _COMMON + ("cpu_model", "cpu_capability", "threads"),
+    # On a GPU the threads only run host-side work: they are recorded, not compared.
+    "cuda": _COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
+                       "float32_matmul_precision", "cudnn_benchmark"),
+}
+LEGACY = "legacy"  # set in the numerics read from a record made before ltbench recorded them
+
+
+def numerics_of(result: dict) -> dict:
+    """A result's ``numerics``; for an older record, what its other fields say (device, effective threads,
+    CPU model when recorded, versions, the config's precision), marked ``legacy``: the CPU capability and
+    the GPU flags were not recorded, so such a record never *matches* another, it can only differ."""
+    recorded = result.get("numerics")
+    if isinstance(recorded, dict):
+        return dict(recorded)
+    prov = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
+    train = ((result.get("config") or {}).get("train") or {}) if isinstance(result.get("config"), dict) else {}
+    device = str(result.get("device") or "").split(":")[0] or None
+    out = {LEGACY: True, "device": device, "cpu_model": prov.get("cpu_model"), "threads": result.get("threads"),
+           "torch": prov.get("torch"), "torchvision": prov.get("torchvision"), "cuda": prov.get("cuda"),
+           "device_model": prov.get("gpu_name") if device == "cuda" else prov.get("cpu_model"),
+           "precision": train.get("precision", "fp32"), "compile": train.get("compile", "off"),
+           "channels_last": train.get("channels_last", False), "world_size": result.get("world_size")}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def numerics_difference(a: dict, b: dict) -> tuple[list[str], list[str]]:
+    """(fields known on both sides that differ, fields that matter but one side does not know). They match
+    only when both lists are empty; a field absent on both sides (``threads_per_epoch`` of two runs trained
+    in one go) is no difference."""
+    fields = sorted(set(NUMERICS_FIELDS.get(a.get("device"), _COMMON)) | set(NUMERICS_FIELDS.get(b.get("device"), _COMMON)))
+    differ, unknown = [], []
+    for name in fields:
+        known_a, known_b = a.get(name) is not None, b.get(name) is not None
+        if known_a and known_b and a[name] != b[name]:
+            differ.append(name)
+        elif known_a != known_b or (not known_a and name != "threads_per_epoch" and (a.get(LEGACY) or b.get(LEGACY))):
+            unknown.append(name)
+    return differ, unknown
+
+
+def numerics_text(n: dict) -> str:
+    """'CPU Intel(R) Xeon(R) Processor (AVX512), 1 thread' / 'CPU model not recorded, 2 threads (legacy
+    record)': the fields a reader compares first; versions only when not the common torch ones."""
+    device = n.get("device") or "device not recorded"
+    if device == "cuda":
+        where = f"GPU {n.get('device_model') or 'model not recorded'}"
+    else:
+        model = n.get("cpu_model")
+        cap = n.get("cpu_capability")
+        where = (f"CPU {model}" if model else "CPU model not recorded") + (f" ({cap})" if cap else "")
+    threads = n.get("threads")
+    parts = [where, f"{threads} thread{'s' if threads != 1 else ''}" if threads is not None else "threads not recorded"]
+    if n.get("threads_per_epoch"):
+        parts.append("thread count changed during the run")
+    if n.get("precision") not in (None, "fp32"):
+        parts.append(str(n["precision"]))
+    if n.get("compile") not in (None, "off"):
+        parts.append(f"compile {n['compile']}")
+    return ", ".join(parts) + (" (legacy record: numerics read from its other fields)" if n.get(LEGACY) else "")

@@ -1,15 +1,15 @@
-"""Where a result came from: versions, code revision, host and CPU, scheduler ids, plugin source hashes.
+"""Where a result came from: versions, code revision, host and CPU, scheduler ids, the code it executed,
+and the numerics it was computed under.
 
-The CPU model matters: the same recipe is bit-identical run after run on one machine type, but
-floating-point kernels differ between CPU types, so results agree across machines only within the
-seed spread.
+The numerics matter: the same run is bit-identical run after run on one CPU type with one intra-op thread
+count, but floating-point kernels differ between CPU types, and the thread count changes how reductions
+are split (``fmnist_bape`` seed 0: All 70.06 with 2 threads, 68.86 with 1, same CPU type). So a result
+records them (``numerics``), and two results of one run id stand for each other only when they match
+(``identity.numerics_difference``).
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-import inspect
 import os
 import platform
 import socket
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import ltbench
 from ltbench import registry
-from ltbench.results.identity import code_entry
+from ltbench.results import code, identity
 
 
 def git_state(folder: Path) -> dict:
@@ -52,6 +52,7 @@ def collect() -> dict:
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
         "argv": sys.argv,
     }
     for key, env in (("slurm_job_id", "SLURM_JOB_ID"), ("slurm_array_job_id", "SLURM_ARRAY_JOB_ID"),
@@ -90,65 +91,88 @@ def _names_in(options, key: str = "name") -> list[str]:
     return out
 
 
-def _imported_names(module) -> set[str]:
-    """Modules a module's source imports (``import a.b``, ``from .c import d``: 'a.b', 'pkg.c', 'pkg.c.d'),
-    read from its syntax tree, so ``from helpers import CONSTANT`` counts too."""
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a Slurm task, ``taskset`` or a container
+    limit), not the machine's ``os.cpu_count()``: the one count every thread share is taken from."""
     try:
-        with open(module.__file__, "rb") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError, TypeError, ValueError):
-        return set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            try:
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__)
-            except (ImportError, ValueError):
-                continue
-            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
-    return names
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform (macOS)
+        return max(1, os.cpu_count() or 1)
 
 
-def module_closure(module_name: str) -> set[str]:
-    """The module and, transitively, the modules of its own package that it uses (its imports, and the
-    modules of the classes and functions in its globals). Core ``ltbench`` modules stop the walk: they
-    are covered by the git commit."""
-    top = module_name.split(".")[0]
-    seen, todo = set(), [module_name]
-    while todo:
-        name = todo.pop()
-        module = sys.modules.get(name)
-        if name in seen or module is None:
-            continue
-        seen.add(name)
-        if top == "ltbench":
-            continue
-        used = _imported_names(module)
-        for value in vars(module).values():
-            used.add(value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None))
-        todo += [u for u in used if isinstance(u, str) and u.split(".")[0] == top and u not in seen]
-    return seen
-
-
-def plugin_code(config: dict) -> dict[str, dict]:
-    """{module: {path, sha256}} for the source of every plugin module the run uses: the modules of
-    its method (and any method it names, e.g. an auxiliary one), dataset, backbone and sampler, built-in ones
-    included, plus the package-local modules they use. Status compares these with the files on disk
-    to flag results computed by code that has changed since."""
+def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,), with_bytes: bool = True) -> dict[str, dict]:
+    """{module: {path, sha256, normalized}} of every module a run executes (``code.executed_modules``): the
+    roots (the engine; the stage-2 driver for a stage-2 fit) and the modules of its method (and any method it
+    names, e.g. BAPE's auxiliary one), dataset, backbone and sampler, with everything they import from
+    ltbench or their own package. Status compares these with the files on disk (``identity.code_state``)."""
     wanted = [(registry.METHODS, n) for n in _names_in(config.get("method"))]
     wanted += [(registry.DATASETS, config["data"]["name"]), (registry.BACKBONES, config["backbone"]["name"])]
-    if config.get("sampler"):  # absent for the default sampler (then the record is as before samplers existed)
+    if config.get("sampler"):  # absent for the default sampler, whose module the engine imports anyway
         wanted.append((registry.SAMPLERS, config["sampler"]["name"]))
-    modules: set[str] = set()
-    for reg, name in wanted:
-        if name in reg:
-            modules |= module_closure(reg.entry(name).module)
+    plugins = [reg.entry(name).module for reg, name in wanted if name in reg]
+    return modules_code(list(roots) + plugins, with_bytes)
 
-    out = {}
-    for name in sorted(modules):
-        path = getattr(sys.modules.get(name), "__file__", None)
-        if path and os.path.isfile(path):
-            out[name] = code_entry(name, os.path.abspath(path))  # path relative to its package's folder
-    return out
+
+def modules_code(roots: list[str], with_bytes: bool = True) -> dict[str, dict]:
+    """``code.code_record`` of the modules executed from ``roots``, read from this machine's files (a plugin
+    package is found where this process imported it from)."""
+    packages = {"ltbench"} | {r.split(".")[0] for r in roots}
+    return code.code_record(code.executed_modules(roots, identity.source_reader(), packages), with_bytes)
+
+
+def numerics(device, *, precision: str, compile: str = "off", channels_last: bool = False,
+             threads_from: str, world_size: int = 1) -> dict:
+    """The numerics a result was computed under: what decides its floating-point numbers besides its run id
+    (docs/results-schema.md). ``device``: the torch device it ran on; precision, compile and channels_last:
+    the run's train: settings (a stage-2 fit: its feature dtype); ``threads_from``: which rule set the
+    intra-op thread count (``thread_count``)."""
+    import torch  # lazy: only a training process records numerics; status and tables never import torch
+    import torchvision
+
+    cuda = device.type == "cuda"
+    return {
+        "device": device.type,
+        "device_model": torch.cuda.get_device_name(device) if cuda else cpu_model(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "threads_from": threads_from,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark) if cuda else None,
+        "precision": precision,
+        "compile": compile,
+        "channels_last": channels_last,
+        "world_size": world_size,
+    }
+
+
+THREADS_ENV = "LTBENCH_THREADS"  # set by the local pool for each worker: its share of the usable cores
+
+
+def thread_count(configured: int | None, device_type: str, env) -> tuple[int, str]:
+    """(torch intra-op threads for a run, which rule chose them). In this order:
+
+    * ``train.threads`` when set: the user's choice, recorded;
+    * on the CPU, 1: the thread count changes how reductions are split and so the numbers (70.06 against
+      68.86 for one run id), so it is pinned rather than left to the VM's cores or launcher.jobs;
+    * on a GPU (host-side work only): a pool worker's share (``LTBENCH_THREADS``, set by the pool, so a
+      ``runs_per_gpu`` worker never takes the whole Slurm allocation it inherits), else the Slurm task's
+      ``SLURM_CPUS_PER_TASK``, else the cores this process may use (``usable_cores``).
+    """
+    if configured:
+        return int(configured), "train.threads"
+    if device_type == "cpu":
+        return 1, "pinned: 1 on the CPU while train.threads is unset"
+    for name, rule in ((THREADS_ENV, "the pool worker's share of the cores"),
+                       ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK")):
+        value = str(env.get(name) or "")
+        if value.isdigit() and int(value) > 0:
+            return int(value), rule
+    return usable_cores(), "the cores this process may use"

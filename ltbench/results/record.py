@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 
 from ltbench import registry
 from ltbench.results import store
+from ltbench.results.code import CODE_SCOPE
 from ltbench.results.runspec import RunSpec
 
 
@@ -28,6 +29,7 @@ class TrainOutcome:
     device: str
     world_size: int
     views: list
+    numerics: dict  # provenance.numerics: device, CPU/GPU model, effective threads, versions, flags
 
 
 def data_record(data) -> dict:
@@ -65,6 +67,7 @@ def header(spec: RunSpec, *, started: float, provenance: dict, code: dict) -> di
         "seed": spec.seed,
         "plugins": plugin_sources(spec.config),
         "code": code,
+        "code_scope": CODE_SCOPE,
         "provenance": provenance,
         "started": started,
     }

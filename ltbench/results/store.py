@@ -44,8 +44,11 @@ LOCK, TRACEBACK = "lock", "traceback.txt"
 SCHEMA_VERSION = 1
 TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
 HEADLINE_METRICS = ("all", "many", "medium", "few")
-STATUSES = ("pending", "running", "interrupted", "damaged", "done", "stale", "failed")  # what run_status returns
-FINISHED = ("done", "stale")  # a usable result of a run that went to its end (stale: made by older code)
+CODE_UNKNOWN = identity.CODE_UNKNOWN  # a finished result whose code cannot be checked (identity.code_state)
+STATUSES = ("pending", "running", "interrupted", "damaged", "done", CODE_UNKNOWN, "stale", "failed")  # run_status
+# A usable result of a run that went to its end (stale: made by code that has changed since; code unknown:
+# made by code that cannot be compared with the files now). Only 'done' says the code is the same.
+FINISHED = ("done", CODE_UNKNOWN, "stale")
 
 
 POSTHOC_DIR = "posthoc"  # RUN_DIR/posthoc/<stage-2 id>/result.json: stage-2 results (ltbench/stage2/posthoc_runs.py)
@@ -58,7 +61,7 @@ RUN_FILES = (SPEC, CONFIG, LOG, CHECKPOINT, RESULT, STARTED, SUBMITTED, LOCK)
 
 # Stage-2 ids and the stale-code rule live in ltbench/results/identity.py (the one home of run identity).
 posthoc_id, stage2_run_id = identity.posthoc_id, identity.stage2_run_id
-file_sha256, changed_code = identity.file_sha256, identity.changed_code
+file_sha256, changed_code, code_state = identity.file_sha256, identity.changed_code, identity.code_state
 
 
 def count_statuses(statuses) -> dict[str, int]:
@@ -442,21 +445,23 @@ def read_result(run_dir: Path) -> dict | None:
 class RunState:
     """A run's status and what it was decided from, so a caller can say why without reading again.
 
-    ``changed``: for 'stale', the modules whose source changed since the result was made; ``gone``: for
-    'done', the modules whose file is gone (the code cannot be checked); ``check``: the result.json read.
+    ``changed``: for 'stale', the modules whose source changed since the result was made; ``code_reason``:
+    for 'code unknown', why its code cannot be checked; ``check``: the result.json read.
     """
 
     status: str
     check: ResultCheck
     changed: tuple[str, ...] = ()
-    gone: tuple[str, ...] = ()
+    code_reason: str = ""
     started: dict = field(default_factory=dict)
 
 
 def run_state(run_dir: Path) -> RunState:
     """The one rule for a run's status, read from disk (launch, status, the runner and stage 2 all ask it):
-    'done'             a usable result.json whose recorded code is unchanged (or cannot be checked);
-    'stale'            a usable 'done' result made by plugin code that has changed since (``changed_code``);
+    'done'             a usable result.json of a finished run whose recorded code is unchanged (every
+                       module its computation executed, normalised: ``identity.code_state``);
+    'code unknown'     the same, but its code cannot be checked (no record, an older partial one, a file gone);
+    'stale'            a finished result made by code that has changed since;
     'failed'           a usable result.json of a run that failed;
     'damaged'          a result.json that is unusable (``check_result`` says why); run again to redo it;
     'running'          started, no result, and its process is alive (or ran on another host: unknown);
@@ -465,8 +470,8 @@ def run_state(run_dir: Path) -> RunState:
     """
     check = check_result(run_dir)
     if check.state == "done":
-        changed, gone = changed_code(check.result)
-        return RunState("stale", check, tuple(changed)) if changed else RunState("done", check, gone=tuple(gone))
+        verdict = code_state(check.result)
+        return RunState(verdict.status, check, verdict.changed, verdict.reason)
     if check.usable:
         return RunState(check.state, check)
     if check.state == "unusable":
@@ -483,10 +488,11 @@ def run_status(run_dir: Path) -> str:
 
 
 def to_run(status: str, redo: tuple[str, ...] = ()) -> bool:
-    """Does a launch run a run in this status? A 'done' one never; a 'failed' or 'stale' one only when asked
-    (``redo`` names it); the others (pending, interrupted, damaged, running) always, since the worker
-    decides again under the run's lock (a run still running elsewhere is then skipped)."""
-    if status == "done":
+    """Does a launch run a run in this status? A 'done' or 'code unknown' one never (its result is usable; only
+    its code cannot be compared); a 'failed' or 'stale' one only when asked (``redo`` names it); the others
+    (pending, interrupted, damaged, running) always, since the worker decides again under the run's lock (a
+    run still running elsewhere is then skipped)."""
+    if status in ("done", CODE_UNKNOWN):
         return False
     return status in redo if status in ("failed", "stale") else True
 

@@ -42,7 +42,7 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[Run
         if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
             prepare_run_dir(spec)  # a deleted spec.json is rewritten, whatever the run's state
         status = store.run_status(run_dir)
-        if status == "done" and "checkpoint" in redo and set_aside_without_checkpoint(run_dir):
+        if status in ("done", store.CODE_UNKNOWN) and "checkpoint" in redo and set_aside_without_checkpoint(run_dir):
             status = "no checkpoint"
         statuses.append(status)
         if store.to_run(status, redo):
@@ -80,15 +80,19 @@ def print_plan(recipe: Recipe) -> int:
 
 
 def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo: tuple[str, ...]) -> None:
-    finished = found.get("done", 0) + sum(found.get(s, 0) for s in ("failed", "stale") if s not in redo)
+    finished = found.get("done", 0) + found.get(store.CODE_UNKNOWN, 0) \
+        + sum(found.get(s, 0) for s in ("failed", "stale") if s not in redo)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s), {len(specs)} to run, {finished} already finished "
           f"(results in {recipe.root})")
     if found.get("failed") and "failed" not in redo:
         print(f"  {found['failed']} run(s) failed before and are not run again: see their errors with "
               f"'ltbench status {recipe.path}', and add --rerun-failed to run them again")
     if found.get("stale") and "stale" not in redo:
-        print(f"  {found['stale']} finished run(s) were computed by plugin code that has changed since; "
+        print(f"  {found['stale']} finished run(s) were computed by code that has changed since; "
               f"add --rerun-stale to run them again")
+    if found.get(store.CODE_UNKNOWN):
+        print(f"  {found[store.CODE_UNKNOWN]} finished run(s) have code that cannot be checked (see 'ltbench status'); "
+              f"they are not run again")
     if found.get("damaged"):
         print(f"  {found['damaged']} run(s) have an unusable result.json: they run again")
     if found.get("running"):

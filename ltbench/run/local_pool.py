@@ -1,7 +1,7 @@
 """Runs on this machine: one after another in this process, or a pool of worker processes.
 
 A pool worker is ``python -m ltbench.runner RUN_DIR/spec.json`` in a subprocess of its own, pinned to a
-GPU slot and given its share of the CPU threads. SIGTERM to the launcher is handled like Ctrl-C (the
+GPU slot and given its share of the cores this process may use (``worker_env``). SIGTERM to the launcher is handled like Ctrl-C (the
 workers are stopped, their runs resume at the next launch), and on Linux a worker dies with its
 launcher, even one killed by kill -9. Which runs to start is decided by ``ltbench.run.launch``.
 """
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ltbench.results import store
+from ltbench.results.provenance import THREADS_ENV, usable_cores
 from ltbench.run.progress import ProgressBoard, finished_line
 from ltbench.recipe import run_label
 from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line, prepare_run_dir, run_one
@@ -140,8 +141,7 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
 def _start_worker(spec: RunSpec, slot: int, jobs: int, redo: tuple[str, ...], gpu: str | None,
                   write=print) -> subprocess.Popen:
     run_dir = prepare_run_dir(spec)
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env = worker_env(os.environ, jobs)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
@@ -153,6 +153,16 @@ def _start_worker(spec: RunSpec, slot: int, jobs: int, redo: tuple[str, ...], gp
     write(f"started {run_label(spec)} seed {spec.config['seed']} ({spec.run_id}) in slot {slot}"
           + (f" on GPU {gpu}" if gpu is not None else ""))
     return proc
+
+
+def worker_env(parent: dict, jobs: int) -> dict:
+    """A pool worker's environment: its share of the cores this process may use (``usable_cores``, the
+    affinity mask, not the machine's cpu_count) as ``LTBENCH_THREADS``, which ``provenance.thread_count``
+    prefers to an inherited ``SLURM_CPUS_PER_TASK`` (the whole allocation, not this worker's part of it),
+    and as ``OMP_NUM_THREADS`` for the libraries that read it. A CPU run still trains with one thread
+    unless train.threads says otherwise (its numbers must not depend on ``jobs``)."""
+    share = str(max(1, usable_cores() // max(1, jobs)))
+    return {**parent, THREADS_ENV: share, "OMP_NUM_THREADS": share}
 
 
 def _report_worker_end(proc: subprocess.Popen, spec: RunSpec, write=print) -> bool:

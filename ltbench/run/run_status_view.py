@@ -56,8 +56,8 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
         notes.append(f"{state.check.reason}; 'ltbench run' runs it again")
     elif status == "stale":
         notes.append(f"code changed since: {', '.join(state.changed)}; 'ltbench run --rerun-stale' runs it again")
-    elif status == "done" and state.gone:
-        notes.append(f"cannot check its code, files gone: {', '.join(state.gone)}")
+    elif status == store.CODE_UNKNOWN:
+        notes.append(f"finished; its code cannot be checked: {state.code_reason}")
     elif status in ("running", "interrupted"):
         rows = store.read_jsonl(run_dir / store.LOG)
         owner = state.started

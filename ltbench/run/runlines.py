@@ -120,9 +120,10 @@ def stage2_state(run_dir: Path) -> tuple[str, int]:
     for result_path in sorted((run_dir / store.POSTHOC_DIR).glob(f"*/{store.RESULT}")):
         check = store.check_result(result_path.parent)
         state = check.state if check.usable else "damaged"
-        if state == "done" and store.changed_code(check.result)[0]:
-            state = "stale"
-            changed.update(store.changed_code(check.result)[0])
+        if state == "done":
+            verdict = store.code_state(check.result)  # the run's rule: done, stale or code unknown
+            state = verdict.status
+            changed.update(verdict.changed)
         states.append(state)
     if not states:
         return "", 0

@@ -31,12 +31,12 @@ from ltbench.results import identity, safe_read, store
 from ltbench import registry
 from ltbench.config import EvalConfig, from_dict
 from ltbench.errors import DiskFullError, LtbenchError
-from ltbench.results.identity import code_entry
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.method import MethodContext, create_method
 from ltbench.posthoc import FrozenRun, SplitInputs, create_posthoc
 from ltbench.results.predictions import save_predictions
-from ltbench.results.provenance import git_state, module_closure
+from ltbench.results import code
+from ltbench.results.provenance import git_state, modules_code, numerics, run_code, usable_cores
 from ltbench.registry import POSTHOC
 from ltbench.results.runspec import RunSpec
 from ltbench.train.selection import headline
@@ -166,20 +166,23 @@ def evaluate_posthoc(clf, frozen: FrozenRun, name: str) -> tuple[dict, dict]:
 # One stage-2 result
 
 
-def plugin_code(name: str) -> dict:
-    """Path (relative to its package's folder) and sha256 of the stage-2 plugin's module and of the modules
-    of its own package it uses, as a run records its plugins' code; ``identity.changed_code`` compares them
-    with the files now, so an edited stage-2 plugin (or its helper) makes its results stale."""
-    import sys
+def plugin_code(name: str, run_config: dict | None = None) -> dict:
+    """{module: {path, sha256, normalized}} of every module a stage-2 fit executes: the stage-2 driver (with the
+    feature cache and the engine it builds the run with), the stage-2 plugin, and the run's own plugins
+    (``provenance.run_code``); ``identity.code_state`` compares them with the files now, so any code change
+    to that computation, and no docstring or comment edit, makes its results stale."""
+    roots = (code.STAGE2_ROOT, POSTHOC.entry(name).module)
+    if run_config is None:
+        return modules_code(list(roots), with_bytes=False)
+    return run_code(run_config, roots, with_bytes=False)
 
 
-    module_name = POSTHOC.entry(name).module
-    out = {}
-    for module in sorted(module_closure(module_name)):
-        path = getattr(sys.modules.get(module), "__file__", None)
-        if path and os.path.isfile(path):
-            out[module] = code_entry(module, os.path.abspath(path))
-    return out
+def stage2_numerics(dtype: str) -> dict:
+    """The numerics of a stage-2 fit (``provenance.numerics``): on the CPU, the one thread
+    ``_posthoc_claimed_run`` sets for the whole grid, and the feature cache's dtype named as a run's precision
+    (float32 features: 'fp32'), so a stage-2 row and its run's row read alike when made alike."""
+    return numerics(torch.device("cpu"), precision={"float32": "fp32", "float16": "fp16"}.get(dtype, dtype),
+                    threads_from="stage 2 fits with one thread")
 
 
 def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) -> dict:
@@ -190,7 +193,8 @@ def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) ->
             "posthoc": spec, "recipe": run_result.get("recipe"), "grid": run_result.get("grid") or {},
             "config": config, "seed": run_result.get("seed"), "data": run_result.get("data"),
             "features": {k: meta.get(k) for k in ("checkpoint_sha256", "dtype", "view")},
-            "code": plugin_code(spec["name"]), "plugins": run_result.get("plugins") or [],
+            "code": plugin_code(spec["name"], run_result["config"]), "code_scope": code.CODE_SCOPE,
+            "numerics": stage2_numerics(str(meta.get("dtype"))), "plugins": run_result.get("plugins") or [],
             "provenance": provenance, "started": time.time()}
 
 
@@ -404,7 +408,7 @@ def run_posthoc(runs: list[RunSpec], specs: list[dict], jobs: int = 1, dtype: st
     if jobs <= 1 or len(ready) <= 1:
         results = [posthoc_one_run(d, specs, dtype, redo_failed, say=say, redo_stale=redo_stale) for d in ready]
     else:
-        threads = max(1, (os.cpu_count() or 1) // jobs)
+        threads = max(1, usable_cores() // jobs)  # the cores this process may use, not the machine's
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             plugins = tuple(registry.plugin_paths())
             futures = [pool.submit(posthoc_one_run, d, specs, dtype, redo_failed, threads, plugins, print, redo_stale)

@@ -12,10 +12,14 @@ restarted from a checkpoint taken at (e, step) replays exactly the batches an un
 have seen, and ends with the same weights on CPU; no RNG state needs to be checkpointed. The same
 holds with DataLoader workers (any number, persistent for the whole run) and, up to BatchNorm
 statistics, with several processes. The speed options keep this, with one caveat each:
-train.channels_last and train.threads change float summation order (results equal up to rounding,
-so they are not part of the run id); train.compile and, on GPU, cudnn_benchmark choose kernels by
-code generation or timing, so two runs, or a run and its resumed copy, may differ in the last bits;
-fp16 keeps its loss scale in the checkpoint, so resume stays exact wherever fp32 is.
+train.channels_last and train.threads change float summation order, which over a long run moves
+results by as much as the seed spread: they are not part of the run id (they say how, not what, is
+computed), but every result records its numerics (``set_threads``, ``session_numerics``) and two
+results of one run id stand for each other only when those match (docs/architecture.md, "Run
+identity"); on the CPU the thread count is 1 unless train.threads says otherwise. train.compile and,
+on GPU, cudnn_benchmark choose kernels by code generation or timing, so two runs, or a run and its
+resumed copy, may differ in the last bits; fp16 keeps its loss scale in the checkpoint, so resume
+stays exact wherever fp32 is.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import torch
 import torch.nn as nn
 
 from ltbench.train import distributed
-from ltbench.results import store
+from ltbench.results import provenance, store
 from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
@@ -58,11 +62,26 @@ from ltbench.seeding import derive_seed  # noqa: F401 - engine.derive_seed stays
 
 
 
-def set_threads(train: TrainConfig) -> int:
-    threads = train.threads or int(os.environ.get("SLURM_CPUS_PER_TASK", "0") or 0)
-    if threads:
-        torch.set_num_threads(threads)
-    return torch.get_num_threads()
+def set_threads(train: TrainConfig, device: torch.device) -> tuple[int, str]:
+    """Set torch's intra-op thread count by ``provenance.thread_count`` (on the CPU 1 unless train.threads
+    says otherwise, so a run's numbers never depend on the machine's core count or launcher.jobs); returns
+    (the effective count, which rule set it), both recorded in the result's ``numerics``."""
+    threads, rule = provenance.thread_count(train.threads, device.type, os.environ)
+    torch.set_num_threads(threads)
+    return torch.get_num_threads(), rule
+
+
+def session_numerics(s: Session, log: list[dict]) -> dict:
+    """``provenance.numerics`` of this session; when the run's epochs were trained under several thread
+    counts (resumed with another train.threads), ``threads_per_epoch`` says so, and the result then matches
+    no other (``identity.numerics_difference``)."""
+    t = s.run.train
+    numerics = provenance.numerics(s.device, precision=t.precision, compile=t.compile, channels_last=t.channels_last,
+                                   threads_from=s.threads_from, world_size=s.world)
+    seen = sorted({row["threads"] for row in log if isinstance(row.get("threads"), int)})
+    if len(seen) > 1:
+        numerics["threads_per_epoch"] = [row.get("threads") for row in log]
+    return numerics
 
 
 def pick_device() -> torch.device:
@@ -581,6 +600,7 @@ class Session:
     contract_checked: bool = False
     loggers: object = None  # ltbench.train.loggers.LoggerSet on rank 0 when train.loggers names any
     last_heartbeat: float = 0.0  # when progress.json was last written (ltbench.run.progress reads it)
+    threads_from: str = ""  # which rule set the thread count (provenance.thread_count), for the numerics
 
     @property
     def main(self) -> bool:
@@ -601,11 +621,11 @@ class Session:
 def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     """Threads, processes, device, then the run built from a seeded init, its optimiser and scaler."""
     train_cfg = from_dict(TrainConfig, spec.config["train"], "train")
-    threads = set_threads(train_cfg)
     rank, world = distributed.init_from_env()
     if rank != 0:
         say = lambda msg: None  # noqa: E731 - only rank 0 talks and writes
     device = pick_device()
+    threads, threads_from = set_threads(train_cfg, device)  # before any tensor work: the count is per device
     torch.manual_seed(derive_seed(spec.seed, "init"))
     run = build_run(spec.config)
     prepare_for_device(run, device)
@@ -614,7 +634,7 @@ def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     o = run.optim
     if o.batch_size < world:
         raise ValueError(f"optim.batch_size ({o.batch_size}) must be at least the number of processes ({world})")
-    s = Session(spec, run, device, optimizer, scaler, rank, world, threads, say)
+    s = Session(spec, run, device, optimizer, scaler, rank, world, threads, say, threads_from=threads_from)
     s.iters_per_epoch = len(sampled_batches(run, spec.seed, 0))
     s.base_lrs = [g["lr"] for g in optimizer.param_groups]
     return s
@@ -760,6 +780,7 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     the final evaluation follows); logged by rank 0 and reported."""
     run, o = s.run, s.run.optim
     row = meter.row(epoch, s.optimizer.param_groups[0]["lr"])
+    row["threads"] = s.threads  # per epoch: a run resumed under another thread count is seen (session_numerics)
     if run.eval.select == "best_val":
         track_best_val(s, row, epoch)
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
@@ -781,14 +802,15 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
         load_best_val(s)
     metrics = evaluate(run, s.device)
     run.loader.close()
-    selection = select_model(metrics, store.read_jsonl(run_dir / store.LOG) if s.main else [], run.optim.epochs,
-                             run.eval.select)
+    log = store.read_jsonl(run_dir / store.LOG) if s.main else []
+    selection = select_model(metrics, log, run.optim.epochs, run.eval.select)
     predictions = metrics.pop(PREDICTION_ARRAYS)
     if s.main:
         save_predictions(run_dir, predictions, run.data.num_classes)
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
                         data=data_record(run.data), train_seconds_this_session=time.time() - started,
-                        threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views())
+                        threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views(),
+                        numerics=session_numerics(s, log))
 
 
 def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:

@@ -1,0 +1,186 @@
+"""Which source a result was computed by: every module a run executes, hashed after normalisation.
+
+Why normalised: a result is stale when the *computation* that made it has changed, not when a comment or a
+docstring has. So each module is hashed as its syntax tree with docstrings (and every other bare string
+statement, which executes nothing) left out; comments are not in the tree at all. The tree is written out
+by ``canonical_dump`` (node types and non-empty fields only), not ``ast.dump``, whose text changes between
+Python versions (3.13 leaves empty fields out, 3.12 added ``type_params``): a result recorded under one
+Python is checked under another.
+
+Why a static closure: the modules a run executes are its roots (the training engine, or the stage-2
+driver, and the plugins its configuration names) and, transitively, every module of the harness or of a
+plugin package that they import, function-level imports included. It is read from the source text, never
+from what a process happens to have imported, so the same function gives the same set in a worker, in
+``ltbench status``, and on a commit read from git history (scripts/code_from_git.py). Modules that only
+record, report or launch (``EXCLUDED``) are left out: editing a table's layout never makes a run stale.
+
+No torch, no import of the modules hashed: status and tables check code without training anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+from typing import Callable
+
+# What a record's ``code_scope`` says when its ``code`` covers every module the run executed (core and
+# plugins). Records without it (made before) hashed only their plugins' bytes: their code reads 'unknown'.
+CODE_SCOPE = "computation/1"
+TRAINING_ROOT = "ltbench.train.engine"  # a trained run executes the engine and what it imports
+STAGE2_ROOT = "ltbench.stage2.posthoc_runs"  # a stage-2 fit: the driver, the feature cache and the engine
+# Modules that never change what a run computes: the record and its reading, reports, launchers, the CLI,
+# error texts, where scalars are also logged, the plugin contract check.
+EXCLUDED = ("ltbench.results", "ltbench.report", "ltbench.run", "ltbench.recipe", "ltbench.cli",
+            "ltbench.__main__", "ltbench.slurm", "ltbench.errors", "ltbench.contract", "ltbench.train.loggers")
+
+# Modules that moved (issue 21's sub-packages): old name -> where it lives now, so a record made before a
+# move is checked against the file that holds its code today (and the old names of recording or reporting
+# modules stay excluded when a closure is read from an older commit).
+MOVED = {
+    **{f"ltbench.{m}": f"ltbench.train.{m}" for m in ("engine", "checkpoint", "distributed", "selection", "loggers")},
+    **{f"ltbench.{m}": f"ltbench.stage2.{m}" for m in ("features", "posthoc_runs")},
+    **{f"ltbench.{m}": f"ltbench.results.{m}" for m in ("identity", "predictions", "provenance", "record", "runspec",
+                                                          "safe_read", "store")},
+    **{f"ltbench.{m}": f"ltbench.run.{m}" for m in ("launch", "local_pool", "progress", "run_status_view", "runlines")},
+    **{f"ltbench.{m}": f"ltbench.report.{m}" for m in ("literature", "plots", "significance")},
+    "ltbench.expansion": "ltbench.recipe.expansion", "ltbench.recipe_tables": "ltbench.recipe.tables",
+}
+
+Reader = Callable[[str], "bytes | None"]  # a path relative to the folder holding the packages -> its bytes
+
+
+def current_name(module: str) -> str:
+    """Where a module recorded under an older name lives now (``MOVED``), else its name."""
+    return MOVED.get(module, module)
+
+
+def module_path(module: str, package: bool = False) -> str:
+    """'ltbench.train.engine' -> 'ltbench/train/engine.py' ('.../__init__.py' for a package)."""
+    base = module.replace(".", "/")
+    return f"{base}/__init__.py" if package else f"{base}.py"
+
+
+def is_excluded(module: str) -> bool:
+    module = current_name(module)
+    return any(module == e or module.startswith(e + ".") for e in EXCLUDED)
+
+
+def _strip_strings(tree: ast.AST) -> ast.AST:
+    """Remove docstrings and every other statement that is a bare string constant (it executes nothing)."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                                 and isinstance(s.value.value, str))]
+    return tree
+
+
+def canonical_dump(node) -> str:
+    """The tree as text: node type and its fields, leaving out fields that are None or empty (so the text is
+    the same on every supported Python version) and positions (so moving code by a line changes nothing)."""
+    if isinstance(node, ast.AST):
+        parts = [type(node).__name__]
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            parts.append(f"{name}={canonical_dump(value)}")
+        return "(" + " ".join(parts) + ")"
+    if isinstance(node, list):
+        return "[" + ",".join(canonical_dump(x) for x in node) + "]"
+    return repr(node)
+
+
+_parsed: dict[bytes, tuple] = {}  # sha256 of a source -> (normalised hash, imported names by package): one parse each
+
+
+def _parse(source: bytes) -> tuple:
+    """(normalised hash or None, {package: imported names}) of a source, parsed once per process: a stage-2
+    grid records the same modules for each of its hundreds of settings."""
+    key = hashlib.sha256(source).digest()
+    if key not in _parsed:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            _parsed[key] = (None, None, {})
+            return _parsed[key]
+        imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        digest = hashlib.sha256(canonical_dump(_strip_strings(tree)).encode()).hexdigest()
+        _parsed[key] = (digest, imports, {})
+    return _parsed[key]
+
+
+def normalized_hash(source: bytes) -> str | None:
+    """sha256 of the module's syntax tree without docstrings and comments; None when it does not parse."""
+    return _parse(source)[0]
+
+
+def module_file(module: str, read: Reader) -> tuple[str, bytes] | tuple[None, None]:
+    """(relative path, bytes) of a module: 'a/b.py' or 'a/b/__init__.py'; (None, None) when neither exists
+    (an imported name that is a class or a function, not a module)."""
+    for rel in (module_path(module), module_path(module, package=True)):
+        data = read(rel)
+        if data is not None:
+            return rel, data
+    return None, None
+
+
+def imported_modules(source: bytes, module: str, is_package: bool) -> set[str]:
+    """Every name a module's source imports, at any depth of the file: 'a.b' for ``import a.b``,
+    'pkg.c' and 'pkg.c.d' for ``from .c import d`` (d may be a module)."""
+    _, nodes, by_package = _parse(source)
+    package = module if is_package else module.rpartition(".")[0]
+    if nodes is None:
+        return set()
+    if package in by_package:
+        return set(by_package[package])
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            except (ImportError, ValueError):
+                continue
+            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    by_package[package] = frozenset(names)
+    return names
+
+
+def executed_modules(roots: list[str], read: Reader, packages: set[str]) -> dict[str, tuple[str, bytes]]:
+    """{module: (relative path, bytes)}: the roots and, transitively, every module of ``packages`` (top-level
+    names: 'ltbench', 'methods', a plugin folder's) they import, with the packages that contain them (whose
+    ``__init__`` runs first), less ``EXCLUDED``."""
+    found: dict[str, tuple[str, bytes]] = {}
+    todo, seen = list(roots), set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name.split(".")[0] not in packages or is_excluded(name):
+            continue
+        seen.add(name)
+        rel, data = module_file(name, read)
+        if rel is None:
+            continue
+        found[name] = (rel, data)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        todo += sorted(imported_modules(data, name, rel.endswith("__init__.py")))
+    return found
+
+
+def code_record(modules: dict[str, tuple[str, bytes]], with_bytes: bool = True) -> dict[str, dict]:
+    """What a result records of each module: the sha256 of its normalised tree (the one the stale rule
+    compares), its relative path only when the module's name does not give it (a package's ``__init__``),
+    and, for a run (``with_bytes``), the sha256 of its bytes. A stage-2 result leaves the bytes out: a grid
+    writes hundreds of them per run, and only the normalised hash decides anything."""
+    out = {}
+    for name, (rel, data) in sorted(modules.items()):
+        entry = {"normalized": normalized_hash(data)}
+        if rel != module_path(name):
+            entry["path"] = rel
+        if with_bytes:
+            entry["sha256"] = hashlib.sha256(data).hexdigest()
+        out[name] = entry
+    return out
