@@ -97,6 +97,14 @@ class _StagedBackbone(nn.Module):
             if hasattr(sub, "reset_parameters"):
                 sub.reset_parameters()
 
+    def expert_branch(self, count: int, width: float) -> tuple[nn.Module, int]:
+        """The last ``count`` stages at ``width`` times their widths (a narrower multi-expert branch)."""
+        widths = (6, 8, 8, 12, 12, FEATURE_DIM)
+        first = len(widths) - count  # stages[first:] are the branch's: linear stages first..4, then the Identity
+        dims = [widths[first]] + [max(1, round(w * width)) for w in widths[first + 1:]]
+        parts = [nn.Sequential(nn.Linear(a, b), nn.Tanh()) for a, b in zip(dims, dims[1:])]
+        return nn.Sequential(*parts, nn.Identity()), dims[-1]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for part in self.parts:
             x = part(x)

@@ -189,11 +189,60 @@ def test_sade_test_time_weights_match_the_official_code(direction, lr):
 
     log_prior = torch.log(torch.tensor(COUNTS, dtype=torch.float64) / sum(COUNTS)).float()
     sign = 1.0 if direction == "forward" else -1.0
-    view_a, view_b = sade_views([sign * log_prior, 0 * log_prior, -sign * log_prior])
-    weights, epochs = self_supervised_weights(view_a, view_b, 5, lr, 128, torch.Generator().manual_seed(0))
+    views = sade_views([sign * log_prior, 0 * log_prior, -sign * log_prior])
+    weights, epochs = self_supervised_weights(lambda epoch: views, 5, lr, 128, torch.Generator().manual_seed(0))
     expected, expected_epochs = SADE_OFFICIAL_WEIGHTS[(direction, lr)]
     assert weights.tolist() == pytest.approx(expected, abs=1e-6)
     assert epochs == expected_epochs
+
+
+def sade_views_per_epoch(skew, epochs: int, n: int = 1000, seed: int = 11):
+    """The experts' logits of two views of n test images, the views drawn afresh for each test-time epoch."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, K, generator=g)
+    experts = [10 * (base + 0.7 * torch.randn(n, K, generator=g) + s) for s in skew]
+    return [([z + torch.randn(n, K, generator=g) for z in experts], [z + torch.randn(n, K, generator=g) for z in experts])
+            for _ in range(epochs)]
+
+
+# The official test_training (test_training_cifar.py, cba11b8), one call per epoch with the main loop's stop rule,
+# SGD(lr, weight decay, momentum 0.9, Nesterov), fed each epoch's views in ltbench's batch order (permutations of a
+# generator seeded 0): softmax of the learned weights and the epochs run. Bit-equal to ltbench on the machine
+# that made them (max abs diff 0 in all four cases).
+SADE_OFFICIAL_REDRAWN = {
+    ("forward", 0.1, 5e-4): ([0.307780385017395, 0.32822486758232117, 0.3639947175979614], 5),
+    ("backward", 0.1, 5e-4): ([0.355998158454895, 0.32353338599205017, 0.3204685151576996], 5),
+    ("backward", 20.0, 5e-4): ([0.0029009145218878984, 0.9941272735595703, 0.0029718424193561077], 1),
+    ("forward", 0.2, 2e-4): ([0.30065178871154785, 0.3141738772392273, 0.38517430424690247], 5),
+}
+
+
+@pytest.mark.parametrize("direction,lr,weight_decay", list(SADE_OFFICIAL_REDRAWN))
+def test_sade_weights_on_views_redrawn_each_epoch_match_the_official_code(direction, lr, weight_decay):
+    from methods.sade import self_supervised_weights
+
+    log_prior = torch.log(torch.tensor(COUNTS, dtype=torch.float64) / sum(COUNTS)).float()
+    sign = 1.0 if direction == "forward" else -1.0
+    per_epoch = sade_views_per_epoch([sign * log_prior, 0 * log_prior, -sign * log_prior], 5)
+    asked = []
+    weights, epochs = self_supervised_weights(lambda epoch: asked.append(epoch) or per_epoch[epoch], 5, lr, 128,
+                                              torch.Generator().manual_seed(0), weight_decay=weight_decay)
+    expected, expected_epochs = SADE_OFFICIAL_REDRAWN[(direction, lr, weight_decay)]
+    assert weights.tolist() == pytest.approx(expected, abs=1e-6)
+    assert epochs == expected_epochs and asked == list(range(expected_epochs))  # no draw after the stop
+
+
+def test_sade_adapt_asks_for_fresh_views_each_epoch_only_with_test_time_redraw():
+    from ltbench.method import TestTimeViews
+
+    feats = torch.randn(50, 24)
+    for redraw, expected in ((True, [1, 2]), (False, [])):
+        m = method("sade", 24, test_time_redraw=redraw, test_time_epochs=3).eval()
+        asked = []
+        views = TestTimeViews([feats, feats + 0.1], lambda epoch: asked.append(epoch) or [feats + epoch, feats - epoch])
+        record = m.adapt(views)
+        assert asked == expected[:record["epochs"] - 1]
+        assert views.redraw(0)[0] is feats  # epoch 0 is the first draw itself
 
 
 def test_sade_predicts_the_weighted_sum_and_resets_after_a_test_set():
