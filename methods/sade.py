@@ -274,3 +274,17 @@ def sade_test_time(spec: ImageSpec):
                        v2.RandomApply([PILGaussianBlur()], p=0.5 if large else 0.2),
                        v2.RandomHorizontalFlip(), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
                        v2.Normalize(spec.mean, spec.std)])
+
+
+@PIPELINES.register("sade_train")
+def sade_train(spec: ImageSpec):
+    """SADE's official training view (``data_loader/cifar_data_loaders.py``): small images random crop with
+    padding 4, flip, random rotation up to 15 degrees, on PIL images as officially; large images are the
+    official ImageNet-LT view, the same as ltbench's ``imagenet_train`` (random resized crop, flip, jitter)."""
+    from torchvision.transforms import v2
+
+    if spec.kind == "large":
+        return PIPELINES.get("imagenet_train")(spec)
+    return v2.Compose([v2.ToPILImage(), v2.RandomCrop(spec.size, padding=4), v2.RandomHorizontalFlip(),
+                       v2.RandomRotation(15), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize(spec.mean, spec.std)])
