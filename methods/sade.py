@@ -254,6 +254,19 @@ class PILGaussianBlur:
         return img.filter(ImageFilter.GaussianBlur(radius=sigma))
 
 
+class PILPipeline:
+    """A v2.Compose run as it is, on PIL images (it converts a uint8 tensor first), for SADE's views, whose
+    official pixels come from PIL's kernels (colour jitter, PIL's Gaussian blur, rotation). There is no tensor
+    fast path, so ``reference``, the Compose a fast path would have to equal (tests/test_transforms.py), is
+    the pipeline itself."""
+
+    def __init__(self, compose):
+        self.reference = compose
+
+    def __call__(self, img) -> torch.Tensor:
+        return self.reference(img).as_subclass(torch.Tensor)  # a plain tensor, as every pipeline gives
+
+
 @PIPELINES.register("sade_test_time")
 def sade_test_time(spec: ImageSpec):
     """SADE's official test-time view (``test_training_cifar.py`` / ``test_training_imagenet.py``): small
@@ -270,10 +283,10 @@ def sade_test_time(spec: ImageSpec):
         colour = [v2.RandomApply([v2.ColorJitter(0.4, 0.4)], p=0.8)]
     else:
         colour = [v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), v2.RandomGrayscale(p=0.2)]
-    return v2.Compose([v2.ToPILImage(), crop, *colour,
-                       v2.RandomApply([PILGaussianBlur()], p=0.5 if large else 0.2),
-                       v2.RandomHorizontalFlip(), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(spec.mean, spec.std)])
+    return PILPipeline(v2.Compose([v2.ToPILImage(), crop, *colour,
+                                   v2.RandomApply([PILGaussianBlur()], p=0.5 if large else 0.2),
+                                   v2.RandomHorizontalFlip(), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                                   v2.Normalize(spec.mean, spec.std)]))
 
 
 @PIPELINES.register("sade_train")
@@ -285,6 +298,6 @@ def sade_train(spec: ImageSpec):
 
     if spec.kind == "large":
         return PIPELINES.get("imagenet_train")(spec)
-    return v2.Compose([v2.ToPILImage(), v2.RandomCrop(spec.size, padding=4), v2.RandomHorizontalFlip(),
-                       v2.RandomRotation(15), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(spec.mean, spec.std)])
+    return PILPipeline(v2.Compose([v2.ToPILImage(), v2.RandomCrop(spec.size, padding=4), v2.RandomHorizontalFlip(),
+                                   v2.RandomRotation(15), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                                   v2.Normalize(spec.mean, spec.std)]))
