@@ -11,7 +11,9 @@ epoch, updated with this batch first) and T the temperature:
 the closed form of E_{z'~vMF(μ_y, κ_y)}[exp(z_nᵀz'/T)] (up to a constant), i.e. the contrastive loss over
 infinitely many samples. The ProCo loss is the logit-adjusted CE of these logits, averaged over the views;
 the total is LA-CE(classifier, first view) + α · ProCo. Prediction: the classifier alone (as the official
-``validate``). Where ltbench differs from the official code, and by how much: docs/protocols.md §8.
+``validate``). A class with no feature in the window has mean 0 (κ 1e-6, the uniform density) or, with
+``unseen: official``, the official random direction of length 0.9. Where ltbench differs from the official
+code, and by how much: docs/protocols.md §8.2.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ Prediction: Σ_e w_e z_e with w uniform (the official mean of the experts' logit
 weights learned there without labels: w = softmax(a), a optimised by SGD to maximise the cosine similarity
 of the aggregated softmax predictions of two augmented views of each test image (official
 ``test_training``), stopping after an epoch in which a weight (rounded to 2 decimals) falls below 0.05.
-The experts' own stages are 3/4 as wide as the backbone's (``expert_width`` 0.75, the official
-``reduce_dimension``: 24/48 channels on CIFAR ResNet-32); the official test-time views are the pipeline
-``sade_test_time`` below, redrawn every test-time epoch with ``test_time_redraw``. What still differs from
+A recipe gets experts whose own stages are 3/4 as wide as the backbone's (``expert_width`` 0.75, the official
+``reduce_dimension``: 24/48 channels on CIFAR ResNet-32); the official views are the pipelines ``sade_train``
+and ``sade_test_time`` below, the latter redrawn every test-time epoch with ``test_time_redraw``. What still differs from
 the official code, and why: docs/protocols.md §8.2.
 """
 

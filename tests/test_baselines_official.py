@@ -330,3 +330,28 @@ def test_cifar100_dry_run_shows_the_authors_settings_and_schedules(tmp_path, cap
         assert len(optims) == 2, name  # the equal-recipe row and the authors' schedule
         assert any(all(o[k] == v for k, v in shared.items()) for o in optims), name
         assert any(all(o[k] == v for k, v in expected.items()) for o in optims), name
+
+
+@pytest.mark.parametrize("doc, names", [("methods.md", ["balanced_softmax", "cb", "vs", "lade"]),
+                                        ("methods-contrastive-experts.md", ["proco", "bcl", "sade"])])
+def test_the_docs_option_tables_show_every_option_and_its_default(doc, names):
+    """Each method's option table (one option per row) lists every Config field with the default a recipe
+    gets (config.option_default: for an option added later with a new default, that one), so the docs
+    cannot drift from the code."""
+    import dataclasses
+    from pathlib import Path
+
+    from ltbench.config import option_default, value_text
+    from ltbench.registry import METHODS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / doc).read_text()
+    for name in names:
+        section = text.split(f"## `{name}`:", 1)[1].split("\n## ", 1)[0]
+        table = section.split("| option | default | meaning |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+        rows = [[c.strip() for c in line.split("|")[1:3]] for line in table.splitlines()]
+        documented = {cell.strip("`"): default for cell, default in rows}
+        fields = {f.name: f for f in dataclasses.fields(METHODS.get(name).Config)}
+        assert set(documented) == set(fields), name
+        for option, default in documented.items():
+            expected = value_text(option_default(fields[option]))
+            assert default.replace(" ", "") == expected.replace(" ", ""), (name, option, default, expected)
