@@ -80,16 +80,17 @@ def kaiming_init(module: nn.Module) -> None:
 
 class ShortcutA(nn.Module):
     """Parameter-free shortcut: subsample by 2 and zero-pad (planes - in_planes) / 2 channels on each side
-    (planes // 4 when the width doubles; 4 for SADE's narrower 16 -> 24)."""
+    (planes // 4 when the width doubles; 4 for SADE's narrower 16 -> 24; an odd difference puts the extra
+    channel after)."""
 
     def __init__(self, in_planes: int, planes: int):
         super().__init__()
-        if (planes - in_planes) % 2 or planes < in_planes:
-            raise ValueError(f"option-A shortcut from {in_planes} to {planes} channels needs an even increase")
-        self.pad = (planes - in_planes) // 2
+        if planes < in_planes:
+            raise ValueError(f"an option-A shortcut cannot narrow {in_planes} channels to {planes}")
+        self.pad = ((planes - in_planes) // 2, (planes - in_planes + 1) // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad, self.pad))
+        return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, *self.pad))
 
 
 class BasicBlock(nn.Module):

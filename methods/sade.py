@@ -84,7 +84,7 @@ class SADEConfig:
         if self.num_experts != 3:
             raise ValueError(f"num_experts: SADE's loss has exactly 3 experts, got {self.num_experts}")
         check_range("expert_stages", self.expert_stages, 1, 16)
-        check_range("expert_width", self.expert_width, 0, 4, low_open=True)
+        check_range("expert_width", self.expert_width, 0.5, 4)  # below 1/2 a CIFAR expert would narrow its input
         check_range("tau", self.tau, 0, 100)
         check_range("s", self.s, 0, 1000, low_open=True)
         check_views(self.views)

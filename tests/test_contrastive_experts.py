@@ -545,6 +545,10 @@ def test_multi_expert_refuses_a_split_the_backbone_does_not_have():
     backbone = BACKBONES.get("resnet8")(None, in_channels=1)
     with pytest.raises(ValueError, match="expert_stages must be 1 to 4"):
         MultiExpert(backbone, 3, 5)
+    with pytest.raises(ValueError, match="cannot narrow 16 channels to 12"):  # stage 1 keeps the stem's 16
+        MultiExpert(backbone, 3, 4, 0.75)
+    odd = MultiExpert(backbone, 2, 3, 0.8)  # 26 and 51 channels: the 25 padded channels split 12 / 13
+    assert odd(torch.randn(2, 1, 16, 16)).shape == (2, 2 * 51)
 
 
 @pytest.mark.slow
