@@ -28,12 +28,16 @@ from typing import Callable, Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from PIL import ImageFilter
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
 
 from ltbench.config import added_later, check_range, check_views
+from ltbench.data import batch_augment as B
 from ltbench.data.base import ImageSpec
 from ltbench.experts import MultiExpert, split_experts
 from ltbench.method import Method
-from ltbench.registry import METHODS, PIPELINES
+from ltbench.registry import BATCH_PIPELINES, METHODS, PIPELINES
 
 from ._twobranch import classifier_head
 
@@ -248,8 +252,6 @@ class PILGaussianBlur:
         self.sigma = sigma
 
     def __call__(self, img):
-        from PIL import ImageFilter
-
         sigma = float(torch.empty(1).uniform_(self.sigma[0], self.sigma[1]))
         return img.filter(ImageFilter.GaussianBlur(radius=sigma))
 
@@ -275,8 +277,6 @@ def sade_test_time(spec: ImageSpec):
     (small) or 0.5 (large), flip, normalise. Done on PIL images, as the official torchvision pipeline is, so
     a draw gives the official pixels (tests/test_contrastive_experts.py); one-channel images get brightness
     and contrast jitter only."""
-    from torchvision.transforms import v2
-
     large = spec.kind == "large"
     crop = v2.RandomResizedCrop(spec.size, scale=(0.2, 1.0)) if large else v2.RandomCrop(spec.size, padding=4)
     if spec.channels == 1:
@@ -294,10 +294,82 @@ def sade_train(spec: ImageSpec):
     """SADE's official training view (``data_loader/cifar_data_loaders.py``): small images random crop with
     padding 4, flip, random rotation up to 15 degrees, on PIL images as officially; large images are the
     official ImageNet-LT view, the same as ltbench's ``imagenet_train`` (random resized crop, flip, jitter)."""
-    from torchvision.transforms import v2
-
     if spec.kind == "large":
         return PIPELINES.get("imagenet_train")(spec)
     return PILPipeline(v2.Compose([v2.ToPILImage(), v2.RandomCrop(spec.size, padding=4), v2.RandomHorizontalFlip(),
                                    v2.RandomRotation(15), v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
                                    v2.Normalize(spec.mean, spec.std)]))
+
+
+# -- the same views on whole batches (train.augment_on: batch) ----------------------------------------
+
+
+def _rotation(degrees: float):
+    """v2.RandomRotation(degrees) per sample: angle uniform in [-degrees, degrees], nearest, zero fill."""
+    def step(b) -> None:
+        angle = b.rng.uniform("rotate", -degrees, degrees)
+        b.record("rotate", angle)
+        b.images = B.AUTO_OPS["Rotate"](b.images, angle)  # torchvision's rotate(img, angle)
+
+    return step
+
+
+def _resized_crop(size: int, scale: tuple[float, float]):
+    """v2.RandomResizedCrop(size, scale) per sample (``batch_augment.random_resized_crop`` has scale 0.08-1)."""
+    def step(b) -> None:
+        sizes = [torch.tensor([im.shape[-2] for im in b.images]), torch.tensor([im.shape[-1] for im in b.images])]
+        boxes = B.resized_crop_boxes(b.rng, *(s.to(b.rng.device) for s in sizes), scale=scale)
+        b.record("rrc", boxes)
+        if isinstance(b.images, torch.Tensor) and bool(((boxes[:, 2] <= size) & (boxes[:, 3] <= size)).all()):
+            b.images = B.resize_boxes_up(b.images, boxes, size)
+            return
+        b.images = torch.stack([TF.resized_crop(im, *[int(v) for v in box], [size, size], antialias=True)
+                                for im, box in zip(b.images, boxes.cpu())])
+
+    return step
+
+
+def _gaussian_blur(p: float, sigma: tuple[float, float] = (0.1, 2.0)):
+    """With probability p per sample, a Gaussian blur of σ ~ U(0.1, 2): separable, radius 6 (3 σ at most),
+    edges replicated: what PIL's GaussianBlur(radius=σ) in the per-image view approximates by box blurs
+    (on random 32 x 32 images the two differ by about one grey level on average, at most 32 at σ 2). Blurs
+    every sample and keeps the chosen: no data-dependent shapes, so no host-device sync."""
+
+    def step(b) -> None:
+        x = b.images
+        n, c, h, w = x.shape
+        applied, s = b.rng.chance("blur.apply", p), b.rng.uniform("blur.sigma", *sigma)
+        b.record("blur", (applied, s))
+        offsets = torch.arange(-6, 7, device=x.device, dtype=torch.float32)
+        kernel = torch.exp(-offsets[None] ** 2 / (2 * s[:, None] ** 2))
+        kernel = (kernel / kernel.sum(1, keepdim=True)).repeat_interleave(c, 0)  # (N * C, 13)
+        flat = F.pad(x.to(torch.float32).reshape(1, n * c, h, w), (6, 6, 6, 6), mode="replicate")
+        flat = F.conv2d(flat, kernel.view(n * c, 1, 13, 1), groups=n * c)
+        flat = F.conv2d(flat, kernel.view(n * c, 1, 1, 13), groups=n * c)
+        blurred = flat.view(n, c, h, w).round_().clamp_(0, 255).to(torch.uint8)
+        b.images = torch.where(applied.view(-1, 1, 1, 1), blurred, x)
+
+    return step
+
+
+@BATCH_PIPELINES.register("sade_test_time")
+def sade_test_time_batch(spec: ImageSpec):
+    """``sade_test_time`` on a whole batch: the same steps and distributions (docs/performance.md: batched
+    views are the same augmentation, not the same random numbers)."""
+    large = spec.kind == "large"
+    crop = _resized_crop(spec.size, (0.2, 1.0)) if large else B.random_crop(spec.size, 4)
+    if spec.channels == 1:
+        colour = [B.color_jitter(v2.ColorJitter(0.4, 0.4), 0.8)]
+    else:
+        colour = [B.color_jitter(v2.ColorJitter(0.4, 0.4, 0.4, 0.1), 0.8), B.random_grayscale(0.2)]
+    steps = [crop, *colour, _gaussian_blur(0.5 if large else 0.2), B.horizontal_flip()]
+    return B.BatchPipeline(steps, spec)
+
+
+@BATCH_PIPELINES.register("sade_train")
+def sade_train_batch(spec: ImageSpec):
+    """``sade_train`` on a whole batch: crop with padding 4, flip, rotation up to 15 degrees (large images:
+    ``imagenet_train``'s batch pipeline)."""
+    if spec.kind == "large":
+        return BATCH_PIPELINES.get("imagenet_train")(spec)
+    return B.BatchPipeline([B.random_crop(spec.size, 4), B.horizontal_flip(), _rotation(15)], spec)
