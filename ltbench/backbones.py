@@ -25,8 +25,9 @@ class Backbone(nn.Module):
     """Base class of backbones: ``Config`` options, ``feature_dim``, ``forward(images (N, C, H, W)) -> (N, feature_dim)``.
 
     Optional, for methods that build several experts on one backbone (ltbench/experts.py): ``stages()``,
-    the modules whose composition in order is ``forward``, and ``init_stage(module)``, how a fresh copy of a
-    stage is initialised (the backbone's own initialisation)."""
+    the modules whose composition in order is ``forward``, ``init_stage(module)``, how a fresh copy of a
+    stage is initialised (the backbone's own initialisation), and ``expert_branch(count, width)``, fresh
+    last stages at a narrower width (RIDE's and SADE's ``reduce_dimension``)."""
 
     Config: ClassVar[type] = EmptyConfig
     feature_dim: int
@@ -39,6 +40,19 @@ class Backbone(nn.Module):
         for sub in module.modules():
             if hasattr(sub, "reset_parameters"):
                 sub.reset_parameters()
+
+    def expert_branch(self, count: int, width: float) -> tuple[nn.Module, int]:
+        """(a freshly initialised copy of the last ``count`` stages with every channel count of theirs
+        scaled by ``width``, its feature width). Why: RIDE and SADE give each expert narrower later stages
+        than the backbone's (``reduce_dimension``: 3/4 of the channels), so that three experts cost less
+        than three networks. Only backbones that know their widths can; the others refuse."""
+        raise NotImplementedError(f"backbone {type(self).__name__} cannot build narrower expert stages "
+                                  f"(expert_branch()); use the full width (1.0)")
+
+
+def scaled_width(channels: int, width: float) -> int:
+    """round(channels * width), at least 1: SADE's 3/4 turns 32/64 into 24/48 and 256/512 into 192/384."""
+    return max(1, int(round(channels * width)))
 
 
 class _Stem(nn.Module):
@@ -65,14 +79,18 @@ def kaiming_init(module: nn.Module) -> None:
 
 
 class ShortcutA(nn.Module):
-    """Parameter-free shortcut: subsample by 2 and zero-pad planes//4 channels on each side."""
+    """Parameter-free shortcut: subsample by 2 and zero-pad (planes - in_planes) / 2 channels on each side
+    (planes // 4 when the width doubles; 4 for SADE's narrower 16 -> 24; an odd difference puts the extra
+    channel after)."""
 
-    def __init__(self, planes: int):
+    def __init__(self, in_planes: int, planes: int):
         super().__init__()
-        self.pad = planes // 4
+        if planes < in_planes:
+            raise ValueError(f"an option-A shortcut cannot narrow {in_planes} channels to {planes}")
+        self.pad = ((planes - in_planes) // 2, (planes - in_planes + 1) // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad, self.pad))
+        return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, *self.pad))
 
 
 class BasicBlock(nn.Module):
@@ -82,7 +100,7 @@ class BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(planes)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
-        self.shortcut = ShortcutA(planes) if stride != 1 or in_planes != planes else nn.Identity()
+        self.shortcut = ShortcutA(in_planes, planes) if stride != 1 or in_planes != planes else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -104,7 +122,7 @@ class CifarResNet(Backbone):
                 layers.append(BasicBlock(in_planes, planes, stride))
                 in_planes = planes
         self.layers = nn.Sequential(*layers)
-        self.blocks, self.feature_dim = blocks, widths[-1]
+        self.blocks, self.widths, self.feature_dim = blocks, tuple(widths), widths[-1]
         self.apply(kaiming_init)
 
     def stages(self) -> list[nn.Module]:
@@ -116,6 +134,23 @@ class CifarResNet(Backbone):
     def init_stage(self, module: nn.Module) -> None:
         super().init_stage(module)
         module.apply(kaiming_init)
+
+    def expert_branch(self, count: int, width: float) -> tuple[nn.Module, int]:
+        """The last ``count`` stages (of stem, stages 1-3, pooling) rebuilt with ``width`` times the channels,
+        Kaiming-initialised; the first block takes the trunk's channels (SADE's CIFAR experts: 16 -> 24 -> 48)."""
+        first = 4 - count + 1  # the first expert-owned residual stage, 1..3 (count 1: pooling alone)
+        in_planes = self.widths[first - 2] if first >= 2 else self.widths[0]
+        parts = []
+        for stage in range(max(first, 1), 4):
+            planes = scaled_width(self.widths[stage - 1], width)
+            blocks = []
+            for b in range(self.blocks):
+                blocks.append(BasicBlock(in_planes, planes, 2 if stage > 1 and b == 0 else 1))
+                in_planes = planes
+            parts.append(nn.Sequential(*blocks))
+        branch = nn.Sequential(*parts, GlobalAvgPool())
+        branch.apply(kaiming_init)
+        return branch, in_planes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -176,6 +211,31 @@ class TorchvisionFeatures(Backbone):
                 nn.init.kaiming_normal_(sub.weight, mode="fan_out", nonlinearity="relu")
             elif isinstance(sub, nn.BatchNorm2d):
                 sub.reset_parameters()
+
+    def expert_branch(self, count: int, width: float) -> tuple[nn.Module, int]:
+        """The last ``count`` stages (of stem, layer1-4, pooling) rebuilt by torchvision's own ``_make_layer``
+        with ``width`` times the planes (SADE's ImageNet experts: layer3/layer4 planes 192/384 for 256/512)."""
+        n, first = self.net, 6 - count  # stages: 0 stem, 1-4 layer1-4, 5 pool
+        if first < 1:
+            raise ValueError("expert_branch: the stem cannot be an expert's own stage")
+        layers = [n.layer1, n.layer2, n.layer3, n.layer4]
+        block = type(layers[0][0])
+        saved = n.inplanes
+        n.inplanes = 64 if first == 1 else _out_channels(layers[first - 2])
+        try:
+            parts = [n._make_layer(block, scaled_width(64 * 2 ** (i - 1), width), len(layers[i - 1]),
+                                   stride=1 if i == 1 else 2) for i in range(first, 5)]
+            out = n.inplanes
+        finally:
+            n.inplanes = saved
+        branch = nn.Sequential(*parts, GlobalAvgPool())
+        self.init_stage(branch)
+        return branch, out
+
+
+def _out_channels(layer: nn.Sequential) -> int:
+    """Output channels of a torchvision ResNet layer: its last block's last BatchNorm."""
+    return [m for m in layer[-1].modules() if isinstance(m, nn.BatchNorm2d)][-1].num_features
 
 
 @BACKBONES.register("resnet50")

@@ -206,13 +206,34 @@ def check_range(name: str, value: float | int | None, low: float | None = None, 
         raise ValueError(f"{name} must be {want}{unit}, got {short_repr(value)}")
 
 
-def added_later(default: Any) -> Any:
+def added_later(default: Any, *, new_runs: Any = dataclasses.MISSING) -> Any:
     """A dataclass field added to a config after results were recorded, whose default is what those runs did.
 
     Why: the run id hashes the resolved config, so a new option would otherwise change the id of every earlier
     run (and split its table rows). ``to_dict`` leaves such a field out while it holds its default; the id
-    changes only for runs that use the new option."""
-    return dataclasses.field(default=default, metadata={"added_later": True})
+    changes only for runs that use the new option. A config without the key therefore always means "as
+    before the option existed", whoever reads it back.
+
+    ``new_runs``: where the value a recipe should get when it leaves the option out differs from what earlier
+    runs did (SADE's ``expert_width``: the official 0.75 for new runs, 1.0 before), ``Registry.resolved``
+    writes it into the run's configuration (``new_run_defaults``), so the id says which one ran and the
+    recorded ids stay."""
+    metadata = {"added_later": True}
+    if new_runs is not dataclasses.MISSING:
+        metadata["new_runs"] = new_runs
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def new_run_defaults(cls: type) -> dict:
+    """The ``new_runs`` values of ``cls``'s ``added_later`` fields (see there), by field name."""
+    return {f.name: f.metadata["new_runs"] for f in dataclasses.fields(cls) if "new_runs" in f.metadata}
+
+
+def option_default(f: dataclasses.Field) -> Any:
+    """The value a recipe that leaves option ``f`` out gets (what an option listing should show)."""
+    if "new_runs" in f.metadata:
+        return f.metadata["new_runs"]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def to_dict(obj: Any) -> dict:

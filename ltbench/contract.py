@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from ltbench import registry
-from ltbench.config import from_dict
+from ltbench.config import from_dict, new_run_defaults
 from ltbench.data.base import LTData
 from ltbench.method import Method, MethodContext, create_method
 from ltbench.posthoc import FrozenRun, PosthocMethod, SplitInputs
@@ -56,7 +56,7 @@ def default_config(cls: Any, what: str) -> Any:
     config_cls = getattr(cls, "Config", None)
     _expect(config_cls is not None and dataclasses.is_dataclass(config_cls),
             f"{what}: 'Config' must be a dataclass of options (use ltbench.config.EmptyConfig for none)")
-    cfg = from_dict(config_cls, {}, what)  # the recipe's path: types, then validate()
+    cfg = from_dict(config_cls, new_run_defaults(config_cls), what)  # what a recipe gets: types, then validate()
     probe = config_cls()
     before = copy.deepcopy(dataclasses.asdict(probe))
     validate = getattr(probe, "validate", None)
@@ -96,6 +96,14 @@ class _StagedBackbone(nn.Module):
         for sub in module.modules():
             if hasattr(sub, "reset_parameters"):
                 sub.reset_parameters()
+
+    def expert_branch(self, count: int, width: float) -> tuple[nn.Module, int]:
+        """The last ``count`` stages at ``width`` times their widths (a narrower multi-expert branch)."""
+        widths = (6, 8, 8, 12, 12, FEATURE_DIM)
+        first = len(widths) - count  # stages[first:] are the branch's: linear stages first..4, then the Identity
+        dims = [widths[first]] + [max(1, round(w * width)) for w in widths[first + 1:]]
+        parts = [nn.Sequential(nn.Linear(a, b), nn.Tanh()) for a, b in zip(dims, dims[1:])]
+        return nn.Sequential(*parts, nn.Identity()), dims[-1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for part in self.parts:

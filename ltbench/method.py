@@ -96,7 +96,10 @@ class Method(nn.Module):
 
     def adapt(self, views: list[torch.Tensor]) -> dict:
         """Adapt to one test set from its images' features under ``test_time_views()`` (no labels). Called
-        before ``predict`` on that set; returns JSON data recording what was learned (result.json)."""
+        before ``predict`` on that set; returns JSON data recording what was learned (result.json).
+        ``views`` is a ``TestTimeViews``: one (N, feature_dim) tensor per view, and ``views.redraw(epoch)``
+        for the same views augmented afresh, for a method that makes several passes (SADE's official code
+        draws new augmentations every pass)."""
         return {}
 
     def reset_adaptation(self) -> None:
@@ -151,6 +154,24 @@ class Method(nn.Module):
         parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
         dist.all_gather(parts, t.contiguous())
         return torch.cat(parts, 0)
+
+
+class TestTimeViews(list):
+    """Features of one test source's images under each of ``Method.test_time_views()`` (a list of (N, d)
+    tensors: the draw of test-time epoch 0), plus ``redraw(epoch)``: the same views augmented afresh for a
+    later pass. Why a list: a method that adapts once reads it as the plain list it always was. Each image's
+    augmentation is seeded by (run seed, source, epoch, index), as training views are by (seed, epoch,
+    index), so a redraw is reproducible and independent of batching; epoch 0 is the first draw."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, first: list[torch.Tensor], draw: Callable[[int], list[torch.Tensor]] | None = None):
+        super().__init__(first)
+        self._draw = draw
+
+    def redraw(self, epoch: int) -> list[torch.Tensor]:
+        """The views of test-time epoch ``epoch`` (epoch 0, or no redraw available: the first draw)."""
+        return list(self) if epoch == 0 or self._draw is None else self._draw(epoch)
 
 
 def method_config(name: str, options: dict, where: str) -> Any:

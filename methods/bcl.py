@@ -39,8 +39,8 @@ class BCLConfig:
     """Weight of the BCL loss (official --beta, 0.35)."""
     temperature: float = 0.07
     """T of the contrastive logits (official --temp, 0.07)."""
-    proj_dim: int = 128
-    """Output of both projection MLPs (official --feat_dim: 1024 on ImageNet-LT/iNat)."""
+    proj_dim: int = 1024
+    """Output of both projection MLPs (official --feat_dim default 1024; its code configures only ImageNet-LT/iNat)."""
     hidden_dim: int | None = None
     """Hidden width of both MLPs; None: the backbone's feature width (official: dim_in)."""
     tau: float = 1.0

@@ -56,10 +56,14 @@ def class_balanced_loss(logits: torch.Tensor, labels: torch.Tensor, weights: tor
 
 @dataclass
 class CBConfig:
-    beta: float = 0.9999  # effective-number beta (0: plain, unweighted loss)
-    loss_type: Literal["softmax", "sigmoid", "focal"] = "focal"
-    gamma: float = 1.0  # focal-loss exponent (only for loss_type focal; the official CB-focal script uses 1.0)
-    views: list[str] | None = None  # default: one 'default' view
+    beta: float = 0.9999
+    """Effective-number beta (0: plain, unweighted loss; the official scripts use 0.9999, its flag 0)."""
+    loss_type: Literal["softmax", "sigmoid", "focal"] = "softmax"
+    """Loss the weights multiply (official --loss-type default 'softmax'; CB-Focal is 'focal')."""
+    gamma: float = 1.0
+    """Focal-loss exponent, loss_type focal only (official --gamma 1.0)."""
+    views: list[str] | None = None
+    """Training view (default: the dataset's 'default' view)."""
 
     def validate(self) -> None:
         check_range("beta", self.beta, 0, 1, high_open=True)

@@ -11,7 +11,9 @@ epoch, updated with this batch first) and T the temperature:
 the closed form of E_{z'~vMF(μ_y, κ_y)}[exp(z_nᵀz'/T)] (up to a constant), i.e. the contrastive loss over
 infinitely many samples. The ProCo loss is the logit-adjusted CE of these logits, averaged over the views;
 the total is LA-CE(classifier, first view) + α · ProCo. Prediction: the classifier alone (as the official
-``validate``). Where ltbench differs from the official code, and by how much: docs/protocols.md §8.
+``validate``). A class with no feature in the window has mean 0 (κ 1e-6, the uniform density) or, with
+``unseen: official``, the official random direction of length 0.9. Where ltbench differs from the official
+code, and by how much: docs/protocols.md §8.2.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from ltbench.config import check_range, check_views
+from ltbench.config import added_later, check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
+from ltbench.seeding import derive_seed
 
 from ._heads import class_weight_norms
 from ._twobranch import TwoBranch
@@ -51,6 +54,10 @@ class ProCoConfig:
     """Upper clamp of kappa (official 1e5)."""
     views: list[str] = field(default_factory=lambda: ["strong", "sim", "sim"])
     """First view: the classifier's; the others: the contrastive views (official: AutoAugment+Cutout, 2 x sim)."""
+    unseen: Literal["zero", "official"] = added_later("zero")
+    """A class with no feature in the statistics window: mean 0 and kappa 1e-6, the uniform density ('zero');
+    or, as the official EstimatorCV, a random direction with R = 0.9 redrawn at each epoch's reset, seeded
+    per run ('official'; docs/protocols.md §8.2)."""
 
     def validate(self) -> None:
         check_range("alpha", self.alpha, 0, 1000)
@@ -81,6 +88,14 @@ def proco_logits(z: torch.Tensor, mean: torch.Tensor, temperature: float, max_ka
     return logits.float(), kappa
 
 
+def unseen_directions(k: int, p: int, seed: int, reset: int) -> torch.Tensor:
+    """The official EstimatorCV's mean for classes it has not seen: ``normalize(randn(K, p)) * 0.9`` in float32
+    (so R = 0.9, κ = p·0.9/0.19), drawn anew at every reset. ``reset``: the epoch whose start drew it (-1: at
+    construction); seeded by the run's ``unseen_seed`` and ``reset``, so a resumed run draws the same."""
+    g = torch.Generator().manual_seed(derive_seed(seed, "proco_unseen", reset))
+    return (F.normalize(torch.randn(k, p, generator=g), dim=1) * 0.9).double()
+
+
 @METHODS.register("proco")
 class ProCo(Method):
     """Logit-adjusted classifier + ProCo's closed-form vMF contrastive loss (module doc)."""
@@ -94,14 +109,28 @@ class ProCo(Method):
         self.stats = OnlineClassMeans(k, p)  # previous + current epoch: the estimate the logits use
         self.stats_current = OnlineClassMeans(k, p)  # current epoch only
         self.register_buffer("stats_epoch", torch.tensor(-1, dtype=torch.long))
+        if cfg.unseen == "official":  # drawn last, so the rest of the initialisation is that of 'zero'
+            self.register_buffer("unseen_seed", torch.randint(0, 2**31, (), dtype=torch.long))
+            self.register_buffer("unseen_mean", unseen_directions(k, p, int(self.unseen_seed), -1))
 
     def on_epoch_start(self, epoch: int) -> None:
-        """ProCo's _hook_before_epoch: the window becomes the last epoch's statistics; a new epoch starts empty."""
+        """ProCo's _hook_before_epoch: the window becomes the last epoch's statistics; a new epoch starts empty
+        (officially with fresh random means for the classes it has not seen yet: they pass to the window here)."""
         if epoch > int(self.stats_epoch):
             self.stats.count.copy_(self.stats_current.count)
             self.stats.mean.copy_(self.stats_current.mean)
             self.stats_current.reset()
+            if self.cfg.unseen == "official":
+                k, p = self.stats.mean.shape
+                self.unseen_mean.copy_(unseen_directions(k, p, int(self.unseen_seed), epoch - 1))
             self.stats_epoch.fill_(epoch)
+
+    def window_means(self) -> torch.Tensor:
+        """The class means the contrastive logits use: the window's, where a class unseen in it has mean 0
+        ('zero') or the official random direction of length 0.9 ('official')."""
+        if self.cfg.unseen == "zero":
+            return self.stats.mean
+        return torch.where(self.stats.count[:, None] > 0, self.stats.mean, self.unseen_mean)
 
     @torch.no_grad()
     def update_statistics(self, z: torch.Tensor, labels: torch.Tensor) -> None:
@@ -120,7 +149,7 @@ class ProCo(Method):
         losses, kappa = [], None
         for z in zs:  # official order: update with this view, then its logits
             self.update_statistics(z, labels)
-            contrast, kappa = proco_logits(z, self.stats.mean, cfg.temperature, cfg.max_kappa)
+            contrast, kappa = proco_logits(z, self.window_means(), cfg.temperature, cfg.max_kappa)
             losses.append(self.branches.la_loss(contrast, labels))
         loss_proco = torch.stack(losses).mean()
         return {"loss": loss_ce + cfg.alpha * loss_proco, "logits": logits.detach(),
@@ -134,7 +163,7 @@ class ProCo(Method):
     @torch.no_grad()
     def result_extras(self) -> dict:
         """Per-class κ of the last window (what the final contrastive logits used) and classifier norms."""
-        kappa = sra_kappa(self.stats.mean.norm(dim=1), self.cfg.proj_dim, max_kappa=self.cfg.max_kappa)
+        kappa = sra_kappa(self.window_means().norm(dim=1), self.cfg.proj_dim, max_kappa=self.cfg.max_kappa)
         head = self.branches.head
         return {"kappa": kappa.cpu().tolist(),
                 "weight_norm": class_weight_norms(head.cos if hasattr(head, "cos") else head)}

@@ -271,3 +271,87 @@ def test_ltbench_check_methods_finds_the_built_in_folder():
     folder = Path(__file__).resolve().parents[1] / "methods"
     assert _defined_in("methods.cb", folder) and _defined_in("methods.lade", folder)
     assert not _defined_in("ltbench.train.engine", folder) and not _defined_in("no.such.module", folder)
+
+
+def uncommented_authors_schedules(text: str) -> str:
+    """recipes/cifar100_lt.yaml with its commented blocks of the authors' own schedules switched on: between
+    the '# >>>' and '# <<<' lines, '  #- ' and '  #  ' become '  - ' and '    ' (what a user does by hand)."""
+    out, inside = [], False
+    for line in text.splitlines():
+        inside = (inside or line.strip().startswith("# >>>")) and not line.strip().startswith("# <<<")
+        if inside and (line.startswith("  #- ") or line.startswith("  #  ")):
+            line = "  " + line[3:]
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_cifar100_dry_run_shows_the_authors_settings_and_schedules(tmp_path, capsys):
+    """The CIFAR-100-LT recipe's dry run, on generated CIFAR-100 files in the exact format: every new baseline's
+    row carries its authors' hyper-parameters on the shared schedule; with the commented blocks switched on,
+    each method also runs on its authors' own CIFAR schedule."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from ltbench import cli
+    from ltbench.recipe import load_recipe
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_cifar import write_fake_cifar100
+
+    write_fake_cifar100(tmp_path / "cifar")
+    recipes = Path(__file__).resolve().parents[1] / "recipes"
+    shutil.copy(recipes / "cifar10_lt.yaml", tmp_path)  # table1 includes it
+    path = tmp_path / "cifar100_lt.yaml"
+    path.write_text(uncommented_authors_schedules((recipes / "cifar100_lt.yaml").read_text()))
+    overrides = ["seeds=[0]", f"data.root={tmp_path / 'cifar'}"]
+    assert cli.main(["run", str(path), "--dry-run", "--results", str(tmp_path / "r"), *overrides]) in (0, None)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "rho=100 seed=0" in line]
+    sade = [line for line in lines if " sade (" in line]
+    assert len(sade) == 2 and all("expert_width=0.75" in line and "test_time_redraw=true" in line
+                                  and "test_time_views=[sade_test_time,sade_test_time]" in line
+                                  and "views=[sade_train]" in line for line in sade)
+    assert any("optim.batch_size=128" in line and "optim.nesterov=true" in line for line in sade)
+    assert any("unseen=official" in line for line in lines if " proco (" in line)
+    assert any("proj_dim=1024" in line for line in lines if " bcl (" in line)
+    runs = {}
+    for run in load_recipe(path, overrides).runs:
+        if run.config["data"]["imb_factor"] == 100:
+            runs.setdefault(run.config["method"]["name"], []).append(run.config["optim"])
+    shared = {"lr": 0.3, "batch_size": 256, "weight_decay": 4e-4, "schedule": "cosine"}
+    authors = {"balanced_softmax": {"lr": 0.1, "batch_size": 512, "epochs": 614, "schedule": "cosine"},
+               "cb": {"lr": 0.1, "batch_size": 128, "weight_decay": 2e-4, "schedule": "step", "gamma": 0.01},
+               "vs": {"lr": 0.1, "batch_size": 128, "weight_decay": 2e-4, "schedule": "step", "gamma": 0.01},
+               "lade": {"lr": 0.2, "batch_size": 256, "milestones": [120, 160], "gamma": 0.01},
+               "proco": {"lr": 0.3, "weight_decay": 2e-4, "schedule": "step", "milestones": [160, 180]},
+               "sade": {"lr": 0.1, "batch_size": 128, "nesterov": True, "weight_decay": 5e-4, "schedule": "step"}}
+    for name, expected in authors.items():
+        optims = runs[name]
+        assert len(optims) == 2, name  # the equal-recipe row and the authors' schedule
+        assert any(all(o[k] == v for k, v in shared.items()) for o in optims), name
+        assert any(all(o[k] == v for k, v in expected.items()) for o in optims), name
+
+
+@pytest.mark.parametrize("doc, names", [("methods.md", ["balanced_softmax", "cb", "vs", "lade"]),
+                                        ("methods-contrastive-experts.md", ["proco", "bcl", "sade"])])
+def test_the_docs_option_tables_show_every_option_and_its_default(doc, names):
+    """Each method's option table (one option per row) lists every Config field with the default a recipe
+    gets (config.option_default: for an option added later with a new default, that one), so the docs
+    cannot drift from the code."""
+    import dataclasses
+    from pathlib import Path
+
+    from ltbench.config import option_default, value_text
+    from ltbench.registry import METHODS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / doc).read_text()
+    for name in names:
+        section = text.split(f"## `{name}`:", 1)[1].split("\n## ", 1)[0]
+        table = section.split("| option | default | meaning |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+        rows = [[c.strip() for c in line.split("|")[1:3]] for line in table.splitlines()]
+        documented = {cell.strip("`"): default for cell, default in rows}
+        fields = {f.name: f for f in dataclasses.fields(METHODS.get(name).Config)}
+        assert set(documented) == set(fields), name
+        for option, default in documented.items():
+            expected = value_text(option_default(fields[option]))
+            assert default.replace(" ", "") == expected.replace(" ", ""), (name, option, default, expected)

@@ -8,7 +8,7 @@ parts here. No torch: the schema is readable without the engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from ltbench import registry
 from ltbench.results import store
@@ -30,6 +30,7 @@ class TrainOutcome:
     world_size: int
     views: list
     numerics: dict  # provenance.numerics: device, CPU/GPU model, effective threads, versions, flags
+    parameters: dict = field(default_factory=dict)  # engine.parameter_counts: network, method, total, trainable
 
 
 def data_record(data) -> dict:

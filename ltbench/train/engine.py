@@ -49,7 +49,7 @@ from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.train.loggers import create_loggers
-from ltbench.method import Method, MethodContext, build_method_model, create_method
+from ltbench.method import Method, MethodContext, TestTimeViews, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.results.record import TrainOutcome, data_record
 from ltbench.registry import BACKBONES, DATASETS
@@ -264,10 +264,12 @@ class SeededSamples(torch.utils.data.Dataset):
                 keys.append(row)
         return keys
 
-    def eval_keys(self, source: str, batch_size: int) -> list[list]:
-        """Keys of one test source in order, in batches. One hash per source, not per image: test passes
-        are long and their pipelines usually deterministic."""
-        base, n = derive_seed(self.seed, "augment", source), len(self.sources[source])
+    def eval_keys(self, source: str, batch_size: int, epoch: int = 0) -> list[list]:
+        """Keys of one test source in order, in batches. One hash per source (and test-time epoch after the
+        first: a method's views redrawn for a later pass), not per image: test passes are long and their
+        pipelines usually deterministic."""
+        parts = (self.seed, "augment", source) if epoch == 0 else (self.seed, "augment", source, epoch)
+        base, n = derive_seed(*parts), len(self.sources[source])
         return [[(source, i, (base + i) % 2**31) for i in range(s, min(s + batch_size, n))]
                 for s in range(0, n, batch_size)]
 
@@ -354,21 +356,27 @@ ADAPT_SUFFIX = ":adapt"
 
 
 @torch.no_grad()
-def view_features(run: Run, device: torch.device, source: str, batch_size: int = 512) -> list[torch.Tensor]:
-    """Backbone features of every view of one source, one (N, feature_dim) tensor per view."""
+def view_features(run: Run, device: torch.device, source: str, batch_size: int = 512,
+                  epoch: int = 0) -> list[torch.Tensor]:
+    """Backbone features of every view of one source, one (N, feature_dim) tensor per view; ``epoch``
+    > 0 draws the views afresh (a test-time pass, seeded by run seed, source, epoch and index)."""
     run.model.eval()
     loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
     per_batch = [[backbone_features(run, v.to(device, non_blocking=True)).float() for v in views]
-                 for views, _ in loader.run(loader.samples.eval_keys(source, batch_size))]
+                 for views, _ in loader.run(loader.samples.eval_keys(source, batch_size, epoch))]
     return [torch.cat(per_view) for per_view in zip(*per_batch)]
 
 
 def adapt_to(run: Run, device: torch.device, source: str, record: dict) -> None:
-    """Test-time adaptation of the method to one test source (Method.adapt), when it asks for it."""
+    """Test-time adaptation of the method to one test source (Method.adapt), when it asks for it: the
+    features of its views, drawn for the first pass, and on request redrawn for later ones."""
     run.method.reset_adaptation()
     if run.method.test_time_views():
+        adapt_source = f"{source}{ADAPT_SUFFIX}"
+        views = TestTimeViews(view_features(run, device, adapt_source),
+                              lambda epoch: view_features(run, device, adapt_source, epoch=epoch))
         with torch.enable_grad():
-            record[source] = run.method.adapt(view_features(run, device, f"{source}{ADAPT_SUFFIX}"))
+            record[source] = run.method.adapt(views)
 
 
 def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Loader:
@@ -795,6 +803,15 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     return row
 
 
+def parameter_counts(run: Run) -> dict:
+    """Parameters of the network (the backbone, or what the method built on it: SADE's experts) and of the
+    method's own modules (heads, projections), and how many of all are trained: what a row's model costs."""
+    params = list(run.model.parameters())
+    network, method = (sum(p.numel() for p in m.parameters()) for m in (run.backbone, run.method))
+    return {"network": network, "method": method, "total": network + method,
+            "trainable": sum(p.numel() for p in params if p.requires_grad)}
+
+
 def final_outcome(s: Session, started: float) -> TrainOutcome:
     """Final evaluation, model selection, predictions.npz (rank 0), and the measured outcome."""
     run, run_dir = s.run, Path(s.spec.run_dir)
@@ -810,7 +827,7 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
                         data=data_record(run.data), train_seconds_this_session=time.time() - started,
                         threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views(),
-                        numerics=session_numerics(s, log))
+                        numerics=session_numerics(s, log), parameters=parameter_counts(run))
 
 
 def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:
