@@ -155,9 +155,13 @@ def _color(spec: ImageSpec, p: float = 0.8) -> list:
     return [v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=p), v2.RandomGrayscale(p=0.2)]
 
 
+def _interpolation(spec: ImageSpec) -> v2.InterpolationMode:
+    return v2.InterpolationMode(spec.interpolation)
+
+
 def _crop(spec: ImageSpec) -> list:
     if spec.kind == "large":
-        return [v2.RandomResizedCrop(spec.size, antialias=True)]
+        return [v2.RandomResizedCrop(spec.size, interpolation=_interpolation(spec), antialias=True)]
     return [v2.RandomCrop(spec.size, padding=4)]
 
 
@@ -166,7 +170,8 @@ def eval_pipeline(spec: ImageSpec):
     """Small images: as they are. Large: resize 256 (short side) and centre crop 224."""
     pre = [v2.ToImage()]
     if spec.kind == "large":
-        pre += [v2.Resize(int(round(spec.size * 256 / 224)), antialias=True), v2.CenterCrop(spec.size)]
+        resize = int(round(spec.size * 256 / 224)) if spec.crop_pct is None else int(spec.size / spec.crop_pct + 1e-6)
+        pre += [v2.Resize(resize, interpolation=_interpolation(spec), antialias=True), v2.CenterCrop(spec.size)]
         return DirectPipeline(v2.Compose(pre + _to_float(spec)))
     return SmallTensorFastPath(v2.Compose(pre + _to_float(spec)), spec, crop_padding=None, flip=False)
 

@@ -8,7 +8,7 @@ parts here. No torch: the schema is readable without the engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from ltbench import registry
 from ltbench.results import store
@@ -28,6 +28,7 @@ class TrainOutcome:
     device: str
     world_size: int
     views: list
+    parameters: dict = field(default_factory=dict)  # backbones.parameter_counts: total and trainable
 
 
 def data_record(data) -> dict:

@@ -47,6 +47,7 @@ from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.results.record import TrainOutcome, data_record
+from ltbench.backbones import bind_data, parameter_counts
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import Sampler, SamplerContext, create_sampler
@@ -126,6 +127,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     builder = dataset_builder(config)
     data = data if data is not None else builder.load()
     backbone = BACKBONES.build(config["backbone"], in_channels=data.image.channels, where="backbone")
+    data = bind_data(backbone, data)  # a pretrained backbone's own preprocessing and tune mode
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
     ctx = MethodContext(
@@ -133,6 +135,9 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
         class_counts=torch.as_tensor(data.class_counts, dtype=torch.long),
         feature_dim=backbone.feature_dim,
         epochs=optim.epochs,
+        dataset=config["data"]["name"],
+        class_names=tuple(data.class_names) if data.class_names else None,
+        backbone=backbone,
     )
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
@@ -161,6 +166,8 @@ def lr_factor(o: OptimConfig, iteration: int, iters_per_epoch: int) -> float:
     if o.schedule == "cosine":
         progress = (iteration - warmup) / max(1, total - warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    if o.schedule == "cosine_epoch":  # torch's CosineAnnealingLR(T_max=epochs) stepped at each epoch end
+        return 0.5 * (1.0 + math.cos(math.pi * min(iteration // iters_per_epoch, o.epochs) / o.epochs))
     if o.schedule == "step":
         epoch = iteration // iters_per_epoch
         return o.gamma ** sum(epoch >= m for m in o.milestones)
@@ -666,6 +673,8 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     """One optimisation step on a batch already on the device: schedule, forward (all views through one backbone pass, so BatchNorm
     sees them together), contract check at the first step, finiteness, backward, update."""
     run, o = s.run, s.run.optim
+    if o.micro_batch_size and o.micro_batch_size < len(labels):
+        return accumulated_step(s, views, labels, epoch, step)
     for group, base in zip(s.optimizer.param_groups, s.base_lrs):
         group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
     with s.autocast():
@@ -690,6 +699,43 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     s.scaler.update()
     s.iteration += 1
     return out
+
+
+def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
+    """``train_step`` with gradient accumulation (optim.micro_batch_size, LIFT's): the batch goes through
+    forward and backward in chunks, each chunk's loss weighted by its share of the batch, then one
+    optimiser step. What it returns reads as one batch: the weighted loss and extras, the chunks' logits."""
+    run, o = s.run, s.run.optim
+    for group, base in zip(s.optimizer.param_groups, s.base_lrs):
+        group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
+    s.optimizer.zero_grad(set_to_none=True)
+    outs, n = [], len(labels)
+    for chunk in torch.arange(n, device=labels.device).split(o.micro_batch_size):
+        with s.autocast():
+            chunk_views = [v[chunk] for v in views]
+            features = backbone_features(run, torch.cat(chunk_views)).float().split(len(chunk))
+            out = run.method.loss(list(features), labels[chunk], epoch=epoch)
+        if not s.contract_checked:
+            check_method_contract(run.method, out, list(features), labels[chunk])
+            s.contract_checked = True
+        finite = bool(torch.isfinite(out["loss"]))
+        if s.world > 1:  # every process stops together, as in train_step
+            finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
+        if not finite:
+            raise NonFiniteLossError(non_finite_loss_message(out["loss"], epoch, step, run.train.precision,
+                                                             s.spec.config["method"]["name"], o.lr))
+        s.scaler.scale(out["loss"] * (len(chunk) / n)).backward()
+        outs.append((len(chunk) / n, out))
+    if s.world > 1:
+        distributed.average_gradients(run.model.parameters())
+    s.scaler.step(s.optimizer)
+    s.scaler.update()
+    s.iteration += 1
+    merged = {k: sum(w * o_[k].detach() for w, o_ in outs) for k, v in outs[0][1].items()
+              if k != "logits" and torch.is_tensor(v) and v.numel() == 1}
+    if all("logits" in o_ for _, o_ in outs):
+        merged["logits"] = torch.cat([o_["logits"] for _, o_ in outs])
+    return merged
 
 
 HEARTBEAT = "progress.json"  # RUN_DIR/progress.json: the running epoch's step, loss, img/s (rank 0)
@@ -785,7 +831,8 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
         save_predictions(run_dir, predictions, run.data.num_classes)
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
                         data=data_record(run.data), train_seconds_this_session=time.time() - started,
-                        threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views())
+                        threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views(),
+                        parameters=parameter_counts(run.backbone, run.method))
 
 
 def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:
@@ -802,6 +849,8 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
         s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
     saver.restart_clock()
     started = time.time()
+    if s.run.optim.epochs == 0 and epoch == 0:  # evaluation only: the model as built is the final checkpoint
+        saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=0, iteration=0)
     try:
         while epoch < s.run.optim.epochs:
             meter = train_epoch(s, epoch, start_step, saver)
