@@ -354,6 +354,11 @@ class EvalConfig:
     # Which epoch's model the run reports: the last (common practice), or the one with the best validation
     # All (needs a validation split, data.val_per_class or data.val_split; docs/protocol.md).
     select: Literal["last", "best_val"] = added_later("last")
+    # Test-time ensembling (LIFT's): every evaluated image (test, test sets, validation) is resized to
+    # size + tte_expand and cut into 5 (fivecrop) or 10 (tencrop: the five and their mirror images) crops;
+    # the prediction is the mean of the method's scores over the crops. none: one centre crop.
+    tte: Literal["none", "fivecrop", "tencrop"] = added_later("none")
+    tte_expand: int = added_later(24)
 
     def validate(self) -> None:
         check_range("few_threshold", self.few_threshold, 0, INT_LIMIT)
@@ -366,6 +371,7 @@ class EvalConfig:
             if not isinstance(name, str) or not name.replace("_", "").isalnum() or len(name) > 100:
                 raise ValueError(f"test_sets: {short_repr(name)} is not a test set name (letters, digits, _), "
                                  f"e.g. forward50, backward10, uniform")
+        check_range("tte_expand", self.tte_expand, 0, 4096)
         for what, names in (("target_priors", self.target_priors), ("test_sets", self.test_sets)):
             if len(set(names)) != len(names):
                 raise ValueError(f"{what} names a prior twice: {short_repr(names)}")

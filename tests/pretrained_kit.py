@@ -16,14 +16,15 @@ import torch.nn as nn
 
 CLIP_SHAPE = {"image_size": 32, "patch_size": 8, "width": 64, "layers": 2, "heads": 2, "embed_dim": 32,
               "text_width": 32, "text_heads": 2, "text_layers": 2}
+FMNIST_SHAPE = {"image_size": 28, "patch_size": 7}
 TIMM_SHAPE = {"image_size": 32, "patch_size": 8, "width": 64, "layers": 2, "heads": 2}
 
 
-def tiny_clip(seed: int = 0) -> nn.Module:
+def tiny_clip(seed: int = 0, **shape) -> nn.Module:
     from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
 
     torch.manual_seed(seed)
-    s = CLIP_SHAPE
+    s = {**CLIP_SHAPE, **shape}
     model = CLIP(s["embed_dim"], quick_gelu=True,
                  vision_cfg=CLIPVisionCfg(layers=s["layers"], width=s["width"], head_width=s["width"] // s["heads"],
                                           patch_size=s["patch_size"], image_size=s["image_size"]),
@@ -72,13 +73,14 @@ def write_weights(folder: Path) -> dict[str, Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     clip_state = tiny_clip(0).state_dict()
-    out = {"clip": folder / "tiny_clip.pt", "clip_jit": folder / "tiny_clip_openai.pt",
+    out = {"clip": folder / "tiny_clip.pt", "clip28": folder / "tiny_clip_28px.pt", "clip_jit": folder / "tiny_clip_openai.pt",
            "clip_safetensors": folder / "tiny_clip.safetensors", "clip_other": folder / "tiny_clip_seed1.pt",
            "timm": folder / "tiny_vit.safetensors"}
     torch.save(clip_state, out["clip"])
     torchscript_archive({**clip_state, "input_resolution": torch.tensor(32.0)}, out["clip_jit"])
     save_file({k: v.contiguous() for k, v in clip_state.items()}, str(out["clip_safetensors"]))
     torch.save(tiny_clip(1).state_dict(), out["clip_other"])
+    torch.save(tiny_clip(0, **FMNIST_SHAPE).state_dict(), out["clip28"])  # Fashion-MNIST's 28 x 28: no resize
     save_file({k: v.contiguous() for k, v in tiny_timm(0).state_dict().items()}, str(out["timm"]))
     return out
 

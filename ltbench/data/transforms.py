@@ -249,3 +249,19 @@ def build(name: str, spec: ImageSpec, aliases: dict[str, str] | None = None) -> 
     if concrete not in PIPELINES:
         raise ConfigError(PIPELINES.unknown_message(name, also=aliases or {}))
     return PIPELINES.get(concrete)(spec)
+
+
+class CropEnsemble:
+    """Test-time ensembling views (LIFT's TTE): resize the short side to size + expand, then the five crops
+    (four corners and centre) of torchvision's FiveCrop, or ten (TenCrop: and their horizontal mirrors),
+    each normalised; one (crops, C, size, size) tensor per image. The engine averages the method's scores
+    over the crops (ltbench/train/engine.py, ``predict_scores``)."""
+
+    def __init__(self, spec: ImageSpec, mode: str, expand: int):
+        crop = v2.FiveCrop(spec.size) if mode == "fivecrop" else v2.TenCrop(spec.size)
+        self.resize = v2.Compose([v2.ToImage(), v2.Resize(spec.size + expand, interpolation=_interpolation(spec),
+                                                          antialias=True)])
+        self.crop, self.to_float = crop, v2.Compose(_to_float(spec)[1:])
+
+    def __call__(self, img) -> torch.Tensor:
+        return torch.stack([self.to_float(c) for c in self.crop(self.resize(img))])

@@ -323,7 +323,8 @@ class Loader:
 def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
     """The test sets a run evaluates on ('test' and each of eval.test_sets), with the eval pipeline,
     built before any worker starts (persistent workers only see what exists when they fork)."""
-    tf = transforms.build("eval", run.data.image, run.data.pipelines)
+    tf = transforms.build("eval", run.data.image, run.data.pipelines) if run.eval.tte == "none" else \
+        transforms.CropEnsemble(run.data.image, run.eval.tte, run.eval.tte_expand)  # eval.tte: several crops per image
     adapt_views = [transforms.build(v, run.data.image, run.data.pipelines) for v in run.method.test_time_views()]
     out = {"test": (MultiView(run.data.test, [tf]), run.data.test_labels)}
     for name in run.eval.test_sets:
@@ -386,8 +387,27 @@ def test_features(run: Run, device: torch.device, source: str = "test", batch_si
     run.model.eval()
     loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
     keys = loader.samples.eval_keys(source, batch_size)
-    feats = [backbone_features(run, views[0].to(device, non_blocking=True)).float() for views, _ in loader.run(keys)]
+    feats = [crop_features(run, views[0].to(device, non_blocking=True)) for views, _ in loader.run(keys)]
     return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim, device=device)
+
+
+def crop_features(run: Run, images: torch.Tensor) -> torch.Tensor:
+    """Features of a batch of evaluation images: (N, d), or (N, crops, d) under eval.tte (N, crops, C, H, W)."""
+    if images.ndim == 4:
+        return backbone_features(run, images).float()
+    return backbone_features(run, images.flatten(0, 1)).float().unflatten(0, images.shape[:2])
+
+
+def predict_scores(run: Run, feats: torch.Tensor, prior: torch.Tensor | None, heads: bool = False):
+    """``method.predict`` (or ``head_predictions`` with ``heads``) on test features; with several crops per
+    image (eval.tte) the mean of the scores over the crops, as LIFT aggregates them."""
+    call = run.method.head_predictions if heads else run.method.predict
+    if feats.ndim == 2:
+        return call(feats, target_prior=prior)
+    n, crops = feats.shape[:2]
+    out = call(feats.flatten(0, 1), target_prior=prior)
+    mean = lambda s: s.unflatten(0, (n, crops)).mean(1) if torch.is_tensor(s) and s.ndim == 2 else s  # noqa: E731
+    return {k: mean(v) for k, v in out.items()} if heads else mean(out)
 
 
 def score_summary(run: Run, scores: torch.Tensor, labels: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -417,7 +437,7 @@ def evaluate_target_priors(run: Run, feats: torch.Tensor, labels: np.ndarray, de
     """metrics.target_priors: the prior-adapted prediction; 'all' is the per-class accuracy weighted
     by the target prior (the test set stays balanced), groups are unweighted."""
     def predict_for(prior):
-        return run.method.predict(feats, target_prior=prior_tensor(prior, device)).argmax(1).cpu().numpy()
+        return predict_scores(run, feats, prior_tensor(prior, device)).argmax(1).cpu().numpy()
 
     e = run.eval
     return target_prior_metrics(e.target_priors, run.data.class_counts, labels, predict_for, e.many_threshold,
@@ -433,8 +453,7 @@ def evaluate_test_sets(run: Run, device: torch.device, arrays: dict, adaptation:
         set_feats = test_features(run, device, source=f"test_set:{name}")
         adapt_to(run, device, f"test_set:{name}", {} if adaptation is None else adaptation)
         prior = label_prior(set_labels, k)
-        prediction, s = score_summary(run, run.method.predict(set_feats, target_prior=prior_tensor(prior, device)),
-                                      set_labels)
+        prediction, s = score_summary(run, predict_scores(run, set_feats, prior_tensor(prior, device)), set_labels)
         arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, prediction
         out[name] = {"size": int(len(set_labels)), **headline(s)}
     return out
@@ -450,10 +469,10 @@ def evaluate(run: Run, device: torch.device) -> dict:
     adaptation: dict = {}
     adapt_to(run, device, "test", adaptation)
     uniform = torch.full((k,), 1.0 / k, device=device)
-    scores = run.method.predict(feats, target_prior=uniform)
+    scores = predict_scores(run, feats, uniform)
     check_scores(scores, len(feats), k, getattr(run.method, "registered_name", "?"), "predict()")
     main_prediction, out = score_summary(run, scores, labels)
-    heads = run.method.head_predictions(feats, target_prior=uniform)
+    heads = predict_scores(run, feats, uniform, heads=True)
     arrays = {"labels": labels, "head:main": main_prediction}
     if heads:
         out["heads"] = evaluate_heads(run, heads, labels, arrays)
@@ -475,7 +494,7 @@ def evaluate_val(run: Run, device: torch.device) -> dict:
     """metrics.val: the validation split under the uniform prior, with the test set's shot groups (from
     training counts). What selection may look at; the test metrics never are."""
     labels = run.eval_sets["val"][1]
-    scores = run.method.predict(test_features(run, device, "val"), target_prior=None)
+    scores = predict_scores(run, test_features(run, device, "val"), None)
     _, summary = score_summary(run, scores, labels)
     return {**headline(summary), "per_class": summary["per_class"], "size": int(len(labels))}
 
