@@ -87,6 +87,8 @@ class LIFT(Method):
     def __init__(self, cfg: LIFTConfig, ctx):
         super().__init__(cfg, ctx)
         self.head = CosineHead(ctx.feature_dim, ctx.num_classes, cfg.s)
+        # tau * log(pi), LIFT's adjustment, kept on the model's device (no host-to-device copy per step)
+        self.register_buffer("adjust", log_prior_adjustment(ctx.train_prior, cfg.tau), persistent=False)
         if cfg.init == "text" and ctx.backbone is not None:  # stage 2 rebuilds without it: the checkpoint has w
             if not callable(getattr(ctx.backbone, "text_embeddings", None)):
                 raise ConfigError("method.init: text needs a backbone with a text tower (clip_vit_b16, clip_vit)")
@@ -104,8 +106,7 @@ class LIFT(Method):
 
     def loss(self, features, labels, *, epoch):
         z = self.logits(features[0])
-        shift = log_prior_adjustment(self.ctx.train_prior, self.cfg.tau).to(z.device)
-        return {"loss": F.cross_entropy(z + shift, labels), "logits": z.detach()}
+        return {"loss": F.cross_entropy(z + self.adjust, labels), "logits": z.detach()}
 
     def predict(self, features, *, target_prior=None):
         z = self.logits(features)
