@@ -54,3 +54,26 @@ def test_list_shows_the_foundation_track(capsys):
     assert main(["list", "methods"]) == 0
     methods = capsys.readouterr().out
     assert "lift" in methods and "zero_shot" in methods
+
+
+def test_pretrained_doc_example_registers_and_names_its_weights(tmp_path, monkeypatch, capsys):
+    """docs/adding-a-backbone.md's pretrained example: it registers, `ltbench check` skips it without weights
+    (not a failure), and a run without the file is the one line naming where it is published."""
+    import re
+
+    from tests.conftest import registries_restored
+
+    text = (ROOT / "docs" / "adding-a-backbone.md").read_text()
+    match = re.search(r"```python\n# (my_backbones/vit_s16\.py)\n(.*?)```", text, re.S)
+    assert match
+    (tmp_path / "my_backbones").mkdir()
+    (tmp_path / match[1]).write_text(match[2])
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with registries_restored():
+        assert main(["check", str(tmp_path / "my_backbones")]) == 0
+        assert "skipped backbone vit_s16_in21k" in capsys.readouterr().out
+        from ltbench.pretrained import WeightsMissingError
+        from ltbench.registry import BACKBONES
+
+        with pytest.raises(WeightsMissingError, match="backbone vit_s16_in21k: .*vit_small_patch16_224.augreg_in21k"):
+            BACKBONES.build({"name": "vit_s16_in21k"}, in_channels=3, where="backbone")
