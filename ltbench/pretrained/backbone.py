@@ -133,7 +133,7 @@ class PretrainedViT(nn.Module):
             return
         spec, trunk = self.cfg.tune, self.trunk
         name, blocks = spec["name"], trunk.blocks
-        bottleneck = spec.get("bottleneck") or spec.get("rank") or tuning.lift_bottleneck(num_classes, len(blocks))
+        bottleneck = spec.get("bottleneck") or spec.get("rank") or tuning.rule_of_thumb_bottleneck(num_classes, len(blocks))
         if name == "full":
             for p in (trunk.module.parameters() if spec["scope"] == "all" else
                       (q for b in blocks for q in b.parameters())):

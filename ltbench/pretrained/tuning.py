@@ -97,7 +97,7 @@ def resolve_tune(value: Any, where: str = "backbone.tune") -> dict:
     return {"name": spec["name"], **to_dict(from_dict(cls, options, where))}
 
 
-def lift_bottleneck(num_classes: int, layers: int) -> int:
+def rule_of_thumb_bottleneck(num_classes: int, layers: int) -> int:
     """LIFT's default adapter width and LoRA rank: 2 ** max(0, floor(log2(K / (2 L))))."""
     return 2 ** max(0, int(math.log2(num_classes / (layers * 2))))
 
