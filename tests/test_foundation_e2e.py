@@ -5,6 +5,8 @@ frozen features. Weights are loaded from saved files; nothing is downloaded."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -13,7 +15,8 @@ import yaml
 
 from pretrained_kit import FMNIST_SHAPE, clip_backbone, tiny_weights  # noqa: F401
 
-from tests.conftest import run_cli
+from ltbench.cli import main
+from tests.conftest import registries_restored
 
 PLUGIN = '''"""synthetic_lt with class names, for text prompts (the built-in one has none)."""
 from ltbench.data.synthetic import SyntheticLT
@@ -59,10 +62,12 @@ def foundation_runs(tiny_weights, tmp_path_factory):
     }
     path = folder / "tiny_foundation.yaml"
     path.write_text(yaml.safe_dump(recipe))
-    run = run_cli("run", path, timeout=600)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    posthoc = run_cli("posthoc", path, timeout=600)
-    assert posthoc.returncode == 0, posthoc.stdout[-2000:] + posthoc.stderr[-3000:]
+    with registries_restored():  # in this process (a worker process would import torch and open_clip again)
+        for command in ("run", "posthoc"):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                code = main([command, str(path)])
+            assert code == 0, out.getvalue()[-3000:]
     results = [json.loads(p.read_text()) for p in (folder / "results" / "tiny_foundation").glob("*/result.json")]
     return {r["config"]["method"]["name"]: r for r in results}, folder
 

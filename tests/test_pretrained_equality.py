@@ -45,7 +45,7 @@ def b16(tmp_path_factory):
     state = model.state_dict()
     torch.save(state, path)
     net, _ = build({**clip_backbone(path), **s})
-    return net.eval(), {k: v.float() for k, v in state.items()}
+    return net.eval(), {k: v.float() for k, v in state.items()}, path
 
 
 def within(what: str, ours: torch.Tensor, ref: torch.Tensor, bound: float) -> bool:
@@ -101,7 +101,7 @@ def openai_text(tokens, sd, heads=8):
 
 
 def test_clip_image_and_text_towers_equal_openai(b16):
-    net, sd = b16
+    net, sd, _ = b16
     torch.manual_seed(1)
     pixels = torch.rand(2, 3, 224, 224)
     mean, std = torch.tensor(net.preprocess.mean).view(1, 3, 1, 1), torch.tensor(net.preprocess.std).view(1, 3, 1, 1)
@@ -170,11 +170,9 @@ def test_adaptformer_block_equals_lift(tiny_weights_b16_adapter):
 
 
 @pytest.fixture(scope="module")
-def tiny_weights_b16_adapter(b16, tmp_path_factory):
+def tiny_weights_b16_adapter(b16):
     """The one-block ViT-B/16 with an AdaptFormer of LIFT's ImageNet-LT width (32) and random, non-zero weights."""
-    _, sd = b16
-    path = tmp_path_factory.mktemp("b16a") / "b16.pt"
-    torch.save(sd, path)
+    _, sd, path = b16
     net, _ = build({**clip_backbone(path, {"name": "adaptformer", "bottleneck": 32}), **B16_ONE_BLOCK})
     torch.manual_seed(2)
     with torch.no_grad():
@@ -190,7 +188,7 @@ def test_lift_text_init_loss_and_tte_equal_lift(b16):
     from ltbench.data.transforms import CropEnsemble
     from methods.lift import LIFT, LIFTConfig
 
-    net, sd = b16
+    net, sd, _ = b16
     counts = torch.tensor([40, 10, 3])
     ctx = MethodContext(3, counts, 768, 10, dataset="cifar100_lt_subset", class_names=("tench", "goldfish", "great_white"),
                         backbone=net)
