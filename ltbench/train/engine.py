@@ -729,10 +729,11 @@ def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor
         group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
     s.optimizer.zero_grad(set_to_none=True)
     outs, n = [], len(labels)
-    for chunk in torch.arange(n, device=labels.device).split(o.micro_batch_size):
+    for start in range(0, n, o.micro_batch_size):
+        chunk = slice(start, min(n, start + o.micro_batch_size))  # a view of the batch: no copy kernel
+        size = chunk.stop - chunk.start
         with s.autocast():
-            chunk_views = [v[chunk] for v in views]
-            features = backbone_features(run, torch.cat(chunk_views)).float().split(len(chunk))
+            features = backbone_features(run, torch.cat([v[chunk] for v in views])).float().split(size)
             out = run.method.loss(list(features), labels[chunk], epoch=epoch)
         if not s.contract_checked:
             check_method_contract(run.method, out, list(features), labels[chunk])
@@ -743,8 +744,8 @@ def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor
         if not finite:
             raise NonFiniteLossError(non_finite_loss_message(out["loss"], epoch, step, run.train.precision,
                                                              s.spec.config["method"]["name"], o.lr))
-        s.scaler.scale(out["loss"] * (len(chunk) / n)).backward()
-        outs.append((len(chunk) / n, out))
+        s.scaler.scale(out["loss"] * (size / n)).backward()
+        outs.append((size / n, out))
     if s.world > 1:
         distributed.average_gradients(run.model.parameters())
     s.scaler.step(s.optimizer)
