@@ -173,3 +173,34 @@ def test_adapters_start_as_the_identity_and_checkpoints_hold_what_trains(tiny_we
     net, _ = build(clip_backbone(tiny_weights["clip"], "vpt"))
     assert not torch.allclose(net.eval()(X), ref)
     assert base.state_dict() == {} and net.state_dict().keys() == {"prompts.prompts"}
+
+
+def test_gradient_accumulation_equals_the_full_batch_step(tiny_weights, tmp_path):
+    """optim.micro_batch_size: two chunks of 4, one optimiser step, the same update as the batch of 8 (a
+    LayerNorm model: equal up to float rounding); the loss and logits read as the whole batch's."""
+    from ltbench.recipe import resolve_run_config
+    from ltbench.results.runspec import RunSpec
+    from ltbench.train import engine
+
+    def one_step(micro):
+        raw = {"data": {"name": "synthetic_lt", "num_classes": 4, "max_per_class": 8, "imb_factor": 2, "image_size": 12},
+               "backbone": clip_backbone(tiny_weights["clip"], "adaptformer"), "method": {"name": "la"},
+               "optim": {"epochs": 1, "warmup_epochs": 0, "batch_size": 8, "micro_batch_size": micro}}
+        config = resolve_run_config(raw, seed=0, where="t")
+        torch.manual_seed(0)
+        run = engine.build_run(config)
+        optimizer = engine.make_optimizer(run)
+        spec = RunSpec.coerce({"config": config, "run_id": "x", "recipe": "t", "run_dir": str(tmp_path)})
+        s = engine.Session(spec, run, torch.device("cpu"), optimizer, torch.amp.GradScaler("cpu", enabled=False),
+                           0, 1, 1, lambda *_: None)
+        s.iters_per_epoch, s.base_lrs = 1, [g["lr"] for g in optimizer.param_groups]
+        torch.manual_seed(1)
+        views, labels = [torch.rand(8, 3, 32, 32)], torch.tensor([0, 1, 2, 3, 0, 1, 0, 0])
+        run.model.train()
+        out = engine.train_step(s, views, labels, 0, 0)
+        return out, [p.detach().clone() for p in run.model.parameters() if p.requires_grad]
+
+    full, full_params = one_step(None)
+    chunked, chunked_params = one_step(4)
+    assert chunked["logits"].shape == (8, 4) and torch.allclose(chunked["loss"], full["loss"], atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(full_params, chunked_params))
