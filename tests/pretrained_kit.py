@@ -103,7 +103,7 @@ def build(spec: dict, in_channels: int = 3, num_classes: int = 10):
     """A registered backbone from its recipe section, bound to a dataset of ``num_classes`` classes."""
     import numpy as np
 
-    from ltbench.backbones import bind_data
+    from ltbench.pretrained.registered import bind_data
     from ltbench.data.base import ImageSpec, LTData
     from ltbench.registry import BACKBONES
 

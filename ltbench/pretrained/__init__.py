@@ -4,7 +4,7 @@ setting of long-tailed recognition (docs/foundation.md).
 Layout: ``weights`` (finding, identifying and reading weights files), ``trunks`` (the library ViTs walked
 block by block), ``tuning`` (the tune modes), ``backbone`` (the shared backbone class), ``clip`` and
 ``timm_vit`` (the families), ``prompts`` (class names and prompt templates shipped with ltbench). The
-backbones are registered in ltbench/backbones.py; open_clip and timm are imported only when one is built.
+backbones are registered in ``registered`` (a core module of the registry); open_clip and timm are imported only when one is built.
 """
 
 from ltbench.pretrained.backbone import PretrainedConfig, PretrainedViT

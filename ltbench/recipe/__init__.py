@@ -526,7 +526,7 @@ def data_identity(data: dict, cache: dict) -> str | None:
 def backbone_identity(backbone: dict, cache: dict) -> str | None:
     """The sha256 of a pretrained backbone's weights file ('sha256:...'), None for backbones built from
     scratch; a missing file is a one-line WeightsMissingError (exit 2), so --dry-run checks it too."""
-    from ltbench.backbones import backbone_identity as ask  # lazy: keeps table and status free of torch
+    from ltbench.pretrained.registered import backbone_identity as ask  # lazy: keeps table and status free of torch
 
     key = "backbone:" + canonical_json(backbone)
     if key not in cache:

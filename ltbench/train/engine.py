@@ -47,7 +47,7 @@ from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.results.record import TrainOutcome, data_record
-from ltbench.backbones import bind_data, parameter_counts
+from ltbench.pretrained.registered import bind_data, parameter_counts
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import Sampler, SamplerContext, create_sampler
