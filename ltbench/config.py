@@ -290,11 +290,17 @@ class OptimConfig:
     nesterov: bool = False  # Nesterov momentum (needs momentum > 0)
     weight_decay: float = 5e-4  # L2 penalty of SGD (methods may exempt their own parameters via param_groups)
     batch_size: int = 128  # images per optimiser step (per process under distributed training)
-    epochs: int = 200  # length of the schedule
+    epochs: int = 200  # length of the schedule; 0: evaluate the model as built (zero-shot, features only)
     warmup_epochs: float = 5.0  # linear warm-up from ~0, stepped per iteration
-    schedule: Literal["cosine", "step", "constant"] = "cosine"
+    # cosine: per iteration; cosine_epoch: constant within an epoch, cos over epochs (torch's
+    # CosineAnnealingLR stepped once per epoch, as LIFT trains); step; constant
+    schedule: Literal["cosine", "cosine_epoch", "step", "constant"] = "cosine"
     milestones: list[int] = field(default_factory=lambda: [160, 180])  # epochs, for "step"
     gamma: float = 0.1  # multiplicative factor per milestone, for "step"
+    # Gradient accumulation: each step's batch_size images go through the model in chunks of this many,
+    # one optimiser step per batch (LIFT's micro_batch_size; for small GPUs). A different computation where
+    # a model has BatchNorm (it sees the chunks), so part of the run id; None: no accumulation.
+    micro_batch_size: int | None = added_later(None)
 
     def validate(self) -> None:
         check_range("lr", self.lr, 0, 1000, low_open=True)
@@ -303,9 +309,12 @@ class OptimConfig:
             raise ValueError("nesterov: true needs momentum > 0")
         check_range("weight_decay", self.weight_decay, 0, 1)
         check_range("batch_size", self.batch_size, 2, MAX_BATCH, unit=" (BatchNorm needs 2 images per batch)")
-        check_range("epochs", self.epochs, 1, MAX_EPOCHS)
+        check_range("epochs", self.epochs, 0, MAX_EPOCHS)
         check_range("warmup_epochs", self.warmup_epochs, 0, self.epochs, unit=" (at most epochs)")
         check_range("gamma", self.gamma, 0, 1e6, low_open=True)
+        check_range("micro_batch_size", self.micro_batch_size, 1, self.batch_size, unit=" (at most batch_size)")
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
+            raise ValueError(f"micro_batch_size ({self.micro_batch_size}) must divide batch_size ({self.batch_size})")
         for m in self.milestones if self.schedule == "step" else ():  # the default [160, 180] is unused otherwise
             check_range("milestones[...]", m, 1, self.epochs, unit=" (an epoch of the schedule)")
         if list(self.milestones) != sorted(self.milestones):
@@ -366,6 +375,11 @@ class EvalConfig:
     # Which epoch's model the run reports: the last (common practice), or the one with the best validation
     # All (needs a validation split, data.val_per_class or data.val_split; docs/protocol.md).
     select: Literal["last", "best_val"] = added_later("last")
+    # Test-time ensembling (LIFT's): every evaluated image (test, test sets, validation) is resized to
+    # size + tte_expand and cut into 5 (fivecrop) or 10 (tencrop: the five and their mirror images) crops;
+    # the prediction is the mean of the method's scores over the crops. none: one centre crop.
+    tte: Literal["none", "fivecrop", "tencrop"] = added_later("none")
+    tte_expand: int = added_later(24)
 
     def validate(self) -> None:
         check_range("few_threshold", self.few_threshold, 0, INT_LIMIT)
@@ -378,6 +392,7 @@ class EvalConfig:
             if not isinstance(name, str) or not name.replace("_", "").isalnum() or len(name) > 100:
                 raise ValueError(f"test_sets: {short_repr(name)} is not a test set name (letters, digits, _), "
                                  f"e.g. forward50, backward10, uniform")
+        check_range("tte_expand", self.tte_expand, 0, 4096)
         for what, names in (("target_priors", self.target_priors), ("test_sets", self.test_sets)):
             if len(set(names)) != len(names):
                 raise ValueError(f"{what} names a prior twice: {short_repr(names)}")

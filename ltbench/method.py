@@ -7,6 +7,7 @@ a target class prior. See docs/adding-a-method.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -27,6 +28,12 @@ class MethodContext:
     class_counts: torch.Tensor  # training images per class (int64)
     feature_dim: int  # backbone feature size
     epochs: int  # length of the schedule, for epoch-switched methods (DRW)
+    # For methods that start from what a pretrained backbone knows (a classifier initialised from the
+    # text embeddings of the class names, zero-shot CLIP): the dataset's registered name, its class
+    # names (None when it has none) and the run's backbone (read it; the engine trains it).
+    dataset: str | None = None
+    class_names: tuple[str, ...] | None = None
+    backbone: nn.Module | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def train_prior(self) -> torch.Tensor:

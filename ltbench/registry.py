@@ -31,7 +31,7 @@ from ltbench.config import from_dict, new_run_defaults, to_dict
 from ltbench.errors import LtbenchError, short_repr, shorten
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
-CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones",
+CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones", "ltbench.pretrained.registered",
                 "ltbench.samplers.uniform", "ltbench.samplers.class_balanced", "ltbench.samplers.square_root",
                 "ltbench.samplers.progressive", "ltbench.data.transforms", "ltbench.data.batch_augment")
 

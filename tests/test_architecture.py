@@ -78,7 +78,7 @@ LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder 
     3: ("ltbench.runner", "ltbench.stage2"),
     2: ("ltbench.train", "ltbench.contract"),
     1: ("ltbench.data", "ltbench.samplers", "ltbench.method", "ltbench.posthoc", "ltbench.backbones",
-        "ltbench.experts", "ltbench.evaluation"),
+        "ltbench.experts", "ltbench.evaluation", "ltbench.pretrained"),
     0: ("ltbench", "ltbench.results", "ltbench.registry", "ltbench.config", "ltbench.errors", "ltbench.priors",
         "ltbench.seeding"),
 }

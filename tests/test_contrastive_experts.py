@@ -598,5 +598,6 @@ def test_sade_run_adapts_on_every_test_set(tmp_path, write_recipe):
     assert set(result["metrics"]["heads"]) == {"expert0", "expert1", "expert2", "mean"}
     network = MultiExpert(BACKBONES.get("resnet8")(None, in_channels=3), 3, 3, 0.75)
     counts = result["parameters"]
-    assert counts["network"] == sum(p.numel() for p in network.parameters()) and counts["method"] == 3 * 48 * 4
-    assert counts["total"] == counts["trainable"] == counts["network"] + counts["method"]
+    assert counts["backbone"]["total"] == sum(p.numel() for p in network.parameters())
+    assert counts["method"] == {"total": 3 * 48 * 4, "trainable": 3 * 48 * 4}
+    assert counts["total"] == counts["trainable"] == counts["backbone"]["total"] + counts["method"]["total"]

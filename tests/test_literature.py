@@ -96,7 +96,8 @@ def test_match_filters_on_given_fields_only(entries):
     # an entry with an unstated schedule never matches a stated one
     assert not [e for e in match(entries, dataset="cifar100_lt", epochs=200) if e.epochs is None]
     assert match(entries, dataset="imagenet_lt", backbone="resnet50", epochs=180, method="la")[0].metrics["all"] == 56.0
-    assert match(entries, dataset="places_lt") == []
+    assert match(entries, dataset="places_lt", backbone="resnet50") == []  # Places-LT: LIFT's CLIP rows only
+    assert [e.metrics["all"] for e in match(entries, dataset="places_lt", method="lift")] == [52.2]
 
 
 def write_blocks(tmp_path, block) -> Path:

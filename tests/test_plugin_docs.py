@@ -274,7 +274,8 @@ def test_core_configs_validate_without_changing():
 def test_builtin_methods_pass_the_check_contract():
     """No false alarm: every built-in method and CIFAR ResNet passes what `ltbench check` demands."""
     for name in METHODS.names():
-        if METHODS.entry(name).source.startswith("plugin folder"):
+        # zero_shot trains nothing (optim.epochs 0; its loss refuses): tests/test_foundation_e2e.py covers it
+        if METHODS.entry(name).source.startswith("plugin folder") or name == "zero_shot":
             continue
         contract.check_method(METHODS.get(name), name)
     for name in ("resnet8", "resnet32"):

@@ -30,6 +30,10 @@ class ImageSpec:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     kind: str = "small"  # "small": CIFAR-like arrays; "large": ImageNet-like files (resize/crop 224)
+    # How "large" images are resized (random resized crop, evaluation resize) and the evaluation centre-crop
+    # ratio (resize to size / crop_pct, crop size; None: 224/256). A pretrained backbone sets its own.
+    interpolation: str = "bilinear"
+    crop_pct: float | None = None
 
 
 @dataclass

@@ -155,9 +155,13 @@ def _color(spec: ImageSpec, p: float = 0.8) -> list:
     return [v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=p), v2.RandomGrayscale(p=0.2)]
 
 
+def _interpolation(spec: ImageSpec) -> v2.InterpolationMode:
+    return v2.InterpolationMode(spec.interpolation)
+
+
 def _crop(spec: ImageSpec) -> list:
     if spec.kind == "large":
-        return [v2.RandomResizedCrop(spec.size, antialias=True)]
+        return [v2.RandomResizedCrop(spec.size, interpolation=_interpolation(spec), antialias=True)]
     return [v2.RandomCrop(spec.size, padding=4)]
 
 
@@ -166,7 +170,8 @@ def eval_pipeline(spec: ImageSpec):
     """Small images: as they are. Large: resize 256 (short side) and centre crop 224."""
     pre = [v2.ToImage()]
     if spec.kind == "large":
-        pre += [v2.Resize(int(round(spec.size * 256 / 224)), antialias=True), v2.CenterCrop(spec.size)]
+        resize = int(round(spec.size * 256 / 224)) if spec.crop_pct is None else int(spec.size / spec.crop_pct + 1e-6)
+        pre += [v2.Resize(resize, interpolation=_interpolation(spec), antialias=True), v2.CenterCrop(spec.size)]
         return DirectPipeline(v2.Compose(pre + _to_float(spec)))
     return SmallTensorFastPath(v2.Compose(pre + _to_float(spec)), spec, crop_padding=None, flip=False)
 
@@ -244,3 +249,19 @@ def build(name: str, spec: ImageSpec, aliases: dict[str, str] | None = None) -> 
     if concrete not in PIPELINES:
         raise ConfigError(PIPELINES.unknown_message(name, also=aliases or {}))
     return PIPELINES.get(concrete)(spec)
+
+
+class CropEnsemble:
+    """Test-time ensembling views (LIFT's TTE): resize the short side to size + expand, then the five crops
+    (four corners and centre) of torchvision's FiveCrop, or ten (TenCrop: and their horizontal mirrors),
+    each normalised; one (crops, C, size, size) tensor per image. The engine averages the method's scores
+    over the crops (ltbench/train/engine.py, ``predict_scores``)."""
+
+    def __init__(self, spec: ImageSpec, mode: str, expand: int):
+        crop = v2.FiveCrop(spec.size) if mode == "fivecrop" else v2.TenCrop(spec.size)
+        self.resize = v2.Compose([v2.ToImage(), v2.Resize(spec.size + expand, interpolation=_interpolation(spec),
+                                                          antialias=True)])
+        self.crop, self.to_float = crop, v2.Compose(_to_float(spec)[1:])
+
+    def __call__(self, img) -> torch.Tensor:
+        return torch.stack([self.to_float(c) for c in self.crop(self.resize(img))])

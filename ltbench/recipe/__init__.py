@@ -247,6 +247,7 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         "seed": seed,
     }
     _check_view_names(method_resolved, mwhere)
+    _plugin_run_checks(config, where)
     sampler = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
                               method["name"], join_path(where, "sampler"))
     if sampler is not None:  # the default (uniform) stays out of the configuration: earlier run ids hold
@@ -262,6 +263,19 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         except ValueError as exc:
             raise ConfigError(f"{join_path(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
     return config
+
+
+def _plugin_run_checks(config: dict, where: str) -> None:
+    """A backbone or method may refuse a run configuration across sections (``check_run_config(config)``
+    raising ValueError('<dotted field>: why')): a frozen pretrained backbone with training epochs, zero-shot
+    with a backbone that has no text tower. Checked at load, so --dry-run and Slurm stop there too."""
+    for section, reg in (("backbone", BACKBONES), ("method", registry.METHODS)):
+        check = getattr(reg.get(config[section]["name"]), "check_run_config", None)
+        if callable(check):
+            try:
+                check(config)
+            except ValueError as exc:
+                raise ConfigError(f"{where + ': ' if where else ''}{exc}") from None
 
 
 def _dataset_shot_thresholds(resolved: dict, raw: Any, builder: Any, where: str) -> None:
@@ -509,12 +523,27 @@ def data_identity(data: dict, cache: dict) -> str | None:
     return cache[key]
 
 
+def backbone_identity(backbone: dict, cache: dict) -> str | None:
+    """The sha256 of a pretrained backbone's weights file ('sha256:...'), None for backbones built from
+    scratch; a missing file is a one-line WeightsMissingError (exit 2), so --dry-run checks it too."""
+    from ltbench.pretrained.registered import backbone_identity as ask  # lazy: keeps table and status free of torch
+
+    key = "backbone:" + canonical_json(backbone)
+    if key not in cache:
+        cache[key] = ask(backbone)
+    return cache[key]
+
+
 def _run_config(cfg: dict, seed: int, identities: dict) -> dict:
-    """One run's resolved configuration, with its ``data_identity`` when its dataset names its data."""
+    """One run's resolved configuration, with its ``data_identity`` when its dataset names its data and its
+    ``backbone_identity`` when its backbone loads a weights file."""
     config = resolve_run_config(cfg, seed, "")
     named = data_identity(config["data"], identities)
     if named is not None:
         config[identity.DATA_IDENTITY] = named
+    weights = backbone_identity(config["backbone"], identities)
+    if weights is not None:
+        config[identity.BACKBONE_IDENTITY] = weights
     return config
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench.results import safe_read, store
-from ltbench.results.identity import DATA_IDENTITY
+from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, RecipeConfig, read_recipe_file, recipe_name, results_root
 from ltbench.registry import PLUGIN_PATH_ENV
 from ltbench.results.runspec import RunSpec
@@ -127,7 +127,7 @@ def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, rec
     """Keep an expansion for the next status (best effort: an unwritable folder only costs the next one
     torch). ``signature`` was taken before expanding, so a file edited meanwhile makes the cache miss."""
     if recipe.root != recipe_file.root or not recipe.root.is_dir() \
-            or any(DATA_IDENTITY in spec.config for spec in recipe.runs):
+            or any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES):
         return
     payload = {"version": RUNS_CACHE_VERSION, "signature": signature,
                "override_keys": list(recipe.override_keys),

@@ -21,7 +21,7 @@ from pathlib import Path
 from ltbench.results import safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe
-from ltbench.results.identity import DATA_IDENTITY
+from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, load_recipe
 from ltbench.results.runspec import RunSpec
 from ltbench.report import index
@@ -102,7 +102,7 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
     # any file this cache watches: such a recipe is expanded every time, never read from or written to the cache.
-    volatile = any(DATA_IDENTITY in spec.config for spec in recipe.runs)
+    volatile = any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES)
     if root.is_dir() and not volatile:  # also with --no-cache: a damaged cache is replaced by a good one
         try:
             compact = {"version": CACHE_VERSION, "signature": signature, "seeds": seeds,

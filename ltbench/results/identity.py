@@ -38,6 +38,7 @@ from ltbench.results import code, safe_read
 # Paths and local checks: where the data are found, how the process shows progress, how many threads.
 DROPPED: frozenset[tuple[str, str]] = frozenset({
     ("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
+    ("backbone", "weights"),  # where a pretrained backbone's weights file is; its sha256 is BACKBONE_IDENTITY
     ("train", "threads"), ("train", "progress"),
     # how the same computation is executed (equal up to float rounding of kernels)
     ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark"),
@@ -51,6 +52,9 @@ NORMALISED: dict[tuple[str, str], Any] = {("train", "num_workers"): 0, ("train",
 # The core train: fields that change what a run computes or records (every train: field is declared here or above).
 TRAIN_COMPUTATION = frozenset({"precision", "eval_every", "augment_on"})
 DATA_IDENTITY = "data_identity"  # top-level config key: what identifies a dataset's files, when its options do not
+BACKBONE_IDENTITY = "backbone_identity"  # top-level config key: the sha256 of a pretrained backbone's weights file
+# Identities of files the user chooses (they may change without the recipe changing): never cached.
+FILE_IDENTITIES = (DATA_IDENTITY, BACKBONE_IDENTITY)
 
 
 def is_execution_setting(section: str, key: str) -> bool:

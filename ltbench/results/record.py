@@ -30,7 +30,7 @@ class TrainOutcome:
     world_size: int
     views: list
     numerics: dict  # provenance.numerics: device, CPU/GPU model, effective threads, versions, flags
-    parameters: dict = field(default_factory=dict)  # engine.parameter_counts: network, method, total, trainable
+    parameters: dict = field(default_factory=dict)  # pretrained.registered.parameter_counts: backbone, method, total, trainable
 
 
 def data_record(data) -> dict:

@@ -197,7 +197,8 @@ def split_sources(run) -> dict[str, tuple[MultiView, np.ndarray]]:
     """Every split as (clean-view dataset, labels): the training set through the "eval" pipeline, plus the
     run's own test sources (``engine.eval_sources``)."""
     tf = transforms.build("eval", run.data.image, run.data.pipelines)
-    clean = {name: source for name, source in run.eval_sets.items() if not name.endswith(":adapt")}
+    clean = {name: (MultiView(source.base, [tf]), labels)  # one clean view even under eval.tte
+             for name, (source, labels) in run.eval_sets.items() if not name.endswith(":adapt")}
     return {"train": (MultiView(run.data.train, [tf]), np.asarray(run.data.train_labels)), **clean}
 
 

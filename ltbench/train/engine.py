@@ -52,6 +52,7 @@ from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, TestTimeViews, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.results.record import TrainOutcome, data_record
+from ltbench.pretrained.registered import bind_data, parameter_counts
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import Sampler, SamplerContext, create_sampler
@@ -146,6 +147,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     builder = dataset_builder(config)
     data = data if data is not None else builder.load()
     backbone = BACKBONES.build(config["backbone"], in_channels=data.image.channels, where="backbone")
+    data = bind_data(backbone, data)  # a pretrained backbone's own preprocessing and tune mode
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
     ctx = MethodContext(
@@ -153,6 +155,9 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
         class_counts=torch.as_tensor(data.class_counts, dtype=torch.long),
         feature_dim=backbone.feature_dim,
         epochs=optim.epochs,
+        dataset=config["data"]["name"],
+        class_names=tuple(data.class_names) if data.class_names else None,
+        backbone=backbone,
     )
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
@@ -181,6 +186,8 @@ def lr_factor(o: OptimConfig, iteration: int, iters_per_epoch: int) -> float:
     if o.schedule == "cosine":
         progress = (iteration - warmup) / max(1, total - warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+    if o.schedule == "cosine_epoch":  # torch's CosineAnnealingLR(T_max=epochs) stepped at each epoch end
+        return 0.5 * (1.0 + math.cos(math.pi * min(iteration // iters_per_epoch, o.epochs) / o.epochs))
     if o.schedule == "step":
         epoch = iteration // iters_per_epoch
         return o.gamma ** sum(epoch >= m for m in o.milestones)
@@ -338,7 +345,8 @@ class Loader:
 def eval_sources(run: Run) -> dict[str, tuple[MultiView, np.ndarray]]:
     """The test sets a run evaluates on ('test' and each of eval.test_sets), with the eval pipeline,
     built before any worker starts (persistent workers only see what exists when they fork)."""
-    tf = transforms.build("eval", run.data.image, run.data.pipelines)
+    tf = transforms.build("eval", run.data.image, run.data.pipelines) if run.eval.tte == "none" else \
+        transforms.CropEnsemble(run.data.image, run.eval.tte, run.eval.tte_expand)  # eval.tte: several crops per image
     adapt_views = [transforms.build(v, run.data.image, run.data.pipelines) for v in run.method.test_time_views()]
     out = {"test": (MultiView(run.data.test, [tf]), run.data.test_labels)}
     for name in run.eval.test_sets:
@@ -407,8 +415,27 @@ def test_features(run: Run, device: torch.device, source: str = "test", batch_si
     run.model.eval()
     loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
     keys = loader.samples.eval_keys(source, batch_size)
-    feats = [backbone_features(run, views[0].to(device, non_blocking=True)).float() for views, _ in loader.run(keys)]
+    feats = [crop_features(run, views[0].to(device, non_blocking=True)) for views, _ in loader.run(keys)]
     return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim, device=device)
+
+
+def crop_features(run: Run, images: torch.Tensor) -> torch.Tensor:
+    """Features of a batch of evaluation images: (N, d), or (N, crops, d) under eval.tte (N, crops, C, H, W)."""
+    if images.ndim == 4:
+        return backbone_features(run, images).float()
+    return backbone_features(run, images.flatten(0, 1)).float().unflatten(0, images.shape[:2])
+
+
+def predict_scores(run: Run, feats: torch.Tensor, prior: torch.Tensor | None, heads: bool = False):
+    """``method.predict`` (or ``head_predictions`` with ``heads``) on test features; with several crops per
+    image (eval.tte) the mean of the scores over the crops, as LIFT aggregates them."""
+    call = run.method.head_predictions if heads else run.method.predict
+    if feats.ndim == 2:
+        return call(feats, target_prior=prior)
+    n, crops = feats.shape[:2]
+    out = call(feats.flatten(0, 1), target_prior=prior)
+    mean = lambda s: s.unflatten(0, (n, crops)).mean(1) if torch.is_tensor(s) and s.ndim == 2 else s  # noqa: E731
+    return {k: mean(v) for k, v in out.items()} if heads else mean(out)
 
 
 def score_summary(run: Run, scores: torch.Tensor, labels: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -438,7 +465,7 @@ def evaluate_target_priors(run: Run, feats: torch.Tensor, labels: np.ndarray, de
     """metrics.target_priors: the prior-adapted prediction; 'all' is the per-class accuracy weighted
     by the target prior (the test set stays balanced), groups are unweighted."""
     def predict_for(prior):
-        return run.method.predict(feats, target_prior=prior_tensor(prior, device)).argmax(1).cpu().numpy()
+        return predict_scores(run, feats, prior_tensor(prior, device)).argmax(1).cpu().numpy()
 
     e = run.eval
     return target_prior_metrics(e.target_priors, run.data.class_counts, labels, predict_for, e.many_threshold,
@@ -454,8 +481,7 @@ def evaluate_test_sets(run: Run, device: torch.device, arrays: dict, adaptation:
         set_feats = test_features(run, device, source=f"test_set:{name}")
         adapt_to(run, device, f"test_set:{name}", {} if adaptation is None else adaptation)
         prior = label_prior(set_labels, k)
-        prediction, s = score_summary(run, run.method.predict(set_feats, target_prior=prior_tensor(prior, device)),
-                                      set_labels)
+        prediction, s = score_summary(run, predict_scores(run, set_feats, prior_tensor(prior, device)), set_labels)
         arrays[f"set:{name}:labels"], arrays[f"set:{name}:head:main"] = set_labels, prediction
         out[name] = {"size": int(len(set_labels)), **headline(s)}
     return out
@@ -471,10 +497,10 @@ def evaluate(run: Run, device: torch.device) -> dict:
     adaptation: dict = {}
     adapt_to(run, device, "test", adaptation)
     uniform = torch.full((k,), 1.0 / k, device=device)
-    scores = run.method.predict(feats, target_prior=uniform)
+    scores = predict_scores(run, feats, uniform)
     check_scores(scores, len(feats), k, getattr(run.method, "registered_name", "?"), "predict()")
     main_prediction, out = score_summary(run, scores, labels)
-    heads = run.method.head_predictions(feats, target_prior=uniform)
+    heads = predict_scores(run, feats, uniform, heads=True)
     arrays = {"labels": labels, "head:main": main_prediction}
     if heads:
         out["heads"] = evaluate_heads(run, heads, labels, arrays)
@@ -496,7 +522,7 @@ def evaluate_val(run: Run, device: torch.device) -> dict:
     """metrics.val: the validation split under the uniform prior, with the test set's shot groups (from
     training counts). What selection may look at; the test metrics never are."""
     labels = run.eval_sets["val"][1]
-    scores = run.method.predict(test_features(run, device, "val"), target_prior=None)
+    scores = predict_scores(run, test_features(run, device, "val"), None)
     _, summary = score_summary(run, scores, labels)
     return {**headline(summary), "per_class": summary["per_class"], "size": int(len(labels))}
 
@@ -697,6 +723,8 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     """One optimisation step on a batch already on the device: schedule, forward (all views through one backbone pass, so BatchNorm
     sees them together), contract check at the first step, finiteness, backward, update."""
     run, o = s.run, s.run.optim
+    if o.micro_batch_size and o.micro_batch_size < len(labels):
+        return accumulated_step(s, views, labels, epoch, step)
     for group, base in zip(s.optimizer.param_groups, s.base_lrs):
         group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
     with s.autocast():
@@ -721,6 +749,44 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     s.scaler.update()
     s.iteration += 1
     return out
+
+
+def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
+    """``train_step`` with gradient accumulation (optim.micro_batch_size, LIFT's): the batch goes through
+    forward and backward in chunks, each chunk's loss weighted by its share of the batch, then one
+    optimiser step. What it returns reads as one batch: the weighted loss and extras, the chunks' logits."""
+    run, o = s.run, s.run.optim
+    for group, base in zip(s.optimizer.param_groups, s.base_lrs):
+        group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
+    s.optimizer.zero_grad(set_to_none=True)
+    outs, n = [], len(labels)
+    for start in range(0, n, o.micro_batch_size):
+        chunk = slice(start, min(n, start + o.micro_batch_size))  # a view of the batch: no copy kernel
+        size = chunk.stop - chunk.start
+        with s.autocast():
+            features = backbone_features(run, torch.cat([v[chunk] for v in views])).float().split(size)
+            out = run.method.loss(list(features), labels[chunk], epoch=epoch)
+        if not s.contract_checked:
+            check_method_contract(run.method, out, list(features), labels[chunk])
+            s.contract_checked = True
+        finite = bool(torch.isfinite(out["loss"]))
+        if s.world > 1:  # every process stops together, as in train_step
+            finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
+        if not finite:
+            raise NonFiniteLossError(non_finite_loss_message(out["loss"], epoch, step, run.train.precision,
+                                                             s.spec.config["method"]["name"], o.lr))
+        s.scaler.scale(out["loss"] * (size / n)).backward()
+        outs.append((size / n, out))
+    if s.world > 1:
+        distributed.average_gradients(run.model.parameters())
+    s.scaler.step(s.optimizer)
+    s.scaler.update()
+    s.iteration += 1
+    merged = {k: sum(w * o_[k].detach() for w, o_ in outs) for k, v in outs[0][1].items()
+              if k != "logits" and torch.is_tensor(v) and v.numel() == 1}
+    if all("logits" in o_ for _, o_ in outs):
+        merged["logits"] = torch.cat([o_["logits"] for _, o_ in outs])
+    return merged
 
 
 HEARTBEAT = "progress.json"  # RUN_DIR/progress.json: the running epoch's step, loss, img/s (rank 0)
@@ -803,15 +869,6 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     return row
 
 
-def parameter_counts(run: Run) -> dict:
-    """Parameters of the network (the backbone, or what the method built on it: SADE's experts) and of the
-    method's own modules (heads, projections), and how many of all are trained: what a row's model costs."""
-    params = list(run.model.parameters())
-    network, method = (sum(p.numel() for p in m.parameters()) for m in (run.backbone, run.method))
-    return {"network": network, "method": method, "total": network + method,
-            "trainable": sum(p.numel() for p in params if p.requires_grad)}
-
-
 def final_outcome(s: Session, started: float) -> TrainOutcome:
     """Final evaluation, model selection, predictions.npz (rank 0), and the measured outcome."""
     run, run_dir = s.run, Path(s.spec.run_dir)
@@ -827,7 +884,7 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
                         data=data_record(run.data), train_seconds_this_session=time.time() - started,
                         threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views(),
-                        numerics=session_numerics(s, log), parameters=parameter_counts(run))
+                        numerics=session_numerics(s, log), parameters=parameter_counts(run.backbone, run.method))
 
 
 def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:
@@ -844,6 +901,8 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
         s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
     saver.restart_clock()
     started = time.time()
+    if s.run.optim.epochs == 0 and epoch == 0:  # evaluation only: the model as built is the final checkpoint
+        saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=0, iteration=0)
     try:
         while epoch < s.run.optim.epochs:
             meter = train_epoch(s, epoch, start_step, saver)
