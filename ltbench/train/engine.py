@@ -578,9 +578,9 @@ def check_method_contract(method: Method, out, features: list[torch.Tensor], lab
         method.eval()
         try:
             check_scores(method.predict(features[0].detach().float()), n, k, name, "predict()")
-        except NonFiniteScores:
-            if bool(torch.isfinite(features[0]).all()):
-                raise  # finite inputs: the method's own predict() broke its contract
+        except NonFiniteScores as exc:
+            if bool(torch.isfinite(features[0]).all()):  # finite inputs: the method's own predict() broke its contract
+                raise MethodContractError(str(exc)) from None
             raise NonFiniteLossError("the backbone's features are non-finite (NaN or inf) at the first training "
                                      "step of this session, before predict(): the images, the backbone, or "
                                      "checkpointed weights that had diverged (lower optim.lr)") from None
