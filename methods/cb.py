@@ -57,7 +57,7 @@ def class_balanced_loss(logits: torch.Tensor, labels: torch.Tensor, weights: tor
 @dataclass
 class CBConfig:
     beta: float = 0.9999  # effective-number beta (0: plain, unweighted loss)
-    loss_type: Literal["softmax", "sigmoid", "focal"] = "focal"
+    loss_type: Literal["softmax", "sigmoid", "focal"] = "focal"  # the loss the class weights multiply
     gamma: float = 1.0  # focal-loss exponent (only for loss_type focal; the official CB-focal script uses 1.0)
     views: list[str] | None = None  # default: one 'default' view
 
