@@ -175,12 +175,7 @@ def cmd_table(args) -> int:
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select)
-    for i, table in enumerate(built):
-        if i:
-            print()
-        if len(built) > 1 and args.format == "markdown":
-            print(f"### {table.name}\n")
-        print(report.render(table, args.format).rstrip("\n"))
+    print(report.render_all(built, args.format))
     return 0
 
 
@@ -223,7 +218,12 @@ def cmd_status(args) -> int:
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        return run_status_view.print_status(*_status_runs(p, args.overrides, args.results))
+        root, runs, keys = _status_runs(p, args.overrides, args.results)
+        if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
+            from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
+
+            print(no_results_message(p, read_recipe_file(p, args.overrides)[0], Path(root), args.results))
+        return run_status_view.print_status(root, runs, keys)
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
     return run_status_view.print_status(_recipe_root(args.path, args.results))
