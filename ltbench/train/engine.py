@@ -130,18 +130,20 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     backbone = BACKBONES.build(config["backbone"], in_channels=data.image.channels, where="backbone")
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
+    sampler = create_sampler(config.get("sampler"), SamplerContext(data.train_labels, data.num_classes, optim.epochs))
     ctx = MethodContext(
         num_classes=data.num_classes,
         class_counts=torch.as_tensor(data.class_counts, dtype=torch.long),
         feature_dim=backbone.feature_dim,
         epochs=optim.epochs,
+        sampling=sampler.class_probabilities if config.get("sampler") else None,  # ctx.sampled_prior(epoch)
     )
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
     run = Run(builder, data, backbone, method, model, optim,
               from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
     run.eval_sets = eval_sources(run)
-    run.sampler = create_sampler(config.get("sampler"), SamplerContext(data.train_labels, data.num_classes, optim.epochs))
+    run.sampler = sampler
     return run
 
 
