@@ -121,3 +121,19 @@ def test_a_results_folder_not_found_says_where_it_looked(tmp_path, monkeypatch, 
     monkeypatch.chdir(study)
     assert cli.main(["status", "away.yaml"]) == 0
     assert "no results folder" not in capsys.readouterr().out
+
+
+def test_the_documented_pivot_over_methods_builds_and_says_when_it_cannot(tmp_path):
+    """docs/tables.md, 'Pivoting over methods that have different options': its table, on CE and LA (tau=1)
+    at two imbalance factors, has one configuration per cell; a second LA setting is refused by name."""
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "tables.md").read_text()
+    section = text[text.index("### Pivoting over methods that have different options"):]
+    tables = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S)[1])["tables"]
+    grid = {"method": [{"name": "ce"}, {"name": "la", "tau": 1.0}], "data.imb_factor": [10, 100]}
+    data = {"max_per_class": 100}
+    check_recipe_tables(load_recipe(two_methods(tmp_path, "piv", tables=tables, grid=grid, data=data)))
+    grid["method"].append({"name": "la", "tau": 2.0})
+    with pytest.raises(ConfigError, match=r"rows\[0\]\.where matches 2 different configurations \(they differ in method\.tau"):
+        check_recipe_tables(load_recipe(two_methods(tmp_path, "piv2", tables=tables, grid=grid, data=data)))

@@ -46,3 +46,31 @@ def test_a_sampler_without_a_class_law_gives_none():
     ctx = MethodContext(3, torch.tensor([5, 3, 1]), 4, 2, sampling=lambda epoch: None)
     assert ctx.sampled_prior(0) is None
     assert torch.allclose(MethodContext(3, torch.tensor([5, 3, 1]), 4, 2).sampled_prior(1), torch.tensor([5, 3, 1]) / 9.0)
+
+
+def test_the_sampler_doc_example_registers_lists_checks_and_draws_its_law(tmp_path, capsys):
+    """docs/adding-a-method.md's sampler file, as a user would use it: the decorator registers it, `ltbench list
+    samplers --options` shows its option, `ltbench check` passes, and a run's context reads its law."""
+    import re
+
+    import yaml
+
+    from ltbench import cli
+    from tests.conftest import ROOT, TINY, deep_update, registries_restored
+
+    block = re.search(r"```python\n# (my_samplers/\w+\.py)\n(.*?)```", (ROOT / "docs" / "adding-a-method.md").read_text(), re.S)
+    target = tmp_path / block[1]
+    target.parent.mkdir()
+    target.write_text(block[2])
+    with registries_restored():
+        assert cli.main(["list", "samplers", "power", "--options", "--plugins", str(target.parent)]) == 0
+        assert re.search(r"^ +q +float +0\.25 +class c drawn with probability proportional to n_c \*\* q$",
+                         capsys.readouterr().out, re.M)
+        assert cli.main(["check", str(target.parent)]) == 0, capsys.readouterr()
+        assert "ok" in capsys.readouterr().out
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump(deep_update(TINY, {"plugins": [str(target.parent)], "results_dir": str(tmp_path),
+                                                            "sampler": {"name": "power", "q": 0.5}})))
+        run = engine.build_run(load_recipe(recipe).runs[0].config)
+        counts = torch.tensor(run.data.class_counts, dtype=torch.float64)
+        assert torch.allclose(run.method.ctx.sampled_prior(0).double(), counts.sqrt() / counts.sqrt().sum(), atol=1e-6)
