@@ -311,13 +311,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="fit again the stage-2 results whose stage-2 plugin code has changed since")
     p.set_defaults(func=cmd_posthoc)
 
-    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers or stage-2 methods and where they come from")
-    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers"])
-    p.add_argument("names", nargs="*", help="only these (e.g. 'ltbench list methods la ldam_drw --options')")
-    p.add_argument("--options", action="store_true",
-                   help="every option of each: name, type, default (as a recipe writes it) and one line of doc")
-    p.add_argument("--plugins", nargs="*", help="extra plugin folders")
-    p.set_defaults(func=cmd_list)
+    _add_list_command(sub, common)
 
     p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets")
     p.add_argument("recipe")
@@ -339,6 +333,16 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", help="load datasets from this folder (their 'root' option); a dataset whose "
                                        "files are not found is 'skipped', never 'ok'")
     p.set_defaults(func=cmd_check)
+
+
+def _add_list_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers or stage-2 methods and where they come from")
+    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers"])
+    p.add_argument("names", nargs="*", help="only these (e.g. 'ltbench list methods la ldam_drw --options')")
+    p.add_argument("--options", action="store_true",
+                   help="every option of each: name, type, default (as a recipe writes it) and one line of doc")
+    p.add_argument("--plugins", nargs="*", help="extra plugin folders")
+    p.set_defaults(func=cmd_list)
 
 
 def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:

@@ -317,7 +317,7 @@ class TrainConfig:
     eval_every: int = 0  # evaluate on the test set every N epochs (0: only at the end)
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
     threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default
-    progress: bool = True  # progress bar on an interactive terminal
+    progress: bool = True  # the live progress display on an interactive terminal (every run false: plain lines)
     loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
     # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
     # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).

@@ -172,7 +172,7 @@ def test_pool_progress_in_an_80_column_terminal(tmp_path):
     (plugins / "gated.py").write_text(GATED)
     tags = [f"{LONG_TAG}-{i}" for i in range(3)]
     recipe = deep_update(TINY, {"results_dir": str(tmp_path / "results"), "plugins": ["./plugins"],
-                                "method": {"name": "gated", "gates": str(gates)},
+                                "method": {"name": "gated", "gates": str(gates)}, "train": {"progress": True},
                                 "grid": {"method.tag": tags}})
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(recipe))
     env = {**os.environ, "TERM": "xterm", "COLUMNS": str(COLUMNS), "LINES": str(ROWS)}

@@ -32,7 +32,7 @@ def run_local(specs: list[RunSpec], jobs: int = 1, redo: tuple[str, ...] = ()) -
     (``owned_terminal``); elsewhere each line is printed as it comes."""
     if jobs > 1 and len(specs) > 1:
         return run_pool(specs, jobs, redo)
-    board = ProgressBoard(1, total=len(specs))
+    board = ProgressBoard(1, tty=wants_display(specs), total=len(specs))
     if not board.tty:
         return _run_in_process(specs, redo, print, None)
     with owned_terminal(board):
@@ -86,6 +86,12 @@ def owned_terminal(board: ProgressBoard, every_s: float = 0.25):
         stream.close_line()
         sys.stdout, sys.stderr = saved
         board.close()
+
+
+def wants_display(specs: list[RunSpec]) -> bool | None:
+    """None (the live display when stdout and stderr are a terminal) unless every run says ``train.progress: false``,
+    which asks for plain lines instead (False)."""
+    return None if any(s.config.get("train", {}).get("progress", True) for s in specs) else False
 
 
 class Terminated(KeyboardInterrupt):
@@ -165,7 +171,7 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
     devices = devices if devices is not None else gpu_slots(jobs, visible_gpus())
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
-    board = ProgressBoard(jobs, total=len(specs))
+    board = ProgressBoard(jobs, tty=wants_display(specs), total=len(specs))
     with sigterm_as_interrupt():
         try:
             while queue or running:

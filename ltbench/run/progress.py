@@ -167,13 +167,13 @@ class _Slot:
 
 
 class ProgressBoard:
-    """The launcher's view of its runs. ``tty``: state lines redrawn in place (default: whether stderr is a
-    terminal); ``total``: runs this launch will start (for the overall line); ``screen``: where a terminal
+    """The launcher's view of its runs. ``tty``: state lines redrawn in place (default: when stdout and stderr
+    are both a terminal; output sent to a file gets plain lines, all of them); ``total``: runs this launch will start (for the overall line); ``screen``: where a terminal
     board draws, ``clock``: how run lengths are timed (tests give a fixed-size screen and a fixed clock)."""
 
     def __init__(self, jobs: int, tty: bool | None = None, out=None, total: int | None = None,
                  screen: Screen | None = None, clock=time.monotonic):
-        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.tty = (sys.stderr.isatty() and sys.stdout.isatty()) if tty is None else tty
         self.out = out or (sys.stderr if self.tty else sys.stdout)
         self.screen = screen or (Screen(self.out) if self.tty else None)
         self.jobs, self.total, self.clock = jobs, total, clock

@@ -89,29 +89,32 @@ class Screen:
     def update(self, lines: list[str]) -> None:
         with self.lock:
             self.status = list(lines)
-            self._write(self._erase() + self._draw())
+            self._redraw(None)
 
     def message(self, text: str) -> None:
         with self.lock:
-            self._write(self._erase() + text.rstrip("\n") + "\n" + self._draw())
+            self._redraw(text.rstrip("\n") + "\n")
 
     def close(self) -> None:
         with self.lock:
             self.status = []
-            self._write(self._erase())
+            self._redraw(None)
 
-    def _erase(self) -> str:
-        """Back to the first status row and erase from there down (also a '^C' the terminal echoed)."""
-        up, self.drawn = self.drawn, 0
-        return "\r" + (f"{CSI}{up}A" if up else "") + f"{CSI}J"
+    def _redraw(self, message: str | None) -> None:
+        """Erase the status rows, print ``message``, draw the status lines: one write, and the count of rows
+        on the terminal changes only once it is done (a Ctrl-C before it leaves the count true)."""
+        rows, frame = self._frame()
+        erase = "\r" + (f"{CSI}{self.drawn}A" if self.drawn else "") + f"{CSI}J"  # back to the first status row
+        self._write(erase + (message or "") + frame)
+        self.drawn = rows
 
-    def _draw(self) -> str:
+    def _frame(self) -> tuple[int, str]:
+        """(rows, text) of the status lines, each cut to the width less one column (none wraps)."""
         width, height = self.size()
         lines = self.status
         if len(lines) > height - 1:  # taller than the terminal: cursor-up could not come back
             lines = lines[: max(height - 2, 0)] + [f"… and {len(lines) - max(height - 2, 0)} more"]
-        self.drawn = len(lines)
-        return "".join(clip(line, width - 1) + "\n" for line in lines)
+        return len(lines), "".join(clip(line, width - 1) + "\n" for line in lines)
 
     def _write(self, text: str) -> None:
         """One write to the terminal per redraw: a line-buffered stream would flush at every newline, and
