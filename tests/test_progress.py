@@ -196,3 +196,24 @@ def test_within_an_epoch_the_heartbeat_is_shown_before_the_epoch_ends(tmp_path):
     bars.poll()
     assert screen_of(tty) == ["ce seed 1: epoch 1/4 step 10/40 loss 2.2500 95 img/s ETA 1:15"]
     bars.close()
+
+
+def test_a_training_run_s_eta_includes_the_evaluation_the_ended_runs_took(tmp_path):
+    """The bar used to sit at 'ETA 0:00' through the final evaluation: once a run has ended here, the time
+    from its last epoch to its end is added to the ETA of the runs still training."""
+    clock = [0.0]
+    out = io.StringIO()
+    board = ProgressBoard(2, tty=True, out=out, total=2, screen=Screen(out, width=80, height=12), clock=lambda: clock[0])
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    board.start(0, spec_in(first, epochs=2), "ce")
+    board.start(1, spec_in(second, epochs=4), "la")
+    for epoch in (1, 2):
+        log_epoch(first, epoch)
+    log_epoch(second, 1)
+    clock[0] = 10.0
+    board.poll()  # the first run has logged every epoch: evaluating and writing follow
+    clock[0] = 25.0
+    board.finish(0, "finished ce seed 1 (abc123): done")  # 15 s after its last epoch
+    # 3 epochs of 2 s left, then 15 s of evaluation and writing
+    assert "[1] la seed 1: epoch 1/4 loss 1.5000 812 img/s ETA 0:21" in screen_of(out)

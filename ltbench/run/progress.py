@@ -164,6 +164,7 @@ class _Slot:
     shown: int = 0  # log rows shown (not a terminal)
     state: State = STARTING
     said: float | None = None  # when a within-epoch line was last printed (not a terminal)
+    trained: float | None = None  # self.clock() when every epoch was logged (evaluation and writing follow)
 
 
 class ProgressBoard:
@@ -179,6 +180,7 @@ class ProgressBoard:
         self.jobs, self.total, self.clock = jobs, total, clock
         self.slots: dict[int, _Slot] = {}
         self.ended: list[float] = []  # wall seconds of each run that trained here (done or failed)
+        self.tails: list[float] = []  # seconds from a run's last epoch to its end (evaluating, writing)
         self.failed = self.skipped = 0  # skipped: another process had the run
 
     def write(self, line: str) -> None:
@@ -205,6 +207,8 @@ class ProgressBoard:
             if self.screen is None:
                 self._print_news(slot, entry, rows, state)
             entry.state = state
+            if entry.trained is None and len(rows) >= entry.epochs:
+                entry.trained = self.clock()
         if self.screen is not None:
             self.screen.update(self.lines())
 
@@ -212,7 +216,7 @@ class ProgressBoard:
         """The state lines: one per running run, then the overall line when the launch has several runs."""
         width = self.screen.size()[0] - 1 if self.screen is not None else 200
         out = [fit(f"[{slot}] {e.label}:" if self.jobs > 1 else f"{e.label}:", e.state.parts,
-                   f"ETA {eta_text(e.state.eta)}", width) for slot, e in sorted(self.slots.items())]
+                   f"ETA {eta_text(self._remaining(e))}", width) for slot, e in sorted(self.slots.items())]
         if (self.total or 0) > 1:
             out.append(self.overall(width))
         return out
@@ -226,7 +230,7 @@ class ProgressBoard:
         parts = [(f"runs {done}/{self.total} finished", KEEP), (f"({notes})", 8) if notes else ("", 0),
                  (f"{running} running", 6), (f"{queued} queued", 5) if queued else ("", 0)]
         per_run, now = self._run_seconds(), self.clock()
-        remaining = [e.state.eta if e.state.eta is not None else  # starting: a typical run less its time so far
+        remaining = [self._remaining(e) if e.state.eta is not None else  # starting: a typical run less its time so far
                      None if per_run is None else max(per_run - (now - e.started), 0.0) for e in self.slots.values()]
         eta = grid_eta(remaining, queued, per_run, self.jobs)
         return fit("", [p for p in parts if p[0]], f"grid ETA {eta_text(eta)}", width)
@@ -237,8 +241,15 @@ class ProgressBoard:
         if self.ended:
             return sum(self.ended) / len(self.ended)
         now = self.clock()
-        known = [now - e.started + e.state.eta for e in self.slots.values() if e.state.eta is not None]
+        known = [now - e.started + self._remaining(e) for e in self.slots.values() if e.state.eta is not None]
         return sum(known) / len(known) if known else None
+
+    def _remaining(self, entry: _Slot) -> float | None:
+        """Seconds until a run ends: its state's ETA and, while it trains, the evaluation and writing that
+        follow its last epoch, as long as they took the runs that ended here (0 before any did)."""
+        if entry.state.eta is None or entry.state.key[0] not in ("step", "epoch"):
+            return entry.state.eta
+        return entry.state.eta + (sum(self.tails) / len(self.tails) if self.tails else 0.0)
 
     def _print_news(self, slot: int, entry: _Slot, rows: list[dict], state: State) -> None:
         """Not a terminal: each new epoch (``QUIET_S`` apart within an epoch) and each new phase, once."""
@@ -261,6 +272,8 @@ class ProgressBoard:
         if entry is not None and status in ("done", "failed"):
             self.ended.append(self.clock() - entry.started)
             self.failed += status == "failed"
+            if entry.trained is not None and status == "done":
+                self.tails.append(self.clock() - entry.trained)
         elif entry is not None:
             self.skipped += 1
         if line:
