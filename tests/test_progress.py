@@ -217,3 +217,16 @@ def test_a_training_run_s_eta_includes_the_evaluation_the_ended_runs_took(tmp_pa
     board.finish(0, "finished ce seed 1 (abc123): done")  # 15 s after its last epoch
     # 3 epochs of 2 s left, then 15 s of evaluation and writing
     assert "[1] la seed 1: epoch 1/4 loss 1.5000 812 img/s ETA 0:21" in screen_of(out)
+
+
+def test_ctrl_c_in_an_in_process_run_leaves_a_clean_screen(tmp_path):
+    out = io.StringIO()
+    board = ProgressBoard(1, tty=True, out=out, total=2, screen=Screen(out, width=80, height=12))
+    saved = sys.stdout, sys.stderr
+    with pytest.raises(KeyboardInterrupt):
+        with owned_terminal(board, every_s=0.01):
+            board.start(0, spec_in(tmp_path), "ce")
+            print("  epoch 1/4 loss 1.5 (the engine's line)")
+            raise KeyboardInterrupt
+    assert (sys.stdout, sys.stderr) == saved  # the real streams are back for the CLI's 'interrupted' line
+    assert screen_of(out) == ["  epoch 1/4 loss 1.5 (the engine's line)"]  # state lines erased, the message kept

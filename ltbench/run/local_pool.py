@@ -35,7 +35,7 @@ def run_local(specs: list[RunSpec], jobs: int = 1, redo: tuple[str, ...] = ()) -
     board = ProgressBoard(1, tty=wants_display(specs), total=len(specs))
     if not board.tty:
         return _run_in_process(specs, redo, print, None)
-    with owned_terminal(board):
+    with owned_terminal(board, every_s=0.25):
         return _run_in_process(specs, redo, board.write, board)
 
 
@@ -61,10 +61,14 @@ def _run_in_process(specs: list[RunSpec], redo: tuple[str, ...], write, board: P
 
 
 @contextlib.contextmanager
-def owned_terminal(board: ProgressBoard, every_s: float = 0.25):
-    """While a run trains in this process: a thread redraws the board every ``every_s`` seconds, and
-    sys.stdout / sys.stderr print through it (``screen.MessageStream``), so a plugin's print or a warning
-    comes out as a whole line above the state line, never inside it."""
+def owned_terminal(board: ProgressBoard, every_s: float | None = None):
+    """While the board shows state lines on a terminal, sys.stdout / sys.stderr print through it
+    (``screen.MessageStream``), so a plugin's print or a warning comes out as a whole line above the state
+    lines, never inside them; ``every_s``: a thread also redraws the board that often (a run training in
+    this process, whose loop cannot poll). The board is erased on the way out. Off a terminal: nothing."""
+    if not board.tty:
+        yield board
+        return
     stop = threading.Event()
 
     def redraw() -> None:
@@ -77,12 +81,14 @@ def owned_terminal(board: ProgressBoard, every_s: float = 0.25):
     saved = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = stream = MessageStream(board.screen)
     thread = threading.Thread(target=redraw, name="ltbench-progress", daemon=True)
-    thread.start()
+    if every_s is not None:
+        thread.start()
     try:
         yield board
     finally:
         stop.set()
-        thread.join()
+        if every_s is not None:
+            thread.join()
         stream.close_line()
         sys.stdout, sys.stderr = saved
         board.close()
@@ -172,7 +178,7 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
     board = ProgressBoard(jobs, tty=wants_display(specs), total=len(specs))
-    with sigterm_as_interrupt():
+    with sigterm_as_interrupt(), owned_terminal(board):
         try:
             while queue or running:
                 while queue and free_slots:
@@ -189,10 +195,7 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
                     if status in (CLAIMED, FINISHED_ELSEWHERE):
                         elsewhere.append(item[1])
         finally:
-            try:
-                _stop_workers(running, write=board.write)  # said through the board, before it is erased
-            finally:
-                board.close()
+            _stop_workers(running, write=board.write)  # said through the board, before owned_terminal erases it
     return elsewhere
 
 
