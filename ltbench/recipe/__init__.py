@@ -543,21 +543,35 @@ def results_root(configured: str | Path, results_dir: str | Path | None) -> Path
     return out_dir.resolve()
 
 
+def _given_results_dir(raw: dict, results_dir: str | Path | None) -> tuple[str, str]:
+    """(the results folder as given, the words naming where it was given) of a recipe and its --results."""
+    configured = raw.get("results_dir") if isinstance(raw.get("results_dir"), str) else RecipeConfig.results_dir
+    if results_dir is not None:
+        return str(results_dir), f"--results {results_dir}"
+    return configured, f"results_dir '{configured}'"
+
+
+def results_elsewhere(recipe_path: Path, raw: dict, root: Path, results_dir: str | Path | None) -> Path | None:
+    """A folder of this recipe's results under the same relative results folder, taken from the recipe's
+    folder or one above it (the usual case of a command run from another directory than the launch)."""
+    given, _ = _given_results_dir(raw, results_dir)
+    if Path(given).is_absolute():
+        return None
+    folder = Path(recipe_path).resolve().parent
+    found = [base / given / root.name for base in [folder, *folder.parents][:8]]
+    return next((f for f in found if f.is_dir() and f.resolve() != Path(root).resolve()), None)
+
+
 def no_results_message(recipe_path: Path, raw: dict, root: Path, results_dir: str | Path | None) -> str:
     """Where a command looked for a recipe's results and found no folder, instead of calling every run
-    pending: the rule it applied, and a folder of this recipe's results found beside the recipe or above it
-    (the usual case: launched from another directory)."""
-    configured = raw.get("results_dir") if isinstance(raw.get("results_dir"), str) else RecipeConfig.results_dir
-    given = str(results_dir) if results_dir is not None else configured
-    rule = f"--results {given}" if results_dir is not None else f"results_dir '{configured}'"
+    pending: the rule it applied, and a folder of this recipe's results found beside the recipe or above it."""
+    given, rule = _given_results_dir(raw, results_dir)
     text = f"{recipe_path}: no results folder {root}"
     if not Path(given).is_absolute():
         text += f" ({rule} is taken from the working directory, {Path.cwd()})"
-    folder = Path(recipe_path).resolve().parent
-    found = [base / given / root.name for base in [folder, *folder.parents][:8]
-             if not Path(given).is_absolute() and (base / given / root.name).is_dir()]
-    if found:
-        return text + f"; found {found[0]}: run the command from {found[0].parent.parent} or add --results {found[0].parent}"
+    found = results_elsewhere(recipe_path, raw, root, results_dir)
+    if found is not None:
+        return text + f"; found {found}: run the command from {found.parent.parent} or add --results {found.parent}"
     return text + "; no run of this recipe was launched with this results folder ('ltbench run RECIPE' launches " \
                   "them; --results DIR names where they are)"
 
