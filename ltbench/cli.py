@@ -79,18 +79,40 @@ def cmd_posthoc(args) -> int:
 
 
 def cmd_list(args) -> int:
+    """Each registered plugin of a kind: what it is and where it comes from; with ``--options`` every
+    option of its Config (type, default, one line of doc), read from the dataclass (config.describe_options)."""
     from ltbench import registry  # lazy: keeps --help fast
+    from ltbench.config import describe_options  # lazy: keeps --help fast
 
     registry.add_plugin_paths(args.plugins or [])
     reg = registry.REGISTRIES[args.kind]
     entries = reg.entries()
+    if args.names:
+        for name in args.names:
+            if name not in reg:
+                raise LtbenchError(f"ltbench list {args.kind}: {reg.unknown_message(name)}")
+        entries = [e for e in entries if e.name in args.names]
     width = max((len(e.name) for e in entries), default=4)
     for e in entries:  # two lines: what it is (at most LIST_WIDTH characters), then where it comes from
         doc = (getattr(e.obj, "__doc__", None) or "").strip().splitlines()
         line = f"{e.name:<{width}}  {doc[0] if doc else ''}".rstrip()
         print(line if len(line) <= LIST_WIDTH else line[:LIST_WIDTH - 1] + "…")
         print(f"{'':<{width}}  from {e.source} ({e.module})")  # a path is never cut
+        if args.options:
+            print_options(describe_options(getattr(e.obj, "Config", None) or object), " " * (width + 4))
     return 0
+
+
+def print_options(options: list, indent: str) -> None:
+    """One line per option: name, type, default, doc (columns aligned within the plugin; docs never cut)."""
+    if not options:
+        print(f"{indent}(no options)")
+        return
+    name_w = max(len(o.name) for o in options)
+    type_w = min(max(len(o.type) for o in options), 40)
+    default_w = min(max(len(o.default) for o in options), 24)
+    for o in options:
+        print(f"{indent}{o.name:<{name_w}}  {o.type:<{type_w}}  {o.default:<{default_w}}  {o.doc}".rstrip())
 
 
 LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
@@ -154,12 +176,7 @@ def cmd_table(args) -> int:
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select,
                           correction=None if args.correction == "none" else args.correction)
-    for i, table in enumerate(built):
-        if i:
-            print()
-        if len(built) > 1 and args.format == "markdown":
-            print(f"### {table.name}\n")
-        print(report.render(table, args.format).rstrip("\n"))
+    print(report.render_all(built, args.format))
     return 0
 
 
@@ -204,7 +221,12 @@ def cmd_status(args) -> int:
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        return run_status_view.print_status(*_status_runs(p, args.overrides, args.results))
+        root, runs, keys = _status_runs(p, args.overrides, args.results)
+        if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
+            from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
+
+            print(no_results_message(p, read_recipe_file(p, args.overrides)[0], Path(root), args.results))
+        return run_status_view.print_status(root, runs, keys)
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
     return run_status_view.print_status(_recipe_root(args.path, args.results))
@@ -292,10 +314,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="fit again the stage-2 results whose stage-2 plugin code has changed since")
     p.set_defaults(func=cmd_posthoc)
 
-    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers or stage-2 methods and where they come from")
-    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers"])
-    p.add_argument("--plugins", nargs="*", help="extra plugin folders")
-    p.set_defaults(func=cmd_list)
+    _add_list_command(sub, common)
 
     p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets")
     p.add_argument("recipe")
@@ -317,6 +336,16 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", help="load datasets from this folder (their 'root' option); a dataset whose "
                                        "files are not found is 'skipped', never 'ok'")
     p.set_defaults(func=cmd_check)
+
+
+def _add_list_command(sub, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers or stage-2 methods and where they come from")
+    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers"])
+    p.add_argument("names", nargs="*", help="only these names (e.g. 'ltbench list methods NAME --options')")
+    p.add_argument("--options", action="store_true",
+                   help="every option of each: name, type, default (as a recipe writes it) and one line of doc")
+    p.add_argument("--plugins", nargs="*", help="extra plugin folders")
+    p.set_defaults(func=cmd_list)
 
 
 def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:

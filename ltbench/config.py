@@ -347,7 +347,7 @@ class TrainConfig:
     eval_every: int = 0  # evaluate on the test set every N epochs (0: only at the end)
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
     threads: int | None = None  # torch threads; None or 0: 1 on the CPU, else the worker's share (provenance.thread_count)
-    progress: bool = True  # progress bar on an interactive terminal
+    progress: bool = True  # the live progress display on an interactive terminal (every run false: plain lines)
     loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
     # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
     # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).
@@ -427,3 +427,114 @@ def omitted_default(key: str) -> tuple[bool, Any]:
         if f.name == name and f.metadata.get("added_later"):
             return True, f.default
     return False, None
+
+
+# --------------------------------------------------------------------------------------------
+# Describing a Config's options (`ltbench list methods --options`): from the dataclass itself, so the
+# listing cannot drift from what a recipe may set.
+
+
+@dataclass(frozen=True)
+class OptionDoc:
+    name: str
+    type: str  # as annotated, e.g. 'float', 'int | None'
+    default: str  # as a recipe writes it (YAML), or 'required'
+    doc: str  # one line: field(metadata={'doc': ...}), else the field's comment in the source
+
+
+def describe_options(cls: type) -> list[OptionDoc]:
+    """Every option of a plugin's ``Config`` dataclass, in declaration order. The doc of a field is its
+    ``metadata['doc']``, else the comment on its line (or the comment lines just above it) in the class
+    that declares it or, for a field a subclass only re-defaults, in a base class."""
+    if not dataclasses.is_dataclass(cls):
+        return []
+    comments: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's comment wins over its base's
+        comments.update({k: v for k, v in _field_comments(klass).items() if v})
+    out = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = yaml_text(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = yaml_text(f.default_factory())
+        else:
+            default = "required"
+        type_text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        type_text = _LITERAL.sub(lambda m: "|".join(v.strip().strip("'\"") for v in m.group(1).split(",")), type_text)
+        doc = _first_sentence(repr(str(f.metadata.get("doc") or comments.get(f.name, ""))))
+        out.append(OptionDoc(f.name, type_text, default, doc if len(doc) <= DOC_LIMIT else doc[:DOC_LIMIT - 1] + "…"))
+    return out
+
+
+DOC_LIMIT = 120  # characters of an option's doc in 'ltbench list --options' (the source has the rest)
+_LITERAL = __import__("re").compile(r"Literal\[([^\]]*)\]")  # Literal['a', 'b'] is listed as a|b
+
+
+def yaml_text(value: Any) -> str:
+    """A default as a recipe would write it: null, true, 0.0001, [default, strong], {}, ''."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value and value.strip() == value and not value[0] in "[{'\"&*!|>%@`#,?:-" else repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {yaml_text(v)}" for k, v in value.items()) + "}"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _field_comments(klass: type) -> dict[str, str]:
+    """field name -> its doc in ``klass``'s own source: the comment on its line, else the comment lines
+    just above it, else the string just below it (an attribute docstring, first sentence); {} when the
+    source cannot be read."""
+    import inspect  # lazy: only 'ltbench list --options' reads sources
+    import io
+    import tokenize
+
+    if "__dataclass_fields__" not in vars(klass):
+        return {}
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(inspect.getsource(klass)).readline))
+    except (OSError, TypeError, tokenize.TokenError, SyntaxError):
+        return {}
+    body = min((t.end[1] for t in tokens if t.type == tokenize.INDENT), default=4)  # the class body's indent
+    out: dict[str, str] = {}
+    above: list[str] = []  # comment lines just above the next field
+    field_name, field_line, after_field = None, -1, False
+    for i, tok in enumerate(tokens):
+        if tok.type == tokenize.COMMENT:
+            if tok.start[0] == field_line and field_name and not out[field_name]:
+                out[field_name] = tok.string.lstrip("#").strip()  # the comment on the field's own line
+            elif tok.line.strip().startswith("#"):
+                above.append(tok.string.lstrip("#").strip())
+        elif tok.type == tokenize.STRING and tok.start[1] == body and after_field and field_name and not out[field_name]:
+            out[field_name] = _first_sentence(tok.string)
+        elif tok.type == tokenize.NAME and tok.start[1] == body:
+            is_field = i + 1 < len(tokens) and tokens[i + 1].string == ":"
+            if is_field:
+                field_name, field_line = tok.string, tok.start[0]
+                out[field_name] = " ".join(above)
+            above = []
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            after_field = tok.start[0] == field_line or (tok.type == tokenize.STRING and after_field)
+        elif tok.type == tokenize.NEWLINE:
+            after_field = tok.start[0] == field_line
+    return out
+
+
+def _first_sentence(literal: str) -> str:
+    """The first sentence of a string literal's text, on one line."""
+    import ast  # lazy: only 'ltbench list --options' reads sources
+
+    try:
+        text = " ".join(str(ast.literal_eval(literal)).split())
+    except (ValueError, SyntaxError):
+        return ""
+    for i in range(len(text) - 2):
+        if text[i] == "." and text[i + 1] == " " and text[i + 2].isupper():
+            return text[: i + 1]
+    return text

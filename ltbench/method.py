@@ -22,7 +22,14 @@ from ltbench.registry import METHODS
 
 @dataclass(frozen=True)
 class MethodContext:
-    """What a method may know about the run: training-set facts only, never the test set."""
+    """What a method may know about the run: training-set facts only, never the test set.
+
+    Two class priors, on purpose: ``train_prior`` (and the method's ``log_train_prior`` buffer) is the
+    training *set's* class frequencies, whatever the sampler: what "long-tailed" means and what the
+    published formulas (LA, Balanced Softmax, LDAM margins, CB weights) are written in. ``sampled_prior(epoch)``
+    is the class distribution the loss actually sees under the run's sampler. A prior correction belongs to
+    the prior the loss is trained under: a logit-adjusted (or balanced) loss combined with a re-balancing
+    sampler corrects twice if it uses ``log_train_prior`` (docs/adding-a-method.md, "Samplers and the prior")."""
 
     num_classes: int
     class_counts: torch.Tensor  # training images per class (int64)
@@ -34,11 +41,22 @@ class MethodContext:
     dataset: str | None = None
     class_names: tuple[str, ...] | None = None
     backbone: nn.Module | None = dataclasses.field(default=None, compare=False, repr=False)
+    # The run's sampler's class law per epoch (Sampler.class_probabilities); None: the default sampler
+    # (every image once per epoch), whose law is train_prior.
+    sampling: Callable[[int], Any] | None = None
 
     @property
     def train_prior(self) -> torch.Tensor:
         counts = self.class_counts.double()
         return (counts / counts.sum()).float()
+
+    def sampled_prior(self, epoch: int) -> torch.Tensor | None:
+        """The class distribution of epoch ``epoch``'s draws under the run's sampler, float32 (K,):
+        ``train_prior`` for the default (uniform over images), uniform over the classes with images for
+        class_balanced, proportional to sqrt(n_c) for square_root, moving for progressive. None when the
+        sampler does not declare its class law (``Sampler.class_probabilities``)."""
+        law = self.train_prior if self.sampling is None else self.sampling(epoch)
+        return None if law is None else torch.as_tensor(law, dtype=torch.float32)
 
 
 class Method(nn.Module):

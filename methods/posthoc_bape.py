@@ -57,6 +57,7 @@ class BapeRefitConfig:
     ensemble: Literal["bape", "sum"] = "bape"
     """'bape' alone, or 'sum': + the run's balanced linear scores (a BAPE run: its auxiliary method's)."""
     max_kappa: float = 1e5
+    """Upper clamp of kappa (a class seen once without a prior has R = 1)."""
 
     def validate(self) -> None:
         check_range("alpha_hat", self.alpha_hat, 0, 1e12)

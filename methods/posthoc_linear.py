@@ -84,11 +84,11 @@ class TauNormalisation(PosthocMethod):
 
 @dataclass
 class BalancedTrainingConfig:
-    epochs: int = 10
-    lr: float = 0.2
-    batch_size: int = 512
-    momentum: float = 0.9
-    weight_decay: float = 5.0e-4
+    epochs: int = 10  # passes over the class-balanced samples of the frozen features
+    lr: float = 0.2  # SGD learning rate (cosine schedule)
+    batch_size: int = 512  # features per SGD step
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 5.0e-4  # L2 penalty on the refitted parameters
 
     def validate(self) -> None:
         check_range("epochs", self.epochs, 1, 10_000)

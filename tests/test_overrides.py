@@ -84,7 +84,8 @@ def test_status_takes_a_recipe_and_its_overrides_and_names_each_run(capsys, tmp_
     code, out, err = run_cli(["status", QUICKSTART, "seeds=[0,1]", "--results", tmp_path], capsys)
     assert code == 0, err
     lines = out.splitlines()
-    assert len(lines) == 9 and lines[-1] == "8 pending"
+    assert len(lines) == 10 and lines[-1] == "8 pending"
+    assert lines[0].startswith(f"{QUICKSTART}: no results folder {tmp_path / 'quickstart'}")  # where it looked
     assert any("pending" in line and "la (tau=1) on fashion_mnist_lt rho=100 seed=1" in line for line in lines)
     code, _, err = run_cli(["status", tmp_path, "seeds=[0]"], capsys)
     assert code == 2 and "need a recipe file" in err

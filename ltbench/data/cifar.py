@@ -86,7 +86,7 @@ CIFAR100 = Layout(
 @dataclass
 class CIFARLTConfig:
     imb_factor: float = 100.0  # rho = n_max / n_min (LDAM-DRW passes 1/rho: 0.01 here is 100)
-    imb_type: Literal["exp", "step"] = "exp"
+    imb_type: Literal["exp", "step"] = "exp"  # exponential profile, or step: half the classes many, half few
     data_seed: int = 0  # seed of the legacy global NumPy RNG that picks the subset (LDAM-DRW rand_number: 0)
     root: str | None = None  # folder holding cifar-10-batches-py/ or cifar-100-python/; default: search
     download: bool = False  # fetch the archive with torchvision when missing (needs internet); never by default

@@ -112,7 +112,7 @@ class SplitListConfig:
     # val list is the test set (iNaturalist 2018), val_per_class images per class held out of the training
     # list (each class keeps at least one; this changes the training set, so it is in the run id).
     val_split: str | None = added_later(None)
-    val_per_class: int = added_later(0)
+    val_per_class: int = added_later(0)  # images per class held out of the training list as validation (0: none)
 
     def validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_]+", self.test_split):

@@ -23,14 +23,14 @@ VIEW_ALIASES = SMALL_IMAGE_VIEW_ALIASES  # view alias -> augmentation pipeline
 
 @dataclass
 class SyntheticLTConfig:
-    num_classes: int = 5
-    imb_factor: float = 10.0
-    max_per_class: int = 64
-    test_per_class: int = 20
-    image_size: int = 16
-    channels: int = 3
-    noise: float = 0.35
-    data_seed: int = 0
+    num_classes: int = 5  # classes, each a fixed random low-frequency pattern
+    imb_factor: float = 10.0  # rho = n_max / n_min of the exponential profile
+    max_per_class: int = 64  # training images of the largest class
+    test_per_class: int = 20  # balanced test set
+    image_size: int = 16  # height and width in pixels
+    channels: int = 3  # image channels (1: grey, 3: colour)
+    noise: float = 0.35  # std of the pixel noise around each class's pattern (higher: harder)
+    data_seed: int = 0  # seed of the generated images (the run's seed does not change the data)
     val_per_class: int = added_later(0)  # validation images per class, generated after train and test
 
     def validate(self) -> None:

@@ -30,17 +30,17 @@ TEXT_BATCH = 1000  # prompts encoded at once (LIFT splits at 1000 too)
 class ClipArch:
     """An OpenAI CLIP ViT's shape: image tower, joint embedding and text tower (defaults: ViT-B/16)."""
 
-    image_size: int = 224
-    patch_size: int = 16
-    width: int = 768
-    layers: int = 12
-    heads: int = 12
-    embed_dim: int = 512
-    context_length: int = 77
-    vocab_size: int = 49408
-    text_width: int = 512
-    text_heads: int = 8
-    text_layers: int = 12
+    image_size: int = 224  # input resolution in pixels (a multiple of patch_size)
+    patch_size: int = 16  # side of the square patches
+    width: int = 768  # transformer width of the image tower
+    layers: int = 12  # transformer blocks of the image tower
+    heads: int = 12  # attention heads of the image tower
+    embed_dim: int = 512  # joint image-text embedding size (the projection)
+    context_length: int = 77  # text tokens per prompt
+    vocab_size: int = 49408  # text tokenizer vocabulary
+    text_width: int = 512  # transformer width of the text tower
+    text_heads: int = 8  # attention heads of the text tower
+    text_layers: int = 12  # transformer blocks of the text tower
 
 
 @dataclass

@@ -27,11 +27,11 @@ HEAD_KEYS = ("head.", "fc_norm.", "pre_logits.")  # classifier parts of a checkp
 
 @dataclass
 class TimmArch:
-    image_size: int = 224
-    patch_size: int = 16
-    width: int = 768
-    layers: int = 12
-    heads: int = 12
+    image_size: int = 224  # input resolution in pixels (a multiple of patch_size)
+    patch_size: int = 16  # side of the square patches
+    width: int = 768  # transformer width
+    layers: int = 12  # transformer blocks
+    heads: int = 12  # attention heads
 
 
 @dataclass

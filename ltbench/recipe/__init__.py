@@ -123,6 +123,8 @@ class Recipe:
     tables: dict = field(default_factory=dict)  # name -> ltbench.recipe.tables.TableSpec
     posthoc: list = field(default_factory=list)  # resolved stage-2 specs (``ltbench posthoc``)
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
+    overrides: list = field(default_factory=list)  # the overrides as typed (what `ltbench table` is given too)
+    results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
 
     @property
     def root(self) -> Path:
@@ -418,7 +420,9 @@ def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | 
     # Errors carry the file name in front of the dotted field.
     try:
         top = from_dict(RecipeConfig, raw, "")
-        return _expand(path, raw, top, results_dir, run_overrides)
+        recipe = _expand(path, raw, top, results_dir, run_overrides)
+        recipe.overrides, recipe.results_arg = list(overrides), None if results_dir is None else str(results_dir)
+        return recipe
     except ConfigError as exc:
         msg = str(exc)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
@@ -430,14 +434,105 @@ def read_recipe_file(path: Path, overrides: list[str] = ()) -> tuple[dict, list[
     load_recipe and for report/expected.py, which needs the name, results root and tables without
     expanding the runs (that imports the plugins, hence torch)."""
     raw = load_yaml(path)
-    run_overrides = []
+    run_overrides, axes = [], {}
     for text in overrides:
         key, value = parse_override(text)
-        if key.split(".")[0] in RUN_SECTIONS:
+        where = f"{path}: override {short_repr(text, 80)}"
+        if key.startswith("grid."):
+            axes[key[len("grid."):]] = set_grid_axis(raw, key[len("grid."):], value, where)
+        elif key.split(".")[0] in RUN_SECTIONS:
             run_overrides.append(RunOverride(key, value, text))
         else:
-            set_dotted(raw, key, value, f"{path}: override {short_repr(text, 80)}")
+            set_dotted(raw, key, value, where)
+    for ov in run_overrides:
+        clash = next((a for a in axes if ov.key == a or ov.key.startswith(a + ".") or a.startswith(ov.key + ".")), None)
+        if clash is not None:
+            raise ConfigError(f"{path}: override {short_repr(ov.text, 80)}: the command line also sets the grid axis "
+                              f"'{clash}'; give one of the two (an axis of one value is the same as the override)")
+    split_table_rows(raw, {a: v for a, v in axes.items() if v is not None}, str(path))
     return raw, run_overrides
+
+
+def set_grid_axis(raw: dict, axis: str, values: Any, where: str) -> list | None:
+    """``grid.<key>=[...]`` adds the axis to the recipe's grid (to each grid of a list of grids) or replaces
+    its values; ``grid.<key>=null`` removes it. Returns the values (None: removed)."""
+    check_grid_key(axis, where)
+    if values is not None and (not isinstance(values, list) or not values):
+        raise ConfigError(f"{where}: expected a non-empty list of values (e.g. grid.{axis}=[10,100]), or null to "
+                          f"remove the axis; got {short_repr(values)}")
+    grid = raw.get("grid")
+    grids = grid if isinstance(grid, list) else [grid] if isinstance(grid, dict) else None
+    if grid is not None and (grids is None or not all(isinstance(g, dict) for g in grids)):
+        raise ConfigError(f"{where}: the recipe's grid is not a mapping of dotted keys to lists (or a list of such "
+                          f"mappings); fix 'grid:' first")
+    if values is None:
+        if not grids or not any(axis in g for g in grids):
+            axes = sorted({k for g in grids or [] for k in g})
+            raise ConfigError(f"{where}: the recipe's grid has no axis '{axis}' to remove (its axes: "
+                              f"{', '.join(axes) or 'none'})")
+        for g in grids:
+            g.pop(axis, None)
+        return None
+    if grids is None:  # no grid yet: this axis is the grid
+        raw["grid"] = {}
+        grids = [raw["grid"]]
+    for g in grids:
+        g[axis] = copy.deepcopy(values)
+    return values
+
+
+def split_table_rows(raw: dict, axes: dict[str, list], where: str) -> None:
+    """A grid axis set from the command line splits each explicit row of the recipe's declared tables that
+    does not name it: one row per value, labelled 'LA (imb_factor=10)', its ``versus`` following suit. Without
+    this a row such as {method.name: la} would match one configuration per value and the table (and the
+    launch) would be refused. A table that already shows the key (pivot, group_by, where) is left alone, as
+    are rows of a malformed table (the table check reports those) and axes whose values are mappings."""
+    tables = raw.get("tables")
+    if not isinstance(tables, dict):
+        return
+    for axis, values in axes.items():
+        if len(values) < 2 or not all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
+            continue
+        for table in tables.values():
+            rows = table.get("rows") if isinstance(table, dict) else None
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows) or _shows_key(table, axis):
+                continue
+            table["rows"] = _split_rows(rows, axis, values)
+
+
+def _shows_key(table: dict, axis: str) -> bool:
+    """Whether a table already separates the values of ``axis`` (column groups, row groups, a filter)."""
+    pivot = table.get("pivot") if isinstance(table.get("pivot"), list) else []
+    filters = table.get("where") if isinstance(table.get("where"), dict) else {}
+    return axis in pivot or table.get("group_by") == axis or any(_related(axis, k) for k in filters)
+
+
+def _related(axis: str, key: Any) -> bool:
+    return isinstance(key, str) and (key == axis or key.startswith(axis + ".") or axis.startswith(key + "."))
+
+
+def _split_rows(rows: list[dict], axis: str, values: list) -> list[dict]:
+    """One row per value of ``axis`` for each row that does not name it; ``versus`` of any row that has one
+    value of the axis points at the split row of that value."""
+    leaf = axis.rsplit(".", 1)[-1]
+    split, out = set(), []  # labels that were split; (row, its value's label suffix or None)
+    for i, row in enumerate(rows):
+        selector = row.get("where") if isinstance(row.get("where"), dict) else {}
+        if any(_related(axis, k) for k in selector):
+            out.append((row, f" ({leaf}={value_text(selector[axis])})" if axis in selector else None))
+            continue
+        label = row.get("label") if isinstance(row.get("label"), str) else f"row {i + 1}"
+        split.add(label)
+        for value in values:
+            suffix = f" ({leaf}={value_text(value)})"
+            out.append(({**row, "label": label + suffix, "where": {**selector, axis: value}}, suffix))
+    for row, suffix in out:
+        versus = row.get("versus")
+        if suffix is not None and isinstance(versus, (str, list)):
+            named = [versus] if isinstance(versus, str) else versus
+            named = [v + suffix if isinstance(v, str) and v in split else v for v in named]
+            row["versus"] = named[0] if isinstance(versus, str) else named
+    return [row for row, _ in out]
 
 
 def recipe_name(path: Path, declared: str | None) -> str:
@@ -452,12 +547,47 @@ def recipe_name(path: Path, declared: str | None) -> str:
 
 
 def results_root(configured: str | Path, results_dir: str | Path | None) -> Path:
-    """The results root, absolute: ``--results`` when given, else the recipe's ``results_dir``
-    (relative ones from the working directory)."""
+    """The results root, absolute: ``--results`` when given, else the recipe's ``results_dir``. The one rule
+    for every command: a relative one is taken from the working directory (outputs go where the command
+    runs, as with Hydra or make), while what a recipe reads (``plugins:``, a table's ``include:``) is taken
+    from the recipe's folder. A command that finds no results folder says so (``no_results_message``)."""
     out_dir = Path(results_dir if results_dir is not None else configured)
-    if not out_dir.is_absolute() and results_dir is None:
+    if not out_dir.is_absolute():
         out_dir = Path.cwd() / out_dir
     return out_dir.resolve()
+
+
+def _given_results_dir(raw: dict, results_dir: str | Path | None) -> tuple[str, str]:
+    """(the results folder as given, the words naming where it was given) of a recipe and its --results."""
+    configured = raw.get("results_dir") if isinstance(raw.get("results_dir"), str) else RecipeConfig.results_dir
+    if results_dir is not None:
+        return str(results_dir), f"--results {results_dir}"
+    return configured, f"results_dir '{configured}'"
+
+
+def results_elsewhere(recipe_path: Path, raw: dict, root: Path, results_dir: str | Path | None) -> Path | None:
+    """A folder of this recipe's results under the same relative results folder, taken from the recipe's
+    folder or one above it (the usual case of a command run from another directory than the launch)."""
+    given, _ = _given_results_dir(raw, results_dir)
+    if Path(given).is_absolute():
+        return None
+    folder = Path(recipe_path).resolve().parent
+    found = [base / given / root.name for base in [folder, *folder.parents][:8]]
+    return next((f for f in found if f.is_dir() and f.resolve() != Path(root).resolve()), None)
+
+
+def no_results_message(recipe_path: Path, raw: dict, root: Path, results_dir: str | Path | None) -> str:
+    """Where a command looked for a recipe's results and found no folder, instead of calling every run
+    pending: the rule it applied, and a folder of this recipe's results found beside the recipe or above it."""
+    given, rule = _given_results_dir(raw, results_dir)
+    text = f"{recipe_path}: no results folder {root}"
+    if not Path(given).is_absolute():
+        text += f" ({rule} is taken from the working directory, {Path.cwd()})"
+    found = results_elsewhere(recipe_path, raw, root, results_dir)
+    if found is not None:
+        return text + f"; found {found}: run the command from {found.parent.parent} or add --results {found.parent}"
+    return text + "; no run of this recipe was launched with this results folder ('ltbench run RECIPE' launches " \
+                  "them; --results DIR names where they are)"
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,8 @@ from ltbench.errors import LtbenchError
 from ltbench.recipe.tables import default_table
 from ltbench.report import index
 from ltbench.report.build import build_table
-from ltbench.report.expected import expected_of
 from ltbench.report.expected import source as _source
 from ltbench.report.formats import render as _render
-from ltbench.report.formats import to_markdown
 from ltbench.report.frames import load as _load
 from ltbench.report.published import add_published
 from ltbench.results.safe_read import regular_file_problem
@@ -109,11 +107,19 @@ def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
     return path
 
 
-def summary_table(recipe) -> str | None:
-    """The default table of a recipe's own runs, for the end of ``ltbench run``; None without results."""
-    if not Path(recipe.root).is_dir():
+def render_all(built: list, fmt: str = "markdown") -> str:
+    """Tables as ``ltbench table`` prints them: one after another, each under '### name' when there are
+    several (markdown)."""
+    parts = []
+    for table in built:
+        title = f"### {table.name}\n\n" if len(built) > 1 and fmt == "markdown" else ""
+        parts.append(title + render(table, fmt).rstrip("\n"))
+    return "\n\n".join(parts)
+
+
+def recipe_tables_text(recipe) -> str | None:
+    """What ``ltbench table RECIPE`` prints for a loaded recipe (its overrides, its --results): the declared
+    tables, else the default one. For the end of ``ltbench run``; None before any run is done."""
+    if not Path(recipe.root).is_dir() or not any(r["status"] == "done" for r in index.scan(recipe.root)):
         return None
-    records = index.scan(recipe.root)
-    if not any(r["status"] == "done" for r in records):
-        return None
-    return to_markdown(build_table("default", default_table(), records, expected_of(recipe.runs, recipe.posthoc)))
+    return render_all(tables(recipe.path, recipe.results_arg, overrides=list(recipe.overrides)))

@@ -22,7 +22,7 @@ from ltbench.results import safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe
 from ltbench.results.identity import FILE_IDENTITIES
-from ltbench.recipe import Recipe, load_recipe
+from ltbench.recipe import Recipe, load_recipe, no_results_message, results_elsewhere
 from ltbench.results.runspec import RunSpec
 from ltbench.report import index
 from ltbench.report.index import cache_file, config_key
@@ -142,6 +142,10 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
         recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
         records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
         records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
+        if not records and not recipe.root.is_dir():  # launched from elsewhere? say where it looked
+            raw = read_recipe(p, overrides, results).raw
+            if not recipe.root.parent.is_dir() or results_elsewhere(p, raw, recipe.root, results) is not None:
+                raise LtbenchError(no_results_message(p, raw, recipe.root, results))
         return records, recipe, recipe.root
     if overrides:
         raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")

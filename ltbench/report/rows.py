@@ -389,7 +389,9 @@ def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot
                                 if len({value_text(h.flat.get(k)) for h in hits}) > 1)
                 raise ConfigError(f"{where}.rows[{i}].where matches {len(hits)} different configurations "
                                   f"(they differ in {', '.join(differ[:6])}): add one of these keys to the selector, "
-                                  f"or choose among them per seed with 'select: val' (ltbench table --select val)")
+                                  f"show each value as a column group (pivot: [{differ[0]}]) or a row group "
+                                  f"(group_by: {differ[0]}), or choose among them per seed with 'select: val' "
+                                  f"(ltbench table --select val)")
             if hits:
                 row.units[gi] = hits[0]
         if not row.units:

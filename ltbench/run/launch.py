@@ -14,7 +14,7 @@ from pathlib import Path
 from ltbench.run import local_pool
 from ltbench import report
 from ltbench.results import store
-from ltbench.errors import ConfigError
+from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
 from ltbench.registry import DATASETS, Registry
@@ -220,9 +220,14 @@ def check_runs_per_gpu(recipe: Recipe) -> None:
 
 
 def print_summary(recipe: Recipe) -> dict[str, int]:
-    """Print the recipe's summary table and status counts after a launch; return the counts."""
+    """After a launch: the recipe's tables exactly as ``ltbench table RECIPE`` (same overrides, same --results)
+    prints them, and the status counts; returns the counts. A table that cannot be built now is said in
+    one line: the runs themselves are done, and their exit status is theirs."""
     counts = store.count_statuses(store.run_status(Path(spec.run_dir)) for spec in recipe.runs)
-    text = report.summary_table(recipe)
+    try:
+        text = report.recipe_tables_text(recipe)
+    except LtbenchError as exc:
+        text = f"(the tables cannot be built: {exc}; 'ltbench table {recipe.path}' shows them once fixed)"
     if text:
         print()
         print(text)

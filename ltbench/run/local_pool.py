@@ -20,6 +20,7 @@ from pathlib import Path
 from ltbench.results import store
 from ltbench.results.provenance import THREADS_ENV, usable_cores
 from ltbench.run.progress import ProgressBoard, finished_line
+from ltbench.run.screen import MessageStream
 from ltbench.recipe import run_label
 from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line, prepare_run_dir, run_one
 from ltbench.results.runspec import RunSpec
@@ -27,23 +28,77 @@ from ltbench.results.runspec import RunSpec
 
 def run_local(specs: list[RunSpec], jobs: int = 1, redo: tuple[str, ...] = ()) -> list[RunSpec]:
     """Run specs one after another in this process, or in ``jobs`` worker processes. Returns the
-    specs another process was running (skipped here)."""
+    specs another process was running (skipped here). On a terminal the run's state line (and, with
+    several runs, the overall line) stays at the bottom, drawn by the one writer of the terminal
+    (``owned_terminal``); elsewhere each line is printed as it comes."""
     if jobs > 1 and len(specs) > 1:
         return run_pool(specs, jobs, redo)
+    board = ProgressBoard(1, tty=wants_display(specs), total=len(specs))
+    if not board.tty:
+        return _run_in_process(specs, redo, print, None)
+    with owned_terminal(board, every_s=0.25):
+        return _run_in_process(specs, redo, board.write, board)
+
+
+def _run_in_process(specs: list[RunSpec], redo: tuple[str, ...], write, board: ProgressBoard | None) -> list[RunSpec]:
+    """The runs one after another here: a header line per run, its engine's lines, how it ended."""
     elsewhere = []
     for i, spec in enumerate(specs, 1):
         c = spec.config
-        print(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec.run_id})")
-        status = run_one(spec, say=lambda msg: print(f"  {msg}", flush=True), redo=redo)
-        if status == "done":
-            print(finished_line(spec, run_label(spec), status), flush=True)
-        elif status == "failed":
-            print(f"  FAILED: {failure_line(Path(spec.run_dir))}")
-        elif status in (CLAIMED, FINISHED_ELSEWHERE):
-            if status == FINISHED_ELSEWHERE:
-                print("  already finished by another process")
+        write(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec.run_id})")
+        if board is not None:
+            board.start(0, spec, run_label(spec))
+        status = run_one(spec, say=lambda msg: write(f"  {msg}"), redo=redo)
+        line = {"done": finished_line(spec, run_label(spec), status),
+                "failed": f"  FAILED: {failure_line(Path(spec.run_dir))}",
+                FINISHED_ELSEWHERE: "  already finished by another process"}.get(status)
+        if status in (CLAIMED, FINISHED_ELSEWHERE):
             elsewhere.append(spec)
+        if board is not None:
+            board.finish(0, line, status)
+        elif line:
+            write(line)
     return elsewhere
+
+
+@contextlib.contextmanager
+def owned_terminal(board: ProgressBoard, every_s: float | None = None):
+    """While the board shows state lines on a terminal, sys.stdout / sys.stderr print through it
+    (``screen.MessageStream``), so a plugin's print or a warning comes out as a whole line above the state
+    lines, never inside them; ``every_s``: a thread also redraws the board that often (a run training in
+    this process, whose loop cannot poll). The board is erased on the way out. Off a terminal: nothing."""
+    if not board.tty:
+        yield board
+        return
+    stop = threading.Event()
+
+    def redraw() -> None:
+        while not stop.wait(every_s):
+            try:
+                board.poll()
+            except Exception:  # a half-written file, a run folder removed: the next poll reads again
+                pass
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = stream = MessageStream(board.screen)
+    thread = threading.Thread(target=redraw, name="ltbench-progress", daemon=True)
+    if every_s is not None:
+        thread.start()
+    try:
+        yield board
+    finally:
+        stop.set()
+        if every_s is not None:
+            thread.join()
+        stream.close_line()
+        sys.stdout, sys.stderr = saved
+        board.close()
+
+
+def wants_display(specs: list[RunSpec]) -> bool | None:
+    """None (the live display when stdout and stderr are a terminal) unless every run says ``train.progress: false``,
+    which asks for plain lines instead (False)."""
+    return None if any(s.config.get("train", {}).get("progress", True) for s in specs) else False
 
 
 class Terminated(KeyboardInterrupt):
@@ -79,21 +134,27 @@ def _die_with_parent() -> None:
         pass
 
 
-def _stop_workers(running: list, grace_s: float = 10.0) -> None:
+def _stop_workers(running: list, grace_s: float = 10.0, write=print) -> None:
     """SIGTERM every live worker, then SIGKILL what is left after ``grace_s``. A killed run keeps
-    its last checkpoint and its lock dies with it, so the next launch resumes it."""
+    its last checkpoint and its lock dies with it, so the next launch resumes it. Every worker still
+    counted as running is named, also one the terminal's Ctrl-C (SIGINT to the whole process group)
+    ended first. ``write``: the board's, so the messages come out whole above the state lines."""
+    if not running:
+        return
     live = [item for item in running if item[0].poll() is None]
+    if live:
+        write(f"stopping {len(live)} worker(s) (SIGTERM, then SIGKILL after {grace_s:g} s)")
     for proc, *_ in live:
         proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    for proc, spec, *_ in live:
+    for proc, *_ in live:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    if live:
-        print(f"stopped {len(live)} worker(s): {', '.join(spec.run_id for _, spec, *_ in live)}", flush=True)
+    write(f"stopped {len(running)} worker(s): {', '.join(spec.run_id for _, spec, *_ in running)}; their runs "
+          f"resume from their last checkpoint at the next launch")
 
 
 def pool_size(jobs: int, runs_per_gpu: int, gpus: list[str]) -> int:
@@ -117,8 +178,8 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
     devices = devices if devices is not None else gpu_slots(jobs, visible_gpus())
     queue, running, elsewhere = list(specs), [], []
     free_slots = list(range(jobs))
-    board = ProgressBoard(jobs)
-    with sigterm_as_interrupt():
+    board = ProgressBoard(jobs, tty=wants_display(specs), total=len(specs))
+    with sigterm_as_interrupt(), owned_terminal(board):
         try:
             while queue or running:
                 while queue and free_slots:
@@ -130,11 +191,12 @@ def run_pool(specs: list[RunSpec], jobs: int, redo: tuple[str, ...] = (), device
                 for item in [item for item in running if item[0].poll() is not None]:
                     running.remove(item)
                     free_slots.append(item[2])
-                    if _report_worker_end(item[0], item[1], lambda line, slot=item[2]: board.finish(slot, line)):
+                    status, line = _worker_end(item[0], item[1])
+                    board.finish(item[2], line, status)
+                    if status in (CLAIMED, FINISHED_ELSEWHERE):
                         elsewhere.append(item[1])
         finally:
-            board.close()
-            _stop_workers(running)
+            _stop_workers(running, write=board.write)  # said through the board, before owned_terminal erases it
     return elsewhere
 
 
@@ -165,22 +227,20 @@ def worker_env(parent: dict, jobs: int) -> dict:
     return {**parent, THREADS_ENV: share, "OMP_NUM_THREADS": share}
 
 
-def _report_worker_end(proc: subprocess.Popen, spec: RunSpec, write=print) -> bool:
-    """Say how a worker ended (a finished run with its method, seed and All accuracy); True when
-    another process had the run (claimed or finished)."""
+def _worker_end(proc: subprocess.Popen, spec: RunSpec) -> tuple[str, str]:
+    """(status, the line that says how a worker ended: a finished run with its method, seed and All
+    accuracy). Status: the runner's (EXIT_CODES), or 'failed' for a worker that died without one."""
     status = {code: status for status, code in EXIT_CODES.items()}.get(proc.returncode)
     run_dir, run_id = Path(spec.run_dir), spec.run_id
     if status == CLAIMED:
-        write(f"{run_id}: skipped: another process is running it")
-    elif status == FINISHED_ELSEWHERE:
-        write(f"{run_id}: already finished elsewhere")
-    elif status == "failed":
-        write(finished_line(spec, run_label(spec), f"FAILED: {failure_line(run_dir)}"))
-    elif status is None:
-        write(f"{run_id}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}")
-    else:
-        write(finished_line(spec, run_label(spec), status))
-    return status in (CLAIMED, FINISHED_ELSEWHERE)
+        return status, f"{run_id}: skipped: another process is running it"
+    if status == FINISHED_ELSEWHERE:
+        return status, f"{run_id}: already finished elsewhere"
+    if status == "failed":
+        return status, finished_line(spec, run_label(spec), f"FAILED: {failure_line(run_dir)}")
+    if status is None:
+        return "failed", f"{run_id}: worker exited with code {proc.returncode}; see {run_dir / 'worker.log'}"
+    return status, finished_line(spec, run_label(spec), status)
 
 
 def visible_gpus() -> list[str]:

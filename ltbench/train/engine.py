@@ -48,6 +48,7 @@ from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
+from ltbench.train.heartbeat import HEARTBEAT, PhaseBeat
 from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, TestTimeViews, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
@@ -126,6 +127,7 @@ class Run:
     sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
     decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
+    progress: PhaseBeat | None = None  # rank 0 of train(): evaluation and writing phases for the launcher's display
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -150,6 +152,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     data = bind_data(backbone, data)  # a pretrained backbone's own preprocessing and tune mode
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
+    sampler = create_sampler(config.get("sampler"), SamplerContext(data.train_labels, data.num_classes, optim.epochs))
     ctx = MethodContext(
         num_classes=data.num_classes,
         class_counts=torch.as_tensor(data.class_counts, dtype=torch.long),
@@ -158,13 +161,14 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
         dataset=config["data"]["name"],
         class_names=tuple(data.class_names) if data.class_names else None,
         backbone=backbone,
+        sampling=sampler.class_probabilities if config.get("sampler") else None,  # ctx.sampled_prior(epoch)
     )
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
     run = Run(builder, data, backbone, method, model, optim,
               from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
     run.eval_sets = eval_sources(run)
-    run.sampler = create_sampler(config.get("sampler"), SamplerContext(data.train_labels, data.num_classes, optim.epochs))
+    run.sampler = sampler
     return run
 
 
@@ -415,7 +419,13 @@ def test_features(run: Run, device: torch.device, source: str = "test", batch_si
     run.model.eval()
     loader = run.loader if run.loader is not None else make_loader(run, 0, 0, device)
     keys = loader.samples.eval_keys(source, batch_size)
-    feats = [crop_features(run, views[0].to(device, non_blocking=True)) for views, _ in loader.run(keys)]
+    feats = []
+    for step, (views, _) in enumerate(loader.run(keys)):
+        if run.progress is not None:  # 'evaluating test set i of M' with its ETA (ltbench/train/heartbeat.py)
+            run.progress.evaluating(source, step, len(keys))
+        feats.append(crop_features(run, views[0].to(device, non_blocking=True)))
+    if run.progress is not None:
+        run.progress.evaluating(source, len(keys), len(keys))
     return torch.cat(feats) if feats else torch.zeros(0, run.backbone.feature_dim, device=device)
 
 
@@ -492,6 +502,8 @@ def evaluate(run: Run, device: torch.device) -> dict:
     """Metrics on the test set under the uniform target prior, per head, under shifted priors and on
     extra test sets. The argmax per test image behind them (for paired tests, ltbench.results.predictions)
     travels under PREDICTION_ARRAYS; train() takes it out of the metrics and saves it."""
+    if run.progress is not None:  # the sources this evaluation predicts, in order, for 'test set i of M'
+        run.progress.plan({s: len(labels) for s, (_, labels) in run.eval_sets.items() if not s.endswith(ADAPT_SUFFIX)})
     feats = test_features(run, device)
     labels, k = run.data.test_labels, run.data.num_classes
     adaptation: dict = {}
@@ -560,6 +572,13 @@ def load_best_val(s: Session) -> None:
 CONTRACT_DOC = "the method contract is in docs/adding-a-method.md"
 
 
+class NonFiniteScores(MethodContractError):
+    """predict() gave NaN or inf. The method's fault only at its contract check, on finite features of a
+    model that has not trained yet (``check_method_contract``); at an evaluation after training steps the
+    model diverged, and ``evaluate_after`` says so instead (lower optim.lr), whether or not
+    train.eval_every asked for that evaluation."""
+
+
 def check_scores(scores, n: int, k: int, method: str, what: str, finite: bool = True) -> None:
     """Scores from predict() must be a finite tensor of shape (n, k); extra heads need the shape only."""
     if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (n, k):
@@ -567,8 +586,32 @@ def check_scores(scores, n: int, k: int, method: str, what: str, finite: bool = 
         raise MethodContractError(f"method '{method}': {what} returned {shape}, expected a tensor of shape "
                                   f"({n}, {k}) (one score per test image and class); {CONTRACT_DOC}")
     if finite and not bool(torch.isfinite(scores).all()):
-        raise MethodContractError(f"method '{method}': {what} returned non-finite scores (NaN or inf); "
-                                  f"{CONTRACT_DOC}")
+        raise NonFiniteScores(f"method '{method}': {what} returned non-finite scores (NaN or inf) on finite "
+                              f"features; {CONTRACT_DOC}")
+
+
+def weights_state(model: nn.Module) -> str:
+    """'weights non-finite (backbone.fc.weight)' or 'weights finite, largest |w| 3.2e+12': what a
+    divergence message can say about the model (run only after something went non-finite)."""
+    tensors = [(name, t) for name, t in model.state_dict().items() if torch.is_floating_point(t)]
+    bad = next((name for name, t in tensors if not bool(torch.isfinite(t).all())), None)
+    if bad is not None:
+        return f"weights non-finite ({bad})"
+    largest = max((float(t.abs().max()) for _, t in tensors if t.numel()), default=0.0)
+    return f"weights finite, largest |w| {largest:.3g}"
+
+
+def evaluate_after(s: Session, epoch: int) -> dict:
+    """``evaluate`` after ``epoch`` epochs, non-finite scores reported as divergence: the method passed its
+    contract check at the first step, so a model that now scores NaN or inf has blown up."""
+    try:
+        return evaluate(s.run, s.device)
+    except NonFiniteScores:
+        method = s.spec.config["method"]["name"]
+        raise NonFiniteLossError(
+            f"non-finite scores (NaN or inf) at the evaluation after epoch {epoch}/{s.run.optim.epochs} "
+            f"({weights_state(s.run.model)}): training diverged; lower optim.lr (now {s.run.optim.lr:g}); if it "
+            f"persists, check predict() of method '{method}' (log of 0, division by a zero count)") from None
 
 
 def check_method_contract(method: Method, out, features: list[torch.Tensor], labels: torch.Tensor) -> None:
@@ -591,17 +634,28 @@ def check_method_contract(method: Method, out, features: list[torch.Tensor], lab
         method.eval()
         try:
             check_scores(method.predict(features[0].detach().float()), n, k, name, "predict()")
+        except NonFiniteScores as exc:
+            if bool(torch.isfinite(features[0]).all()):  # finite inputs: the method's own predict() broke its contract
+                raise MethodContractError(str(exc)) from None
+            raise NonFiniteLossError("the backbone's features are non-finite (NaN or inf) at the first training "
+                                     "step of this session, before predict(): the images, the backbone, or "
+                                     "checkpointed weights that had diverged (lower optim.lr)") from None
         finally:
             method.train(was_training)
 
 
 def non_finite_loss_message(loss: torch.Tensor, epoch: int, step: int, precision: str, method: str, lr: float) -> str:
+    """Divergence once the model has been updated (lower optim.lr first); at the very first step, before any
+    update, no learning rate is to blame yet and the method's loss is."""
     where = f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}"
+    if epoch == 0 and step == 0:
+        return (f"{where}, before any update: the loss of method '{method}' gives NaN or inf on a fresh model "
+                f"(log of 0, division by a zero count, an unbounded margin or scale); {CONTRACT_DOC}")
     if precision == "bf16":
-        return (f"{where} under bf16 autocast: try train.precision=fp32 (bf16 has 8 bits of mantissa), "
-                f"or a lower optim.lr (now {lr:g})")
-    return (f"{where} in fp32: check the loss of method '{method}' (log of 0, division by a zero count, "
-            f"an unbounded margin or scale), or lower optim.lr (now {lr:g})")
+        return (f"{where} under bf16 autocast: training diverged; try train.precision=fp32 (bf16 has 8 bits of "
+                f"mantissa), or a lower optim.lr (now {lr:g})")
+    return (f"{where} in fp32: training diverged; lower optim.lr (now {lr:g}); if it persists, check the loss of "
+            f"method '{method}' (log of 0, division by a zero count, an unbounded margin or scale)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -789,9 +843,6 @@ def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor
     return merged
 
 
-HEARTBEAT = "progress.json"  # RUN_DIR/progress.json: the running epoch's step, loss, img/s (rank 0)
-
-
 def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps: int) -> None:
     """At most once a second, where the epoch is: a launcher shows it before the first epoch ends
     (``ltbench.run.progress``), so a long first epoch is not minutes of silence."""
@@ -858,7 +909,7 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     if run.eval.select == "best_val":
         track_best_val(s, row, epoch)
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
-        row["test"] = headline(evaluate(run, s.device))
+        row["test"] = headline(evaluate_after(s, epoch + 1))
     if s.main:
         store.append_jsonl(Path(s.spec.run_dir) / store.LOG, row)
         if s.loggers is not None:
@@ -874,11 +925,13 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
     run, run_dir = s.run, Path(s.spec.run_dir)
     if run.eval.select == "best_val":
         load_best_val(s)
-    metrics = evaluate(run, s.device)
+    metrics = evaluate_after(s, run.optim.epochs)
     run.loader.close()
     log = store.read_jsonl(run_dir / store.LOG) if s.main else []
     selection = select_model(metrics, log, run.optim.epochs, run.eval.select)
     predictions = metrics.pop(PREDICTION_ARRAYS)
+    if run.progress is not None:
+        run.progress.writing()
     if s.main:
         save_predictions(run_dir, predictions, run.data.num_classes)
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
@@ -892,6 +945,7 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
     resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record."""
     spec = dataclasses.replace(RunSpec.coerce(spec), run_dir=str(run_dir))
     s = start_session(spec, say)
+    s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
     saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
                             world=s.world)
     epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
