@@ -246,8 +246,8 @@ def test_a_cache_that_is_a_fifo_dev_zero_or_forged_neither_hangs_nor_crashes(fak
     else:
         (expansion,) = root.glob(".ltbench-recipe-*")
         forged = json.loads(expansion.read_text())
-        forged["flats"] = {k: 5 for k in forged["flats"]}
-        forged["seeds"] = [[0]]
+        forged["rows"] = {k: 5 for k in forged["rows"]}
+        forged["expected"] = [[0]]
         expansion.write_text(json.dumps(forged))
     got = run_cli("table", path, timeout=60)  # the old code hung on the FIFO and ate memory on /dev/zero
     assert got.returncode == 0 and "| ce" in got.stdout, got.stderr

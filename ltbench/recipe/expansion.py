@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench.results import safe_read, store
+from ltbench.results import caches, safe_read, store
 from ltbench.results.identity import DATA_IDENTITY
 from ltbench.recipe import Recipe, RecipeConfig, read_recipe_file, recipe_name, results_root
 from ltbench.registry import PLUGIN_PATH_ENV
@@ -90,9 +90,12 @@ def _runs_cache_path(recipe: RecipeFile, overrides: list[str]) -> Path:
     return store.cache_file(recipe.root, f".ltbench-runs-{recipe.name}-{tag}.json")
 
 
-def runs_cache_problem(cached: object, root: Path) -> str:
-    """'' when a runs cache has the shape status relies on, else what is wrong (a forged or damaged
-    cache is expanded again, never shown). Every run folder must be directly under the results folder."""
+def runs_cache_problem(cached: object, root: Path, name: str = "") -> str:
+    """'' when a runs cache holds only what it claims (ltbench/results/caches.py), else what is wrong: a
+    forged or damaged cache is expanded again, never shown. Each run: its recipe's name, a configuration
+    that validates as a recipe's, a run id that is 12 hex digits and the hash of that configuration (so a
+    changed method, seed or learning rate, or an id such as '../../etc', is caught), its folder directly
+    under the results folder and named by that id, and no run twice."""
     if not isinstance(cached, dict):
         return "not a mapping"
     keys, runs = cached.get("override_keys"), cached.get("runs")
@@ -100,11 +103,17 @@ def runs_cache_problem(cached: object, root: Path) -> str:
         return "override_keys"
     if not isinstance(runs, list):
         return "runs"
+    seen: set[str] = set()
     for spec in runs:
-        if not (isinstance(spec, dict) and set(spec) == set(SPEC_KEYS) and isinstance(spec["run_id"], str)
-                and isinstance(spec["config"], dict) and isinstance(spec["grid"], dict)
-                and isinstance(spec["run_dir"], str) and Path(spec["run_dir"]) == root / spec["run_id"]):
-            return "runs"
+        if not (isinstance(spec, dict) and set(spec) == set(SPEC_KEYS) and isinstance(spec["grid"], dict)
+                and (not name or spec["recipe"] == name)):
+            return "runs: an entry is malformed"
+        problem = caches.config_problem(spec["config"]) or caches.run_id_problem(spec["run_id"], spec["config"])
+        if problem:
+            return f"runs: {problem}"
+        if spec["run_dir"] != str(root / spec["run_id"]) or spec["run_id"] in seen:
+            return f"runs: run {spec['run_id']} is listed twice or its folder is not {root / spec['run_id']}"
+        seen.add(spec["run_id"])
     return ""
 
 
@@ -118,14 +127,14 @@ def cached_runs(recipe: RecipeFile, overrides: list[str], signature: str) -> tup
         return None
     if not isinstance(cached, dict) or cached.get("version") != RUNS_CACHE_VERSION \
             or cached.get("signature") != signature \
-            or runs_cache_problem(cached, recipe.root):
+            or runs_cache_problem(cached, recipe.root, recipe.name):
         return None
     return [RunSpec.from_dict(spec) for spec in cached["runs"]], cached["override_keys"]
 
 
 def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, recipe: Recipe) -> None:
-    """Keep an expansion for the next status (best effort: an unwritable folder only costs the next one
-    torch). ``signature`` was taken before expanding, so a file edited meanwhile makes the cache miss."""
+    """Keep an expansion for the next status (best effort, caches.write_cache: an unwritable folder only
+    costs the next one torch). ``signature`` was taken before expanding, so a file edited meanwhile makes the cache miss."""
     if recipe.root != recipe_file.root or not recipe.root.is_dir() \
             or any(DATA_IDENTITY in spec.config for spec in recipe.runs):
         return
@@ -133,6 +142,7 @@ def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, rec
                "override_keys": list(recipe.override_keys),
                "runs": [{k: getattr(spec, k) for k in SPEC_KEYS} for spec in recipe.runs]}
     try:
-        store.atomic_write_bytes(_runs_cache_path(recipe_file, overrides), json.dumps(payload).encode())
-    except (OSError, TypeError, ValueError):
-        pass
+        data = json.dumps(payload).encode()
+    except (TypeError, ValueError):
+        return
+    caches.write_cache(_runs_cache_path(recipe_file, overrides), data)
