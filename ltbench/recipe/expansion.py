@@ -34,19 +34,35 @@ SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status rea
 
 def code_signature(plugin_dirs: list[str]) -> str:
     """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
-    given plugin folders."""
-    core = Path(__file__).resolve().parent  # ltbench/
+    given plugin folders. Only what discovery can import is walked (``plugin_code_files``): a plugin
+    folder that is no package name (``/``, say) is refused by discovery and never walked here."""
+    core = Path(__file__).resolve().parents[1]  # ltbench/
     roots = [core, core.parent / "methods"]
     roots += [Path(p) for p in plugin_dirs]
     h = hashlib.sha1()
     for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
-            for f in sorted(filenames):
-                if f.endswith(".py"):
-                    st = os.stat(os.path.join(dirpath, f))
-                    h.update(f"{dirpath}/{f}:{st.st_size}:{st.st_mtime_ns};".encode())
+        for path in plugin_code_files(root):
+            try:
+                st = os.stat(path)
+            except OSError:  # gone meanwhile, or unreadable: part of the signature as such
+                h.update(f"{path}:gone;".encode())
+                continue
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()
+
+
+def plugin_code_files(root: Path) -> list[str]:
+    """The Python files of a package folder that an import can reach, sorted: its ``*.py`` files and those of
+    its sub-packages (folders named like a Python module), never through a symlinked folder, never a hidden
+    folder or ``__pycache__``. Empty for a folder that is not a package name (discovery refuses it)."""
+    root = Path(root)
+    if not root.name.isidentifier() or not root.is_dir():
+        return []
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d.isidentifier() and d != "__pycache__")
+        out += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py")]
+    return out
 
 
 def env_plugin_dirs() -> list[str]:

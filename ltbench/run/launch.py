@@ -17,18 +17,24 @@ from ltbench.results import store
 from ltbench.errors import ConfigError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
-from ltbench.registry import DATASETS, Registry
+from ltbench.registry import DATASETS, Registry, call_plugin
 from ltbench.run.runlines import check_results_root, other_data_note, run_lines
 from ltbench.runner import prepare_run_dir
+from ltbench.train.loggers import check_loggers
 from ltbench.results.runspec import RunSpec
 
 
 def preflight(recipe: Recipe) -> None:
-    """Stop before any run starts when a dataset is missing (one message, not one per run)."""
+    """Stop before any run starts when a dataset is missing (one message, not one per run) or a logger cannot
+    start (``loggers.check_loggers``). The dataset's constructor and ``check()`` are plugin code: contained
+    (``registry.call_plugin``)."""
+    check_loggers(recipe.runs)
     for spec in distinct_data(recipe.runs):
-        check = getattr(DATASETS.build(spec.config["data"], where="data"), "check", None)
+        label = DATASETS.label(spec.config["data"]["name"])
+        builder = call_plugin(label, "its constructor", DATASETS.build, spec.config["data"], where="data")
+        check = getattr(builder, "check", None)
         if callable(check):
-            check()
+            call_plugin(label, "check()", check)
 
 
 def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, int]]:
@@ -225,4 +231,6 @@ def print_summary(recipe: Recipe) -> dict[str, int]:
     print(f"\n{store.format_counts(counts)}")
     if counts.get("failed"):
         print(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")
+    if counts.get("interrupted"):  # an I/O fault stopped a pool worker's run (its worker.log says which file)
+        print(f"to resume the interrupted runs once their cause is fixed: ltbench run {recipe.path}")
     return counts
