@@ -69,11 +69,23 @@ def set_aside_without_checkpoint(run_dir: Path) -> bool:
     return True
 
 
+def checks_before_any_run(recipe: Recipe) -> None:
+    """Every check a launch makes before the first run, in one place, so ``--dry-run`` refuses exactly what
+    ``run`` refuses: the launcher settings against the GPUs torch sees, loggers and datasets (``preflight``),
+    and the memory the configurations ask for (``ltbench.resources``)."""
+    from ltbench import resources  # lazy: builds models on the meta device (torch), like the datasets' checks
+
+    check_runs_per_gpu(recipe)
+    preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
+    resources.check_recipe(recipe)
+
+
 def print_plan(recipe: Recipe) -> int:
-    """``--dry-run``: every check a real launch makes before training (recipe, results folder, data
-    present), then one line per run that names everything in which it differs from the others."""
+    """``--dry-run``: every check a real launch makes before training (recipe, results folder, launcher,
+    loggers, data present, memory), then one line per run that names everything in which it differs from
+    the others."""
     check_results_root(recipe.root)
-    preflight(recipe)
+    checks_before_any_run(recipe)
     lines = run_lines(recipe.runs, recipe.override_keys)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
     for spec, line in zip(recipe.runs, lines):
@@ -106,8 +118,7 @@ def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo:
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
            rebuild_checkpoints: bool = False) -> dict[str, int]:
-    check_runs_per_gpu(recipe)
-    preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
+    checks_before_any_run(recipe)
     store.ensure_writable(recipe.root)
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
     specs, found = runs_to_launch(recipe, redo)
@@ -213,8 +224,8 @@ def check_runs_per_gpu(recipe: Recipe) -> None:
                           f"{cfg.name}); on Slurm set launcher.gpus_per_node, or remove runs_per_gpu")
     gpus = local_pool.visible_gpus()
     if not gpus:
-        raise ConfigError(f"{where}: {cfg.runs_per_gpu} needs GPUs, but none is visible (CUDA_VISIBLE_DEVICES / "
-                          f"torch.cuda); on CPU use launcher.jobs (or --jobs) instead")
+        raise ConfigError(f"{where}: {cfg.runs_per_gpu} needs GPUs, but torch sees none here "
+                          f"(torch.cuda.is_available() is False); on CPU use launcher.jobs (or --jobs) instead")
     if cfg.jobs not in (1, len(gpus) * cfg.runs_per_gpu):
         raise ConfigError(f"{where}: {cfg.runs_per_gpu} runs on each of {len(gpus)} GPU(s) makes "
                           f"{len(gpus) * cfg.runs_per_gpu} workers, but launcher.jobs (or --jobs) asks for {cfg.jobs}; "
