@@ -68,13 +68,17 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        deeper = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return coerce(arg, value, path)
-            except ConfigError:
-                pass
+            except ConfigError as exc:  # one inside the value (a list's item, a mapping's field) says more
+                if str(exc).startswith((f"{path}.", f"{path}[")):
+                    deeper.append(exc)
+        if deeper:  # e.g. rows[1].versus: expected ..., not 'rows: expected a list' of a list
+            raise deeper[0]
         raise _fail(path, _type_name(tp), value)
     if origin is Literal:
         if value in typing.get_args(tp):

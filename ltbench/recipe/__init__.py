@@ -567,6 +567,10 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                                 plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
     check_overrides_used(list(run_overrides), used, runs)
     posthoc = expand_posthoc(top.posthoc, "posthoc")
+    if posthoc and any(spec.config["eval"].get("select") == "best_val" for spec in runs):
+        raise ConfigError("posthoc: stage 2 fits each run's final checkpoint, but eval.select: best_val reports an "
+                          "earlier epoch's model, so 'ltbench posthoc' could fit none of these runs; set eval.select: "
+                          "last in a recipe with a posthoc: grid (docs/posthoc.md)")
     # Whether each declared table can be built from these runs is checked by the caller
     # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
     return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,

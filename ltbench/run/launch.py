@@ -186,6 +186,8 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
     from ltbench.stage2.posthoc_runs import add_counts, ready_run_dirs, run_posthoc  # lazy: keeps status free of torch
 
     name = recipe.launcher.name
+    if recipe.root.is_dir():  # stage 2 writes beside every run: a read-only root is one line, not one per run
+        store.ensure_writable(recipe.root)
     if name not in ("slurm", "debug"):
         return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed,
                            redo_stale=redo_stale)
