@@ -52,17 +52,28 @@ def code_signature(plugin_dirs: list[str]) -> str:
 
 
 def plugin_code_files(root: Path) -> list[str]:
-    """The Python files of a package folder that an import can reach, sorted: its ``*.py`` files and those of
-    its sub-packages (folders named like a Python module), never through a symlinked folder, never a hidden
-    folder or ``__pycache__``. Empty for a folder that is not a package name (discovery refuses it)."""
+    """The Python files discovery and their imports can reach in a package folder, sorted: its ``*.py`` files
+    and, recursively, those of its sub-packages (folders named like a module, holding ``__init__.py``);
+    never a symlinked folder, never an editor's file (``.#x.py``, ``#x.py#``: not module names). Empty for a
+    folder that is not a package name (discovery refuses it): ``$LTBENCH_PLUGIN_PATH=/`` walks nothing, and
+    a folder of data beside the plugins is never walked."""
     root = Path(root)
     if not root.name.isidentifier() or not root.is_dir():
         return []
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d.isidentifier() and d != "__pycache__")
-        out += [os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(".py")]
-    return out
+    out, stack = [], [str(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            stem = e.name[:-3] if e.name.endswith(".py") else None
+            if stem is not None and stem.isidentifier() and not e.is_dir(follow_symlinks=False):
+                out.append(e.path)
+            elif e.name.isidentifier() and e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, "__init__.py")):
+                stack.append(e.path)
+    return sorted(out)
 
 
 def env_plugin_dirs() -> list[str]:
