@@ -109,11 +109,25 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
         try:
             if not _needs_running(spec, run_dir, redo, say):
                 return FINISHED_ELSEWHERE
+            return _execute(spec, run_dir, say, True)
         except (OSError, DiskFullError) as exc:  # setting a damaged file aside on a full or read-only disk
             if io_fault(exc):
-                raise RunInterrupted(interrupted_message(spec, exc)) from None
+                raise _interrupted(spec, run_dir, interrupted_message(spec, exc)) from None
             raise
-        return _execute(spec, run_dir, say, True)
+        except RunInterrupted as exc:
+            raise _interrupted(spec, run_dir, str(exc)) from None
+
+
+def _interrupted(spec: RunSpec, run_dir: Path, message: str) -> RunInterrupted:
+    """Say in started.json that the run stopped (best effort: the disk may be full), so status shows it
+    interrupted even while this process lives on (an in-process launch) or ran on another node."""
+    started = store.read_started(run_dir)
+    if started:
+        try:
+            store.atomic_write_json(run_dir / store.STARTED, {**started, "interrupted": message})
+        except (OSError, DiskFullError):
+            pass
+    return RunInterrupted(message)
 
 
 def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> bool:

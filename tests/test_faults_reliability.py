@@ -16,14 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ltbench import report
 from ltbench.errors import DiskFullError
 from ltbench.recipe import load_recipe
 from ltbench.results import caches, identity, store
 from reportkit import populate, write_run
-from tests.conftest import ROOT, TINY, caches_in_the_results_folder, deep_update, run_cli
+from tests.conftest import ROOT, caches_in_the_results_folder, registries_restored
 
 
 @pytest.fixture(autouse=True)
@@ -181,45 +180,34 @@ def test_a_result_damaged_in_any_field_is_named_and_the_healthy_rows_print(fake_
 # 3. A run's failure is the computation's: I/O faults interrupt, loggers never fail a run, no endless redo
 
 
-FSYNC_FAULT = '''
-import errno, os
-import ltbench.results.store as store
-_real, _seen = os.fsync, []
+@pytest.mark.parametrize("fault", [errno.EIO, errno.EFBIG])
+def test_an_io_fault_on_a_checkpoint_leaves_the_run_interrupted_and_the_advised_command_resumes_it(
+        write_recipe, monkeypatch, fault):
+    real_fsync, seen = os.fsync, []
 
-def _fsync(fd):
-    try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        target = ""
-    if ".checkpoint.pt.tmp-" in target and os.environ.get("LTBENCH_TEST_EIO"):
-        _seen.append(target)
-        if len(_seen) == 2:  # the second epoch's checkpoint: the device fails
-            raise OSError(errno.EIO, "Input/output error")
-    return _real(fd)
+    def fsync(fd):  # the device fails while the second epoch's checkpoint is written
+        target = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else ""
+        if ".checkpoint.pt.tmp-" in target:
+            seen.append(target)
+            if len(seen) == 2:
+                raise OSError(fault, os.strerror(fault))
+        return real_fsync(fd)
 
-os.fsync = _fsync
-'''
-
-
-@pytest.mark.slow
-def test_an_io_error_on_a_checkpoint_leaves_the_run_interrupted_and_the_advised_command_resumes_it(tmp_path,
-                                                                                                 write_recipe):
-    (tmp_path / "faultplug").mkdir()
-    (tmp_path / "faultplug" / "fsync_fault.py").write_text(FSYNC_FAULT)
-    path = write_recipe(extra={"plugins": ["./faultplug"], "optim": {"epochs": 3}})
-    got = run_cli("run", path, env={"LTBENCH_TEST_EIO": "1"})
-    assert got.returncode == 2 and "interrupted, not failed" in got.stderr, got.stdout + got.stderr
-    assert "checkpoint.pt" in got.stderr and "Input/output error" in got.stderr
-    assert len(got.stderr.strip().splitlines()) == 1 and "Traceback" not in got.stderr
-    (run_dir,) = [p.parent for p in (tmp_path / "results").rglob(store.SPEC)]
+    path = write_recipe(extra={"optim": {"epochs": 3}})
+    (spec,) = load_recipe(path).runs
+    run_dir = Path(spec.run_dir)
+    monkeypatch.setattr(os, "fsync", fsync)
+    rc, out, err = cli_main("run", path)
+    assert rc == 2 and "interrupted, not failed" in err and "checkpoint.pt" in err, out + err
+    assert os.strerror(fault) in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (run_dir / store.RESULT).exists()
-    status = run_cli("status", path)
-    assert "interrupted" in status.stdout and "ltbench run RECIPE" in status.stdout, status.stdout
-    hint = got.stderr.split("; ")[-1]
-    assert "run the same command again to resume it" in hint
-    again = run_cli("run", path)  # the same command, the device healthy again
-    assert again.returncode == 0 and "resuming from checkpoint: epoch 1" in again.stdout, again.stdout + again.stderr
-    assert store.check_result(run_dir).state == "done"
+    rc, out, _ = cli_main("status", path)
+    assert f"interrupted  " in out and "stopped by" in out and "ltbench run RECIPE" in out, out
+    assert err.strip().endswith("it keeps its last checkpoint: fix that, then run the same command again to resume it")
+    monkeypatch.undo()  # the device healthy again
+    rc, out, err = cli_main("run", path)  # the same command
+    assert rc == 0 and "resuming from checkpoint: epoch 1, step 0" in out, out + err
+    assert store.run_status(run_dir) == "done"
 
 
 def test_a_logger_that_fails_while_logging_is_dropped_and_the_run_is_done(write_recipe, monkeypatch):
@@ -331,10 +319,11 @@ def test_a_plugin_hook_that_raises_exits_or_returns_junk_is_one_line_naming_it(t
     (tmp_path / "badplugs").mkdir()
     (tmp_path / "badplugs" / "bad.py").write_text(BAD_DATASETS)
     path = write_recipe(extra={"plugins": [str(tmp_path / "badplugs")], **section})
-    for args in (["run", path, "--dry-run"], ["run", path]):
-        got = run_cli(*args, timeout=300)
-        assert got.returncode == 2 and words in got.stderr, got.stdout + got.stderr
-        assert len(got.stderr.strip().splitlines()) == 1 and "Traceback" not in got.stderr
+    with registries_restored():
+        for args in (["run", path, "--dry-run"], ["run", path]):
+            rc, out, err = cli_main(*args)
+            assert rc == 2 and words in err, out + err
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not list((tmp_path / "results").rglob(store.STARTED))
 
 
@@ -359,9 +348,10 @@ def test_discovery_skips_editor_files_and_walks_no_folder_it_cannot_import(tmp_p
     assert not [p for p in expansion.plugin_code_files(folder) if "deep" in p or "#" in p or "~" in p]
     assert str(data) not in walked
     assert expansion.plugin_code_files(Path("/")) == []  # LTBENCH_PLUGIN_PATH=/: nothing walked
-    for args in (["run", path, "--dry-run"], ["status", path], ["table", path]):
-        got = run_cli(*args, timeout=300)
-        assert got.returncode == 0 and "imported" not in got.stderr, (args, got.stdout + got.stderr)
+    with registries_restored():
+        for args in (["run", path, "--dry-run"], ["status", path], ["table", path]):
+            rc, out, err = cli_main(*args)
+            assert rc == 0 and "imported" not in err, (args, out + err)
 
 
 # ------------------------------------------------------------------------------------------------

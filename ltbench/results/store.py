@@ -386,7 +386,8 @@ def run_state(run_dir: Path) -> RunState:
     'failed'           a usable result.json of a run that failed;
     'damaged'          a result.json that is unusable (``check_result`` says why); run again to redo it;
     'running'          started, no result, and its process is alive (or ran on another host: unknown);
-    'interrupted'      started on this host, no result, its process is gone; run again to resume;
+    'interrupted'      started, no result, and its process is gone (this host) or said it stopped (an I/O
+                       fault, runner.RunInterrupted); run again to resume;
     'pending'          submitted or never started.
     """
     check = check_result(run_dir)
@@ -399,7 +400,8 @@ def run_state(run_dir: Path) -> RunState:
         return RunState("damaged", check)
     started = read_started(run_dir)
     if started or (Path(run_dir) / STARTED).exists():
-        return RunState("interrupted" if owner_alive(started) is False else "running", check, started=started)
+        stopped = bool(started.get("interrupted")) or owner_alive(started) is False  # an I/O fault, or a dead owner
+        return RunState("interrupted" if stopped else "running", check, started=started)
     return RunState("pending", check)
 
 
