@@ -76,7 +76,7 @@ LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder 
     5: ("ltbench.run", "ltbench.slurm"),
     4: ("ltbench.recipe", "ltbench.report"),
     3: ("ltbench.runner", "ltbench.stage2"),
-    2: ("ltbench.train", "ltbench.contract", "ltbench.resources"),
+    2: ("ltbench.train", "ltbench.contract"),
     1: ("ltbench.data", "ltbench.samplers", "ltbench.method", "ltbench.posthoc", "ltbench.backbones",
         "ltbench.experts", "ltbench.evaluation"),
     0: ("ltbench", "ltbench.results", "ltbench.registry", "ltbench.config", "ltbench.errors", "ltbench.priors",

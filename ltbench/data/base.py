@@ -68,7 +68,7 @@ class LTData:
 @dataclass(frozen=True)
 class DataFootprint:
     """What a dataset will hold, known from its options without loading it (``DatasetBuilder.footprint``):
-    ltbench.resources estimates a run's memory from it before the first run (docs/adding-a-dataset.md)."""
+    ltbench.train.resources estimates a run's memory from it before the first run (docs/adding-a-dataset.md)."""
 
     num_classes: int
     channels: int
@@ -103,7 +103,7 @@ class DatasetBuilder:
 
     def footprint(self) -> DataFootprint | None:
         """Classes, image shape and the memory ``load`` will take, from the options alone (no file read), so a
-        configuration that cannot fit is refused before the first run (``ltbench.resources``); None when
+        configuration that cannot fit is refused before the first run (``ltbench.train.resources``); None when
         unknown (the run is then not estimated). Keep it cheap: it is called at every launch and --dry-run."""
         return None
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ltbench.config import added_later, check_range
-from ltbench.data.base import ArrayImages, DataFootprint, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.data.validation import counts_record, unused_per_class
 from ltbench.errors import DataMissingError, LtbenchError
@@ -259,10 +259,6 @@ class CIFARLT(DatasetBuilder):
 
     def check(self) -> None:
         locate(self.layout, self.cfg.root, self.cfg.download)
-
-    def footprint(self) -> DataFootprint:
-        """The full training pool and the test set as uint8 (the subset and validation are drawn from them)."""
-        return DataFootprint(self.layout.num_classes, 3, 32, 2 * (self.layout.full_train + 10_000) * 3 * 32 * 32)
 
     def load(self) -> LTData:
         cfg, lay = self.cfg, self.layout

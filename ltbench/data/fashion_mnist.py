@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ltbench.config import added_later, check_range
-from ltbench.data.base import ArrayImages, DataFootprint, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.idx import read_idx
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.data.validation import counts_record, unused_per_class
@@ -83,10 +83,6 @@ class FashionMNISTLT(DatasetBuilder):
 
     def check(self) -> None:
         locate(self.cfg.root)
-
-    def footprint(self) -> DataFootprint:
-        """The 70,000 images as uint8, twice (the IDX arrays and the subset's copy)."""
-        return DataFootprint(10, 1, 28, 2 * 70_000 * 28 * 28)
 
     def load(self) -> LTData:
         cfg = self.cfg

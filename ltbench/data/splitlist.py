@@ -31,7 +31,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ltbench.config import added_later, check_range
-from ltbench.data.base import DataFootprint, DatasetBuilder, ImageSpec, LTData
+from ltbench.data.base import DatasetBuilder, ImageSpec, LTData
 from ltbench.data.validation import counts_record, hold_out
 from ltbench.errors import CorruptFileError, DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
@@ -268,10 +268,6 @@ class SplitListDataset(DatasetBuilder):
         """Any list name (a published shifted list such as forward50); the file is looked up at load."""
         if not re.fullmatch(r"[A-Za-z0-9_]+", name) or name == "train":
             raise ValueError(f"{name!r} is not a test list name such as forward50 or val")
-
-    def footprint(self) -> DataFootprint:
-        """Images are read from files as the loader needs them: only the lists stay in memory."""
-        return DataFootprint(self.cfg.num_classes or self.bench.num_classes, 3, 224, 0)
 
     def lists(self) -> tuple[SplitList, SplitList, int]:
         """(train list, test list, num_classes), validated."""

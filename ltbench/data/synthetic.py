@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ltbench.config import added_later, check_range
-from ltbench.data.base import ArrayImages, DataFootprint, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES
+from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES
 from ltbench.data.profile import exponential_counts
 from ltbench.registry import DATASETS
 
@@ -53,15 +53,6 @@ class SyntheticLTConfig:
 @DATASETS.register("synthetic_lt")
 class SyntheticLT(DatasetBuilder):
     Config = SyntheticLTConfig
-
-    def footprint(self) -> DataFootprint:
-        """Every split in memory as uint8, and while the largest is drawn about 24 bytes per value of it
-        (float32 patterns, shifts, noise and their sum before the cast)."""
-        cfg = self.cfg
-        pixels = cfg.channels * cfg.image_size ** 2
-        splits = [cfg.max_per_class * cfg.num_classes, cfg.test_per_class * cfg.num_classes,
-                  cfg.val_per_class * cfg.num_classes]
-        return DataFootprint(cfg.num_classes, cfg.channels, cfg.image_size, pixels * (sum(splits) + 24 * max(splits)))
 
     def load(self) -> LTData:
         cfg = self.cfg

@@ -7,7 +7,7 @@ swapped the machine to a halt) minutes in. So ``ltbench run`` and ``--dry-run`` 
 estimate each distinct configuration from what it states, without allocating it:
 
 * **data**: what the dataset's ``load`` holds in host memory, from its options (``DatasetBuilder.footprint``,
-  the validation split included);
+  ltbench/data/footprints.py for the built-in datasets; the validation split included);
 * **model**: the backbone (or the method's network built from it) and the method, built on PyTorch's
   ``meta`` device (shapes only, no memory): parameters four times (weights, gradients, SGD momentum, and the
   checkpoint's copy), buffers once;
@@ -33,6 +33,7 @@ import torch
 from ltbench import registry
 from ltbench.config import ConfigError
 from ltbench.data.base import DataFootprint
+from ltbench.data.footprints import footprint_of
 from ltbench.method import MethodContext, build_method_model, create_method
 from ltbench.registry import BACKBONES, DATASETS
 
@@ -72,7 +73,7 @@ def estimate(config: dict) -> Estimate | None:
 def _estimate(config: dict) -> Estimate | None:
     label = DATASETS.label(config["data"]["name"])
     builder = registry.call_plugin(label, "its constructor", DATASETS.build, config["data"], where="data")
-    footprint = registry.call_plugin(label, "footprint()", getattr(builder, "footprint", lambda: None))
+    footprint = registry.call_plugin(label, "footprint()", footprint_of(builder))
     if footprint is None:
         return None
     footprint = registry.checked_return(label, "footprint()", footprint, DataFootprint)
