@@ -20,7 +20,7 @@ import pytest
 from ltbench import report
 from ltbench.errors import DiskFullError
 from ltbench.recipe import load_recipe
-from ltbench.results import caches, identity, store
+from ltbench.results import identity, store
 from reportkit import populate, write_run
 from tests.conftest import ROOT, caches_in_the_results_folder, registries_restored
 
@@ -82,20 +82,20 @@ def _tables_cache_edits_a_row(root: Path) -> None:
     _edit_json(cache, edit)
 
 
-def _index_moves_a_seed(root: Path) -> None:
+def _index_gives_a_run_another_runs_id(root: Path) -> None:
     from ltbench.report import index
 
     path = root / index.INDEX_FILE
     blob = path.read_bytes()
     n = int.from_bytes(blob[14:22], "little")
     meta = json.loads(blob[22:22 + n])
-    for entry in meta["runs"].values():
-        entry[1]["seed"] = 2 if entry[1].get("seed") == 0 else entry[1].get("seed")
+    first, second = list(meta["runs"].values())[:2]
+    first[1]["run_id"] = second[1]["run_id"]  # one seed counted twice, another missing
     text = json.dumps(meta).encode()
     path.write_bytes(index.CACHE_MAGIC + len(text).to_bytes(8, "little") + text + blob[22 + n:])
 
 
-@pytest.mark.parametrize("forge", [_tables_cache_moves_a_seed, _tables_cache_edits_a_row, _index_moves_a_seed])
+@pytest.mark.parametrize("forge", [_tables_cache_moves_a_seed, _tables_cache_edits_a_row, _index_gives_a_run_another_runs_id])
 def test_a_forged_cache_entry_is_rebuilt_and_never_shown(fake_tree, forge):
     path, recipe = fake_tree
     clean = report.render(report.tables(path)[0], "markdown")
@@ -114,6 +114,8 @@ def test_a_runs_cache_with_an_edited_option_is_expanded_again(fake_tree):
 
 
 def test_cached_run_ids_are_the_ids_identity_gives():
+    from ltbench.results import caches
+
     row = {"data": {"name": "x", "k": [1, 2]}, "backbone": {"name": "b"}, "method": {"name": "m", "t": 0.5},
            "optim": {"lr": 0.1}, "train": {}, "eval": {}}
     ids = caches.SeededIds(row)
@@ -138,8 +140,9 @@ def test_a_cache_write_that_fails_leaves_the_output_unchanged_with_one_note(fake
         return real(target, data)
 
     monkeypatch.setattr(store, "atomic_write_bytes", refuse)
-    if hasattr(caches, "_noted"):
-        monkeypatch.setattr(caches, "_noted", [])
+    rules = sys.modules.get("ltbench.results.caches")  # loaded by the commands above: its note not yet given
+    if rules is not None:
+        monkeypatch.setattr(rules, "_noted", [])
     notes = []
     for cmd in ("table", "status", "table"):
         rc, out, err = cli_main(cmd, path)
