@@ -19,7 +19,9 @@ estimate from below: a configuration refused here could not have run. It is refu
 memory a run may use: on the training device when that is a GPU (the smallest visible one, shared by
 ``runs_per_gpu`` runs), in host memory otherwise (this machine's physical memory or cgroup limit shared by
 the workers that run at once; on Slurm ``launcher.mem_gb``). ``$LTBENCH_MEMORY_GB`` states the host bound
-instead (a login node launching for bigger machines, say). A dataset without a footprint is not estimated.
+instead (a login node launching for bigger machines, say). A dataset without a footprint is not estimated, nor
+the model of a backbone or method class that sets ``meta_estimate = False`` (one whose constructor reads
+weights from files, which a check before every launch must not do).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ltbench.config import ConfigError
 from ltbench.data.base import DataFootprint
 from ltbench.data.footprints import footprint_of
 from ltbench.method import MethodContext, build_method_model, create_method
-from ltbench.registry import BACKBONES, DATASETS
+from ltbench.registry import BACKBONES, DATASETS, METHODS
 
 MEMORY_ENV = "LTBENCH_MEMORY_GB"
 GiB = 1024 ** 3
@@ -97,6 +99,9 @@ def _meta_network(config: dict, footprint: DataFootprint) -> tuple[torch.nn.Modu
     be built there (an estimate is then data only). A ValueError or TypeError while building is the
     configuration's (SADE's expert_stages beyond the backbone's stages): refused as bad input."""
     method_spec = config["method"]
+    plugins = (BACKBONES.get(config["backbone"]["name"]), METHODS.get(method_spec["name"]))
+    if any(getattr(cls, "meta_estimate", True) is False for cls in plugins):  # builds from files: not here
+        return None
     try:
         with torch.device("meta"):
             backbone = BACKBONES.build(config["backbone"], in_channels=footprint.channels, where="backbone")
