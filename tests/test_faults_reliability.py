@@ -205,7 +205,7 @@ def test_an_io_fault_on_a_checkpoint_leaves_the_run_interrupted_and_the_advised_
     assert os.strerror(fault) in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (run_dir / store.RESULT).exists()
     rc, out, _ = cli_main("status", path)
-    assert f"interrupted  " in out and "stopped by" in out and "ltbench run RECIPE" in out, out
+    assert "interrupted  " in out and "stopped by" in out and "ltbench run RECIPE" in out, out
     assert err.strip().endswith("it keeps its last checkpoint: fix that, then run the same command again to resume it")
     monkeypatch.undo()  # the device healthy again
     rc, out, err = cli_main("run", path)  # the same command

@@ -515,7 +515,7 @@ def data_identity(data: dict, cache: dict) -> str | None:
             named = registry.call_plugin(label, "data_identity()", ask, builder)
         if named is not None:
             named = registry.checked_return(label, "data_identity()", named, str, MAX_DATA_IDENTITY,
-                                            f"a short string such as a digest, or None")
+                                            "a short string such as a digest, or None")
         cache[key] = named
     return cache[key]
 
