@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, from_dict
+from ltbench.config import EvalConfig, OptimConfig, TrainConfig
 from ltbench.errors import LtbenchError, shorten
-from ltbench.results import identity, store
+from ltbench.results import identity, schema, store
 
 RUN_ID = re.compile(r"[0-9a-f]{12}")
 STAGE2_RUN_ID = re.compile(r"[0-9a-f]{12}\+[0-9a-f]{12}")
@@ -84,10 +84,9 @@ def config_problem(config: Any, where: str = "config", seed: bool = True) -> str
                 isinstance(value, dict) and isinstance(value.get("name"), str)):
             return f"{where}.{section} is not an object with a name"
     for section, cls in CORE_SECTIONS.items():
-        try:
-            from_dict(cls, config.get(section), f"{where}.{section}")
-        except ConfigError as exc:
-            return str(exc)
+        problem = schema.section_problem(cls, config.get(section), f"{where}.{section}")
+        if problem:
+            return problem
     if config.get(identity.DATA_IDENTITY) is not None and not isinstance(config[identity.DATA_IDENTITY], str):
         return f"{where}.{identity.DATA_IDENTITY} is not a string"
     if seed or "seed" in config:
@@ -139,17 +138,33 @@ class SeededIds:
         return hashlib.sha1(text.encode()).hexdigest()[:12] + self.suffix
 
 
+_rows: dict[str, tuple[str, str]] = {}
+
+
 def row_problem(key: Any, row: Any, where: str) -> str:
     """'' when ``row`` (a run's identity less its seed) validates as a configuration and ``key`` is its hash
-    (``identity.row_key``): a cache's row can then only be the row its key names."""
+    (``identity.row_key``): a cache's row can then only be the row its key names. A row that passed is
+    remembered by its key with its text, so one read again costs a comparison (tables of 10,000 runs)."""
+    if isinstance(key, str) and key in _rows:
+        try:
+            if identity.canonical_json(row) == _rows[key][1]:
+                return ""
+        except (TypeError, ValueError):
+            pass
     problem = config_problem(row, where, seed=False)
     if problem:
         return problem
     try:
         actual = identity.row_key(row)[0]
+        text = identity.canonical_json(row)
     except (ValueError, TypeError):
         return f"{where} cannot be hashed"
-    return "" if actual == key else f"{where}: its key {str(key)[:20]!r} is not the hash of its configuration"
+    if actual != key:
+        return f"{where}: its key {str(key)[:20]!r} is not the hash of its configuration"
+    if len(_rows) > 100_000:
+        _rows.clear()
+    _rows[key] = ("", text)
+    return ""
 
 
 def rows_problem(rows: Any, where: str) -> str:

@@ -14,6 +14,7 @@ No torch, no numpy: status and tables use it on a login node.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -83,12 +84,32 @@ def _config_problem(obj: dict) -> str:
             return f"config.{section} is {_shown(value)}, expected an object with a name"
     if config.get("data_identity") is not None and not isinstance(config["data_identity"], str):
         return "config.data_identity is not a string"
-    if "optim" in config:
-        try:
-            from_dict(OptimConfig, config["optim"], "config.optim")
-        except ConfigError as exc:
-            return str(exc)
-    return ""
+    return section_problem(OptimConfig, config["optim"], "config.optim") if "optim" in config else ""
+
+
+_sections: dict[tuple, str] = {}
+
+
+def section_problem(cls: type, value: Any, where: str) -> str:
+    """'' when ``value`` validates as the core section ``cls`` (a recipe's own rules), else the one-line error.
+    Remembered by content: 10,000 results of one grid hold a few distinct sections, and a table or a cache
+    check must not validate the same one 10,000 times."""
+    try:
+        key = (cls.__name__, where, json.dumps(value, sort_keys=True, default=repr))
+    except (TypeError, ValueError, RecursionError):
+        key = None
+    if key is not None and key in _sections:
+        return _sections[key]
+    try:
+        from_dict(cls, value, where)
+        problem = ""
+    except ConfigError as exc:
+        problem = str(exc)
+    if key is not None:
+        if len(_sections) > 10_000:
+            _sections.clear()
+        _sections[key] = problem
+    return problem
 
 
 def _header_problem(obj: dict) -> str:
