@@ -138,33 +138,17 @@ class SeededIds:
         return hashlib.sha1(text.encode()).hexdigest()[:12] + self.suffix
 
 
-_rows: dict[str, tuple[str, str]] = {}
-
-
 def row_problem(key: Any, row: Any, where: str) -> str:
     """'' when ``row`` (a run's identity less its seed) validates as a configuration and ``key`` is its hash
-    (``identity.row_key``): a cache's row can then only be the row its key names. A row that passed is
-    remembered by its key with its text, so one read again costs a comparison (tables of 10,000 runs)."""
-    if isinstance(key, str) and key in _rows:
-        try:
-            if identity.canonical_json(row) == _rows[key][1]:
-                return ""
-        except (TypeError, ValueError):
-            pass
+    (``identity.row_key``): a cache's row can then only be the row its key names."""
     problem = config_problem(row, where, seed=False)
     if problem:
         return problem
     try:
         actual = identity.row_key(row)[0]
-        text = identity.canonical_json(row)
     except (ValueError, TypeError):
         return f"{where} cannot be hashed"
-    if actual != key:
-        return f"{where}: its key {str(key)[:20]!r} is not the hash of its configuration"
-    if len(_rows) > 100_000:
-        _rows.clear()
-    _rows[key] = ("", text)
-    return ""
+    return "" if actual == key else f"{where}: its key {str(key)[:20]!r} is not the hash of its configuration"
 
 
 def rows_problem(rows: Any, where: str) -> str:
