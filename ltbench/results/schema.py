@@ -113,3 +113,135 @@ def section_problem(cls: type, value: Any, where: str) -> str:
 
 
 _HERE = "<section>"  # the path in a remembered message, replaced by the caller's
+
+
+def _header_problem(obj: dict) -> str:
+    """Optional header fields: absent, null, or of their type (a reader may then use them as that type)."""
+    for key, kind in OPTIONAL_TYPES.items():
+        if obj.get(key) is not None and not isinstance(obj[key], kind):
+            return f"{key} is {_shown(obj[key])}, expected {TYPE_NAMES[kind]}"
+    if obj.get("data") is not None and not isinstance(obj["data"], dict):
+        return f"data is {type(obj['data']).__name__}, expected an object"
+    return ""
+
+
+def code_problem(obj: dict) -> str:
+    """``code``: module -> {path, sha256}, what status, run and tables compare with the files now (the stale
+    rule, identity.changed_code)."""
+    code = obj.get("code")
+    if code is None:
+        return ""
+    if not isinstance(code, dict):
+        return f"code is {_shown(code)}, expected an object of module -> {{path, sha256}}"
+    for module, entry in code.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                and (entry.get("sha256") is None or isinstance(entry["sha256"], str))):
+            return f"code.{str(module)[:60]} is {_shown(entry)}, expected {{path, sha256}}"
+    return ""
+
+
+def metric_problem(values: Any, where: str, required: tuple[str, ...] = ()) -> str:
+    """A shot-group record {all, many, medium, few}: fractions in [0, 1] or null, ``required`` ones present."""
+    if not isinstance(values, dict):
+        return f"{where} is {type(values).__name__}, expected an object"
+    for key in required:
+        if key not in values:
+            return f"{where}.{key} is missing"
+    for key in HEADLINE_METRICS:
+        v = values.get(key)
+        if v is not None and not is_fraction(v):
+            return f"{where}.{key} is {_shown(v)}, expected a fraction in [0, 1] or null"
+    if values.get("size") is not None and not is_count(values["size"]):
+        return f"{where}.size is {_shown(values['size'])}, expected a whole number >= 0"
+    return ""
+
+
+def metrics_problem(metrics: Any, data: Any) -> str:
+    """``metrics`` of a done record: the headline (``all`` measured), ``macro``, ``groups``, every head, prior
+    and test set, the validation split (what ``--select val`` reads) and the per-class lists."""
+    problem = metric_problem(metrics, "metrics", required=HEADLINE_METRICS)
+    if problem:
+        return problem
+    if not is_number(metrics["all"]):
+        return "metrics.all is null"
+    if metrics.get("macro") is not None and not is_fraction(metrics["macro"]):
+        return f"metrics.macro is {_shown(metrics['macro'])}, expected a fraction in [0, 1]"
+    for section in ("heads", "target_priors", "test_sets"):
+        entries = metrics.get(section)
+        if entries is not None and not isinstance(entries, dict):
+            return f"metrics.{section} is {type(entries).__name__}, expected an object of name -> metrics"
+        for name, values in (entries or {}).items():
+            problem = metric_problem(values, f"metrics.{section}.{str(name)[:60]}")
+            if problem:
+                return problem
+    problem = _groups_problem(metrics.get("groups"))
+    if problem:
+        return problem
+    counts, problem = class_counts(data)
+    if problem:
+        return problem
+    if metrics.get("val") is not None:
+        problem = metric_problem(metrics["val"], "metrics.val", required=("all",)) \
+            or per_class_problem(metrics["val"].get("per_class"), counts, "metrics.val.per_class")
+        if problem:
+            return problem
+    return per_class_problem(metrics.get("per_class"), counts, "metrics.per_class")
+
+
+def _groups_problem(groups: Any) -> str:
+    if groups is None:
+        return ""
+    if not isinstance(groups, dict):
+        return f"metrics.groups is {type(groups).__name__}, expected an object"
+    for key in ("many_threshold", "few_threshold"):
+        if groups.get(key) is not None and not is_count(groups[key]):
+            return f"metrics.groups.{key} is {_shown(groups[key])}, expected a whole number >= 0"
+    return ""
+
+
+def class_counts(data: Any) -> tuple[list | None, str]:
+    """(training class counts or None, problem): class counts are whole numbers >= 0, ``num_classes`` their
+    number, so a plot or a stage-2 fit may read them as they are."""
+    if data is None:
+        return None, ""
+    if not isinstance(data, dict):
+        return None, f"data is {type(data).__name__}, expected an object"
+    for key in ("class_counts_train", "class_counts_test", "class_counts_val"):
+        values = data.get(key)
+        if values is not None and not (isinstance(values, list) and all(is_count(v) for v in values)):
+            return None, f"data.{key} is not a list of whole numbers >= 0"
+    counts = data.get("class_counts_train")
+    if data.get("num_classes") is not None and not (is_count(data["num_classes"]) and (
+            counts is None or data["num_classes"] == len(counts))):
+        return None, f"data.num_classes is {_shown(data['num_classes'])}, not the number of class counts"
+    return counts, ""
+
+
+def per_class_problem(per_class: Any, counts: list | None, where: str) -> str:
+    """Per-class accuracies: fractions (or null for a class without images), one per class."""
+    if per_class is None:
+        return ""
+    if not (isinstance(per_class, list) and all(v is None or is_fraction(v) for v in per_class)):
+        return f"{where} is not a list of fractions in [0, 1]"
+    if counts is not None and len(per_class) != len(counts):
+        return f"{where} has {len(per_class)} values for {len(counts)} classes"
+    return ""
+
+
+def selection_problem(selection: Any) -> str:
+    """``selection``: which model the metrics are of (stage 2 reads the strategy: a best_val run's final
+    checkpoint is not its reported model)."""
+    if selection is None:
+        return ""
+    if not isinstance(selection, dict):
+        return f"selection is {type(selection).__name__}, expected an object"
+    if selection.get("strategy") not in SELECTION_STRATEGIES:
+        return f"selection.strategy is {_shown(selection.get('strategy'))}, expected 'last' or 'best_val'"
+    if selection.get("epoch") is not None and not is_count(selection["epoch"]):
+        return f"selection.epoch is {_shown(selection['epoch'])}, expected a whole number"
+    for key in ("val", "oracle_best_on_test"):
+        if selection.get(key) is not None:
+            problem = metric_problem(selection[key], f"selection.{key}")
+            if problem:
+                return problem
+    return ""
