@@ -445,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ltbench: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    except SystemExit as exc:  # ltbench's commands never exit: plugin code did, where no hook names it
+        if args.debug:
+            raise
+        print(f"ltbench: error: plugin code called sys.exit({shorten(repr(exc.code), 60)}) during '{args.command}'; "
+              f"a plugin must raise an error instead (--debug shows where)", file=sys.stderr)
+        return EXIT_USER_ERROR
     except Exception as exc:  # a bug, not bad input: still one line unless --debug
         if args.debug:
             raise

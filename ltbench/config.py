@@ -65,17 +65,7 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return coerce(arg, value, path)
-            except ConfigError:
-                pass
-        raise _fail(path, _type_name(tp), value)
+        return _coerce_union(tp, value, path)
     if origin is Literal:
         if value in typing.get_args(tp):
             return value
@@ -118,6 +108,27 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
     raise ConfigError(f"{path}: unsupported annotation {tp!r} in the config class")
+
+
+def _coerce_union(tp: Any, value: Any, path: str) -> Any:
+    """The first alternative of ``A | B | None`` that accepts ``value``. When none does but one failed inside
+    the value (a list's item, a mapping's field), that error is raised: it names the field to fix
+    (``rows[1].versus: expected ...``), where 'rows: expected a list or null' of a list would lead nowhere."""
+    args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    deeper = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return coerce(arg, value, path)
+        except ConfigError as exc:
+            if str(exc).startswith((f"{path}.", f"{path}[")):
+                deeper.append(exc)
+    if deeper:
+        raise deeper[0]
+    raise _fail(path, _type_name(tp), value)
 
 
 def _as_float(value: Any) -> float | None:

@@ -133,9 +133,18 @@ class Registry:
     # filled from the options (dotted-field errors under ``where``), then the entry called with it.
 
     def config(self, spec: dict, where: str) -> Any:
-        """The validated, defaulted ``Config`` of ``spec`` = ``{'name': ..., **options}``."""
+        """The validated, defaulted ``Config`` of ``spec`` = ``{'name': ..., **options}``. The plugin's Config
+        class and its ``validate()`` are plugin code: anything but a ConfigError from them is a PluginError
+        naming the plugin (``call_plugin``), never an internal error."""
         options = dict(spec)
-        return from_dict(self.get(options.pop("name")).Config, options, where)
+        name = options.pop("name")
+        cls = self.get(name).Config
+        return call_plugin(self.label(name), "Config / validate()", from_dict, cls, options, where)
+
+    def label(self, name: str) -> str:
+        """How a message names a registered plugin: "method 'la' (module methods.la)"."""
+        entry = self._entries.get(name)
+        return f"{self.kind} '{name}'" + (f" (module {entry.module})" if entry is not None else "")
 
     def resolved(self, spec: dict, where: str) -> dict:
         """``spec`` with every default filled in, as plain data (what enters a run's configuration); an option
@@ -146,6 +155,50 @@ class Registry:
     def build(self, spec: dict, *args: Any, where: str, **kwargs: Any) -> Any:
         """``Entry(config, *args, **kwargs)``: the object ``spec`` names, built from its validated options."""
         return self.get(spec["name"])(self.config(spec, where), *args, **kwargs)
+
+
+class PluginError(RegistryError):
+    """Plugin code the core called raised, exited or returned something unusable: one line naming the plugin
+    and the hook (``call_plugin``), exit 2, so a broken plugin is never an internal error or a silent exit."""
+
+
+def call_plugin(label: str, hook: str, fn: Callable, *args: Any, passes: tuple = (), **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` for plugin code the core calls before any run starts (``data_identity()``,
+    ``check()``, a Config's ``validate()``, ``feature_spaces()``...). An LtbenchError the plugin raises for its
+    user (DataMissingError, CorruptFileError, a ConfigError) passes unchanged, and so do the exceptions the
+    hook's contract names (``passes``: ValueError for ``check_test_set_name``); anything else it raises,
+    SystemExit and KeyboardInterrupt included (a plugin's sys.exit must not end the command silently, exit 0),
+    becomes a PluginError naming ``label`` and ``hook``."""
+    try:
+        return fn(*args, **kwargs)
+    except (LtbenchError, *passes):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every way plugin code can leave is named
+        raise PluginError(plugin_call_message(label, hook, exc)) from None
+
+
+def plugin_call_message(label: str, hook: str, exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        what = f"called sys.exit({short_repr(exc.code, 60)})"
+    else:
+        what = f"raised {type(exc).__name__}" + (f": {shorten(str(exc), 160)}" if str(exc) else "")
+    tail = " (if you pressed Ctrl-C, run the command again)" if isinstance(exc, KeyboardInterrupt) else ""
+    return f"{label}: {hook} {what}; fix the plugin{tail}"
+
+
+def checked_return(label: str, hook: str, value: Any, kind: type | tuple, limit: int | None = None,
+                   expected: str = "") -> Any:
+    """A plugin hook's return value, type-checked (a subclass of str is taken as the plain string it holds)
+    and, with ``limit``, size-checked; PluginError naming the hook otherwise."""
+    if not isinstance(value, kind):
+        raise PluginError(f"{label}: {hook} returned {short_repr(value, 80)} ({type(value).__name__}), expected "
+                          f"{expected or getattr(kind, '__name__', kind)}; fix the plugin")
+    if isinstance(value, str) and type(value) is not str:
+        value = str.__str__(value)  # a str subclass may override __eq__, __hash__ or __str__: the text only
+    if limit is not None and len(value) > limit:
+        raise PluginError(f"{label}: {hook} returned {len(value)} items or characters, at most {limit} are "
+                          f"allowed{f' ({expected})' if expected else ''}; fix the plugin")
+    return value
 
 
 def did_you_mean(name: str, known, cutoff: float = 0.6) -> str:
@@ -195,8 +248,14 @@ def _import_package_modules(module_name: str) -> None:
     if paths is None:
         return
     for info in sorted(pkgutil.iter_modules(paths), key=lambda i: i.name):
-        if not info.name.startswith("_"):
+        if plugin_module_name(info.name):
             importlib.import_module(f"{module_name}.{info.name}")
+
+
+def plugin_module_name(name: str) -> bool:
+    """Whether discovery imports a module of a plugin folder: a public Python name. Never an editor's lock or
+    backup file (``.#x.py``, ``#x.py#``, ``x.py~``, ``#x.py``), nor ``_private`` helpers (imported by their users)."""
+    return name.isidentifier() and not name.startswith("_")
 
 
 def _plugin_error(what: str, exc: BaseException) -> RegistryError:

@@ -13,6 +13,7 @@ doing is re-taken under the lock, since another process may have finished it mea
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -25,13 +26,34 @@ import yaml
 
 from ltbench.results import provenance, record, safe_read, store
 from ltbench import registry
-from ltbench.errors import LtbenchError
+from ltbench.errors import DiskFullError, LtbenchError, shorten
 from ltbench.results.runspec import RunSpec
 
 # What run_one returns besides 'done' and 'failed' (this process trained it):
 CLAIMED = "claimed"  # another live process holds the run's lock: skipped
 FINISHED_ELSEWHERE = "finished elsewhere"  # a usable result was already there: nothing to do
-EXIT_CODES = {"done": 0, "failed": 1, CLAIMED: 3, FINISHED_ELSEWHERE: 4}
+INTERRUPTED = "interrupted"  # an I/O fault stopped it (a pool worker's exit code; in-process: RunInterrupted)
+EXIT_CODES = {"done": 0, "failed": 1, CLAIMED: 3, FINISHED_ELSEWHERE: 4, INTERRUPTED: 5}
+# The errors of the medium, not of the computation: the disk is full (or the quota), a file too large for
+# the filesystem, a read-only or failing device, a permission taken away meanwhile.
+IO_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM)
+
+
+class RunInterrupted(LtbenchError):
+    """An I/O fault stopped a run: it is interrupted, not failed (no result.json is written), keeps its last
+    checkpoint, and the next plain ``ltbench run`` resumes it. The message names the file and the fix."""
+
+
+def io_fault(exc: BaseException) -> bool:
+    """Whether an exception is a fault of the storage (IO_FAULTS, or ltbench's DiskFullError/WriteError),
+    which must never be recorded as the run's failure: freeing space does not change the computation."""
+    return isinstance(exc, DiskFullError) or (isinstance(exc, OSError) and exc.errno in IO_FAULTS)
+
+
+def interrupted_message(spec: RunSpec, exc: BaseException) -> str:
+    where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in str(exc) else ""
+    return (f"run {spec.run_id} interrupted, not failed: {where}{shorten(str(exc), 400)}; it keeps its last "
+            f"checkpoint: fix that, then run the same command again to resume it")
 
 
 def prepare_run_dir(spec: RunSpec | dict) -> Path:
@@ -84,9 +106,28 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
         say(f"warning: the filesystem of {run_dir} refuses file locks; concurrent launches of this recipe "
             f"could train this run twice (see docs/architecture.md)")
     with claim:
-        if not _needs_running(spec, run_dir, redo, say):
-            return FINISHED_ELSEWHERE
-        return _execute(spec, run_dir, say, True)
+        try:
+            if not _needs_running(spec, run_dir, redo, say):
+                return FINISHED_ELSEWHERE
+            return _execute(spec, run_dir, say, True)
+        except (OSError, DiskFullError) as exc:  # setting a damaged file aside on a full or read-only disk
+            if io_fault(exc):
+                raise _interrupted(spec, run_dir, interrupted_message(spec, exc)) from None
+            raise
+        except RunInterrupted as exc:
+            raise _interrupted(spec, run_dir, str(exc)) from None
+
+
+def _interrupted(spec: RunSpec, run_dir: Path, message: str) -> RunInterrupted:
+    """Say in started.json that the run stopped (best effort: the disk may be full), so status shows it
+    interrupted even while this process lives on (an in-process launch) or ran on another node."""
+    started = store.read_started(run_dir)
+    if started:
+        try:
+            store.atomic_write_json(run_dir / store.STARTED, {**started, "interrupted": message})
+        except (OSError, DiskFullError):
+            pass
+    return RunInterrupted(message)
 
 
 def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> bool:
@@ -118,35 +159,71 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
 
 
 def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
-    """Train the run and write its result.json (assembled by ``ltbench.results.record``)."""
+    """Train the run and write its result.json (assembled by ``ltbench.results.record``). A fault of the
+    storage anywhere (started.json, a checkpoint, the log, the result) raises RunInterrupted: the run is
+    left interrupted and resumable, never recorded as failed."""
     from ltbench.train import distributed, engine  # lazy: keeps launchers free of torch (only workers train)
 
     registry.add_plugin_paths(spec.plugins)
     started = time.time()
     info = provenance.collect()
-    if writes_files:
-        store.atomic_write_json(run_dir / store.STARTED, {
-            "time": started, "host": socket.gethostname(), "pid": os.getpid(),
-            "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
-        })
-    result = record.header(spec, started=started, provenance=info, code=provenance.run_code(spec.config))
+    try:
+        if writes_files:
+            store.atomic_write_json(run_dir / store.STARTED, {
+                "time": started, "host": socket.gethostname(), "pid": os.getpid(),
+                "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
+            })
+        result = record.header(spec, started=started, provenance=info, code=provenance.run_code(spec.config))
+        _train_into(result, spec, run_dir, say, writes_files, engine, distributed)
+        record.finish(result, time.time())
+        if writes_files:
+            _write_result(run_dir, result)
+    except BaseException as exc:
+        if io_fault(exc):
+            raise RunInterrupted(interrupted_message(spec, exc)) from None
+        raise
+    return result["status"]
+
+
+def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: bool, engine, distributed) -> None:
+    """engine.train, its outcome or its failure recorded in ``result``. A crash is recorded (the grid goes on);
+    a fault of the storage and Ctrl-C are not the computation's and pass through."""
     try:
         record.done(result, engine.train(spec, run_dir, say=say))
     except KeyboardInterrupt:
         raise
-    except LtbenchError as exc:
-        record.failed(result, exc)
-    except Exception as exc:  # any crash is recorded; the grid goes on
-        record.failed(result, exc, traceback.format_exc())
-        if writes_files:
-            store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
-            result["traceback_file"] = str(run_dir / store.TRACEBACK)
+    except BaseException as exc:
+        if io_fault(exc):
+            raise
+        if isinstance(exc, LtbenchError):
+            record.failed(result, exc)
+        elif isinstance(exc, SystemExit):  # plugin code called sys.exit: a failure of the run, not the end of the grid
+            record.failed(result, registry.PluginError(registry.plugin_call_message(
+                f"a plugin of run {spec.run_id}", "training", exc)))
+        else:  # any crash is recorded; the grid goes on
+            record.failed(result, exc, traceback.format_exc())
+            if writes_files:
+                store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
+                result["traceback_file"] = str(run_dir / store.TRACEBACK)
     finally:
         distributed.shutdown()
-    record.finish(result, time.time())
-    if writes_files:
-        store.atomic_write_json(run_dir / store.RESULT, result)
-    return result["status"]
+
+
+def _write_result(run_dir: Path, result: dict) -> None:
+    """Write result.json, unless it would be too large to read back (a plugin's huge ``method_extras`` or
+    data ``info``): then the run is recorded as failed with a small record saying so, so that no launch
+    trains it again forever because its record is unreadable."""
+    data = (json.dumps(result, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+    if len(data) > safe_read.MAX_JSON_BYTES:
+        sizes = {k: len(json.dumps(v, allow_nan=False)) for k, v in result.items()}
+        biggest = max(sizes, key=sizes.get)
+        small = {k: v for k, v in result.items() if k not in ("metrics", "method_extras", "data", "selection")}
+        record.failed(small, LtbenchError(
+            f"the record is {len(data) / safe_read.MiB:.0f} MiB, more than the {safe_read.MAX_JSON_BYTES // safe_read.MiB} "
+            f"MiB a result.json may hold ('{biggest}' takes {sizes[biggest] / safe_read.MiB:.0f} MiB); make the "
+            f"plugin record less (a per-class list, not per-image values)"))
+        data = (json.dumps(small, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+    store.atomic_write_bytes(run_dir / store.RESULT, data)
 
 
 def failure_line(run_dir: Path) -> str:
@@ -171,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = json.loads(Path(argv[0]).read_text())
         status = run_one(spec, say=lambda msg: print(msg, flush=True), redo=redo)
-    except LtbenchError as exc:  # e.g. the disk filled up while writing the result
+    except RunInterrupted as exc:  # e.g. the disk filled up: the launcher says so, the next launch resumes
+        print(f"ltbench: {exc}", file=sys.stderr)
+        return EXIT_CODES[INTERRUPTED]
+    except LtbenchError as exc:
         print(f"ltbench: error: {exc}", file=sys.stderr)
         return 1
     return EXIT_CODES.get(status, 1)

@@ -22,7 +22,9 @@ from ltbench import cli, registry
 
 from conftest import ROOT, TINY, deep_update
 
-TIME_LIMIT_S = 5.0  # the bound per input; a refused input takes milliseconds once torch is imported
+# A refused input takes milliseconds once torch is imported; the bound only catches work that never ends (an
+# alias bomb expanded, a quadratic scan), so it is generous: the suite shares its machine (CI, other jobs).
+TIME_LIMIT_S = 30.0
 MEMORY_LIMIT_MB = 500
 
 
@@ -293,7 +295,7 @@ def run_measured(args: list[str], cwd: Path) -> tuple[int, str, float, float]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", MEASURED, str(peak_path), *args], cwd=cwd, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
     elapsed = time.perf_counter() - start
     peak_mb = int(peak_path.read_text()) / 1024
     peak_path.unlink()
@@ -318,7 +320,7 @@ def test_real_cli_refuses_with_bounded_time_and_memory(name, content, args, word
     assert snapshot(tmp_path) == before
     # these inputs are refused before torch is imported, so the whole process stays small
     assert rss_mb < MEMORY_LIMIT_MB, f"peak RSS {rss_mb:.0f} MB"
-    assert elapsed < 3 * TIME_LIMIT_S, f"{elapsed:.1f} s"  # a fresh interpreter on a loaded machine: generous
+    assert elapsed < 4 * TIME_LIMIT_S, f"{elapsed:.1f} s"  # a fresh interpreter on a loaded machine: generous
 
 
 def test_plugin_calling_sys_exit_on_import_is_an_error(tmp_path):

@@ -49,19 +49,26 @@ def test_three_concurrent_launches_train_each_run_once(tmp_path, write_recipe):
         run_dir = tmp_path / "results" / "tiny" / run_id
         assert [r["epoch"] for r in store.read_jsonl(run_dir / store.LOG)] == [1, 2]
         assert store.check_result(run_dir).state == "done"
-    # Each launch says which runs it left to another process, and what became of them.
+    # Each launch says which runs it left to another process, and what became of them: those it set out to
+    # run ('N to run', read from disk when it started) and did not train. Counted from its own output, never
+    # assumed from an order of events (a launch that starts late finds some runs finished: not 'to run').
     for out, mine in zip(outs, trained):
-        if len(mine) < len(ids):
-            assert f"{len(ids) - len(mine)} run(s) were being run by another process" in out, out
-    assert any("\n6 done" in out for out in outs), "\n\n".join(outs)  # the last one to end saw them all
+        to_run = int(re.search(r"^recipe tiny: 6 run\(s\), (\d+) to run", out, re.M).group(1))
+        if to_run > len(mine):
+            assert f"\n{to_run - len(mine)} run(s) were being run by another process" in out, out
+        else:
+            assert "being run by another process" not in out, out
+    # every run is finished before the summary of the launch that trained it, so the last summary printed
+    # counts all six whatever the order of events
+    assert any("\n6 done" in out for out in outs), "\n\n".join(outs)
 
 
 def _pool_with_two_busy_workers(tmp_path, write_recipe) -> tuple[subprocess.Popen, list[int]]:
     recipe = write_recipe(extra={"seeds": [0, 1, 2], "data": {"max_per_class": 400},
                                  "optim": {"epochs": 50, "batch_size": 8}})
     parent = _launch(recipe, "--jobs", "2")
-    deadline, pids = time.time() + 60, []
-    while time.time() < deadline and len(pids) < 2:
+    deadline, pids = time.time() + 600, []  # generous: two workers importing torch on a loaded machine
+    while time.time() < deadline and len(pids) < 2 and parent.poll() is None:
         pids = [store.read_started(p.parent).get("pid") for p in (tmp_path / "results").rglob(store.STARTED)]
         pids = [p for p in pids if isinstance(p, int)]
         time.sleep(0.2)
@@ -85,9 +92,9 @@ def _gone(pid: int, within_s: float) -> bool:
 def test_stopping_the_pool_parent_stops_its_workers(tmp_path, write_recipe, sig):
     parent, pids = _pool_with_two_busy_workers(tmp_path, write_recipe)
     parent.send_signal(sig)
-    out = parent.communicate(timeout=30)[0]
+    out = parent.communicate(timeout=300)[0]  # bounds far above the 10 s grace period: a loaded machine
     try:
-        assert all(_gone(pid, 15) for pid in pids), out
+        assert all(_gone(pid, 120) for pid in pids), out
     finally:
         for pid in pids:
             try:

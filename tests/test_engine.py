@@ -42,46 +42,47 @@ def _only_result(results: Path) -> dict:
     return json.loads(files[0].read_text())
 
 
-LONGER = {"data": {"max_per_class": 120}, "optim": {"epochs": 12, "batch_size": 8}}  # on an idle CPU an epoch
-# takes ~0.1 s: enough epochs that a kill after the second one lands long before the end
+LONGER = {"data": {"max_per_class": 120}, "optim": {"epochs": 4, "batch_size": 8}}
 
 
 @pytest.mark.slow
 def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, write_recipe, cli):
-    recipe = write_recipe(extra=LONGER)
+    """The kill lands inside epoch 3 by an event, not a timing: the method pauses there (LTBENCH_TEST_PAUSE,
+    CRASH_PLUGIN) after touching a file the test waits for, so a loaded machine changes nothing."""
+    (tmp_path / "crash_plugins").mkdir()
+    (tmp_path / "crash_plugins" / "crash.py").write_text(CRASH_PLUGIN)
+    recipe = write_recipe(extra={**LONGER, "plugins": ["./crash_plugins"], "method": {"name": "ce_crash_once"}})
     reference = cli("run", recipe, "--results", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     expected = _only_result(tmp_path / "reference")
 
-    results = tmp_path / "killed"
+    results, paused = tmp_path / "killed", tmp_path / "paused-in-epoch-3"
     proc = subprocess.Popen([sys.executable, "-m", "ltbench", "run", str(recipe), "--results", str(results)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 240
-    logs = []
-    while time.time() < deadline and proc.poll() is None:
-        logs = list(results.rglob(store.LOG))
-        if logs and len(store.read_jsonl(logs[0])) >= 2:
-            time.sleep(0.05)  # land inside epoch 3
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    run_dir = logs[0].parent
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "LTBENCH_TEST_PAUSE": str(paused)})
+    try:
+        deadline = time.monotonic() + 600  # generous: only a run that never gets there waits this long
+        while not paused.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert paused.exists() and proc.poll() is None, "the run never reached its pause in epoch 3"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    (run_dir,) = {p.parent for p in results.rglob(store.LOG)}
     assert not (run_dir / store.RESULT).exists()
-    assert (run_dir / store.CHECKPOINT).exists()
+    assert (run_dir / store.CHECKPOINT).exists() and len(store.read_jsonl(run_dir / store.LOG)) == 2
 
     status = cli("status", results / "tiny")
     assert "interrupted" in status.stdout and "run again to resume" in status.stdout  # its process is gone
 
     resumed = cli("run", recipe, "--results", results)
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from checkpoint: epoch" in resumed.stdout
+    assert "resuming from checkpoint: epoch 2, step 0" in resumed.stdout
     got = _only_result(results)
     assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]
     assert got["metrics"]["all"] == expected["metrics"]["all"]
     log = store.read_jsonl(run_dir / store.LOG)
-    assert [row["epoch"] for row in log] == list(range(1, 13))
+    assert [row["epoch"] for row in log] == list(range(1, 5))
     ref_log = store.read_jsonl(next((tmp_path / "reference").rglob(store.LOG)))
     assert [r["loss"] for r in log] == [r["loss"] for r in ref_log]
 
@@ -240,6 +241,7 @@ def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, wri
 
 CRASH_PLUGIN = '''
 import os
+import time
 import torch.nn as nn
 import torch.nn.functional as F
 from ltbench.method import Method
@@ -247,7 +249,8 @@ from ltbench.registry import METHODS
 
 @METHODS.register("ce_crash_once")
 class CECrashOnce(Method):
-    """Cross-entropy that kills its process at epoch 2, step 3 while LTBENCH_TEST_CRASH is set."""
+    """Cross-entropy that kills its process at epoch 2, step 3 while LTBENCH_TEST_CRASH is set, and waits to be
+    killed at epoch 3, step 2 while LTBENCH_TEST_PAUSE names a file (touched first, for the test to see)."""
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -261,6 +264,9 @@ class CECrashOnce(Method):
         self.steps += 1
         if os.environ.get("LTBENCH_TEST_CRASH") and epoch == 1 and self.steps == 4:
             os._exit(17)  # like a node failure: no cleanup, no result
+        if os.environ.get("LTBENCH_TEST_PAUSE") and epoch == 2 and self.steps == 2:
+            open(os.environ["LTBENCH_TEST_PAUSE"], "w").close()
+            time.sleep(3600)  # until the test kills the process
         logits = self.head(features[0])
         return {"loss": F.cross_entropy(logits, labels), "logits": logits.detach()}
 

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -246,8 +245,8 @@ def test_a_cache_that_is_a_fifo_dev_zero_or_forged_neither_hangs_nor_crashes(fak
     else:
         (expansion,) = root.glob(".ltbench-recipe-*")
         forged = json.loads(expansion.read_text())
-        forged["flats"] = {k: 5 for k in forged["flats"]}
-        forged["seeds"] = [[0]]
+        forged["rows"] = {k: 5 for k in forged["rows"]}
+        forged["expected"] = [[0]]
         expansion.write_text(json.dumps(forged))
     got = run_cli("table", path, timeout=60)  # the old code hung on the FIFO and ate memory on /dev/zero
     assert got.returncode == 0 and "| ce" in got.stdout, got.stderr
@@ -273,24 +272,41 @@ def test_no_cache_repairs_the_cache_and_report_accepts_it(fake_tree):
 # 4. Grids are bounded from the product of the axis lengths, before any expansion
 
 
-def test_a_posthoc_grid_of_a_million_settings_is_refused_in_under_two_seconds():
+def _peak_mb(fn) -> float:
+    """Peak memory allocated by ``fn()`` (MB): what a grid expanded before it is bounded would show, measured
+    without a clock (a timed test fails on a loaded machine: docs, 'the suite under load')."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return peak
+
+
+def test_a_posthoc_grid_of_a_million_settings_is_refused_before_it_is_expanded():
     from ltbench.posthoc import expand_posthoc
 
     hundred = list(range(100))
-    t0 = time.perf_counter()
-    with pytest.raises(ConfigError, match=r"posthoc: 1000000 stage-2 settings"):
-        expand_posthoc([{"name": "la_posthoc", "tau": hundred, "a": hundred, "b": hundred}])
-    with pytest.raises(ConfigError, match="at most 100000"):
-        expand_posthoc([{"name": "la_posthoc", **{f"k{i}": list(range(10)) for i in range(8)}}])
-    assert time.perf_counter() - t0 < 2.0
+
+    def refused():
+        with pytest.raises(ConfigError, match=r"posthoc: 1000000 stage-2 settings"):
+            expand_posthoc([{"name": "la_posthoc", "tau": hundred, "a": hundred, "b": hundred}])
+        with pytest.raises(ConfigError, match="at most 100000"):
+            expand_posthoc([{"name": "la_posthoc", **{f"k{i}": list(range(10)) for i in range(8)}}])
+
+    assert _peak_mb(refused) < 20  # a million expanded settings take hundreds of MB
 
 
-def test_a_million_setting_recipe_is_refused_by_the_command_quickly(write_recipe):
+def test_a_million_setting_recipe_is_refused_by_the_command_before_it_is_expanded(write_recipe):
     hundred = list(range(100))
     path = write_recipe(extra={"posthoc": [{"name": "la_posthoc", "tau": hundred, "a": hundred, "b": hundred}]})
-    t0 = time.perf_counter()
-    rc, out, err = cli_main("posthoc", path)
-    assert rc == 2 and "1000000 stage-2 settings" in err and time.perf_counter() - t0 < 2.0
+    got = []
+    assert _peak_mb(lambda: got.append(cli_main("posthoc", path))) < 50
+    rc, out, err = got[0]
+    assert rc == 2 and "1000000 stage-2 settings" in err
 
 
 # ------------------------------------------------------------------------------------------------

@@ -174,7 +174,7 @@ def test_runs_per_gpu_puts_that_many_runs_on_each_faked_gpu(tmp_path, write_reci
 
 
 @pytest.mark.parametrize("launcher, gpus, message", [
-    ({"runs_per_gpu": 2}, [], "needs GPUs, but none is visible"),
+    ({"runs_per_gpu": 2}, [], "needs GPUs, but torch sees none here"),
     ({"runs_per_gpu": 2, "jobs": 3}, ["0", "1"], "makes 4 workers, but launcher.jobs (or --jobs) asks for 3"),
     ({"runs_per_gpu": 2, "name": "debug"}, ["0"], "applies to the local launcher only"),
 ])

@@ -100,13 +100,19 @@ def test_bad_logger_names_are_one_line_errors(write_recipe, loggers, message):
         load_recipe(write_recipe(extra={"train": {"loggers": loggers}}))
 
 
-def test_a_missing_logger_package_says_what_to_install(monkeypatch, tmp_path):
+def test_a_missing_logger_package_is_refused_before_training_and_dropped_at_the_start(monkeypatch, tmp_path,
+                                                                                        write_recipe):
     import builtins
+    import importlib.util
 
     from ltbench.errors import ConfigError
-    from ltbench.train.loggers import create_loggers
+    from ltbench.train import loggers
 
-    real_import = builtins.__import__
+    runs = load_recipe(write_recipe(extra={"train": {"loggers": ["wandb"]}})).runs
+    real_find, real_import = importlib.util.find_spec, builtins.__import__
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real_find(name, *a))
+    with pytest.raises(ConfigError, match=r"'wandb' needs the wandb package; install it with pip install wandb"):
+        loggers.check_loggers(runs)  # at launch and --dry-run, before any run trains
 
     def no_wandb(name, *args, **kwargs):
         if name == "wandb":
@@ -114,5 +120,6 @@ def test_a_missing_logger_package_says_what_to_install(monkeypatch, tmp_path):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_wandb)
-    with pytest.raises(ConfigError, match=r"'wandb' needs the wandb package .* pip install wandb"):
-        create_loggers(["wandb"], tmp_path, None)
+    said = []
+    started = loggers.create_loggers(["wandb"], tmp_path, None, say=said.append)  # what the check cannot see
+    assert started.loggers == [] and "'wandb' could not start" in said[0] and "goes on without it" in said[0]

@@ -216,12 +216,12 @@ def test_cli_run_without_data_stops_at_once(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("LTBENCH_SPLITS", "LTBENCH_DATA")}
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "ltbench", "run", str(path)], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+                          env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 2, proc.stderr
     err = proc.stderr.strip()
     assert err.startswith("ltbench: error: ") and "\n" not in err
     assert "ImageNet_LT_train.txt" in err and "OLTR" in err
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 300  # refused before any image is read: a bound only a hang exceeds
     assert not list((tmp_path / "results").rglob("result.json"))
 
 

@@ -69,6 +69,17 @@ class LTData:
         return None if self.val_labels is None else np.bincount(self.val_labels, minlength=self.num_classes)
 
 
+@dataclass(frozen=True)
+class DataFootprint:
+    """What a dataset will hold, known from its options without loading it (``DatasetBuilder.footprint``):
+    ltbench.train.resources estimates a run's memory from it before the first run (docs/adding-a-dataset.md)."""
+
+    num_classes: int
+    channels: int
+    image_size: int  # the side of the training crop the backbone sees
+    memory_bytes: int  # host memory load() holds at its peak (images kept in memory, temporaries); 0 for files
+
+
 class DatasetBuilder:
     """Plugin interface: ``Config`` holds the recipe's ``data:`` options; ``load`` returns LTData
     (see docs/adding-a-dataset.md).
@@ -93,6 +104,12 @@ class DatasetBuilder:
 
     def load(self) -> LTData:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def footprint(self) -> DataFootprint | None:
+        """Classes, image shape and the memory ``load`` will take, from the options alone (no file read), so a
+        configuration that cannot fit is refused before the first run (``ltbench.train.resources``); None when
+        unknown (the run is then not estimated). Keep it cheap: it is called at every launch and --dry-run."""
+        return None
 
     def data_identity(self) -> str | None:
         """What identifies this dataset's data beyond its options, or None when the options do.

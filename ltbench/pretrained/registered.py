@@ -23,21 +23,25 @@ from ltbench.registry import BACKBONES
 @BACKBONES.register("clip_vit_b16")
 class ClipViTB16(pretrained.ClipViTB16, Backbone):
     """OpenAI CLIP ViT-B/16 image tower (768-d features) with its text tower (zero-shot, text-initialised heads)."""
+    meta_estimate = False  # its constructor reads the weights file: the memory check (train/resources.py) does not build it
 
 
 @BACKBONES.register("clip_vit")
 class ClipViT(pretrained.ClipViT, Backbone):
     """OpenAI CLIP ViT of any shape given in the backbone options (ViT-L/14, or the tests' tiny models)."""
+    meta_estimate = False  # its constructor reads the weights file: the memory check (train/resources.py) does not build it
 
 
 @BACKBONES.register("vit_b16_in21k")
 class ViTB16In21k(pretrained.ViTB16In21k, Backbone):
     """timm ViT-B/16 pretrained on ImageNet-21k (768-d features)."""
+    meta_estimate = False  # its constructor reads the weights file: the memory check (train/resources.py) does not build it
 
 
 @BACKBONES.register("timm_vit")
 class TimmViT(pretrained.TimmViT, Backbone):
     """timm ViT (class token) of any shape given in the backbone options."""
+    meta_estimate = False  # its constructor reads the weights file: the memory check (train/resources.py) does not build it
 
 
 def bind_data(backbone: nn.Module, data):

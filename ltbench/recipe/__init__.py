@@ -261,7 +261,8 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     _dataset_shot_thresholds(config["eval"], raw.get("eval"), builder, join_path(where, "eval"))
     for i, name in enumerate(config["eval"]["test_sets"]):
         try:
-            builder.check_test_set_name(name)
+            registry.call_plugin(DATASETS.label(config["data"]["name"]), "check_test_set_name()",
+                                 builder.check_test_set_name, name, passes=(ValueError,))
         except ValueError as exc:
             raise ConfigError(f"{join_path(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
     return config
@@ -284,7 +285,12 @@ def _dataset_shot_thresholds(resolved: dict, raw: Any, builder: Any, where: str)
     """Thresholds the recipe leaves out come from the dataset's ``shot_thresholds`` (20, 100 unless it
     suggests others); a threshold the recipe gives always wins."""
     given = raw if isinstance(raw, dict) else {}
-    few, many = getattr(builder, "shot_thresholds", (20, 100))
+    thresholds = getattr(builder, "shot_thresholds", (20, 100))
+    if not (isinstance(thresholds, (tuple, list)) and len(thresholds) == 2
+            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in thresholds)):
+        raise registry.PluginError(f"{DATASETS.label(builder.registered_name)}: shot_thresholds is "
+                                   f"{short_repr(thresholds, 60)}, expected (few, many) whole numbers; fix the plugin")
+    few, many = thresholds
     if "few_threshold" not in given:
         resolved["few_threshold"] = int(few)
     if "many_threshold" not in given:
@@ -645,11 +651,16 @@ def data_identity(data: dict, cache: dict) -> str | None:
     as for the built-in datasets, whose files are fixed and checksummed). Asked once per data config."""
     key = canonical_json(data)
     if key not in cache:
-        ask = getattr(DATASETS.get(data["name"]), "data_identity", None)
-        cache[key] = ask(DATASETS.build(data, where="data")) if callable(ask) else None
-        if cache[key] is not None and not isinstance(cache[key], str):
-            raise ConfigError(f"data.name: {data['name']}: data_identity() must return a string or None, "
-                              f"got {short_repr(cache[key])}")
+        cls, label = DATASETS.get(data["name"]), DATASETS.label(data["name"])
+        ask = getattr(cls, "data_identity", None)
+        named = None
+        if callable(ask):  # plugin code: contained (registry.call_plugin), its answer checked
+            builder = registry.call_plugin(label, "its constructor", DATASETS.build, data, where="data")
+            named = registry.call_plugin(label, "data_identity()", ask, builder)
+        if named is not None:
+            named = registry.checked_return(label, "data_identity()", named, str, MAX_DATA_IDENTITY,
+                                            "a short string such as a digest, or None")
+        cache[key] = named
     return cache[key]
 
 
@@ -662,6 +673,9 @@ def backbone_identity(backbone: dict, cache: dict) -> str | None:
     if key not in cache:
         cache[key] = ask(backbone)
     return cache[key]
+
+
+MAX_DATA_IDENTITY = 1000  # characters: a digest is 16; a record must stay far below the result.json read limit
 
 
 def _run_config(cfg: dict, seed: int, identities: dict) -> dict:
@@ -712,6 +726,10 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                                 plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
     check_overrides_used(list(run_overrides), used, runs)
     posthoc = expand_posthoc(top.posthoc, "posthoc")
+    if posthoc and any(spec.config["eval"].get("select") == "best_val" for spec in runs):
+        raise ConfigError("posthoc: stage 2 fits each run's final checkpoint, but eval.select: best_val reports an "
+                          "earlier epoch's model, so 'ltbench posthoc' could fit none of these runs; set eval.select: "
+                          "last in a recipe with a posthoc: grid (docs/posthoc.md)")
     # Whether each declared table can be built from these runs is checked by the caller
     # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
     return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench.results import safe_read, store
+from ltbench.results import caches, safe_read, store
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, RecipeConfig, read_recipe_file, recipe_name, results_root
 from ltbench.registry import PLUGIN_PATH_ENV
@@ -34,19 +34,46 @@ SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status rea
 
 def code_signature(plugin_dirs: list[str]) -> str:
     """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
-    given plugin folders."""
-    core = Path(__file__).resolve().parent  # ltbench/
+    given plugin folders. Only what discovery can import is walked (``plugin_code_files``): a plugin
+    folder that is no package name (``/``, say) is refused by discovery and never walked here."""
+    core = Path(__file__).resolve().parents[1]  # ltbench/
     roots = [core, core.parent / "methods"]
     roots += [Path(p) for p in plugin_dirs]
     h = hashlib.sha1()
     for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
-            for f in sorted(filenames):
-                if f.endswith(".py"):
-                    st = os.stat(os.path.join(dirpath, f))
-                    h.update(f"{dirpath}/{f}:{st.st_size}:{st.st_mtime_ns};".encode())
+        for path in plugin_code_files(root):
+            try:
+                st = os.stat(path)
+            except OSError:  # gone meanwhile, or unreadable: part of the signature as such
+                h.update(f"{path}:gone;".encode())
+                continue
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()
+
+
+def plugin_code_files(root: Path) -> list[str]:
+    """The Python files discovery and their imports can reach in a package folder, sorted: its ``*.py`` files
+    and, recursively, those of its sub-packages (folders named like a module, holding ``__init__.py``);
+    never a symlinked folder, never an editor's file (``.#x.py``, ``#x.py#``: not module names). Empty for a
+    folder that is not a package name (discovery refuses it): ``$LTBENCH_PLUGIN_PATH=/`` walks nothing, and
+    a folder of data beside the plugins is never walked."""
+    root = Path(root)
+    if not root.name.isidentifier() or not root.is_dir():
+        return []
+    out, stack = [], [str(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            stem = e.name[:-3] if e.name.endswith(".py") else None
+            if stem is not None and stem.isidentifier() and not e.is_dir(follow_symlinks=False):
+                out.append(e.path)
+            elif e.name.isidentifier() and e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, "__init__.py")):
+                stack.append(e.path)
+    return sorted(out)
 
 
 def env_plugin_dirs() -> list[str]:
@@ -90,9 +117,12 @@ def _runs_cache_path(recipe: RecipeFile, overrides: list[str]) -> Path:
     return store.cache_file(recipe.root, f".ltbench-runs-{recipe.name}-{tag}.json")
 
 
-def runs_cache_problem(cached: object, root: Path) -> str:
-    """'' when a runs cache has the shape status relies on, else what is wrong (a forged or damaged
-    cache is expanded again, never shown). Every run folder must be directly under the results folder."""
+def runs_cache_problem(cached: object, root: Path, name: str = "") -> str:
+    """'' when a runs cache holds only what it claims (ltbench/results/caches.py), else what is wrong: a
+    forged or damaged cache is expanded again, never shown. Each run: its recipe's name, a configuration
+    that validates as a recipe's, a run id that is 12 hex digits and the hash of that configuration (so a
+    changed method, seed or learning rate, or an id such as '../../etc', is caught), its folder directly
+    under the results folder and named by that id, and no run twice."""
     if not isinstance(cached, dict):
         return "not a mapping"
     keys, runs = cached.get("override_keys"), cached.get("runs")
@@ -100,11 +130,17 @@ def runs_cache_problem(cached: object, root: Path) -> str:
         return "override_keys"
     if not isinstance(runs, list):
         return "runs"
+    seen: set[str] = set()
     for spec in runs:
-        if not (isinstance(spec, dict) and set(spec) == set(SPEC_KEYS) and isinstance(spec["run_id"], str)
-                and isinstance(spec["config"], dict) and isinstance(spec["grid"], dict)
-                and isinstance(spec["run_dir"], str) and Path(spec["run_dir"]) == root / spec["run_id"]):
-            return "runs"
+        if not (isinstance(spec, dict) and set(spec) == set(SPEC_KEYS) and isinstance(spec["grid"], dict)
+                and (not name or spec["recipe"] == name)):
+            return "runs: an entry is malformed"
+        problem = caches.config_problem(spec["config"]) or caches.run_id_problem(spec["run_id"], spec["config"])
+        if problem:
+            return f"runs: {problem}"
+        if spec["run_dir"] != str(root / spec["run_id"]) or spec["run_id"] in seen:
+            return f"runs: run {spec['run_id']} is listed twice or its folder is not {root / spec['run_id']}"
+        seen.add(spec["run_id"])
     return ""
 
 
@@ -118,14 +154,14 @@ def cached_runs(recipe: RecipeFile, overrides: list[str], signature: str) -> tup
         return None
     if not isinstance(cached, dict) or cached.get("version") != RUNS_CACHE_VERSION \
             or cached.get("signature") != signature \
-            or runs_cache_problem(cached, recipe.root):
+            or runs_cache_problem(cached, recipe.root, recipe.name):
         return None
     return [RunSpec.from_dict(spec) for spec in cached["runs"]], cached["override_keys"]
 
 
 def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, recipe: Recipe) -> None:
-    """Keep an expansion for the next status (best effort: an unwritable folder only costs the next one
-    torch). ``signature`` was taken before expanding, so a file edited meanwhile makes the cache miss."""
+    """Keep an expansion for the next status (best effort, caches.write_cache: an unwritable folder only
+    costs the next one torch). ``signature`` was taken before expanding, so a file edited meanwhile makes the cache miss."""
     if recipe.root != recipe_file.root or not recipe.root.is_dir() \
             or any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES):
         return
@@ -133,6 +169,7 @@ def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, rec
                "override_keys": list(recipe.override_keys),
                "runs": [{k: getattr(spec, k) for k in SPEC_KEYS} for spec in recipe.runs]}
     try:
-        store.atomic_write_bytes(_runs_cache_path(recipe_file, overrides), json.dumps(payload).encode())
-    except (OSError, TypeError, ValueError):
-        pass
+        data = json.dumps(payload).encode()
+    except (TypeError, ValueError):
+        return
+    caches.write_cache(_runs_cache_path(recipe_file, overrides), data)

@@ -17,8 +17,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ltbench.results import safe_read, store
+from ltbench.results import caches, safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe
 from ltbench.results.identity import FILE_IDENTITIES
@@ -30,7 +31,7 @@ from ltbench.report.build import build_table
 from ltbench.report.rows import flatten
 from ltbench.recipe.tables import TableSpec, parse_tables
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: rows hold configurations, so every cached run id and row key is checked
 
 
 @dataclass
@@ -46,33 +47,74 @@ class RecipeRuns:
 def expected_of(runs: list[RunSpec], posthoc: list[dict] = ()) -> list[dict]:
     """The rows' runs in grid order: every run, then every (run, stage-2 setting) of the recipe's
     ``posthoc:`` grid, whose config is the run's plus a ``posthoc`` section (ltbench/stage2/posthoc_runs.py)."""
-    out = []
-    for spec in runs:
-        key, identity = config_key(spec.config)
-        out.append({"run_id": spec.run_id, "key": key, "seed": spec.seed, "flat": flatten(identity)})
-    for stage2 in posthoc:
-        for spec in runs:
-            key, identity = config_key({**spec.config, "posthoc": stage2})
-            out.append({"run_id": store.stage2_run_id(spec.run_id, stage2), "key": key, "seed": spec.seed,
-                        "flat": flatten(identity)})
-    return out
+    return expected_rows(runs, posthoc)[0]
 
 
-def expansion_cache_problem(cached: dict) -> str:
-    """'' when an expansion cache has the types recipe_runs relies on (read back under the same rule as
-    every other file ltbench wrote: forged or damaged content is expanded again, never shown)."""
-    seeds, expected, flats = cached.get("seeds"), cached.get("expected"), cached.get("flats")
-    if not (isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-        return "seeds"
-    if not (isinstance(flats, dict) and all(isinstance(v, dict) for v in flats.values())):
-        return "flats"
+def expected_rows(runs: list[RunSpec], posthoc: list[dict] = ()) -> tuple[list[dict], dict[str, dict]]:
+    """(expected runs as ``expected_of`` gives them, row key -> the row's configuration less the seed)."""
+    out, rows = [], {}
+    pairs = [(spec.run_id, spec) for spec in runs]
+    pairs += [(store.stage2_run_id(spec.run_id, stage2), spec, stage2) for stage2 in posthoc for spec in runs]
+    for run_id, spec, *stage2 in pairs:
+        key, identity = config_key({**spec.config, "posthoc": stage2[0]} if stage2 else spec.config)
+        if key not in rows:
+            rows[key] = identity
+        out.append({"run_id": run_id, "key": key, "seed": spec.seed, "flat": flatten(rows[key])})
+    return out, rows
+
+
+def expansion_cache_problem(cached: Any) -> str:
+    """'' when an expansion cache holds only what it claims (ltbench/results/caches.py): every row's
+    configuration validates as a recipe's and is what its key hashes, every expected run names a row and
+    a seed once, and its run id is the hash of that row's configuration with that seed. A forged or damaged
+    cache (a row's method swapped, an invented run id, a seed added) is expanded again, never shown."""
+    if not isinstance(cached, dict):
+        return "not an object"
+    rows, expected = cached.get("rows"), cached.get("expected")
+    problem = caches.rows_problem(rows, "rows")
+    if problem:
+        return problem
     if not isinstance(expected, list):
         return "expected"
+    seen, ids = set(), {}
     for entry in expected:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and isinstance(entry[1], str) and entry[1] in flats
-                and isinstance(entry[2], int) and not isinstance(entry[2], bool)):
-            return "expected"
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], str) and entry[1] in rows
+                and isinstance(entry[2], int) and not isinstance(entry[2], bool) and entry[0] not in seen):
+            return f"expected entry {str(entry)[:80]} is malformed or repeated"
+        seen.add(entry[0])
+        ids_of = ids.get(entry[1]) or ids.setdefault(entry[1], caches.SeededIds(rows[entry[1]]))
+        problem = caches.run_id_problem(entry[0], {}, expected=ids_of(entry[2]))
+        if problem:
+            return problem
     return ""
+
+
+def _cache_path(root: Path, name: str, overrides: list[str]) -> Path:
+    tag = hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]
+    return cache_file(root, f".ltbench-recipe-{name}-{tag}.json")
+
+
+def _cached_expected(cache_path: Path, signature: str) -> list[dict] | None:
+    """The expected runs of the cache, when it is current (``signature``) and passes its check; else None."""
+    try:
+        cached = safe_read.load_json(cache_path)
+    except safe_read.UnusableFile:
+        return None  # missing or damaged: expanded again and rewritten
+    if not isinstance(cached, dict) or cached.get("version") != CACHE_VERSION \
+            or cached.get("signature") != signature or expansion_cache_problem(cached):
+        return None
+    flats = {key: flatten(row) for key, row in cached["rows"].items()}
+    return [{"run_id": r, "key": k, "seed": s, "flat": flats[k]} for r, k, s in cached["expected"]]
+
+
+def _save_expected(cache_path: Path, signature: str, expected: list[dict], rows: dict) -> None:
+    """Keep an expansion for the next table (best effort: caches.write_cache)."""
+    try:
+        payload = json.dumps({"version": CACHE_VERSION, "signature": signature, "rows": rows,
+                              "expected": [[e["run_id"], e["key"], e["seed"]] for e in expected]}).encode()
+    except (TypeError, ValueError):
+        return
+    caches.write_cache(cache_path, payload)
 
 
 def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: bool = True,
@@ -83,34 +125,20 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     recipe_file = read_recipe(path, overrides, results)
     raw, name, root = recipe_file.raw, recipe_file.name, recipe_file.root
     signature = expansion_signature(recipe_file, overrides)
-    cache_path = cache_file(root, f".ltbench-recipe-{name}-"
-                                  f"{hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]}.json")
-    if use_cache:
-        try:
-            cached = safe_read.load_json(cache_path)
-            if isinstance(cached, dict) and cached.get("version") == CACHE_VERSION \
-                    and cached.get("signature") == signature and not expansion_cache_problem(cached):
-                tables = parse_tables(raw.get("tables"), f"{path}: tables")
-                flats = cached["flats"]
-                expected = [{"run_id": r, "key": k, "seed": s, "flat": flats[k]} for r, k, s in cached["expected"]]
-                return RecipeRuns(name, path, root, expected, tables, cached["seeds"])
-        except safe_read.UnusableFile:
-            pass  # missing or damaged: expanded again below and rewritten
+    cache_path = _cache_path(root, name, list(overrides))
+    expected = _cached_expected(cache_path, signature) if use_cache else None
+    if expected is not None:
+        tables = parse_tables(raw.get("tables"), f"{path}: tables")
+        return RecipeRuns(name, path, root, expected, tables, list(dict.fromkeys(e["seed"] for e in expected)))
     recipe = load_recipe(path, list(overrides), results_dir=results)
     check_recipe_tables(recipe)
-    expected = expected_of(recipe.runs, recipe.posthoc)
+    expected, rows = expected_rows(recipe.runs, recipe.posthoc)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
     # any file this cache watches: such a recipe is expanded every time, never read from or written to the cache.
     volatile = any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES)
     if root.is_dir() and not volatile:  # also with --no-cache: a damaged cache is replaced by a good one
-        try:
-            compact = {"version": CACHE_VERSION, "signature": signature, "seeds": seeds,
-                       "expected": [[e["run_id"], e["key"], e["seed"]] for e in expected],
-                       "flats": {e["key"]: e["flat"] for e in expected}}  # one flat config per row, not per seed
-            store.atomic_write_bytes(cache_path, json.dumps(compact).encode())
-        except (OSError, TypeError, ValueError):
-            pass
+        _save_expected(cache_path, signature, expected, rows)
     return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
 
 

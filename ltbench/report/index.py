@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Mapping
 from pathlib import Path
 
-from ltbench.results import identity, safe_read, store
+from ltbench.results import caches, identity, safe_read, schema, store
 from ltbench.results.store import CACHE_DIR_ENV, cache_file  # noqa: F401  (index.cache_file: the name callers use)
 
 INDEX_FILE = ".ltbench-index"
@@ -280,34 +280,54 @@ def _is_int(x) -> bool:
 
 
 def cache_problem(meta: dict, values: memoryview) -> str:
-    """'' when the cache's JSON part has the types scan() relies on and its metric values are fractions or
-    NaN: a cache is data ltbench wrote, but it is read back under the same rule as a result.json."""
+    """'' when every entry of the cache holds only what it claims (ltbench/results/caches.py): the configs part
+    validates as recipes' configurations and each is what its key hashes, each code set is what its key
+    hashes, each run entry passes :func:`_record_problem` (the run id of a done or failed run is the hash of
+    its configuration and seed) and the metric values are fractions or NaN: a cache is data ltbench wrote,
+    but it is read back under the same rules as a result.json, and a cache that fails is rebuilt."""
     metrics, runs, configs = meta.get("metrics"), meta.get("runs"), meta.get("configs")
-    if not (isinstance(metrics, list) and all(isinstance(m, str) for m in metrics)
-            and isinstance(runs, dict) and isinstance(configs, dict)
-            and all(isinstance(k, str) and isinstance(v, dict) for k, v in configs.items())):
-        return "metrics, runs or configs of the wrong type"
-    codes = meta.get("codes", {})
-    if not (isinstance(codes, dict) and all(isinstance(v, dict) for v in codes.values())):
-        return "codes of the wrong type"
+    if not (isinstance(metrics, list) and all(isinstance(m, str) for m in metrics) and isinstance(runs, dict)):
+        return "metrics or runs of the wrong type"
+    problem = caches.rows_problem(configs, "configs") or _codes_problem(meta.get("codes", {}))
+    if problem:
+        return problem
     if len(values) != len(metrics) * len(runs):
         return "the metric matrix does not match the runs"
-    rows = set()
+    rows, ids = set(), {}
     for rel, entry in runs.items():
         if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list) and len(entry[0]) == 2
                 and all(_is_int(x) for x in entry[0]) and isinstance(entry[1], dict) and _is_int(entry[2])
                 and 0 <= entry[2] < len(runs)) or entry[2] in rows:
             return f"run entry {rel[:80]!r} is malformed"
         rows.add(entry[2])
-        problem = _record_problem(entry[1], configs)
+        problem = _record_problem(entry[1], configs, meta.get("codes", {}), ids)
         if problem:
             return f"run entry {rel[:80]!r}: {problem}"
     if not all(v != v for v in values if not 0.0 <= v <= 1.0):  # NaN: not recorded
         return "a metric is outside [0, 1]"
+    return _headline_problem(runs, metrics, values)
+
+
+def _codes_problem(codes) -> str:
+    if not isinstance(codes, dict):
+        return "codes of the wrong type"
+    for key, code in codes.items():
+        if not isinstance(code, dict) or not isinstance(code.get("code"), dict) or schema.code_problem(code) \
+                or not isinstance(code.get("plugins", []), (list, dict)) or key != _code_key(code):
+            return f"code set {str(key)[:20]!r} is malformed or not what its key hashes"
     return ""
 
 
-def _record_problem(rec: dict, configs: dict) -> str:
+def _headline_problem(runs: dict, metrics: list[str], values: memoryview) -> str:
+    """A done run's 'all' is recorded (result.json's rule: ``metrics.all`` is never null)."""
+    col = metrics.index("all") if "all" in metrics else None
+    for rel, (_, rec, row) in runs.items():
+        if rec["status"] == "done" and (col is None or values[row * len(metrics) + col] != values[row * len(metrics) + col]):
+            return f"run entry {rel[:80]!r}: a done run without its accuracy"
+    return ""
+
+
+def _record_problem(rec: dict, configs: dict, codes: dict, ids: dict) -> str:
     if rec.get("status") not in RECORD_STATUSES:
         return "no valid status"
     for key in ("run_id", "recipe", "key", "error", "note", "borrowed", "code_key"):
@@ -320,9 +340,46 @@ def _record_problem(rec: dict, configs: dict) -> str:
             return f"{key} is not an object"
     if rec.get("key") is not None and rec["key"] not in configs:
         return "its configuration is missing"
+    if rec.get("code_key") is not None and rec["code_key"] not in codes:
+        return "its code set is missing"
+    if rec["status"] == "damaged":
+        return "a damaged run with metrics" if "metrics" in rec else ""
     if rec["status"] == "done" and rec.get("metrics") is not True:
         return "a done run without metrics"
-    return ""
+    if rec.get("key") is None or not _is_int(rec.get("seed")):
+        return "a finished run without its configuration or seed"
+    ids_of = ids.get(rec["key"]) or ids.setdefault(rec["key"], caches.SeededIds(configs[rec["key"]]))
+    return caches.run_id_problem(rec.get("run_id"), {}, expected=ids_of(rec["seed"]))
+
+
+def _verified(rec: dict) -> bool:
+    """Whether a record read from a result.json may be cached: only when reading it back will pass
+    cache_problem, i.e. its configuration (if any) validates as a recipe's, and the run id of a done or
+    failed one is the hash of that configuration and its seed. Others (hand-made results with made-up ids,
+    configurations of an older ltbench) are simply read again each time."""
+    ids = _row_ids(rec["key"], rec.get("config")) if "key" in rec else None
+    if "key" in rec and ids is None:
+        return False
+    if rec["status"] not in ("done", "failed"):
+        return True
+    if ids is None or not _is_int(rec.get("seed")):
+        return False
+    return not caches.run_id_problem(rec["run_id"], {}, expected=ids(rec["seed"]))
+
+
+_ROW_IDS: dict[str, caches.SeededIds | None] = {}
+
+
+def _row_ids(key: str, config) -> caches.SeededIds | None:
+    """The run ids of a row whose key summarize_result just computed from ``config`` (so the key names this
+    configuration), or None when the configuration does not validate as a recipe's: decided once per key, not
+    once per run (10,000 runs of a grid share a few hundred rows)."""
+    if key not in _ROW_IDS:
+        if len(_ROW_IDS) > 100_000:
+            _ROW_IDS.clear()
+        ok = isinstance(config, dict) and not caches.config_problem(config, "config", seed=False)
+        _ROW_IDS[key] = caches.SeededIds(config) if ok else None
+    return _ROW_IDS[key]
 
 
 def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], configs: dict,
@@ -335,13 +392,13 @@ def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], 
         for k in metrics.get(rel, {}):
             values[row * len(names) + col[k]] = metrics[rel][k]
         meta_runs[rel] = entry + [row]
-    meta = json.dumps({"version": INDEX_VERSION, "metrics": names, "runs": meta_runs, "configs": configs,
-                       "codes": codes or {}},
-                      separators=(",", ":")).encode()
     try:
-        store.atomic_write_bytes(path, CACHE_MAGIC + len(meta).to_bytes(8, "little") + meta + values.tobytes())
-    except OSError:
-        pass  # a read-only results folder: tables still work, only without the cache
+        meta = json.dumps({"version": INDEX_VERSION, "metrics": names, "runs": meta_runs, "configs": configs,
+                           "codes": codes or {}}, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError):
+        return
+    # best effort (a read-only or full results folder): tables still work, only without the cache
+    caches.write_cache(path, CACHE_MAGIC + len(meta).to_bytes(8, "little") + meta + values.tobytes())
 
 
 def scan(root: Path, use_cache: bool = True) -> list[dict]:
@@ -354,7 +411,7 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
     width = len(columns)
     fresh: dict[str, list] = {}
     fresh_metrics: dict[str, Mapping] = {}
-    changed = False
+    changed = cacheable = False
     records = []
     prefix = len(root_s.rstrip("/")) + 1
     for run_dir, names, st in find_run_dirs(root_s):
@@ -363,22 +420,24 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
             sig = [st.st_size, st.st_mtime_ns]
             hit = cached.get(rel)
             if hit is not None and hit[0] == sig and values is not None:
-                rec = dict(hit[1])
+                rec, cacheable = dict(hit[1]), True
                 if "metrics" in rec:
                     rec["metrics"] = Metrics(columns, values[hit[2] * width:(hit[2] + 1) * width])
             else:
                 rec = read_result_file(Path(run_dir) / store.RESULT)
-                changed = True
-                if "config" in rec:
-                    configs[rec["key"]] = rec["config"]
                 if "code" in rec:  # a few distinct code sets across thousands of runs: stored once each
                     rec["code_key"] = _code_key(rec["code"])
                     codes[rec["code_key"]] = rec.pop("code")
+                cacheable = _verified(rec)  # else read again next time, never cached
+                changed |= cacheable
+                if "config" in rec and cacheable:
+                    configs[rec["key"]] = rec["config"]
             if "key" in rec:
                 rec["config"] = configs.get(rec["key"]) or rec.get("config")
-            fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
-            if "metrics" in rec:
-                fresh_metrics[rel] = rec["metrics"]
+            if cacheable:
+                fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
+                if "metrics" in rec:
+                    fresh_metrics[rel] = rec["metrics"]
         else:
             rec = _unfinished_record(Path(run_dir), names)
         rec["dir"] = run_dir

@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import os
 import shutil
 import socket
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import identity, safe_read
+from ltbench.results import identity, safe_read, schema
 from ltbench.errors import DiskFullError, LtbenchError, WriteError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
@@ -43,7 +42,7 @@ STARTED, SUBMITTED = "started.json", "submitted.json"  # worker start (host, pid
 LOCK, TRACEBACK = "lock", "traceback.txt"
 SCHEMA_VERSION = 1
 TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
-HEADLINE_METRICS = ("all", "many", "medium", "few")
+HEADLINE_METRICS = schema.HEADLINE_METRICS
 CODE_UNKNOWN = identity.CODE_UNKNOWN  # a finished result whose code cannot be checked (identity.code_state)
 STATUSES = ("pending", "running", "interrupted", "damaged", "done", CODE_UNKNOWN, "stale", "failed")  # run_status
 # A usable result of a run that went to its end (stale: made by code that has changed since; code unknown:
@@ -342,87 +341,14 @@ class ResultCheck:
         return self.state in ("done", "failed")
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _metric_problem(values: Any, where: str, required: tuple[str, ...] = ()) -> str:
-    if not isinstance(values, dict):
-        return f"{where} is {type(values).__name__}, expected an object"
-    for key in required:
-        if key not in values:
-            return f"{where}.{key} is missing"
-    for key in HEADLINE_METRICS:
-        v = values.get(key)
-        if v is not None and not (_is_number(v) and 0 <= v <= 1):
-            return f"{where}.{key} is {str(v)[:40]!r}, expected a fraction in [0, 1] or null"
-    return ""
-
-
-def result_problem(obj: Any) -> str:
-    """Why a parsed result.json is not a usable record ('' when it is)."""
-    if not isinstance(obj, dict):
-        return f"holds a JSON {type(obj).__name__}, expected an object"
-    if "status" not in obj:
-        return "has no status (an empty or partial record)"
-    if obj.get("status") not in ("done", "failed"):
-        return f"status is {str(obj.get('status'))[:40]!r}, expected 'done' or 'failed'"
-    if not isinstance(obj.get("run_id"), str):
-        return "run_id is missing"
-    config = obj.get("config")
-    sections = ("data", "backbone", "method")
-    if not isinstance(config, dict) or not all(
-            isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in sections):
-        return "config (data, backbone, method names) is missing"
-    seed = config.get("seed")
-    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
-        return f"config.seed is {str(seed)[:40]!r}, expected a whole number"
-    if obj["status"] == "failed":
-        return ""
-    metrics = obj.get("metrics")
-    problem = _metric_problem(metrics, "metrics", required=HEADLINE_METRICS)
-    if problem:
-        return problem
-    if not _is_number(metrics["all"]):
-        return "metrics.all is null"
-    for section in ("heads", "target_priors", "test_sets"):
-        for name, values in (metrics.get(section) or {}).items():
-            problem = _metric_problem(values, f"metrics.{section}.{name}")
-            if problem:
-                return problem
-    return _per_class_problem(metrics.get("per_class"), obj.get("data"))
-
-
-def _is_count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def _per_class_problem(per_class: Any, data: Any) -> str:
-    """Per-class accuracies are fractions, one per class; class counts are whole numbers >= 0: a plot or
-    a stage-2 fit reads them as they are, so a value out of range must never get that far."""
-    counts = None
-    if data is not None:
-        if not isinstance(data, dict):
-            return f"data is {type(data).__name__}, expected an object"
-        for key in ("class_counts_train", "class_counts_test"):
-            values = data.get(key)
-            if values is not None and not (isinstance(values, list) and all(_is_count(v) for v in values)):
-                return f"data.{key} is not a list of whole numbers >= 0"
-        counts = data.get("class_counts_train")
-        if data.get("num_classes") is not None and not (_is_count(data["num_classes"]) and (
-                counts is None or data["num_classes"] == len(counts))):
-            return f"data.num_classes is {str(data['num_classes'])[:40]!r}, not the number of class counts"
-    if per_class is None:
-        return ""
-    if not (isinstance(per_class, list) and all(v is None or (_is_number(v) and 0 <= v <= 1) for v in per_class)):
-        return "metrics.per_class is not a list of fractions in [0, 1]"
-    if counts is not None and len(per_class) != len(counts):
-        return f"metrics.per_class has {len(per_class)} values for {len(counts)} classes"
-    return ""
+# The schema every record must pass, field by field, lives in ltbench/results/schema.py (one home); this
+# name stays for the callers and docs that use it.
+result_problem = schema.result_problem
 
 
 def check_result(run_dir: Path) -> ResultCheck:
-    """Read and check ``RUN_DIR/result.json``. Run, status and tables all decide with this."""
+    """Read and check ``RUN_DIR/result.json`` against the one schema (ltbench/results/schema.py). Run, status,
+    tables, plots and stage 2 all decide with this."""
     path = Path(run_dir) / RESULT
     try:
         obj = safe_read.load_json(path)
@@ -465,7 +391,8 @@ def run_state(run_dir: Path) -> RunState:
     'failed'           a usable result.json of a run that failed;
     'damaged'          a result.json that is unusable (``check_result`` says why); run again to redo it;
     'running'          started, no result, and its process is alive (or ran on another host: unknown);
-    'interrupted'      started on this host, no result, its process is gone; run again to resume;
+    'interrupted'      started, no result, and its process is gone (this host) or said it stopped (an I/O
+                       fault, runner.RunInterrupted); run again to resume;
     'pending'          submitted or never started.
     """
     check = check_result(run_dir)
@@ -478,7 +405,8 @@ def run_state(run_dir: Path) -> RunState:
         return RunState("damaged", check)
     started = read_started(run_dir)
     if started or (Path(run_dir) / STARTED).exists():
-        return RunState("interrupted" if owner_alive(started) is False else "running", check, started=started)
+        stopped = bool(started.get("interrupted")) or owner_alive(started) is False  # an I/O fault, or a dead owner
+        return RunState("interrupted" if stopped else "running", check, started=started)
     return RunState("pending", check)
 
 

@@ -17,18 +17,24 @@ from ltbench.results import store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
-from ltbench.registry import DATASETS, Registry
+from ltbench.registry import DATASETS, Registry, call_plugin
 from ltbench.run.runlines import check_results_root, other_data_note, run_lines
 from ltbench.runner import prepare_run_dir
+from ltbench.train.loggers import check_loggers
 from ltbench.results.runspec import RunSpec
 
 
 def preflight(recipe: Recipe) -> None:
-    """Stop before any run starts when a dataset is missing (one message, not one per run)."""
+    """Stop before any run starts when a dataset is missing (one message, not one per run) or a logger cannot
+    start (``loggers.check_loggers``). The dataset's constructor and ``check()`` are plugin code: contained
+    (``registry.call_plugin``)."""
+    check_loggers(recipe.runs)
     for spec in distinct_data(recipe.runs):
-        check = getattr(DATASETS.build(spec.config["data"], where="data"), "check", None)
+        label = DATASETS.label(spec.config["data"]["name"])
+        builder = call_plugin(label, "its constructor", DATASETS.build, spec.config["data"], where="data")
+        check = getattr(builder, "check", None)
         if callable(check):
-            check()
+            call_plugin(label, "check()", check)
 
 
 def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, int]]:
@@ -63,11 +69,23 @@ def set_aside_without_checkpoint(run_dir: Path) -> bool:
     return True
 
 
+def checks_before_any_run(recipe: Recipe) -> None:
+    """Every check a launch makes before the first run, in one place, so ``--dry-run`` refuses exactly what
+    ``run`` refuses: the launcher settings against the GPUs torch sees, loggers and datasets (``preflight``),
+    and the memory the configurations ask for (``ltbench.train.resources``)."""
+    from ltbench.train import resources  # lazy: keeps status and table free of torch (the meta-device models)
+
+    check_runs_per_gpu(recipe)
+    preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
+    resources.check_recipe(recipe)
+
+
 def print_plan(recipe: Recipe) -> int:
-    """``--dry-run``: every check a real launch makes before training (recipe, results folder, data
-    present), then one line per run that names everything in which it differs from the others."""
+    """``--dry-run``: every check a real launch makes before training (recipe, results folder, launcher,
+    loggers, data present, memory), then one line per run that names everything in which it differs from
+    the others."""
     check_results_root(recipe.root)
-    preflight(recipe)
+    checks_before_any_run(recipe)
     lines = run_lines(recipe.runs, recipe.override_keys)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
     for spec, line in zip(recipe.runs, lines):
@@ -104,8 +122,7 @@ def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo:
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
            rebuild_checkpoints: bool = False) -> dict[str, int]:
-    check_runs_per_gpu(recipe)
-    preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
+    checks_before_any_run(recipe)
     store.ensure_writable(recipe.root)
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
     specs, found = runs_to_launch(recipe, redo)
@@ -173,6 +190,8 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
     from ltbench.stage2.posthoc_runs import add_counts, ready_run_dirs, run_posthoc  # lazy: keeps status free of torch
 
     name = recipe.launcher.name
+    if recipe.root.is_dir():  # stage 2 writes beside every run: a read-only root is one line, not one per run
+        store.ensure_writable(recipe.root)
     if name not in ("slurm", "debug"):
         return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed,
                            redo_stale=redo_stale)
@@ -211,8 +230,8 @@ def check_runs_per_gpu(recipe: Recipe) -> None:
                           f"{cfg.name}); on Slurm set launcher.gpus_per_node, or remove runs_per_gpu")
     gpus = local_pool.visible_gpus()
     if not gpus:
-        raise ConfigError(f"{where}: {cfg.runs_per_gpu} needs GPUs, but none is visible (CUDA_VISIBLE_DEVICES / "
-                          f"torch.cuda); on CPU use launcher.jobs (or --jobs) instead")
+        raise ConfigError(f"{where}: {cfg.runs_per_gpu} needs GPUs, but torch sees none here "
+                          f"(torch.cuda.is_available() is False); on CPU use launcher.jobs (or --jobs) instead")
     if cfg.jobs not in (1, len(gpus) * cfg.runs_per_gpu):
         raise ConfigError(f"{where}: {cfg.runs_per_gpu} runs on each of {len(gpus)} GPU(s) makes "
                           f"{len(gpus) * cfg.runs_per_gpu} workers, but launcher.jobs (or --jobs) asks for {cfg.jobs}; "
@@ -234,4 +253,6 @@ def print_summary(recipe: Recipe) -> dict[str, int]:
     print(f"\n{store.format_counts(counts)}")
     if counts.get("failed"):
         print(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")
+    if counts.get("interrupted"):  # an I/O fault stopped a pool worker's run (its worker.log says which file)
+        print(f"to resume the interrupted runs once their cause is fixed: ltbench run {recipe.path}")
     return counts

@@ -244,12 +244,15 @@ def _worker_end(proc: subprocess.Popen, spec: RunSpec) -> tuple[str, str]:
 
 
 def visible_gpus() -> list[str]:
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g for g in env.split(",") if g.strip()]
+    """The GPUs this process can use, as the CUDA_VISIBLE_DEVICES entries a worker is pinned to. How many is
+    torch's answer (``torch.cuda.is_available()``, ``device_count()``), never the variable's alone: on a machine
+    without a GPU, CUDA_VISIBLE_DEVICES=0 (or -1) names none. The variable only says which physical ids those are."""
     try:
-        import torch
+        import torch  # lazy: keeps status and the launch decisions free of torch unless a GPU pool is asked for
 
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except Exception:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken CUDA install: no GPU, the runs train on the CPU
         return []
+    env = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    ids = env if "CUDA_VISIBLE_DEVICES" in os.environ and len(env) >= count else [str(i) for i in range(count)]
+    return ids[:count]

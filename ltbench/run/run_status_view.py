@@ -65,7 +65,8 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
         if owner:
             notes.append(f"pid {owner.get('pid')} on {owner.get('host')}")
         if status == "interrupted":
-            notes.append("its process is gone; run again to resume")
+            why = str(owner.get("interrupted") or "").split(": ", 1)[-1].split("; it keeps", 1)[0]
+            notes.append((f"stopped by {why[:200]}" if why else "its process is gone") + "; run again to resume")
     if status in ("pending", "running") and (run_dir / store.SUBMITTED).is_file():
         try:
             import json

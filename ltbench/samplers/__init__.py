@@ -29,7 +29,7 @@ import numpy as np
 
 from ltbench.config import EmptyConfig, from_dict, join_path, to_dict
 from ltbench.errors import ConfigError, short_repr
-from ltbench.registry import SAMPLERS, RegistryError
+from ltbench.registry import SAMPLERS, RegistryError, call_plugin
 from ltbench.seeding import derive_seed
 
 DEFAULT_SAMPLER = "uniform"
@@ -130,7 +130,7 @@ def sampler_config(name: str, options: dict, where: str) -> Any:
         cls = SAMPLERS.get(name)
     except RegistryError as exc:
         raise ConfigError(f"{join_path(where, 'name')}: {exc}") from None
-    return from_dict(cls.Config, options, where)
+    return call_plugin(SAMPLERS.label(name), "Config / validate()", from_dict, cls.Config, options, where)  # plugin code
 
 
 def _resolved(spec: Any, where: str) -> dict | None:

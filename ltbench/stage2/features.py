@@ -39,6 +39,7 @@ from ltbench.data import transforms
 from ltbench.data.base import MultiView
 from ltbench.data.validation import declares_validation
 from ltbench.train.engine import build_run
+from ltbench import registry
 from ltbench.errors import LtbenchError
 from ltbench.results.predictions import npz_problem
 
@@ -207,11 +208,16 @@ RESERVED_ARRAYS = ("features", "labels")  # the arrays every split file holds; n
 
 def declared_spaces(method) -> dict[str, Callable]:
     """``method.feature_spaces()``, checked: the names become array names in the split files."""
-    spaces = method.feature_spaces()
+    label = f"method '{getattr(method, 'registered_name', type(method).__name__)}'"
+    spaces = registry.checked_return(label, "feature_spaces()", registry.call_plugin(label, "feature_spaces()",
+                                     method.feature_spaces), dict, 64, "a dict of at most 64 name -> callable")
     for name in spaces:
         if not (isinstance(name, str) and name.isidentifier()) or name in RESERVED_ARRAYS:
             raise LtbenchError(f"method {method.registered_name}: feature_spaces() names {name!r}; a feature space "
                                f"is named by an identifier other than {' and '.join(RESERVED_ARRAYS)}")
+        if not callable(spaces[name]):
+            raise registry.PluginError(f"{label}: feature_spaces() maps {name!r} to {type(spaces[name]).__name__}, "
+                                       f"expected a callable (features -> (N, p) tensor); fix the plugin")
     return spaces
 
 

@@ -308,7 +308,9 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
         with claim:
             return _posthoc_claimed_run(run_dir, specs, dtype, redo_failed, say, redo_stale)
     except Exception as exc:  # this run only: the others go on, whatever --jobs is
-        why = str(exc) if isinstance(exc, LtbenchError) else f"internal error: {type(exc).__name__}: {exc}"
+        why = str(exc) if isinstance(exc, LtbenchError) else (  # a refused write names its file, never 'internal'
+            f"{exc.filename or ''}: {exc.strerror or exc}" if isinstance(exc, OSError)
+            else f"internal error: {type(exc).__name__}: {exc}")
         say(f"{run_dir.name}: SKIPPED: {why}")
         return {"skipped": 1, "skipped_runs": [f"{run_dir.name}: {why}"]}
 

@@ -1,0 +1,162 @@
+"""The rules every cache of ltbench follows: a cache can only make a command faster, never change what it shows.
+
+Three caches live beside a results folder (or under $LTBENCH_CACHE_DIR): the index of result summaries
+(ltbench/report/index.py), the expansion a table reads (ltbench/report/expected.py) and the one ``status``
+reads (ltbench/recipe/expansion.py). Each is a file anyone can edit and any disk can damage, and each
+holds what a command then shows as data (a row's method, a seed, an accuracy). So:
+
+* **Read back checked.** Before any entry is used it is checked against what it claims, with the rules
+  the data it stands for must pass: a run id is 12 hex digits and the hash of its configuration
+  (``identity.run_id``; a stage-2 id is that plus the stage-2 id), a row key is the hash of its row's
+  configuration (``identity.row_key``), a configuration validates as a recipe's does (:func:`config_problem`),
+  values pass result.json's checks (ltbench/results/schema.py). A cache with an entry that fails is
+  discarded and rebuilt from the files it summarises.
+* **Written best effort.** A cache write that fails for any reason (a full disk, which ltbench reports as
+  ``DiskFullError``; a file too large; a read-only or foreign folder) is skipped: the command's output is
+  the same, and one note on stderr (at most one per process) says why the next call will be slower.
+
+No torch: status and tables use these on a login node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from ltbench.config import EvalConfig, OptimConfig, TrainConfig
+from ltbench.errors import LtbenchError, shorten
+from ltbench.results import identity, schema, store
+
+RUN_ID = re.compile(r"[0-9a-f]{12}")
+STAGE2_RUN_ID = re.compile(r"[0-9a-f]{12}\+[0-9a-f]{12}")
+CORE_SECTIONS = {"optim": OptimConfig, "train": TrainConfig, "eval": EvalConfig}
+PLUGIN_SECTIONS = ("data", "backbone", "method")
+OPTIONAL_SECTIONS = ("sampler", "posthoc")  # {name, **options} when present
+TOP_KEYS = {*CORE_SECTIONS, *PLUGIN_SECTIONS, *OPTIONAL_SECTIONS, "seed", identity.DATA_IDENTITY}
+MAX_SEED = 2**32 - 1  # a recipe's bound (recipe.RecipeConfig.validate)
+
+
+# ------------------------------------------------------------------------------------------------
+# Writing: best effort, one note
+
+_noted: list[str] = []
+
+
+def write_cache(path: Path, data: bytes, say: Callable[[str], None] | None = None) -> bool:
+    """Write a cache file atomically; False (and one note per process) when the write fails for any reason.
+    Why any reason: a cache is never needed, so no failure to keep one may cost the command its output
+    (a full disk raises DiskFullError, which is not an OSError; a read-only folder, EFBIG, EACCES are)."""
+    try:
+        store.atomic_write_bytes(Path(path), data)
+        return True
+    except (OSError, LtbenchError) as exc:
+        if not _noted:
+            _noted.append(str(path))
+            (say or _stderr)(f"ltbench: note: cache not written, the next call will be slower: "
+                             f"{shorten(str(exc), 300)}")
+        return False
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading: each entry checked against what it claims
+
+
+def config_problem(config: Any, where: str = "config", seed: bool = True) -> str:
+    """'' when ``config`` is a run configuration as a recipe's expansion makes it: plugin sections with a
+    name, the core sections (optim, train, eval) valid under the recipe's own rules (ranges, finite
+    numbers, known keys), a seed in the recipe's range (``seed``: required), nothing else at the top.
+    The plugins' own options are checked by the run id instead (they are hashed into it)."""
+    if not isinstance(config, dict):
+        return f"{where} is not an object"
+    unknown = sorted(str(k) for k in config if k not in TOP_KEYS)
+    if unknown:
+        return f"{where}.{unknown[0][:60]} is not a configuration section"
+    for section in PLUGIN_SECTIONS + OPTIONAL_SECTIONS:
+        value = config.get(section)
+        if (value is not None or section in PLUGIN_SECTIONS) and not (
+                isinstance(value, dict) and isinstance(value.get("name"), str)):
+            return f"{where}.{section} is not an object with a name"
+    for section, cls in CORE_SECTIONS.items():
+        problem = schema.section_problem(cls, config.get(section), f"{where}.{section}")
+        if problem:
+            return problem
+    if config.get(identity.DATA_IDENTITY) is not None and not isinstance(config[identity.DATA_IDENTITY], str):
+        return f"{where}.{identity.DATA_IDENTITY} is not a string"
+    if seed or "seed" in config:
+        value = config.get("seed")
+        if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED):
+            return f"{where}.seed is {str(value)[:40]!r}, expected a whole number in [0, {MAX_SEED}]"
+    return ""
+
+
+def run_id_of(config: dict) -> str:
+    """The id a configuration hashes to: ``identity.run_id``, and for a stage-2 configuration (a ``posthoc``
+    section) ``<run id>+<stage-2 id>`` (identity.stage2_run_id). ValueError or TypeError when it has none."""
+    stage2 = config.get("posthoc")
+    if stage2 is None:
+        return identity.run_id(config)
+    base = {k: v for k, v in config.items() if k != "posthoc"}
+    return identity.stage2_run_id(identity.run_id(base), stage2)
+
+
+def run_id_problem(run_id: Any, config: dict, expected: str | None = None) -> str:
+    """'' when ``run_id`` is 12 hex digits (or the stage-2 form) and the hash of ``config`` (``expected``:
+    that hash, when the caller computed it already, see :class:`SeededIds`)."""
+    if not isinstance(run_id, str) or not (RUN_ID.fullmatch(run_id) or STAGE2_RUN_ID.fullmatch(run_id)):
+        return f"run id {str(run_id)[:40]!r} is not 12 hex digits"
+    try:
+        want = expected if expected is not None else run_id_of(config)
+    except (ValueError, TypeError):
+        return f"run {run_id}: its configuration cannot be hashed"
+    return "" if run_id == want else f"run id {run_id} is not the hash of its configuration ({want})"
+
+
+class SeededIds:
+    """The run ids of one row's configuration (a run's identity less its seed) for many seeds: the same
+    ids as :func:`run_id_of` on ``{**row, 'seed': seed}`` (tests/test_faults_reliability.py checks it),
+    from one serialisation of the row, so checking the ids of 10,000 cached runs costs milliseconds."""
+
+    MARKER = "ltbench-seed-marker-6b1f"
+
+    def __init__(self, row: dict):
+        config = dict(row)
+        self.stage2 = config.pop("posthoc", None)
+        config["seed"] = self.MARKER
+        text = identity.canonical_json(identity.identity_of(config))
+        self.head, _, self.tail = text.partition(f'"seed":"{self.MARKER}"')
+        self.suffix = "" if self.stage2 is None else "+" + identity.posthoc_id(self.stage2)
+
+    def __call__(self, seed: int) -> str:
+        text = f'{self.head}"seed":{int(seed)}{self.tail}'
+        return hashlib.sha1(text.encode()).hexdigest()[:12] + self.suffix
+
+
+def row_problem(key: Any, row: Any, where: str) -> str:
+    """'' when ``row`` (a run's identity less its seed) validates as a configuration and ``key`` is its hash
+    (``identity.row_key``): a cache's row can then only be the row its key names."""
+    problem = config_problem(row, where, seed=False)
+    if problem:
+        return problem
+    try:
+        actual = identity.row_key(row)[0]
+    except (ValueError, TypeError):
+        return f"{where} cannot be hashed"
+    return "" if actual == key else f"{where}: its key {str(key)[:20]!r} is not the hash of its configuration"
+
+
+def rows_problem(rows: Any, where: str) -> str:
+    """Every row of a cache's ``key -> row configuration`` map (:func:`row_problem`)."""
+    if not (isinstance(rows, dict) and all(isinstance(k, str) for k in rows)):
+        return f"{where} is not an object of row key -> configuration"
+    for key, row in rows.items():
+        problem = row_problem(key, row, f"{where}.{key[:20]}")
+        if problem:
+            return problem
+    return ""

@@ -1,0 +1,248 @@
+"""The one schema of result.json, field by field: what every command may rely on once a record passed it.
+
+Why one schema: every command reads a different part of a record (a table the headline and validation
+metrics, ``--select val`` ``metrics.val.all``, a figure the per-class values and ``method_extras``, stage 2
+``config.optim`` and ``selection``, status and run the recorded ``code``). When each reader guards only what
+it reads, a record damaged in a field one reader skips is data to one command and an internal error to
+another (``metrics.val`` as a string, a stage-2 ``code: 5``). So a record is checked whole, here, before
+any command reads it (``store.check_result`` calls :func:`result_problem`): a record that fails any field
+is *damaged* and named with the field; one that passes is safe for every reader. docs/results-schema.md
+lists the fields; the caches hold values that pass the same checks (ltbench/results/caches.py).
+
+No torch, no numpy: status and tables use it on a login node.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ltbench.config import ConfigError, OptimConfig, from_dict
+
+HEADLINE_METRICS = ("all", "many", "medium", "few")
+RESULT_STATUSES = ("done", "failed")
+SELECTION_STRATEGIES = ("last", "best_val")
+#: Optional header fields and the JSON type each must have when present (null counts as absent).
+OPTIONAL_TYPES = {"recipe": str, "grid": dict, "plugins": (dict, list), "provenance": dict, "error": str,
+                  "error_type": str, "traceback_file": str, "method_extras": dict, "kind": str, "posthoc_of": str,
+                  "posthoc": dict, "features": dict, "views": list, "numerics": dict, "parameters": dict}
+TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", (dict, list): "an object or a list"}
+
+
+def is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def is_fraction(x: Any) -> bool:
+    return is_number(x) and 0 <= x <= 1
+
+
+def is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _shown(value: Any) -> str:
+    return repr(str(value)[:40]) if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+def result_problem(obj: Any) -> str:
+    """Why a parsed result.json is not a usable record ('' when it is): the header of every record, then
+    the outcome of a done one (a failed record has no metrics to read)."""
+    if not isinstance(obj, dict):
+        return f"holds a JSON {type(obj).__name__}, expected an object"
+    if "status" not in obj:
+        return "has no status (an empty or partial record)"
+    if obj.get("status") not in RESULT_STATUSES:
+        return f"status is {_shown(obj.get('status'))}, expected 'done' or 'failed'"
+    if not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
+        return "run_id is missing"
+    for check in (_config_problem, _header_problem, code_problem):
+        problem = check(obj)
+        if problem:
+            return problem
+    if obj["status"] == "failed":
+        return ""
+    problem = metrics_problem(obj.get("metrics"), obj.get("data"))
+    return problem or selection_problem(obj.get("selection"))
+
+
+def _config_problem(obj: dict) -> str:
+    """The run's configuration: the plugin names every row and label reads, the seed, and ``optim``
+    validated as a recipe's is (stage 2 reads its epochs; a table shows its values)."""
+    config = obj.get("config")
+    sections = ("data", "backbone", "method")
+    if not isinstance(config, dict) or not all(
+            isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in sections):
+        return "config (data, backbone, method names) is missing"
+    for seed, where in ((config.get("seed"), "config.seed"), (obj.get("seed"), "seed")):
+        if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
+            return f"{where} is {_shown(seed)}, expected a whole number"
+    for section in ("posthoc", "sampler"):
+        value = config.get(section)
+        if value is not None and not (isinstance(value, dict) and isinstance(value.get("name"), str)):
+            return f"config.{section} is {_shown(value)}, expected an object with a name"
+    if config.get("data_identity") is not None and not isinstance(config["data_identity"], str):
+        return "config.data_identity is not a string"
+    return section_problem(OptimConfig, config["optim"], "config.optim") if "optim" in config else ""
+
+
+_sections: dict[tuple, str] = {}
+
+
+def section_problem(cls: type, value: Any, where: str) -> str:
+    """'' when ``value`` validates as the core section ``cls`` (a recipe's own rules), else the one-line error
+    naming ``where``. Remembered by content: 10,000 results of one grid hold a few distinct sections, and a
+    table or a cache check must not validate the same one 10,000 times."""
+    try:
+        key = (cls.__name__, json.dumps(value, sort_keys=True, default=repr))
+    except (TypeError, ValueError, RecursionError):
+        key = None
+    if key is None or key not in _sections:
+        try:
+            from_dict(cls, value, _HERE)
+            problem = ""
+        except ConfigError as exc:
+            problem = str(exc)
+        if key is None:
+            return problem.replace(_HERE, where, 1)
+        if len(_sections) > 10_000:
+            _sections.clear()
+        _sections[key] = problem
+    return _sections[key].replace(_HERE, where, 1)
+
+
+_HERE = "<section>"  # the path in a remembered message, replaced by the caller's
+
+
+def _header_problem(obj: dict) -> str:
+    """Optional header fields: absent, null, or of their type (a reader may then use them as that type)."""
+    for key, kind in OPTIONAL_TYPES.items():
+        if obj.get(key) is not None and not isinstance(obj[key], kind):
+            return f"{key} is {_shown(obj[key])}, expected {TYPE_NAMES[kind]}"
+    if obj.get("data") is not None and not isinstance(obj["data"], dict):
+        return f"data is {type(obj['data']).__name__}, expected an object"
+    return ""
+
+
+def code_problem(obj: dict) -> str:
+    """``code``: module -> {normalized, path, sha256} (results/code.code_record; older records {path, sha256}),
+    what status, run and tables compare with the files now (the stale rule, identity.code_state). Every
+    field is optional (a record without a hash is 'code unknown'), but each present one is a string."""
+    code = obj.get("code")
+    if code is None:
+        return ""
+    if not isinstance(code, dict):
+        return f"code is {_shown(code)}, expected an object of module -> {{normalized, path, sha256}}"
+    for module, entry in code.items():
+        if not (isinstance(entry, dict) and entry
+                and all(entry.get(k) is None or isinstance(entry[k], str) for k in ("normalized", "path", "sha256"))):
+            return f"code.{str(module)[:60]} is {_shown(entry)}, expected {{normalized, path, sha256}} strings"
+    return ""
+
+
+def metric_problem(values: Any, where: str, required: tuple[str, ...] = ()) -> str:
+    """A shot-group record {all, many, medium, few}: fractions in [0, 1] or null, ``required`` ones present."""
+    if not isinstance(values, dict):
+        return f"{where} is {type(values).__name__}, expected an object"
+    for key in required:
+        if key not in values:
+            return f"{where}.{key} is missing"
+    for key in HEADLINE_METRICS:
+        v = values.get(key)
+        if v is not None and not is_fraction(v):
+            return f"{where}.{key} is {_shown(v)}, expected a fraction in [0, 1] or null"
+    if values.get("size") is not None and not is_count(values["size"]):
+        return f"{where}.size is {_shown(values['size'])}, expected a whole number >= 0"
+    return ""
+
+
+def metrics_problem(metrics: Any, data: Any) -> str:
+    """``metrics`` of a done record: the headline (``all`` measured), ``macro``, ``groups``, every head, prior
+    and test set, the validation split (what ``--select val`` reads) and the per-class lists."""
+    problem = metric_problem(metrics, "metrics", required=HEADLINE_METRICS)
+    if problem:
+        return problem
+    if not is_number(metrics["all"]):
+        return "metrics.all is null"
+    if metrics.get("macro") is not None and not is_fraction(metrics["macro"]):
+        return f"metrics.macro is {_shown(metrics['macro'])}, expected a fraction in [0, 1]"
+    for section in ("heads", "target_priors", "test_sets"):
+        entries = metrics.get(section)
+        if entries is not None and not isinstance(entries, dict):
+            return f"metrics.{section} is {type(entries).__name__}, expected an object of name -> metrics"
+        for name, values in (entries or {}).items():
+            problem = metric_problem(values, f"metrics.{section}.{str(name)[:60]}")
+            if problem:
+                return problem
+    problem = _groups_problem(metrics.get("groups"))
+    if problem:
+        return problem
+    counts, problem = class_counts(data)
+    if problem:
+        return problem
+    if metrics.get("val") is not None:
+        problem = metric_problem(metrics["val"], "metrics.val", required=("all",)) \
+            or per_class_problem(metrics["val"].get("per_class"), counts, "metrics.val.per_class")
+        if problem:
+            return problem
+    return per_class_problem(metrics.get("per_class"), counts, "metrics.per_class")
+
+
+def _groups_problem(groups: Any) -> str:
+    if groups is None:
+        return ""
+    if not isinstance(groups, dict):
+        return f"metrics.groups is {type(groups).__name__}, expected an object"
+    for key in ("many_threshold", "few_threshold"):
+        if groups.get(key) is not None and not is_count(groups[key]):
+            return f"metrics.groups.{key} is {_shown(groups[key])}, expected a whole number >= 0"
+    return ""
+
+
+def class_counts(data: Any) -> tuple[list | None, str]:
+    """(training class counts or None, problem): class counts are whole numbers >= 0, ``num_classes`` their
+    number, so a plot or a stage-2 fit may read them as they are."""
+    if data is None:
+        return None, ""
+    if not isinstance(data, dict):
+        return None, f"data is {type(data).__name__}, expected an object"
+    for key in ("class_counts_train", "class_counts_test", "class_counts_val"):
+        values = data.get(key)
+        if values is not None and not (isinstance(values, list) and all(is_count(v) for v in values)):
+            return None, f"data.{key} is not a list of whole numbers >= 0"
+    counts = data.get("class_counts_train")
+    if data.get("num_classes") is not None and not (is_count(data["num_classes"]) and (
+            counts is None or data["num_classes"] == len(counts))):
+        return None, f"data.num_classes is {_shown(data['num_classes'])}, not the number of class counts"
+    return counts, ""
+
+
+def per_class_problem(per_class: Any, counts: list | None, where: str) -> str:
+    """Per-class accuracies: fractions (or null for a class without images), one per class."""
+    if per_class is None:
+        return ""
+    if not (isinstance(per_class, list) and all(v is None or is_fraction(v) for v in per_class)):
+        return f"{where} is not a list of fractions in [0, 1]"
+    if counts is not None and len(per_class) != len(counts):
+        return f"{where} has {len(per_class)} values for {len(counts)} classes"
+    return ""
+
+
+def selection_problem(selection: Any) -> str:
+    """``selection``: which model the metrics are of (stage 2 reads the strategy: a best_val run's final
+    checkpoint is not its reported model)."""
+    if selection is None:
+        return ""
+    if not isinstance(selection, dict):
+        return f"selection is {type(selection).__name__}, expected an object"
+    if selection.get("strategy") not in SELECTION_STRATEGIES:
+        return f"selection.strategy is {_shown(selection.get('strategy'))}, expected 'last' or 'best_val'"
+    if selection.get("epoch") is not None and not is_count(selection["epoch"]):
+        return f"selection.epoch is {_shown(selection['epoch'])}, expected a whole number"
+    for key in ("val", "oracle_best_on_test"):
+        if selection.get(key) is not None:
+            problem = metric_problem(selection[key], f"selection.{key}")
+            if problem:
+                return problem
+    return ""
