@@ -32,6 +32,7 @@ with ``torch.compile(fullgraph=True)`` (``compiled_kernel_count``).
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -421,19 +422,29 @@ class OpTable:
         return len(self.masks) - 1
 
 
-def op_table(key: tuple, entries: list[tuple[str, float]], names: list[str], shape: tuple[int, int, int],
-             device: torch.device) -> OpTable:
-    """The entries ``(op name, signed magnitude)`` of a policy for images of ``shape`` (C, H, W), made on
-    the host once and kept on ``device``."""
+_TABLES: dict = {}
+
+
+def op_table(key: tuple, make_entries: Callable[[int, int], list[tuple[str, float]]], names: list[str],
+             shape: tuple[int, int, int], device: torch.device) -> OpTable:
+    """A policy's entries ``(op name, signed magnitude)`` (``make_entries(height, width)``) for images of
+    ``shape`` (C, H, W): made on the host on first use and kept on ``device`` (so a compiled pipeline only
+    looks them up)."""
+    cached = _TABLES.get((key, shape, device))
+    if cached is not None:
+        return cached
     channels, height, width = shape
+    entries = make_entries(height, width)
     built = [op_entry(name, m, height, width, channels) for name, m in entries] + [(NONE, 255, _IDENTITY_ROW)]
     flags = [[k == WARP, k == SHARP, k in (BLEND, SHARP), k == AUTOCONTRAST, k == EQUALIZE] for k, _, _ in built]
-    parts = {"flags": lambda: torch.tensor(flags, dtype=torch.bool),
-             "masks": lambda: torch.tensor([m for _, m, _ in built], dtype=torch.uint8),
-             "rows": lambda: torch.tensor([r for _, _, r in built], dtype=torch.float32),
-             "op_index": lambda: torch.tensor([names.index(name) for name, _ in entries] + [-1]),
-             "magnitudes": lambda: torch.tensor([m for _, m in entries] + [0.0], dtype=torch.float32)}
-    return OpTable(**{part: device_constant((*key, shape, part), device, make) for part, make in parts.items()})
+    table = OpTable(flags=torch.tensor(flags, dtype=torch.bool),
+                    masks=torch.tensor([m for _, m, _ in built], dtype=torch.uint8),
+                    rows=torch.tensor([r for _, _, r in built], dtype=torch.float32),
+                    op_index=torch.tensor([names.index(name) for name, _ in entries] + [-1]),
+                    magnitudes=torch.tensor([m for _, m in entries] + [0.0], dtype=torch.float32))
+    table = OpTable(**{f: getattr(table, f).to(device) for f in ("flags", "masks", "rows", "op_index", "magnitudes")})
+    _TABLES[(key, shape, device)] = table
+    return table
 
 
 def apply_entries(x: torch.Tensor, entry: torch.Tensor, table: OpTable) -> torch.Tensor:
@@ -477,8 +488,8 @@ def autoaugment(policy: v2.AutoAugmentPolicy = v2.AutoAugmentPolicy.CIFAR10) -> 
     def step(b: Batch) -> None:
         x = b.images
         _, c, h, w = x.shape
-        table = op_table(("autoaugment", policy.value), autoaugment_entries(reference, h, w), names, (c, h, w),
-                         x.device)
+        table = op_table(("autoaugment", policy.value), lambda hh, ww: autoaugment_entries(reference, hh, ww), names,
+                         (c, h, w), x.device)
         cells = device_constant(("autoaugment cells", policy.value, h, w), x.device, lambda: torch.tensor(
             [[below_threshold(op[1], inclusive=True), half if _signed(reference, op, h, w) else 0]
              for op in ops_of_cells], dtype=torch.int64))
@@ -526,7 +537,7 @@ def randaugment(num_ops: int = 2, magnitude: int = 10, num_bins: int = 31) -> St
     def step(b: Batch) -> None:
         x = b.images
         _, c, h, w = x.shape
-        table = op_table(("randaugment", num_bins, magnitude), entries(h, w), names, (c, h, w), x.device)
+        table = op_table(("randaugment", num_bins, magnitude), entries, names, (c, h, w), x.device)
         signs = device_constant(("randaugment signed",), x.device, lambda: torch.tensor(
             [half if signed else 0 for _, signed in space.values()], dtype=torch.int64))
         for slot in range(num_ops):
@@ -758,3 +769,27 @@ def as_uint8_tensor(image) -> torch.Tensor:
     if isinstance(image, torch.Tensor):
         return image
     return TF.pil_to_tensor(image)
+
+
+_KERNEL_CALL = re.compile(r"^\s*(?:\w+ = )?((?:cpp_fused|triton)\w*(?:\.run)?|extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?"
+                          r"|aten\.\w+(?:\.\w+)?)\(", re.MULTILINE)
+
+
+def compiled_kernel_count(pipeline: BatchPipeline, images, seeds: torch.Tensor, view: int = 0) -> dict:
+    """What one call of ``pipeline`` launches once ``torch.compile``'d by Inductor (``fullgraph=True``), as
+    ``train.compile`` would run it: the kernel calls in Inductor's generated wrapper, fused kernels
+    (``cpp_fused_*`` on a CPU, ``triton_*`` on CUDA) and the operations it leaves to ATen (sorts, scatters...).
+    On a CPU this is a proxy for CUDA's count: Inductor fuses C++ loops and Triton kernels differently.
+    Returns {"fused": n, "aten": n, "total": n, "compile_seconds": s}."""
+    import time
+
+    from torch._inductor.utils import run_and_get_code
+
+    pipeline(images, seeds, view)  # constants made eagerly, outside the graph
+    torch._dynamo.reset()
+    start = time.perf_counter()
+    _, codes = run_and_get_code(torch.compile(pipeline.__call__, fullgraph=True), images, seeds, view)
+    seconds = time.perf_counter() - start
+    calls = [m.group(1) for code in codes for m in _KERNEL_CALL.finditer(code[code.find("def call("):])]
+    fused = sum(name.startswith(("cpp_fused", "triton")) for name in calls)
+    return {"fused": fused, "aten": len(calls) - fused, "total": len(calls), "compile_seconds": round(seconds, 1)}
