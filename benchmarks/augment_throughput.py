@@ -251,7 +251,8 @@ def against_baseline(args) -> None:
     for names in cases:
         before = [old.build_batch(name, spec) for name in names]
         after = [batch_augment.build_batch(name, spec) for name in names]
-        batched_seconds(before, images[:args.batch], 0, args.batch), batched_seconds(after, images[:args.batch], 0, args.batch)
+        for warm_up in (before, after):
+            batched_seconds(warm_up, images[:args.batch], 0, args.batch)
         a, b = [], []
         for r in range(args.rounds):
             a.append(per_batch_ms(before, images, 1000 * r, args.batch))

@@ -321,12 +321,14 @@ def count_pipelines(batch: int, compiled: bool) -> dict:
     seeds = torch.randint(0, 2**31, (batch,), generator=g)
     cases = {name: ([name], cifar, small) for name in batch_augment.BATCH_PIPELINES.names()}
     cases["BAPE views (aa+cutout, 2 simaug)"] = (["autoaug_cutout", "simaug", "simaug"], cifar, small)
-    cases.update({f"{name} (ImageNet-size list)": ([name], large, files) for name in ("imagenet_train", "imagenet_eval")})
+    cases.update({f"{name} (ImageNet-size list)": ([name], large, files)
+                  for name in ("imagenet_train", "imagenet_eval")})
     out = {}
     for label, (names, spec, images) in cases.items():
         pipelines = [batch_augment.build_batch(n, spec) for n in names]
         with gpu_cost.counting() as c:
-            on_device = [gpu_cost.to_device(im) for im in images] if isinstance(images, list) else gpu_cost.to_device(images)
+            on_device = ([gpu_cost.to_device(im) for im in images] if isinstance(images, list)
+                         else gpu_cost.to_device(images))
             device_seeds = gpu_cost.to_device(seeds)
             for repeat in range(2):
                 c.launches.clear(), c.syncs.clear()

@@ -94,8 +94,8 @@ def policy_entries(space: dict, bins: int, size: int) -> list[tuple[str, float]]
     for name, (fn, signed) in space.items():
         table = fn(bins, size, size)
         values = [0.0] if table is None or table.ndim == 0 else [float(v) for v in table]
-        out += [(name, m) for m in sorted(set(values) | ({-v for v in values} if signed and table is not None else set()))
-                if not (name == "Rotate" and m % 90 == 0 and m % 360 != 0)]
+        signs = {-v for v in values} if signed and table is not None else set()
+        out += [(name, m) for m in sorted(set(values) | signs) if not (name == "Rotate" and m % 90 == 0 and m % 360)]
     return out
 
 
@@ -113,9 +113,8 @@ def test_every_policy_op_at_every_magnitude_is_torchvisions_bit_for_bit(device, 
     table = B.op_table(("test", policy), lambda h, w: entries, list(space), (channels, 20, 20), x.device)
     for k, (name, magnitude) in enumerate(entries):
         got = B.apply_entries(x, torch.full((6,), k, device=x.device), table).cpu()
-        want = torch.stack([reference._apply_image_or_video_transform(image.cpu(), name, magnitude, fill=reference._fill,
-                                                                      interpolation=InterpolationMode.NEAREST)
-                            for image in x])
+        want = torch.stack([reference._apply_image_or_video_transform(
+            image.cpu(), name, magnitude, fill=reference._fill, interpolation=InterpolationMode.NEAREST) for image in x])
         assert torch.equal(got, want), (name, magnitude, int((got.int() - want.int()).abs().max()))
     assert {name for name, _ in entries} == set(space) and len(entries) > 5 * len(space)
 
@@ -374,7 +373,8 @@ def device_cost(pipelines, images, seeds):
     from ltbench.train import gpu_cost
 
     with gpu_cost.counting() as c:
-        on_device = [gpu_cost.to_device(im) for im in images] if isinstance(images, list) else gpu_cost.to_device(images)
+        on_device = ([gpu_cost.to_device(im) for im in images] if isinstance(images, list)
+                     else gpu_cost.to_device(images))
         seeds = gpu_cost.to_device(seeds)
         for view, pipeline in enumerate(pipelines):
             pipeline(on_device, seeds, view=view)

@@ -244,7 +244,8 @@ def resized_crop_boxes(rng: SampleRandom, heights, widths, scale=(0.08, 1.0), ra
         dtype=torch.float32))
     tries = (rng.uniform(RRC_TAGS[:20]) * ranges[0] + ranges[1]).to(torch.float64)
     static = isinstance(heights, int)
-    hs, ws = (heights, widths) if static else (heights.to(torch.float64).unsqueeze(1), widths.to(torch.float64).unsqueeze(1))
+    hs, ws = (heights, widths) if static else (heights.to(torch.float64).unsqueeze(1),
+                                               widths.to(torch.float64).unsqueeze(1))
     target, aspect = hs * ws * tries[:, :10], torch.exp(tries[:, 10:])  # math.exp of the float draw, as there
     w, h = torch.sqrt(target * aspect).round_(), torch.sqrt(target / aspect).round_()
     fits = (w.clamp(1, ws) == w) & (h.clamp(1, hs) == h) if static else (w > 0) & (w <= ws) & (h > 0) & (h <= hs)
@@ -603,7 +604,8 @@ def color_jitter(reference: v2.ColorJitter, p: float = 1.0) -> Step:
     present = tuple(r is not None for r in ranges)
     factor_tags = tuple(f"jitter.f{k}" for k in range(4) if present[k])
     tags = (("jitter.apply",) if p < 1.0 else ()) + permutation_tags("jitter.order", 4) + factor_tags
-    bounds = [[float(r[1]) - float(r[0]) for r in ranges if r is not None], [float(r[0]) for r in ranges if r is not None]]
+    used = [r for r in ranges if r is not None]
+    bounds = [[float(r[1]) - float(r[0]) for r in used], [float(r[0]) for r in used]]  # span, low per drawn factor
 
     def step(b: Batch) -> None:
         x = b.images
@@ -616,7 +618,8 @@ def color_jitter(reference: v2.ColorJitter, p: float = 1.0) -> Step:
         b.record("jitter", (applied if applied is not None else torch.ones_like(order[:, 0], dtype=torch.bool),
                             factors))
         pass_ops, active = jitter_schedule(order, present)
-        active = active if applied is None else (applied.unsqueeze(1) if active is None else active & applied.unsqueeze(1))
+        if applied is not None:
+            active = applied.unsqueeze(1) if active is None else active & applied.unsqueeze(1)
         ratio, luma_w, mean_w = _jitter_coefficients(drawn, present, pass_ops, active)
         for j in range(pass_ops.shape[1]):
             if present[3] and j == 3:
@@ -771,8 +774,8 @@ def as_uint8_tensor(image) -> torch.Tensor:
     return TF.pil_to_tensor(image)
 
 
-_KERNEL_CALL = re.compile(r"^\s*(?:\w+ = )?((?:cpp_fused|triton)\w*(?:\.run)?|extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?"
-                          r"|aten\.\w+(?:\.\w+)?)\(", re.MULTILINE)
+_KERNEL_CALL = re.compile(r"^\s*(?:\w+ = )?((?:cpp_fused|triton)\w*(?:\.run)?|extern_kernels\.\w+"
+                          r"|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\(", re.MULTILINE)
 
 
 def compiled_kernel_count(pipeline: BatchPipeline, images, seeds: torch.Tensor, view: int = 0) -> dict:

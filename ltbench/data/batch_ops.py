@@ -26,7 +26,6 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torchvision.transforms.v2 import functional as TF
 
 # ------------------------------------------------------------------------------------------------
 # Constants: built on the CPU once, copied to each device once per process
