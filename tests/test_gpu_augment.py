@@ -88,12 +88,12 @@ def noise(n: int, channels: int, size: int = 20, device: str = "cpu", seed: int 
     return torch.randint(0, 256, (n, channels, size, size), generator=g, dtype=torch.uint8).to(device)
 
 
-def policy_entries(space: dict, bins: int, size: int) -> list[tuple[str, float]]:
-    """Every (op, signed magnitude) a policy with this op space and bin count can apply."""
+def policy_entries(space: dict, bins: int, size: int, keep: slice = slice(None)) -> list[tuple[str, float]]:
+    """Every (op, signed magnitude) of the ``keep`` bins of a policy with this op space and bin count."""
     out = []
     for name, (fn, signed) in space.items():
         table = fn(bins, size, size)
-        values = [0.0] if table is None or table.ndim == 0 else [float(v) for v in table]
+        values = [0.0] if table is None or table.ndim == 0 else [float(v) for v in table[keep]]
         signs = {-v for v in values} if signed and table is not None else set()
         out += [(name, m) for m in sorted(set(values) | signs) if not (name == "Rotate" and m % 90 == 0 and m % 360)]
     return out
@@ -103,20 +103,22 @@ def policy_entries(space: dict, bins: int, size: int) -> list[tuple[str, float]]
 @pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("policy", ["autoaugment", "randaugment"])
 def test_every_policy_op_at_every_magnitude_is_torchvisions_bit_for_bit(device, channels, policy):
-    """All 14 ops at every magnitude bin and sign the policy can draw, applied through the batched op table
-    (one warp for the geometric ops, one blend for the colour ops, ...), equal torchvision's kernels on the
-    CPU exactly; 20 px images, so the warp's grid normalisers (2/20) are not powers of two."""
+    """All 14 ops at every magnitude bin and sign (AutoAugment's 10 bins; RandAugment's bin 10, the one it
+    draws, and every tenth), applied through the batched op table (one warp for the geometric ops, one blend
+    for the colour ops, ...), equal torchvision's kernels on the CPU exactly; 20 px images, so the warp's
+    grid normalisers (2/20) are not powers of two."""
     reference = v2.AutoAugment(v2.AutoAugmentPolicy.CIFAR10) if policy == "autoaugment" else v2.RandAugment()
     space, bins = reference._AUGMENTATION_SPACE, 10 if policy == "autoaugment" else 31
-    entries = policy_entries(space, bins, 20)
-    x = noise(6, channels, device=device, seed=channels)
+    entries = policy_entries(space, bins, 20, slice(None) if policy == "autoaugment" else slice(0, None, 10))
+    x = noise(4, channels, device=device, seed=channels)
     table = B.op_table(("test", policy), lambda h, w: entries, list(space), (channels, 20, 20), x.device)
+    every = torch.arange(len(entries), device=x.device).repeat_interleave(4)  # each entry on the 4 images
+    got = B.apply_entries(x.repeat(len(entries), 1, 1, 1), every, table).cpu().view(len(entries), 4, channels, 20, 20)
     for k, (name, magnitude) in enumerate(entries):
-        got = B.apply_entries(x, torch.full((6,), k, device=x.device), table).cpu()
         want = torch.stack([reference._apply_image_or_video_transform(
             image.cpu(), name, magnitude, fill=reference._fill, interpolation=InterpolationMode.NEAREST) for image in x])
-        assert torch.equal(got, want), (name, magnitude, int((got.int() - want.int()).abs().max()))
-    assert {name for name, _ in entries} == set(space) and len(entries) > 5 * len(space)
+        assert torch.equal(got[k], want), (name, magnitude, int((got[k].int() - want.int()).abs().max()))
+    assert {name for name, _ in entries} == set(space) and len(entries) > 3 * len(space)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -421,8 +423,8 @@ def test_bape_views_launch_a_fixed_number_of_kernels_within_the_target():
     """BAPE's three CIFAR views (AutoAugment + Cutout, SimAug, SimAug) in at most 1,000 launches (issue 30's
     target for a batch of 256): the count does not depend on the batch size or on the ops drawn."""
     views = [B.build_batch(v, ImageSpec(32, 3, RGB.mean, RGB.std)) for v in ("autoaug_cutout", "simaug", "simaug")]
-    counts = {n: device_cost(views, images(n, 3, 32, seed=n), torch.arange(n) + 5 * n).launch_count() for n in (3, 16)}
-    assert counts[3] == counts[16] <= 1000, counts
+    counts = {n: device_cost(views, images(n, 3, 32, seed=n), torch.arange(n) + 5 * n).launch_count() for n in (2, 5)}
+    assert counts[2] == counts[5] <= 1000, counts
 
 
 def test_every_batched_pipeline_compiles_without_graph_breaks():
