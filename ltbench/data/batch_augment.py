@@ -449,17 +449,24 @@ def op_table(key: tuple, make_entries: Callable[[int, int], list[tuple[str, floa
 
 
 def apply_entries(x: torch.Tensor, entry: torch.Tensor, table: OpTable) -> torch.Tensor:
-    """Sample i gets table entry ``entry[i]``: every op family runs on the whole batch and ``torch.where``
-    picks (one warp for all geometric ops, one blend for Brightness/Color/Contrast, one bitwise step for
-    Posterize/Solarize/Invert), so the launches do not depend on which ops were drawn."""
-    flags = table.flags[entry].view(-1, 5, 1, 1, 1).unbind(dim=1)
+    """Sample i gets table entry ``entry[i]``. On a GPU every op family runs on the whole batch and
+    ``torch.where`` picks (one warp for all geometric ops, one blend for Brightness/Color/Contrast/Sharpness,
+    one bitwise step for Posterize/Solarize/Invert), so the launches do not depend on which ops were drawn;
+    on a CPU each family runs on the samples that drew it (``batch_ops.choose``)."""
+    flags = table.flags[entry].unbind(dim=1)
     row = table.rows[entry]
     out = ops.bitwise_ops(x, row[:, 4], table.masks[entry])
-    out = torch.where(flags[0], ops.warp(x, row[:, 5:]), out)
-    colour = torch.where(flags[1], ops.sharpness(x, row[:, 3]), ops.blend(x, row[:, 0], row[:, 1], row[:, 2]))
-    out = torch.where(flags[2], ops.to_uint8(colour), out)
-    out = torch.where(flags[3], ops.autocontrast(x), out)
-    return torch.where(flags[4], ops.equalize(x), out)
+    out = ops.choose(flags[0], ops.warp, x, row[:, 5:], out=out)
+    out = ops.choose(flags[2], _colour, x, flags[1], row[:, :4], out=out)
+    out = ops.choose(flags[3], ops.autocontrast, x, out=out)
+    return ops.choose(flags[4], ops.equalize, x, out=out)
+
+
+def _colour(x: torch.Tensor, sharp: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+    """Brightness / Color / Contrast (a blend) or, where ``sharp``, Sharpness; ``row``: ratio, luma weight,
+    mean weight, sharpness alpha."""
+    blended = ops.blend(x, row[:, 0], row[:, 1], row[:, 2])
+    return ops.to_uint8(torch.where(per_sample(sharp), ops.sharpness(x, row[:, 3]), blended))
 
 
 AA_TAGS = ("aa.policy", "aa.apply0", "aa.apply1", "aa.sign0", "aa.sign1")
@@ -623,9 +630,10 @@ def color_jitter(reference: v2.ColorJitter, p: float = 1.0) -> Step:
         ratio, luma_w, mean_w = _jitter_coefficients(drawn, present, pass_ops, active)
         for j in range(pass_ops.shape[1]):
             if present[3] and j == 3:
-                hued = ops.adjust_hue(x, factors[3])
-                x = hued if applied is None else torch.where(per_sample(applied), hued, x)
-            x = ops.to_uint8(ops.blend(x, ratio[:, j], luma_w[:, j], mean_w[:, j]))
+                x = ops.choose(applied, ops.adjust_hue, x, factors[3], out=x)
+            chosen = None if active is None else active[:, min(j, active.shape[1] - 1)]
+            x = ops.choose(chosen, _jitter_pass, x, ratio[:, j], luma_w[:, j], mean_w[:, j], out=x,
+                           identity_elsewhere=True)  # not chosen: a factor-1 blend
         b.images = x
 
     return Step(step, tags)
@@ -646,12 +654,21 @@ def _jitter_coefficients(drawn: torch.Tensor, present: tuple[bool, ...], pass_op
     return (ratio, torch.where(on(pass_ops == 2), one_minus, 0.0), torch.where(on(pass_ops == 1), one_minus, 0.0))
 
 
+def _jitter_pass(x: torch.Tensor, ratio: torch.Tensor, luma_w: torch.Tensor, mean_w: torch.Tensor) -> torch.Tensor:
+    return ops.to_uint8(ops.blend(x, ratio, luma_w, mean_w))
+
+
+def _grayscale(x: torch.Tensor) -> torch.Tensor:
+    return ops.luma(x).to(torch.uint8).expand_as(x)
+
+
 def random_grayscale(p: float = 0.2) -> Step:
+    """v2.RandomGrayscale(p) per sample (torchvision's luma, all three channels)."""
+
     def step(b: Batch) -> None:
         gray = b.rng.chance("gray", p)
         b.record("gray", gray)
-        luma = ops.luma(b.images).to(torch.uint8).expand_as(b.images)
-        b.images = torch.where(per_sample(gray), luma, b.images)
+        b.images = ops.choose(gray, _grayscale, b.images, out=b.images)
 
     return Step(step, ("gray",))
 

@@ -49,6 +49,33 @@ def per_sample(values: torch.Tensor) -> torch.Tensor:
     return values.view(-1, 1, 1, 1)
 
 
+def whole_batch(x: torch.Tensor) -> bool:
+    """Compute an op for every sample and pick with ``torch.where`` (True), or for the samples that drew it only?
+
+    On a GPU, and whenever the code is compiled, the whole batch: picking the samples that drew an op is a
+    ``nonzero``, a host-device sync, and the number of launches would depend on the draws. In eager mode on a
+    CPU a sync costs nothing and the arithmetic is what costs, so only the samples that drew the op. The two
+    give the same values bit for bit (every op is computed per sample; tests/test_gpu_augment.py checks)."""
+    return x.device.type != "cpu" or torch.compiler.is_compiling()
+
+
+def choose(chosen: torch.Tensor | None, compute: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor,
+           out: torch.Tensor, identity_elsewhere: bool = False) -> torch.Tensor:
+    """``out`` with sample i replaced by ``compute(x[i], *params[i])`` where ``chosen[i]`` (None: everywhere),
+    per :func:`whole_batch`. ``identity_elsewhere``: compute leaves the samples not chosen as ``out`` has them
+    (their parameters make it an identity), so the whole-batch way needs no ``torch.where``."""
+    if chosen is None or (identity_elsewhere and whole_batch(x)):
+        return compute(x, *params)
+    if whole_batch(x):
+        return torch.where(per_sample(chosen), compute(x, *params), out)
+    index = chosen.nonzero().squeeze(1)
+    if len(index) == 0:
+        return out
+    out = out.clone()
+    out[index] = compute(x[index], *(p[index] for p in params))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # Luma, blends, sharpness: torchvision's colour kernels with a factor per sample
 
