@@ -10,12 +10,17 @@ Three measurements, each side by side in one process, with one torch thread and 
 2. ``--kornia`` (needs kornia importable): kornia.augmentation's nearest equivalents on the same batches,
    for the library-or-plain-torch decision (docs/performance.md). Its AutoAugment draws one sub-policy per
    batch, so it is timed but not an equivalent.
-3. ``--epoch-share``: a BAPE+LA epoch on the quickstart data (Fashion-MNIST-LT, ResNet-8, batch 64, three
+3. ``--baseline REF``: the batched pipelines of this tree against those of git commit REF (its
+   ``ltbench/data/batch_augment.py`` loaded beside the current one), CPU time per batch of ``--batch``, BAPE's
+   three views and every pipeline, alternating rounds in one process: a before/after of a change to the
+   batched path measured side by side.
+4. ``--epoch-share``: a BAPE+LA epoch on the quickstart data (Fashion-MNIST-LT, ResNet-8, batch 64, three
    views; recipes/fmnist_augment_on.yaml's configuration) with augment_on worker (no loader workers: the
    views are built in the training process) and batch, against the same steps on views built beforehand
    (pre-augmented tensors). The augmentation share of an epoch = (epoch - pre-augmented epoch) / epoch.
 
     .venv/bin/python benchmarks/augment_throughput.py [--rounds 5] [--batch 256] [--kornia] [--epoch-share]
+        [--baseline main --skip-throughput]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -90,7 +96,7 @@ def throughput(args) -> None:
           f"rounds of {args.images} images")
     print(f"{'images':14s} {'pipeline':22s} {'per-image img/s':>16s} {'batched img/s':>14s} {'speed-up':>9s}")
     for data, spec in SPECS.items():
-        cases = [[name] for name in sorted(transforms.PIPELINES) if name != "imagenet_eval"] + [BAPE_VIEWS]
+        cases = [[name] for name in sorted(transforms.PIPELINES.names()) if name != "imagenet_eval"] + [BAPE_VIEWS]
         for names in cases:
             label = "BAPE 3 views" if names is BAPE_VIEWS else names[0]
             per, bat = compare(spec, names, args.images, args.batch, args.rounds)
@@ -208,6 +214,54 @@ def epoch_share(args) -> None:
               f"augmentation share (epoch - pre-augmented) / epoch = {100 * (total - pre) / total:4.1f}%")
 
 
+# ------------------------------------------------------------------------------------------------
+# Before/after of the batched path: this tree against a git commit, in one process
+
+
+def baseline_module(ref: str):
+    """``ltbench/data/batch_augment.py`` as it is at git ``ref``, loaded as its own module; its pipelines
+    register into a private registry (the current module already holds the names)."""
+    import importlib.util
+
+    source = subprocess.run(["git", "show", f"{ref}:ltbench/data/batch_augment.py"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout
+    source = source.replace("from ltbench.registry import BATCH_PIPELINES",
+                            "from ltbench.registry import Registry\n"
+                            "BATCH_PIPELINES = Registry('baseline batched pipeline', None)")
+    spec = importlib.util.spec_from_loader(f"batch_augment_at_{ref}", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(source, f"{ref}:ltbench/data/batch_augment.py", "exec"), module.__dict__)
+    return module
+
+
+def per_batch_ms(views: list, images: torch.Tensor, seed0: int, batch: int) -> float:
+    """CPU milliseconds per batch of ``batch`` images for all ``views``."""
+    return 1000 * batched_seconds(views, images, seed0, batch) / (len(images) // batch)
+
+
+def against_baseline(args) -> None:
+    old = baseline_module(args.baseline)
+    spec = SPECS["CIFAR"]
+    images = source_images(spec, args.batch * max(1, args.images // args.batch))
+    cases = [BAPE_VIEWS] + [[name] for name in sorted(transforms.PIPELINES.names()) if name != "imagenet_eval"]
+    print(f"\nBatched path, this tree against {args.baseline} (same process, alternating rounds): CPU ms per batch "
+          f"of {args.batch} CIFAR-size images, 1 thread, median of {args.rounds}")
+    print(f"{'pipeline':22s} {args.baseline + ' ms':>12s} {'now ms':>10s} {'now / before':>13s}")
+    for names in cases:
+        before = [old.build_batch(name, spec) for name in names]
+        after = [batch_augment.build_batch(name, spec) for name in names]
+        for warm_up in (before, after):
+            batched_seconds(warm_up, images[:args.batch], 0, args.batch)
+        a, b = [], []
+        for r in range(args.rounds):
+            a.append(per_batch_ms(before, images, 1000 * r, args.batch))
+            b.append(per_batch_ms(after, images, 1000 * r, args.batch))
+        ma, mb = statistics.median(a), statistics.median(b)
+        label = "BAPE 3 views" if names is BAPE_VIEWS else names[0]
+        print(f"{label:22s} {ma:12.1f} {mb:10.1f} {mb / ma:12.2f}x", flush=True)
+
+
 def engine_batches(s, epoch: int):
     from ltbench.train import engine
 
@@ -223,12 +277,15 @@ def main() -> None:
     ap.add_argument("--epoch-share", action="store_true", help="also measure the augmentation share of a BAPE+LA epoch")
     ap.add_argument("--share-epochs", type=int, default=3)
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--baseline", metavar="REF", help="also time the batched path against git commit REF's")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if not args.skip_throughput:
         throughput(args)
     if args.kornia:
         kornia_rates(args)
+    if args.baseline:
+        against_baseline(args)
     if args.epoch_share:
         epoch_share(args)
 

@@ -26,6 +26,12 @@ for launch_us in {5, 10} and sync_us in {20, 100}.
 
     python benchmarks/gpu_launches.py            # the table
     python benchmarks/gpu_launches.py --json     # {"ce"|"la_strong"|"bape_la": {"augment": {...}, "step": {...}}}
+
+Augmentation section (``--pipelines``, ``--compiled``): every batched pipeline alone (CIFAR-size RGB batch; the
+ImageNet-size ones on a list of 300-500 px images), launches and syncs in eager mode; with ``--compiled``
+also the kernels one call runs once ``torch.compile``'d by Inductor on this CPU
+(``batch_augment.compiled_kernel_count``: fused C++ kernels plus the ops left to ATen; a proxy for CUDA's
+Triton count, since the two backends fuse differently). JSON key ``"pipelines"``.
 """
 
 from __future__ import annotations
@@ -188,7 +194,8 @@ def _one_bare_step(bare):
 
 
 def count_large(names: list[str], n: int) -> dict:
-    """Launches and syncs of ImageNet-size training views on ``n`` decoded images of 300-500 px sides."""
+    """Launches and syncs of ImageNet-size training views on ``n`` decoded images of 300-500 px sides, in a
+    steady-state batch (the second: the first also puts the pipelines' constants on the device, once)."""
     import torch
 
     from ltbench.data import batch_augment
@@ -201,10 +208,13 @@ def count_large(names: list[str], n: int) -> dict:
     images = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g) for h, w in sides]
     seeds = torch.randint(0, 2**31, (n,), generator=g)
     pipelines = [batch_augment.build_batch(name, spec) for name in names]
-    with gpu_cost.counting() as c, gpu_cost.LoopCounter() as loops:
+    with gpu_cost.counting() as c:
         on_device = [gpu_cost.to_device(im) for im in images]
         device_seeds = gpu_cost.to_device(seeds)
-        with c.phase("augment"):
+        for v, pipeline in enumerate(pipelines):  # the first batch also puts the constants on the device
+            pipeline(on_device, device_seeds, view=v)
+        c.launches.clear(), c.syncs.clear()
+        with gpu_cost.LoopCounter() as loops, c.phase("augment"):
             for v, pipeline in enumerate(pipelines):
                 pipeline(on_device, device_seeds, view=v)
     return {"augment": {"launches": c.launch_count("augment"), "syncs": c.sync_count("augment")},
@@ -232,6 +242,9 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--settings", nargs="+", choices=[*STEP_SETTINGS, *LARGE_SETTINGS],
                     default=[*STEP_SETTINGS, *LARGE_SETTINGS])
+    ap.add_argument("--pipelines", action="store_true", help="also count every batched pipeline alone")
+    ap.add_argument("--compiled", action="store_true",
+                    help="with --pipelines: also the kernel count under torch.compile (Inductor; minutes on a CPU)")
     return ap.parse_args(argv)
 
 
@@ -254,6 +267,8 @@ def measure(args) -> dict:
             counts["bare_loop_launches"] = bare
             counts["predicted_ratio"] = predicted_ratios(counts, bare, views_of(config))
             results[name] = counts
+    if args.pipelines:
+        results["pipelines"] = count_pipelines(args.batch, args.compiled)
     return results
 
 
@@ -277,13 +292,67 @@ def print_table(results: dict, batch: int) -> None:
             print(f"  {name:<14} bare loop {r['bare_loop_launches']} launches/step; {spread}")
 
 
+def print_pipelines(pipelines: dict, batch: int) -> None:
+    print(f"\nEach batched pipeline alone, batch {batch} (eager; 'compiled': kernels per call under torch.compile, "
+          f"Inductor on this CPU, a proxy for CUDA's count):")
+    print(f"{'pipeline':<36} {'launches':>9} {'syncs':>6} {'compiled':>9} {'(fused + aten)':>15} {'compile s':>10}")
+    for name, r in pipelines.items():
+        c = r.get("compiled")
+        extra = f"{c['total']:>9} {c['fused']:>7} + {c['aten']:<5} {c['compile_seconds']:>10}" if c else ""
+        print(f"{name:<36} {r['launches']:>9} {r['syncs']:>6} {extra}")
+
+
+def count_pipelines(batch: int, compiled: bool) -> dict:
+    """Launches and syncs of every batched pipeline alone (a second call: the first puts its constants on the
+    device) on CIFAR-size RGB images, the ImageNet-size ones on a list of 300-500 px images; BAPE's three
+    views together; with ``compiled``, Inductor's kernel count per call (on plain CPU tensors)."""
+    import torch
+
+    from ltbench.data import batch_augment
+    from ltbench.data.base import ImageSpec
+    from ltbench.train import gpu_cost
+
+    cifar = ImageSpec(32, 3, (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+    large = ImageSpec(224, 3, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), kind="large")
+    g = torch.Generator().manual_seed(0)
+    small = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, generator=g)
+    sides = torch.randint(300, 501, (batch, 2), generator=g).tolist()
+    files = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g) for h, w in sides]
+    seeds = torch.randint(0, 2**31, (batch,), generator=g)
+    cases = {name: ([name], cifar, small) for name in batch_augment.BATCH_PIPELINES.names()}
+    cases["BAPE views (aa+cutout, 2 simaug)"] = (["autoaug_cutout", "simaug", "simaug"], cifar, small)
+    cases.update({f"{name} (ImageNet-size list)": ([name], large, files)
+                  for name in ("imagenet_train", "imagenet_eval")})
+    out = {}
+    for label, (names, spec, images) in cases.items():
+        pipelines = [batch_augment.build_batch(n, spec) for n in names]
+        with gpu_cost.counting() as c:
+            on_device = ([gpu_cost.to_device(im) for im in images] if isinstance(images, list)
+                         else gpu_cost.to_device(images))
+            device_seeds = gpu_cost.to_device(seeds)
+            for repeat in range(2):
+                c.launches.clear(), c.syncs.clear()
+                for v, pipeline in enumerate(pipelines):
+                    pipeline(on_device, device_seeds, view=v)
+        out[label] = {"launches": c.launch_count(), "syncs": c.sync_count()}
+        if compiled and len(names) == 1 and spec is cifar:
+            out[label]["compiled"] = batch_augment.compiled_kernel_count(pipelines[0], images, seeds)
+        if compiled and len(names) > 1:
+            counts = [batch_augment.compiled_kernel_count(p, images, seeds, v) for v, p in enumerate(pipelines)]
+            out[label]["compiled"] = {k: round(sum(c[k] for c in counts), 1) for k in counts[0]}
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     results = measure(args)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
-        print_table(results, args.batch)
+        pipelines = results.get("pipelines")
+        print_table({k: v for k, v in results.items() if k != "pipelines"}, args.batch)
+        if pipelines:
+            print_pipelines(pipelines, args.batch)
     return 0
 
 

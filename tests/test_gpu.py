@@ -199,8 +199,11 @@ def test_gpu_benchmark_quick_mode_runs_on_the_gpu():
 
 
 def test_each_batched_pipeline_on_cuda_agrees_with_the_cpu():
-    """Every batched pipeline (train.augment_on: batch) on the GPU: the same per-sample draws as on the CPU
-    (counter-based, device-independent), so the outputs agree up to float rounding of the kernels."""
+    """Every batched pipeline (train.augment_on: batch) on the GPU gives the CPU's views exactly: the same
+    per-sample draws (counter-based, device-independent) and ops made of single IEEE operations, integer
+    arithmetic and float64 sums that are exact (ltbench/data/batch_ops.py), no cuDNN/cuBLAS (TF32) kernel.
+    The one float function that is not correctly rounded everywhere is exp in the resized-crop's aspect:
+    a box could differ only if sqrt(area * aspect) fell within ~1e-15 of a half-integer."""
     from ltbench.data.base import ImageSpec
     from ltbench.data.batch_augment import BATCH_PIPELINES
 
@@ -218,9 +221,7 @@ def test_each_batched_pipeline_on_cuda_agrees_with_the_cpu():
             on_gpu = pipeline(images.cuda() if isinstance(images, torch.Tensor) else [im.cuda() for im in images],
                               seeds[:n].cuda(), view=1)
             assert on_gpu.is_cuda and on_gpu.shape == on_cpu.shape == (n, 3, spec.size, spec.size), name
-            assert torch.isfinite(on_gpu).all(), name
-            gap = (on_gpu.cpu() - on_cpu).abs()
-            assert gap.mean() < 0.05, (name, spec.kind, float(gap.mean()))  # one grey level is 0.016 here
+            assert torch.equal(on_gpu.cpu(), on_cpu), (name, spec.kind, float((on_gpu.cpu() - on_cpu).abs().max()))
 
 
 @pytest.mark.parametrize("data", ["small", "jpeg"])
