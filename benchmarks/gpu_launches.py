@@ -31,7 +31,6 @@ for launch_us in {5, 10} and sync_us in {20, 100}.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
@@ -58,70 +57,15 @@ def step_config(method: dict, root: Path, batch: int) -> dict:
     return resolve_run_config(raw, seed=0, where="gpu_launches")
 
 
-def emulated_session(config: dict, tmp: Path):
-    """A training session of ``config`` whose model and optimizer state live on the emulated device (call it
-    inside ``gpu_cost.counting()``: moving a module there outside it would make real, empty meta tensors)."""
-    import torch
-
-    from ltbench.results.runspec import RunSpec
-    from ltbench.train import engine, gpu_cost
-
-    torch.manual_seed(0)
-    run = engine.build_run(config)
-    run.model.to(gpu_cost.DEVICE)
-    optimizer = engine.make_optimizer(run)
-    for group in optimizer.param_groups:
-        group["foreach"] = True  # what SGD picks for CUDA tensors (a wrapper tensor would get the for-loop)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    spec = RunSpec.coerce({"config": config, "run_id": "gpu-launches", "recipe": "bench", "run_dir": str(tmp)})
-    s = engine.Session(spec, run, gpu_cost.DEVICE, optimizer, scaler, 0, 1, 1, lambda *_: None)
-    s.iters_per_epoch, s.base_lrs = 10, [g["lr"] for g in optimizer.param_groups]
-    run.loader = engine.make_loader(run, 0, 0, torch.device("cpu"))
-    return s
-
-
 def count_step(config: dict, tmp: Path) -> dict:
-    """Launches and syncs of the second training step of an epoch, by phase, plus loop iterations."""
-    from ltbench.train import engine, gpu_cost
+    """Launches and syncs of the second step of an epoch (``engine.epoch_step``, the whole per-step body of
+    ``engine.train_epoch``: this step's training, the next batch's copies and augmentation, the meters and the
+    host's bookkeeping; counted by ltbench/train/step_cost.py), by phase, plus loop iterations."""
+    from ltbench.train.step_cost import counted_epoch_step
 
-    with gpu_cost.counting() as c:
-        s = emulated_session(config, tmp)
-        run = s.run
-        run.model.train()
-        run.method.on_epoch_start(0)
-        keys = run.loader.samples.train_keys(engine.sampled_batches(run, 0, 0), 0, 0)
-        meter = engine.EpochMeter()
-        for step, ((views, labels), batch_keys) in enumerate(zip(run.loader.run(keys), keys)):
-            c.launches.clear(), c.syncs.clear()
-            with gpu_cost.LoopCounter() as loops, instrumented(s, c):
-                with c.phase("copies"):
-                    views = [engine.to_device(v, s.device) for v in views]
-                    labels = labels.to(s.device, non_blocking=True)
-                with c.phase("augment"):
-                    views = engine.augment_on_device(run, views[0], batch_keys, s.device)
-                with c.phase("method"):
-                    out = engine.train_step(s, views, labels, 0, step)
-                    meter.add(out, out["loss"], labels)
-            if step == 1:
-                break
-        model = count_model_alone(run, views, c)
+    with counted_epoch_step(config, tmp, step=1, loops=True) as (c, s, loop, loops):
+        model = count_model_alone(s.run, loop.upcoming.views, c)
     return summarize(c, model, loops)
-
-
-@contextlib.contextmanager
-def instrumented(s, c):
-    """Attribute SGD's update to ``optimizer`` (wraps the step of this session's optimizer)."""
-    step = s.optimizer.step
-
-    def counted_step(*args, **kwargs):
-        with c.phase("optimizer"):
-            return step(*args, **kwargs)
-
-    s.optimizer.step = counted_step
-    try:
-        yield
-    finally:
-        s.optimizer.step = step
 
 
 def count_model_alone(run, views, c) -> int:
@@ -139,13 +83,16 @@ def count_model_alone(run, views, c) -> int:
     return c.launch_count() - before - 2  # less the probe's own sum and its ones_like gradient
 
 
+STEP_PHASES = ("copies", "step", "optimizer", "other")  # everything but the augmentation ("other": bookkeeping)
+
+
 def summarize(c, model: int, loops) -> dict:
     augment = c.launch_count("augment")
-    step_all = sum(c.launch_count(p) for p in ("copies", "method", "optimizer"))
+    step_all = sum(c.launch_count(p) for p in STEP_PHASES)
     optimizer = c.launch_count("optimizer")
-    step_syncs = sum(c.sync_count(p) for p in ("copies", "method", "optimizer"))
+    step_syncs = sum(c.sync_count(p) for p in STEP_PHASES)
     sites = [{"phase": p, "kind": kind, "op": op, "site": site, "count": n}
-             for p in ("copies", "augment", "method", "optimizer")
+             for p in ("copies", "augment", "step", "optimizer", "other")
              for kind, op, site, n in c.sync_sites(p)]
     return {"augment": {"launches": augment, "syncs": c.sync_count("augment")},
             "step": {"launches": step_all, "syncs": step_syncs, "model": model, "optimizer": optimizer,
@@ -243,7 +190,8 @@ def measure(args) -> dict:
     torch.set_num_threads(1)
     results = {}
     with tempfile.TemporaryDirectory(prefix="ltbench-launches-") as tmp:
-        root = write_cifar100(Path(tmp) / "cifar", max(1, -(-args.batch * 2 // 100)), 1)
+        root = write_cifar100(Path(tmp) / "cifar", max(1, -(-args.batch * 3 // 100)), 1)  # 3 batches: steps 0, 1
+        # and the batch that step 1 prepares
         for name in args.settings:
             if name in LARGE_SETTINGS:
                 results[name] = count_large(LARGE_SETTINGS[name], args.batch)

@@ -318,6 +318,10 @@ class TrainConfig:
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
     threads: int | None = None  # torch threads; None or 0: SLURM_CPUS_PER_TASK or torch's default
     progress: bool = True  # progress bar on an interactive terminal
+    # Read the training meters (loss, accuracy, extras, the non-finite check) from the device every N steps for
+    # the progress line and heartbeat, besides each epoch end; 0: at epoch ends only. Each read is a
+    # host-device sync (docs/performance.md), so not every step. An execution setting: same results.
+    log_every: int = 50
     loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
     # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
     # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).
@@ -330,6 +334,7 @@ class TrainConfig:
         check_range("eval_every", self.eval_every, 0, MAX_EPOCHS)
         check_range("checkpoint_minutes", self.checkpoint_minutes, 0, 100_000)
         check_range("threads", self.threads, 0, 4096, unit=" (0 or null: the default)")
+        check_range("log_every", self.log_every, 0, INT_LIMIT, unit=" (0: epoch ends only)")
 
 
 @dataclass

@@ -37,7 +37,7 @@ from ltbench.results import safe_read
 # Paths and local checks: where the data are found, how the process shows progress, how many threads.
 DROPPED: frozenset[tuple[str, str]] = frozenset({
     ("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
-    ("train", "threads"), ("train", "progress"),
+    ("train", "threads"), ("train", "progress"), ("train", "log_every"),
     # how the same computation is executed (equal up to float rounding of kernels)
     ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark"),
     # where scalars are also written (TensorBoard, W&B): not what is computed
