@@ -109,12 +109,19 @@ from ltbench.registry import METHODS
 
 @METHODS.register("nan_loss")
 class NanLoss(Method):
+    """Finite until epoch 2, step 2 (counted from 1); NaN from there on."""
+
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
 
+    def on_epoch_start(self, epoch):
+        self.epoch, self.step = epoch, 0
+
     def loss(self, features, labels, *, epoch):
-        return {"loss": self.head(features[0]).sum() * float("nan")}
+        self.step += 1
+        scale = float("nan") if (self.epoch, self.step) >= (1, 2) else 1e-3
+        return {"loss": self.head(features[0]).sum() * scale}
 
     def predict(self, features, *, target_prior=None):
         return self.head(features)
@@ -122,15 +129,27 @@ class NanLoss(Method):
 
 
 def test_nan_loss_fails_that_run_and_the_grid_goes_on(tmp_path, write_recipe, cli):
+    """The loss is read from the device only now and then (train.log_every, before a checkpoint, at the epoch
+    end: ltbench/train/meters.py), yet the message names the step where it went non-finite, and no checkpoint
+    holds an update made from it (one is due after every step here)."""
     (tmp_path / "nan_plugins").mkdir()
     (tmp_path / "nan_plugins" / "nan_method.py").write_text(NAN_PLUGIN)
-    recipe = write_recipe(extra={"plugins": ["./nan_plugins"], "grid": {"method": [{"name": "nan_loss"}, {"name": "ce"}]}})
+    recipe = write_recipe(extra={"plugins": ["./nan_plugins"], "grid": {"method": [{"name": "nan_loss"}, {"name": "ce"}]},
+                                 "train": {"checkpoint_minutes": 1.0e-9, "log_every": 1000}})
     out = cli("run", recipe)
     assert out.returncode == 1
     results = sorted((json.loads(p.read_text()) for p in (tmp_path / "results").rglob(store.RESULT)),
                      key=lambda r: r["config"]["method"]["name"])
     assert [r["status"] for r in results] == ["done", "failed"]
-    assert "non-finite loss" in results[1]["error"] and results[1]["error_type"] == "NonFiniteLossError"
+    assert "non-finite loss (nan) at epoch 2, step 2 " in results[1]["error"]
+    assert results[1]["error_type"] == "NonFiniteLossError"
+    run_dir = next(p.parent for p in (tmp_path / "results").rglob(store.RESULT) if "nan_loss" in p.read_text())
+    import torch
+
+    state = torch.load(run_dir / store.CHECKPOINT, map_location="cpu", weights_only=True)
+    assert (state["epoch"], state["step"]) == (1, 1)  # after epoch 2's first step, the last healthy one
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+    assert [row["epoch"] for row in store.read_jsonl(run_dir / store.LOG)] == [1]
     status = cli("status", tmp_path / "results" / "tiny")
     assert "failed" in status.stdout and "non-finite loss" in status.stdout
     # Relaunching skips both: the finished one and the failed one (unless asked).

@@ -39,6 +39,7 @@ class EpochMeter:
         self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
         self.zero = torch.zeros((), dtype=_F64, device=self.device)  # an extra a step did not report
         self.extra_keys: list[str] = []
+        self.host_extra: dict[str, float] = {}  # extras a method returned as host (CPU) tensors
         self.steps = self.images = 0
         self.sums = {"loss": 0.0, "correct": 0, "seen": 0}
         self.extra: dict[str, float] = {}
@@ -51,6 +52,9 @@ class EpochMeter:
             self.losses = torch.cat([self.losses, torch.zeros_like(self.losses)])
         self.losses[self.steps].copy_(loss.detach().reshape(()))
         keys = [k for k, v in out.items() if k not in ("loss", "logits") and v.numel() == 1]
+        for k in [k for k in keys if out[k].device != self.device]:  # a host scalar: read it here, no sync
+            keys.remove(k)
+            self.host_extra[k] = self.host_extra.get(k, 0.0) + float(out[k]) * n
         new = [k for k in keys if k not in self.extra_keys]
         if new:  # a key seen for the first time this epoch: its running sum starts at zero
             self.extra_keys += new
@@ -73,7 +77,7 @@ class EpochMeter:
         value = done.index_select(0, first.clamp_min(0).reshape(1))
         host = torch.cat([self.totals, self.correct.to(_F64).reshape(1), first.to(_F64).reshape(1), value]).tolist()
         self.sums = {"loss": host[0], "correct": int(host[-3]), "seen": self.images}
-        self.extra = dict(zip(self.extra_keys, host[1:-3]))
+        self.extra = {**dict(zip(self.extra_keys, host[1:-3])), **self.host_extra}
         return None if host[-2] < 0 else (self.first_step + int(host[-2]), host[-1])
 
     def show(self, bar, fresh: bool) -> None:
