@@ -160,6 +160,46 @@ def count_large(names: list[str], n: int) -> dict:
                            for k, o, s, m in c.sync_sites("augment")]}
 
 
+def count_compiled(config: dict, batch: int) -> dict:
+    """train.compile for the method: its loss (head, loss, and their backward into the features) through
+    ``torch.compile`` with inductor on this CPU, counted from the code inductor generates: each call line of a
+    graph's wrapper is one kernel launch per step (``cpp_fused_*``: fused loops; ``extern_kernels.*``:
+    matmuls and other library calls). On CUDA inductor emits Triton kernels for the same fused nodes, so the
+    count carries over up to its fusion choices, which differ a little between backends. Also: graphs and
+    graph breaks (``torch._dynamo.explain``). Compiling takes a minute or more on this CPU."""
+    import re
+
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    from ltbench.train import engine
+
+    torch.manual_seed(0)
+    run = engine.build_run(config)
+    run.model.train()
+    run.method.on_epoch_start(0)
+    g = torch.Generator().manual_seed(0)
+    features = [torch.randn(batch, run.backbone.feature_dim, generator=g, requires_grad=True)
+                for _ in run.method.views()]
+    labels = torch.randint(0, run.data.num_classes, (batch,), generator=g)
+    explained = torch._dynamo.explain(run.method.loss)(features, labels, epoch=0)
+    torch._dynamo.reset()
+    compiled = torch.compile(run.method.loss, backend="inductor")
+
+    def step():
+        compiled(features, labels, epoch=0)["loss"].backward()
+
+    _, codes = run_and_get_code(step)
+    launches = {"fused": 0, "extern": 0}
+    for code in codes:
+        body = code[code.index("def call("):].split("\n\n", 1)[0] if "def call(" in code else ""
+        launches["fused"] += len(re.findall(r"^\s+cpp_fused_\w+\(", body, re.M))
+        launches["extern"] += len(re.findall(r"^\s+extern_kernels\.\w+\(", body, re.M))
+    return {"graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,
+            "break_reasons": sorted({str(r.reason).splitlines()[0][:120] for r in explained.break_reasons}),
+            "launches": launches["fused"] + launches["extern"], **launches}
+
+
 def predicted_ratios(counts: dict, bare_launches: int, views: int) -> dict:
     """Bare step / predicted step for each (launch_us, sync_us) of the stated cost model."""
     bare_ms = BARE_FIXED_MS + BARE_PER_VIEW_MS * views
@@ -177,6 +217,8 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the counts as JSON")
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--compile", action="store_true",
+                    help="also compile each method's loss with inductor and count the compiled graph's kernels")
     ap.add_argument("--settings", nargs="+", choices=[*STEP_SETTINGS, *LARGE_SETTINGS],
                     default=[*STEP_SETTINGS, *LARGE_SETTINGS])
     return ap.parse_args(argv)
@@ -201,6 +243,8 @@ def measure(args) -> dict:
             bare = count_bare(config, views_of(config))
             counts["bare_loop_launches"] = bare
             counts["predicted_ratio"] = predicted_ratios(counts, bare, views_of(config))
+            if args.compile:
+                counts["compiled_method"] = count_compiled(config, args.batch)
             results[name] = counts
     return results
 
@@ -218,6 +262,13 @@ def print_table(results: dict, batch: int) -> None:
     for name, r in results.items():
         for site in r["sync_sites"]:
             print(f"  {name:<14} {site['phase']:<9} x{site['count']:<4} {site['kind']} ({site['op']}) at {site['site']}")
+    compiled = {name: r["compiled_method"] for name, r in results.items() if "compiled_method" in r}
+    if compiled:
+        print("\nThe method's loss with train.compile (inductor on this CPU; launches per step of its forward and "
+              "backward, against eager's 'method' column):")
+        for name, cm in compiled.items():
+            print(f"  {name:<14} {cm['launches']} launches ({cm['fused']} fused kernels, {cm['extern']} library "
+                  f"calls), {cm['graphs']} graph(s), {cm['graph_breaks']} break(s) {cm['break_reasons'] or ''}")
     print("\nPREDICTED ratio to the H100 bare loop (a cost model, not a measurement; see the docstring):")
     for name, r in results.items():
         if "predicted_ratio" in r:

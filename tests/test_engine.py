@@ -313,3 +313,91 @@ def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli,
     got, expected = crash_mid_epoch_then_resume(tmp_path, write_recipe, cli,
                                                 train={"num_workers": workers})  # prefetched batches are not lost
     assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]
+
+
+def test_epoch_meter_sums_on_the_device_and_names_the_first_non_finite_step():
+    """What train_epoch reads every train.log_every steps: the same per-image sums the host used to add up
+    (bit for bit: float64, value * n, in step order), extras that come and go, host extras, and the first
+    non-finite loss with its step (counted from the epoch's first step, here 5: a resumed epoch)."""
+    import torch
+
+    from ltbench.train.meters import EpochMeter
+
+    meter = EpochMeter("cpu", steps=2, first_step=5)  # fewer slots than steps: it grows
+    losses = [0.5, 0.25, float("nan"), float("inf"), 1.0]
+    labels = torch.tensor([0, 1, 1])
+    expected_loss = expected_extra = 0.0
+    for i, value in enumerate(losses):
+        loss = torch.tensor(value, dtype=torch.float32)
+        out = {"loss": loss, "logits": torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]),
+               "on_host": torch.tensor(2.0)}
+        if i % 2:
+            out["odd"] = torch.tensor(0.1 * i, dtype=torch.float32)
+            expected_extra += float(out["odd"]) * 3
+        meter.add(out, loss, labels)
+        expected_loss += float(loss) * 3
+        if i == 1:
+            assert meter.read() is None and meter.sums == {"loss": 2.25, "correct": 4, "seen": 6}
+    step, value = meter.read()
+    assert step == 7 and value != value  # the NaN of the third step, not the inf after it
+    assert meter.sums["correct"] == 10 and meter.sums["seen"] == meter.images == 15
+    assert meter.extra["odd"] == expected_extra and meter.extra["on_host"] == 30.0
+    assert str(meter.sums["loss"]) == str(expected_loss)  # nan, as the host sum would be
+
+
+def test_the_feeder_issues_a_batch_ahead_with_streams_as_no_ops_on_the_cpu():
+    """The overlap's code path on the CPU: ``prepare`` takes the next host batch and builds its views at once
+    (on CUDA: on a side stream), ``take`` hands it to the step (on CUDA: the training stream waits for an
+    event); without CUDA there is no stream and no event, and the seeds are not pinned."""
+    import torch
+
+    from ltbench.train import feed
+
+    events = []
+
+    def host_batches():
+        for i in range(2):
+            events.append(f"load {i}")
+            yield ([torch.full((2, 1, 3, 3), i, dtype=torch.uint8)], torch.tensor([i, i])), [("train", i, 10 + i)] * 2
+
+    def views(images, keys):
+        seeds = feed.seeds_on_device(keys, torch.device("cpu"))
+        events.append(f"views {seeds.tolist()}")
+        assert not seeds.is_pinned()
+        return [images.float(), images.float() + 1]
+
+    feeder = feed.Feeder(host_batches(), torch.device("cpu"), views)
+    assert feeder.side.stream is None and feeder.side.handoff() is None
+    batch = feeder.prepare()
+    assert batch.ready is None and events == ["load 0", "views [10, 10]"]
+    got, labels = feeder.take(batch)
+    assert [v.tolist() for v in got] == [torch.zeros(2, 1, 3, 3).tolist(), torch.ones(2, 1, 3, 3).tolist()]
+    assert feeder.prepare() is not None and events[-1] == "views [11, 11]"
+    assert feeder.prepare() is None  # the epoch is over
+
+
+def test_batched_runs_carry_their_augmentation_scheme_in_the_id(write_recipe):
+    """Batched runs made before a change of the batched scheme's random draws or ops never share an id with
+    runs made after it; worker runs keep theirs, and the committed batch results (scheme 1, recorded without
+    the field) keep their recorded ids but cannot be resumed by this code."""
+    from ltbench.config import BATCH_AUGMENT_SCHEME
+    from ltbench.errors import ConfigError
+    from ltbench.recipe import load_recipe
+    from ltbench.results import identity
+    from ltbench.results.runspec import RunSpec
+    from ltbench.train.engine import check_batch_scheme
+
+    batch = load_recipe(write_recipe("b", extra={"train": {"augment_on": "batch"}})).runs[0]
+    worker = load_recipe(write_recipe("w")).runs[0]
+    assert batch.config["train"]["augment_scheme"] == BATCH_AUGMENT_SCHEME >= 2
+    assert "augment_scheme" not in worker.config["train"]
+    committed = [json.loads(p.read_text()) for p in (ROOT / "docs/reference-results/fmnist_augment_on").rglob(store.RESULT)]
+    old_batch = [r for r in committed if r["config"]["train"].get("augment_on") == "batch"]
+    assert len(old_batch) == 6
+    for r in old_batch:
+        assert "augment_scheme" not in r["config"]["train"] and identity.run_id(r["config"]) == r["run_id"]
+        now = {**r["config"], "train": {**r["config"]["train"], "augment_scheme": BATCH_AUGMENT_SCHEME}}
+        assert identity.run_id(now) != r["run_id"]
+        with pytest.raises(ConfigError, match="made with batched augmentation scheme 1, this ltbench implements"):
+            check_batch_scheme(RunSpec.coerce({"config": r["config"], "run_id": r["run_id"], "recipe": "x"}))
+    check_batch_scheme(batch)  # the current scheme trains

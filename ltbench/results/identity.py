@@ -48,7 +48,7 @@ DROPPED: frozenset[tuple[str, str]] = frozenset({
 # train.checkpoint_minutes: timed mid-epoch checkpoints; a resumed run replays the same batches.
 NORMALISED: dict[tuple[str, str], Any] = {("train", "num_workers"): 0, ("train", "checkpoint_minutes"): 0.0}
 # The core train: fields that change what a run computes or records (every train: field is declared here or above).
-TRAIN_COMPUTATION = frozenset({"precision", "eval_every", "augment_on"})
+TRAIN_COMPUTATION = frozenset({"precision", "eval_every", "augment_on", "augment_scheme"})
 DATA_IDENTITY = "data_identity"  # top-level config key: what identifies a dataset's files, when its options do not
 
 

@@ -40,10 +40,10 @@ from ltbench.train import distributed, feed
 from ltbench.train.meters import EpochMeter, first_non_finite_everywhere
 from ltbench.results import store
 from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
-from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
+from ltbench.config import BATCH_AUGMENT_SCHEME, EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
-from ltbench.errors import MethodContractError, NonFiniteLossError
+from ltbench.errors import ConfigError, MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, build_method_model, create_method
@@ -84,7 +84,16 @@ def prepare_for_device(run: Run, device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
     if cfg.compile != "off":
-        run.compiled = torch.compile(run.backbone, backend=cfg.compile)
+        compile_for_training(run, cfg.compile)
+
+
+def compile_for_training(run: Run, backend: str) -> None:
+    """train.compile: the backbone and the method's loss (its head, loss and their backward) through
+    ``torch.compile``, so that a step is a few fused kernels rather than hundreds of small ones (what a GPU
+    pays per launch: docs/performance.md). Not ``fullgraph``: a method's host-side code (an epoch switch, a
+    plugin's Python) becomes a graph break, not an error."""
+    run.compiled = torch.compile(run.backbone, backend=backend)
+    run.compiled_loss = torch.compile(run.method.loss, backend=backend)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -603,8 +612,20 @@ class Session:
                               enabled=precision != "fp32")
 
 
+def check_batch_scheme(spec: RunSpec) -> None:
+    """A batch run recorded under an earlier batched scheme (its config says so, or says nothing: scheme 1)
+    cannot be trained or resumed by this code: its augmentations would change under its id."""
+    train = spec.config.get("train") or {}
+    recorded = train.get("augment_scheme", 1)
+    if train.get("augment_on") == "batch" and recorded != BATCH_AUGMENT_SCHEME:
+        raise ConfigError(f"run {spec.run_id}: train.augment_scheme: made with batched augmentation scheme {recorded}, "
+                          f"this ltbench implements scheme {BATCH_AUGMENT_SCHEME}; run the recipe again (the run "
+                          f"gets a new id; docs/performance.md)")
+
+
 def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     """Threads, processes, device, then the run built from a seeded init, its optimiser and scaler."""
+    check_batch_scheme(spec)
     train_cfg = from_dict(TrainConfig, spec.config["train"], "train")
     threads = set_threads(train_cfg)
     rank, world = distributed.init_from_env()
