@@ -2,8 +2,8 @@
 
 To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
 ``CheckpointSaver.resume`` restores it (ltbench/train/checkpoint.py), then per epoch ``train_epoch`` (one
-``train_step`` per batch) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end
-checkpoint; finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
+``epoch_step`` per batch: ``train_step`` on the batch issued ahead, the meters on the device, the next batch
+issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end checkpoint; finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
 What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
 
 Determinism and resume: the sample order of epoch e comes from a generator seeded with (seed, e) and
