@@ -327,7 +327,7 @@ class TrainConfig:
     # Read the training meters (loss, accuracy, extras, the non-finite check) from the device every N steps for
     # the progress line and heartbeat, besides each epoch end; 0: at epoch ends only. Each read is a
     # host-device sync (docs/performance.md), so not every step. An execution setting: same results.
-    log_every: int = 50
+    log_every: int = 20
     loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
     # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
     # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).

@@ -345,6 +345,16 @@ def test_epoch_meter_sums_on_the_device_and_names_the_first_non_finite_step():
     assert str(meter.sums["loss"]) == str(expected_loss)  # nan, as the host sum would be
 
 
+def test_a_heartbeat_before_the_first_read_shows_no_loss():
+    """Mid-epoch, the loss comes from the meter's last read (every train.log_every steps); before the first, the
+    heartbeat carries none and the progress line says so instead of printing 0."""
+    from ltbench.run.progress import step_line
+
+    beat = {"epoch": 1, "epochs": 30, "step": 3, "steps": 20, "loss": None, "images_per_s": 11.0, "seconds": 2.0}
+    assert "step 3/20 loss – 11 img/s" in step_line(beat)
+    assert "loss 0.5000" in step_line({**beat, "loss": 0.5})
+
+
 def test_the_feeder_issues_a_batch_ahead_with_streams_as_no_ops_on_the_cpu():
     """The overlap's code path on the CPU: ``prepare`` takes the next host batch and builds its views at once
     (on CUDA: on a side stream), ``take`` hands it to the step (on CUDA: the training stream waits for an

@@ -48,7 +48,8 @@ def step_line(beat: dict) -> str:
     step, steps, seconds = int(beat["step"]), max(int(beat["steps"]), 1), float(beat["seconds"])
     per_epoch = seconds * steps / max(step, 1)
     eta = per_epoch * (epochs - epoch) + per_epoch - seconds
-    return (f"epoch {epoch}/{epochs} step {step}/{steps} loss {float(beat['loss']):.4f} "
+    loss = "–" if beat.get("loss") is None else f"{float(beat['loss']):.4f}"  # None: not read from the device yet
+    return (f"epoch {epoch}/{epochs} step {step}/{steps} loss {loss} "
             f"{float(beat['images_per_s']):.0f} img/s ETA {eta_text(eta)}")
 
 

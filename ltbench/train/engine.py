@@ -681,10 +681,10 @@ def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps:
     if not s.main or (now - s.last_heartbeat < 1.0 and steps_done < steps):
         return
     s.last_heartbeat = now
-    seen, seconds = max(meter.sums["seen"], 1), time.perf_counter() - meter.t0
+    seen, seconds = meter.sums["seen"], time.perf_counter() - meter.t0
     beat = {"epoch": epoch + 1, "epochs": s.run.optim.epochs, "step": steps_done, "steps": steps,
-            "loss": meter.sums["loss"] / seen, "images_per_s": meter.images / max(seconds, 1e-9),
-            "seconds": seconds}
+            "loss": meter.sums["loss"] / seen if seen else None,  # None: no read yet this epoch
+            "images_per_s": meter.images / max(seconds, 1e-9), "seconds": seconds}
     path = Path(s.spec.run_dir) / HEARTBEAT
     tmp = path.with_name(HEARTBEAT + ".tmp")  # replaced, not fsynced: a lost beat costs nothing
     tmp.write_text(json.dumps(beat))
