@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from ltbench.train import distributed
+
 _F64 = torch.float64
 
 
@@ -92,8 +94,6 @@ class EpochMeter:
     def all_reduce(self, world: int) -> None:
         """Sum the last read's values over processes (every process then holds the totals)."""
         if world > 1:
-            from ltbench.train import distributed
-
             extra_keys = sorted(self.extra)
             totals = distributed.all_reduce_sum([self.sums["loss"], self.sums["correct"], self.sums["seen"]]
                                                 + [self.extra[k] for k in extra_keys])
@@ -116,8 +116,6 @@ def first_non_finite_everywhere(local: tuple[int, float] | None, world: int) -> 
     processes saw at that step (one process: its own)."""
     if world <= 1:
         return local
-    from ltbench.train import distributed
-
     step = distributed.all_reduce_min([math.inf if local is None else float(local[0])])[0]
     if math.isinf(step):
         return None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ltbench.results.runspec import RunSpec
 from ltbench.train import engine, gpu_cost
 from ltbench.train.checkpoint import CheckpointSaver
 
@@ -21,8 +22,6 @@ def emulated_session(config: dict, run_dir: Path) -> engine.Session:
     the emulated device. Call it inside ``gpu_cost.counting()``: moving a module there outside it would make
     real, empty meta tensors. SGD is told ``foreach=True``, as it picks for CUDA tensors (a wrapper tensor
     would get the per-parameter loop); fp32, so no GradScaler."""
-    from ltbench.results.runspec import RunSpec
-
     torch.manual_seed(0)
     run = engine.build_run(config)
     run.model.to(gpu_cost.DEVICE)
