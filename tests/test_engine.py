@@ -134,7 +134,8 @@ def test_nan_loss_fails_that_run_and_the_grid_goes_on(tmp_path, write_recipe, cl
     holds an update made from it (one is due after every step here)."""
     (tmp_path / "nan_plugins").mkdir()
     (tmp_path / "nan_plugins" / "nan_method.py").write_text(NAN_PLUGIN)
-    recipe = write_recipe(extra={"plugins": ["./nan_plugins"], "grid": {"method": [{"name": "nan_loss"}, {"name": "ce"}]},
+    grid = {"method": [{"name": "nan_loss"}, {"name": "ce"}]}
+    recipe = write_recipe(extra={"plugins": ["./nan_plugins"], "grid": grid,
                                  "train": {"checkpoint_minutes": 1.0e-9, "log_every": 1000}})
     out = cli("run", recipe)
     assert out.returncode == 1
@@ -401,7 +402,8 @@ def test_batched_runs_carry_their_augmentation_scheme_in_the_id(write_recipe):
     worker = load_recipe(write_recipe("w")).runs[0]
     assert batch.config["train"]["augment_scheme"] == BATCH_AUGMENT_SCHEME >= 2
     assert "augment_scheme" not in worker.config["train"]
-    committed = [json.loads(p.read_text()) for p in (ROOT / "docs/reference-results/fmnist_augment_on").rglob(store.RESULT)]
+    folder = ROOT / "docs/reference-results/fmnist_augment_on"
+    committed = [json.loads(p.read_text()) for p in folder.rglob(store.RESULT)]
     old_batch = [r for r in committed if r["config"]["train"].get("augment_on") == "batch"]
     assert len(old_batch) == 6
     for r in old_batch:

@@ -3,7 +3,8 @@
 To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
 ``CheckpointSaver.resume`` restores it (ltbench/train/checkpoint.py), then per epoch ``train_epoch`` (one
 ``epoch_step`` per batch: ``train_step`` on the batch issued ahead, the meters on the device, the next batch
-issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end checkpoint; finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
+issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end checkpoint;
+finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
 What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
 
 Determinism and resume: the sample order of epoch e comes from a generator seeded with (seed, e) and
@@ -553,7 +554,8 @@ def check_method_contract(method: Method, out, features: list[torch.Tensor], lab
             method.train(was_training)
 
 
-def non_finite_loss_message(loss: torch.Tensor | float, epoch: int, step: int, precision: str, method: str, lr: float) -> str:
+def non_finite_loss_message(loss: torch.Tensor | float, epoch: int, step: int, precision: str, method: str,
+                            lr: float) -> str:
     where = f"non-finite loss ({float(loss)}) at epoch {epoch + 1}, step {step + 1}"
     if precision == "bf16":
         return (f"{where} under bf16 autocast: try train.precision=fp32 (bf16 has 8 bits of mantissa), "
