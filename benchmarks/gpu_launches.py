@@ -37,7 +37,6 @@ Triton count, since the two backends fuse differently). JSON key ``"pipelines"``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
@@ -64,70 +63,15 @@ def step_config(method: dict, root: Path, batch: int) -> dict:
     return resolve_run_config(raw, seed=0, where="gpu_launches")
 
 
-def emulated_session(config: dict, tmp: Path):
-    """A training session of ``config`` whose model and optimizer state live on the emulated device (call it
-    inside ``gpu_cost.counting()``: moving a module there outside it would make real, empty meta tensors)."""
-    import torch
-
-    from ltbench.results.runspec import RunSpec
-    from ltbench.train import engine, gpu_cost
-
-    torch.manual_seed(0)
-    run = engine.build_run(config)
-    run.model.to(gpu_cost.DEVICE)
-    optimizer = engine.make_optimizer(run)
-    for group in optimizer.param_groups:
-        group["foreach"] = True  # what SGD picks for CUDA tensors (a wrapper tensor would get the for-loop)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    spec = RunSpec.coerce({"config": config, "run_id": "gpu-launches", "recipe": "bench", "run_dir": str(tmp)})
-    s = engine.Session(spec, run, gpu_cost.DEVICE, optimizer, scaler, 0, 1, 1, lambda *_: None)
-    s.iters_per_epoch, s.base_lrs = 10, [g["lr"] for g in optimizer.param_groups]
-    run.loader = engine.make_loader(run, 0, 0, torch.device("cpu"))
-    return s
-
-
 def count_step(config: dict, tmp: Path) -> dict:
-    """Launches and syncs of the second training step of an epoch, by phase, plus loop iterations."""
-    from ltbench.train import engine, gpu_cost
+    """Launches and syncs of the second step of an epoch (``engine.epoch_step``, the whole per-step body of
+    ``engine.train_epoch``: this step's training, the next batch's copies and augmentation, the meters and the
+    host's bookkeeping; counted by ltbench/train/step_cost.py), by phase, plus loop iterations."""
+    from ltbench.train.step_cost import counted_epoch_step
 
-    with gpu_cost.counting() as c:
-        s = emulated_session(config, tmp)
-        run = s.run
-        run.model.train()
-        run.method.on_epoch_start(0)
-        keys = run.loader.samples.train_keys(engine.sampled_batches(run, 0, 0), 0, 0)
-        meter = engine.EpochMeter()
-        for step, ((views, labels), batch_keys) in enumerate(zip(run.loader.run(keys), keys)):
-            c.launches.clear(), c.syncs.clear()
-            with gpu_cost.LoopCounter() as loops, instrumented(s, c):
-                with c.phase("copies"):
-                    views = [engine.to_device(v, s.device) for v in views]
-                    labels = labels.to(s.device, non_blocking=True)
-                with c.phase("augment"):
-                    views = engine.augment_on_device(run, views[0], batch_keys, s.device)
-                with c.phase("method"):
-                    out = engine.train_step(s, views, labels, 0, step)
-                    meter.add(out, out["loss"], labels)
-            if step == 1:
-                break
-        model = count_model_alone(run, views, c)
+    with counted_epoch_step(config, tmp, step=1, loops=True) as (c, s, loop, loops):
+        model = count_model_alone(s.run, loop.upcoming.views, c)
     return summarize(c, model, loops)
-
-
-@contextlib.contextmanager
-def instrumented(s, c):
-    """Attribute SGD's update to ``optimizer`` (wraps the step of this session's optimizer)."""
-    step = s.optimizer.step
-
-    def counted_step(*args, **kwargs):
-        with c.phase("optimizer"):
-            return step(*args, **kwargs)
-
-    s.optimizer.step = counted_step
-    try:
-        yield
-    finally:
-        s.optimizer.step = step
 
 
 def count_model_alone(run, views, c) -> int:
@@ -145,13 +89,16 @@ def count_model_alone(run, views, c) -> int:
     return c.launch_count() - before - 2  # less the probe's own sum and its ones_like gradient
 
 
+STEP_PHASES = ("copies", "step", "optimizer", "other")  # everything but the augmentation ("other": bookkeeping)
+
+
 def summarize(c, model: int, loops) -> dict:
     augment = c.launch_count("augment")
-    step_all = sum(c.launch_count(p) for p in ("copies", "method", "optimizer"))
+    step_all = sum(c.launch_count(p) for p in STEP_PHASES)
     optimizer = c.launch_count("optimizer")
-    step_syncs = sum(c.sync_count(p) for p in ("copies", "method", "optimizer"))
+    step_syncs = sum(c.sync_count(p) for p in STEP_PHASES)
     sites = [{"phase": p, "kind": kind, "op": op, "site": site, "count": n}
-             for p in ("copies", "augment", "method", "optimizer")
+             for p in ("copies", "augment", "step", "optimizer", "other")
              for kind, op, site, n in c.sync_sites(p)]
     return {"augment": {"launches": augment, "syncs": c.sync_count("augment")},
             "step": {"launches": step_all, "syncs": step_syncs, "model": model, "optimizer": optimizer,
@@ -223,6 +170,46 @@ def count_large(names: list[str], n: int) -> dict:
                            for k, o, s, m in c.sync_sites("augment")]}
 
 
+def count_compiled(config: dict, batch: int) -> dict:
+    """train.compile for the method: its loss (head, loss, and their backward into the features) through
+    ``torch.compile`` with inductor on this CPU, counted from the code inductor generates: each call line of a
+    graph's wrapper is one kernel launch per step (``cpp_fused_*``: fused loops; ``extern_kernels.*``:
+    matmuls and other library calls). On CUDA inductor emits Triton kernels for the same fused nodes, so the
+    count carries over up to its fusion choices, which differ a little between backends. Also: graphs and
+    graph breaks (``torch._dynamo.explain``). Compiling takes a minute or more on this CPU."""
+    import re
+
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    from ltbench.train import engine
+
+    torch.manual_seed(0)
+    run = engine.build_run(config)
+    run.model.train()
+    run.method.on_epoch_start(0)
+    g = torch.Generator().manual_seed(0)
+    features = [torch.randn(batch, run.backbone.feature_dim, generator=g, requires_grad=True)
+                for _ in run.method.views()]
+    labels = torch.randint(0, run.data.num_classes, (batch,), generator=g)
+    explained = torch._dynamo.explain(run.method.loss)(features, labels, epoch=0)
+    torch._dynamo.reset()
+    compiled = torch.compile(run.method.loss, backend="inductor")
+
+    def step():
+        compiled(features, labels, epoch=0)["loss"].backward()
+
+    _, codes = run_and_get_code(step)
+    launches = {"fused": 0, "extern": 0}
+    for code in codes:
+        body = code[code.index("def call("):].split("\n\n", 1)[0] if "def call(" in code else ""
+        launches["fused"] += len(re.findall(r"^\s+cpp_fused_\w+\(", body, re.M))
+        launches["extern"] += len(re.findall(r"^\s+extern_kernels\.\w+\(", body, re.M))
+    return {"graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,
+            "break_reasons": sorted({str(r.reason).splitlines()[0][:120] for r in explained.break_reasons}),
+            "launches": launches["fused"] + launches["extern"], **launches}
+
+
 def predicted_ratios(counts: dict, bare_launches: int, views: int) -> dict:
     """Bare step / predicted step for each (launch_us, sync_us) of the stated cost model."""
     bare_ms = BARE_FIXED_MS + BARE_PER_VIEW_MS * views
@@ -240,6 +227,8 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the counts as JSON")
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--compile", action="store_true",
+                    help="also compile each method's loss with inductor and count the compiled graph's kernels")
     ap.add_argument("--settings", nargs="+", choices=[*STEP_SETTINGS, *LARGE_SETTINGS],
                     default=[*STEP_SETTINGS, *LARGE_SETTINGS])
     ap.add_argument("--pipelines", action="store_true", help="also count every batched pipeline alone")
@@ -256,7 +245,8 @@ def measure(args) -> dict:
     torch.set_num_threads(1)
     results = {}
     with tempfile.TemporaryDirectory(prefix="ltbench-launches-") as tmp:
-        root = write_cifar100(Path(tmp) / "cifar", max(1, -(-args.batch * 2 // 100)), 1)
+        root = write_cifar100(Path(tmp) / "cifar", max(1, -(-args.batch * 3 // 100)), 1)  # 3 batches: steps 0, 1
+        # and the batch that step 1 prepares
         for name in args.settings:
             if name in LARGE_SETTINGS:
                 results[name] = count_large(LARGE_SETTINGS[name], args.batch)
@@ -266,6 +256,8 @@ def measure(args) -> dict:
             bare = count_bare(config, views_of(config))
             counts["bare_loop_launches"] = bare
             counts["predicted_ratio"] = predicted_ratios(counts, bare, views_of(config))
+            if args.compile:
+                counts["compiled_method"] = count_compiled(config, args.batch)
             results[name] = counts
     if args.pipelines:
         results["pipelines"] = count_pipelines(args.batch, args.compiled)
@@ -285,6 +277,13 @@ def print_table(results: dict, batch: int) -> None:
     for name, r in results.items():
         for site in r["sync_sites"]:
             print(f"  {name:<14} {site['phase']:<9} x{site['count']:<4} {site['kind']} ({site['op']}) at {site['site']}")
+    compiled = {name: r["compiled_method"] for name, r in results.items() if "compiled_method" in r}
+    if compiled:
+        print("\nThe method's loss with train.compile (inductor on this CPU; launches per step of its forward and "
+              "backward, against eager's 'method' column):")
+        for name, cm in compiled.items():
+            print(f"  {name:<14} {cm['launches']} launches ({cm['fused']} fused kernels, {cm['extern']} library "
+                  f"calls), {cm['graphs']} graph(s), {cm['graph_breaks']} break(s) {cm['break_reasons'] or ''}")
     print("\nPREDICTED ratio to the H100 bare loop (a cost model, not a measurement; see the docstring):")
     for name, r in results.items():
         if "predicted_ratio" in r:

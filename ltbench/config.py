@@ -346,6 +346,12 @@ def check_logger_names(names) -> None:
         raise ValueError(f"loggers: a logger is named twice: {list(names)}")
 
 
+# The batched augmentation scheme (train.augment_on: batch) this code implements. Bump it whenever
+# ltbench/data/batch_augment.py changes the random numbers or the ops of a batched view. 1: before issue 30
+# (recorded configs of that time have no augment_scheme); 2: one hash call per view, no data-dependent grouping.
+BATCH_AUGMENT_SCHEME = 2
+
+
 @dataclass
 class TrainConfig:
     """How a run executes; none of these changes the method, some change numerics (precision)."""
@@ -359,11 +365,24 @@ class TrainConfig:
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)
     threads: int | None = None  # torch threads; None or 0: 1 on the CPU, else the worker's share (provenance.thread_count)
     progress: bool = True  # the live progress display on an interactive terminal (every run false: plain lines)
+    # Read the training meters (loss, accuracy, extras, the non-finite check) from the device every N steps for
+    # the progress line and heartbeat, besides each epoch end; 0: at epoch ends only. Each read is a
+    # host-device sync (docs/performance.md), so not every step. An execution setting: same results.
+    log_every: int = 20
     loggers: list[str] = field(default_factory=list)  # also log per-epoch scalars to: tensorboard, wandb
     # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
     # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).
     # Same distributions, different random numbers, so it is part of the run id.
     augment_on: Literal["worker", "batch"] = added_later("worker")
+    # The version of the batched scheme (its random draws and ops) a 'batch' run uses: filled in with
+    # BATCH_AUGMENT_SCHEME, so that batch runs made before a change of ltbench/data/batch_augment.py never share
+    # an id with runs made after it. Absent for 'worker' runs, and in the configs of batch runs recorded before
+    # the field existed (scheme 1: their ids stay). Only the current scheme can be trained.
+    augment_scheme: int | None = added_later(None)
+
+    def __post_init__(self) -> None:
+        if self.augment_on == "batch" and self.augment_scheme is None:
+            self.augment_scheme = BATCH_AUGMENT_SCHEME
 
     def validate(self) -> None:
         check_logger_names(self.loggers)
@@ -371,6 +390,12 @@ class TrainConfig:
         check_range("eval_every", self.eval_every, 0, MAX_EPOCHS)
         check_range("checkpoint_minutes", self.checkpoint_minutes, 0, 100_000)
         check_range("threads", self.threads, 0, 4096, unit=" (0 or null: the default)")
+        check_range("log_every", self.log_every, 0, INT_LIMIT, unit=" (0: epoch ends only)")
+        if self.augment_on != "batch" and self.augment_scheme is not None:
+            raise ValueError("augment_scheme applies to augment_on: batch only; leave it out")
+        if self.augment_scheme is not None and self.augment_scheme != BATCH_AUGMENT_SCHEME:
+            raise ValueError(f"augment_scheme: this ltbench implements batched scheme {BATCH_AUGMENT_SCHEME} only "
+                             f"(got {self.augment_scheme}); leave it out to use it (docs/performance.md, versions)")
 
 
 @dataclass

@@ -78,11 +78,39 @@ _NU_MIN = 40.0
 
 
 def _debye_poly(k: int, t: Tensor) -> Tensor:
+    """u_k(t), term by term (the definition; ``_debye_series`` evaluates the whole sum in two kernels)."""
     *terms, denom = _DEBYE_U[k]
     out = torch.zeros_like(t)
     for power, coef in terms:
         out = out + coef * t**power
     return out / denom
+
+
+_SERIES_TABLES: dict = {}  # (nu, device) -> (exponents, coefficients): built once, not on every call
+
+
+def _debye_series_table(nu: float, device: torch.device) -> Tuple[Tensor, Tensor]:
+    """The powers j of t in sum_k u_k(t) / nu^(k+1) and their coefficients c_j = sum_k [t^j]u_k / nu^(k+1),
+    float64 on ``device``, cached per (nu, device): built on the host, they would be copied (a host-device
+    sync on a GPU) at every call."""
+    key = (float(nu), torch.device(device))
+    if key not in _SERIES_TABLES:
+        coefficients: dict[int, float] = {}
+        for k, (*terms, denom) in enumerate(_DEBYE_U):
+            for power, coef in terms:
+                coefficients[power] = coefficients.get(power, 0.0) + coef / denom / nu ** (k + 1)
+        powers = sorted(coefficients)
+        _SERIES_TABLES[key] = (torch.tensor(powers, dtype=_F64).to(device),
+                               torch.tensor([coefficients[j] for j in powers], dtype=_F64).to(device))
+    return _SERIES_TABLES[key]
+
+
+def _debye_series(nu: float, t: Tensor) -> Tensor:
+    """sum_k u_k(t) / nu^(k+1) as sum_j c_j t^j: one power and one matrix-vector product (plus their backward),
+    where the term-by-term sum took about 60 small kernels forward for each order nu. Equal to it up to
+    float64 rounding (the coefficients are summed before the powers are weighted; tests/test_vmf_math.py)."""
+    powers, coefficients = _debye_series_table(nu, t.device)
+    return (t.unsqueeze(-1) ** powers) @ coefficients
 
 
 def _log_iv_scaled_debye(nu: float, kappa: Tensor) -> Tensor:
@@ -96,15 +124,13 @@ def _log_iv_scaled_debye(nu: float, kappa: Tensor) -> Tensor:
     z = kappa / nu
     s = torch.sqrt(1.0 + z * z)
     t = 1.0 / s
-    series = torch.zeros_like(kappa)
-    for k in range(len(_DEBYE_U)):
-        series = series + _debye_poly(k, t) / nu ** (k + 1)
+    series = _debye_series(nu, t)
     # nu*eta - nu*log(kappa), with eta = s + log(z/(1+s)) and log z = log kappa - log nu.
     nu_eta_reg = nu * (s - math.log(nu) - torch.log1p(s))
     return -0.5 * math.log(2.0 * math.pi * nu) + nu_eta_reg - 0.5 * torch.log(s) + torch.log1p(series)
 
 
-def _log_iv_scaled_and_ratio(nu: float, kappa: Tensor) -> Tuple[Tensor, Tensor]:
+def _log_iv_scaled_and_ratio(nu: float, kappa: Tensor, ratio: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """Return (log I_nu(k) - nu log k, I_{nu+1}(k)/I_nu(k)), in float64, for nu > -1.
 
     If nu < _NU_MIN, start at the order N = nu + m >= _NU_MIN and apply the
@@ -112,10 +138,14 @@ def _log_iv_scaled_and_ratio(nu: float, kappa: Tensor) -> Tuple[Tensor, Tensor]:
     g_k = log I_k - k log kappa and r_k = I_{k+1}/I_k:
         g_{k-1} = g_k + log(kappa r_k + 2k),   r_{k-1} = kappa / (kappa r_k + 2k).
     Every quantity is positive, so no precision is lost, and kappa -> 0 is regular.
+    ``ratio=False`` (log C_p alone): when no recurrence is needed (nu >= _NU_MIN) the ratio, and with it the
+    second expansion, is skipped and None returned; the log is the same, bit for bit.
     """
     m = max(0, math.ceil(_NU_MIN - nu))
     top = nu + m
     g_top = _log_iv_scaled_debye(top, kappa)
+    if m == 0 and not ratio:
+        return g_top, None
     g_next = _log_iv_scaled_debye(top + 1.0, kappa)
     g = g_top
     r = kappa * torch.exp(g_next - g_top)
@@ -145,7 +175,7 @@ def log_cp(kappa: Tensor, p: int) -> Tensor:
     """
     kappa = _as_f64(kappa)
     nu = p / 2.0 - 1.0
-    g, _ = _log_iv_scaled_and_ratio(nu, kappa)
+    g, _ = _log_iv_scaled_and_ratio(nu, kappa, ratio=False)
     return -g - (p / 2.0) * math.log(2.0 * math.pi)
 
 

@@ -68,7 +68,9 @@ class BCLConfig:
 
 def class_counts_in_batch(targets: torch.Tensor, num_classes: int) -> torch.Tensor:
     """|B_c|: how often class c occurs among the 2B features and the K centres (every class >= 1)."""
-    return torch.bincount(targets, minlength=num_classes).to(torch.float32)
+    # index_add_, not bincount: on CUDA bincount reads the largest label on the host (a sync per step)
+    ones = torch.ones_like(targets, dtype=torch.float32)
+    return torch.zeros(num_classes, device=targets.device).index_add_(0, targets, ones)
 
 
 def bcl_loss(centers: torch.Tensor, z1: torch.Tensor, z2: torch.Tensor, labels: torch.Tensor,
@@ -80,7 +82,7 @@ def bcl_loss(centers: torch.Tensor, z1: torch.Tensor, z2: torch.Tensor, labels: 
     anchors = feats[:2 * b]
     same = (labels.repeat(2)[:, None] == targets[None, :]).float()
     not_self = torch.ones_like(same)
-    not_self[torch.arange(2 * b), torch.arange(2 * b)] = 0.0
+    not_self.fill_diagonal_(0.0)  # (i, i) for i < 2B; host index tensors would be copied every step
     positives = same * not_self
     logits = anchors @ feats.T / temperature
     logits = logits - logits.max(dim=1, keepdim=True).values.detach()  # the official stabiliser

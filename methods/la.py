@@ -99,8 +99,13 @@ class _LinearHeadMethod(Method):
         return {"loss": loss, "logits": logits[0].detach()}
 
     def adjustment(self) -> torch.Tensor:
-        """log(π_train**τ + 1e-12) on the head's device."""
-        return log_prior_adjustment(self.ctx.train_prior, self.tau).to(self.head.weight.device)
+        """log(π_train**τ + 1e-12) on the head's device, built once per (device, τ): rebuilt on the host and
+        copied every step, it would cost a blocking host-to-device copy per step (docs/performance.md)."""
+        key = (self.head.weight.device, self.tau)
+        cache = self.__dict__.setdefault("_adjustments", {})
+        if key not in cache:
+            cache[key] = log_prior_adjustment(self.ctx.train_prior, self.tau).to(key[0])
+        return cache[key]
 
     @torch.no_grad()
     def result_extras(self) -> dict:

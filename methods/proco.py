@@ -116,6 +116,7 @@ class ProCo(Method):
     def on_epoch_start(self, epoch: int) -> None:
         """ProCo's _hook_before_epoch: the window becomes the last epoch's statistics; a new epoch starts empty
         (officially with fresh random means for the classes it has not seen yet: they pass to the window here)."""
+        self._epoch_started = epoch  # a host copy of the marker: loss() reads it without a device sync
         if epoch > int(self.stats_epoch):
             self.stats.count.copy_(self.stats_current.count)
             self.stats.mean.copy_(self.stats_current.mean)
@@ -140,7 +141,7 @@ class ProCo(Method):
 
     def loss(self, features, labels, *, epoch):
         cfg = self.cfg
-        if epoch > int(self.stats_epoch):
+        if epoch != getattr(self, "_epoch_started", None):  # the engine calls on_epoch_start first
             self.on_epoch_start(epoch)
         b = len(labels)
         logits = self.branches.head(features[0])

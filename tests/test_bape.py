@@ -471,3 +471,42 @@ def test_newton_kappa_solver_gives_the_maximum_likelihood_root():
     _, k_newton = newton.class_params("none")
     torch.testing.assert_close(mean_resultant_length(k_newton.detach(), 4), r, rtol=1e-10, atol=0)
     assert (k_sra > k_newton).all()
+
+
+def test_the_batched_head_equals_the_per_view_formulas_up_to_rounding():
+    """loss() scores all BAPE views at once (one statistics update, one log C_p and one product, one
+    cross-entropy over all rows) to save GPU launches (docs/performance.md). Restated here the way it was
+    written per view: update the statistics view by view, score each view, average the per-view CEs. Loss,
+    statistics and every gradient agree up to float rounding."""
+    import copy
+
+    from methods._vmf import log_cp
+
+    torch.manual_seed(1)
+    m = make(counts=(9, 5, 2), p=16, feat=12, identity=False, aux={"name": "la"}, aux_views=["default"],
+             bape_views=["default", "default"])
+    reference = copy.deepcopy(m)
+    labels = torch.tensor([0, 1, 2, 0, 0, 1])
+    features = [torch.randn(6, 12) for _ in range(3)]
+    m.on_epoch_start(0), reference.on_epoch_start(0)
+    got = m.loss(features, labels, epoch=0)
+    got["loss"].backward()
+
+    r = reference
+    aux = r.aux.loss(features[:1], labels, epoch=0)
+    zs = r.project(torch.cat(features[1:])).split(6)
+    for z in zs:
+        r.update_statistics(z, labels)
+    mu, kappa = r.class_params("none")
+    weight, bias = (kappa[:, None] * mu).float(), log_cp(kappa, r.p).float()
+    scores = [z @ weight.T + bias for z in zs]
+    loss_bape = torch.stack([F.cross_entropy(s + r.log_train_prior, labels) for s in scores]).mean()
+    (loss_bape + aux["loss"]).backward()
+
+    torch.testing.assert_close(got["loss"], loss_bape + aux["loss"], rtol=1e-6, atol=0)
+    torch.testing.assert_close(m.stats.count, r.stats.count, rtol=0, atol=0)
+    torch.testing.assert_close(m.stats.mean, r.stats.mean, rtol=1e-14, atol=1e-15)
+    torch.testing.assert_close(got["logits"], aux["logits"] + torch.stack(scores).mean(0).detach(), rtol=1e-6,
+                               atol=1e-5)
+    for (name, a), b in zip(m.named_parameters(), r.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=name)

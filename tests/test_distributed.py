@@ -50,6 +50,17 @@ GRAD_SCRIPT = textwrap.dedent("""
     loss.backward()
     distributed.average_gradients(model.parameters())
     err = max((p.grad - g).abs().max().item() for p, g in zip(model.parameters(), reference))
+    # channels_last parameters keep channels_last gradients, averaged in place (no NCHW copies)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 3))
+    conv.to(memory_format=torch.channels_last)
+    images = torch.randn(8, 3, 6, 6).contiguous(memory_format=torch.channels_last)
+    reference = torch.autograd.grad(torch.nn.functional.cross_entropy(conv(images), y), list(conv.parameters()))
+    torch.nn.functional.cross_entropy(conv(images[rank::world]), y[rank::world]).backward()
+    before = [p.grad.data_ptr() for p in conv.parameters()]
+    distributed.average_gradients(conv.parameters())
+    err = max([err] + [(p.grad - g).abs().max().item() for p, g in zip(conv.parameters(), reference)])
+    assert all(p.grad.stride() == p.stride() for p in conv.parameters()), [p.grad.stride() for p in conv.parameters()]
+    assert [p.grad.data_ptr() for p in conv.parameters()] == before  # written back in place
     print(f"maxerr {err:.3e}")
     distributed.shutdown()
 """)
@@ -91,3 +102,31 @@ def test_two_gloo_processes_agree_with_one_process(tmp_path, write_recipe):
     assert loss1[0] == pytest.approx(loss2[0], rel=0.05)
     assert abs(one["metrics"]["all"] - two["metrics"]["all"]) <= 0.05, (one["metrics"]["all"], two["metrics"]["all"])
     print("world1", one["metrics"]["all"], loss1, "world2", two["metrics"]["all"], loss2)
+
+
+def test_a_slurm_task_picks_its_gpu_by_local_rank_not_cuda_visible_devices(monkeypatch):
+    """CUDA reads CUDA_VISIBLE_DEVICES once, when it initialises, which may already have happened when a Slurm
+    task joins its group: so the environment submitit exports must not set it (the task would silently keep
+    every GPU and use GPU 0); the device comes from LOCAL_RANK (``distributed.local_device_index``)."""
+    import submitit
+
+    from ltbench.train import distributed
+
+    calls = []
+
+    class Environment:
+        def export(self, **kwargs):
+            calls.append(kwargs)
+            monkeypatch.setenv("WORLD_SIZE", "1")  # one task: no process group to join
+            monkeypatch.setenv("LOCAL_RANK", "3")
+
+    monkeypatch.setattr(submitit.helpers, "TorchDistributedEnvironment", Environment)
+    for key, value in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_NTASKS": "2"}.items():
+        monkeypatch.setenv(key, value)
+    for key in ("WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.setenv(key, "")  # so that the teardown restores what was there (or its absence)
+        monkeypatch.delenv(key)
+    assert distributed.init_from_env() == (0, 1)
+    assert calls == [{"set_cuda_visible_devices": False}] and "CUDA_VISIBLE_DEVICES" not in os.environ
+    monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 2)
+    assert distributed.local_device_index() == 1  # LOCAL_RANK 3 on a node with 2 GPUs

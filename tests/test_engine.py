@@ -110,12 +110,19 @@ from ltbench.registry import METHODS
 
 @METHODS.register("nan_loss")
 class NanLoss(Method):
+    """Finite until epoch 2, step 2 (counted from 1); NaN from there on."""
+
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
 
+    def on_epoch_start(self, epoch):
+        self.epoch, self.step = epoch, 0
+
     def loss(self, features, labels, *, epoch):
-        return {"loss": self.head(features[0]).sum() * float("nan")}
+        self.step += 1
+        scale = float("nan") if (self.epoch, self.step) >= (1, 2) else 1e-3
+        return {"loss": self.head(features[0]).sum() * scale}
 
     def predict(self, features, *, target_prior=None):
         return self.head(features)
@@ -123,15 +130,28 @@ class NanLoss(Method):
 
 
 def test_nan_loss_fails_that_run_and_the_grid_goes_on(tmp_path, write_recipe, cli):
+    """The loss is read from the device only now and then (train.log_every, before a checkpoint, at the epoch
+    end: ltbench/train/meters.py), yet the message names the step where it went non-finite, and no checkpoint
+    holds an update made from it (one is due after every step here)."""
     (tmp_path / "nan_plugins").mkdir()
     (tmp_path / "nan_plugins" / "nan_method.py").write_text(NAN_PLUGIN)
-    recipe = write_recipe(extra={"plugins": ["./nan_plugins"], "grid": {"method": [{"name": "nan_loss"}, {"name": "ce"}]}})
+    grid = {"method": [{"name": "nan_loss"}, {"name": "ce"}]}
+    recipe = write_recipe(extra={"plugins": ["./nan_plugins"], "grid": grid,
+                                 "train": {"checkpoint_minutes": 1.0e-9, "log_every": 1000}})
     out = cli("run", recipe)
     assert out.returncode == 1
     results = sorted((json.loads(p.read_text()) for p in (tmp_path / "results").rglob(store.RESULT)),
                      key=lambda r: r["config"]["method"]["name"])
     assert [r["status"] for r in results] == ["done", "failed"]
-    assert "non-finite loss" in results[1]["error"] and results[1]["error_type"] == "NonFiniteLossError"
+    assert "non-finite loss (nan) at epoch 2, step 2 " in results[1]["error"]
+    assert results[1]["error_type"] == "NonFiniteLossError"
+    run_dir = next(p.parent for p in (tmp_path / "results").rglob(store.RESULT) if "nan_loss" in p.read_text())
+    import torch
+
+    state = torch.load(run_dir / store.CHECKPOINT, map_location="cpu", weights_only=True)
+    assert (state["epoch"], state["step"]) == (1, 1)  # after epoch 2's first step, the last healthy one
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+    assert [row["epoch"] for row in store.read_jsonl(run_dir / store.LOG)] == [1]
     status = cli("status", tmp_path / "results" / "tiny")
     assert "failed" in status.stdout and "non-finite loss" in status.stdout
     # Relaunching skips both: the finished one and the failed one (unless asked).
@@ -300,3 +320,103 @@ def test_timed_checkpoint_resumes_mid_epoch_exactly(tmp_path, write_recipe, cli,
     got, expected = crash_mid_epoch_then_resume(tmp_path, write_recipe, cli,
                                                 train={"num_workers": workers})  # prefetched batches are not lost
     assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]
+
+
+def test_epoch_meter_sums_on_the_device_and_names_the_first_non_finite_step():
+    """What train_epoch reads every train.log_every steps: the same per-image sums the host used to add up
+    (bit for bit: float64, value * n, in step order), extras that come and go, host extras, and the first
+    non-finite loss with its step (counted from the epoch's first step, here 5: a resumed epoch)."""
+    import torch
+
+    from ltbench.train.meters import EpochMeter
+
+    meter = EpochMeter("cpu", steps=2, first_step=5)  # fewer slots than steps: it grows
+    losses = [0.5, 0.25, float("nan"), float("inf"), 1.0]
+    labels = torch.tensor([0, 1, 1])
+    expected_loss = expected_extra = 0.0
+    for i, value in enumerate(losses):
+        loss = torch.tensor(value, dtype=torch.float32)
+        out = {"loss": loss, "logits": torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]),
+               "on_host": torch.tensor(2.0)}
+        if i % 2:
+            out["odd"] = torch.tensor(0.1 * i, dtype=torch.float32)
+            expected_extra += float(out["odd"]) * 3
+        meter.add(out, loss, labels)
+        expected_loss += float(loss) * 3
+        if i == 1:
+            assert meter.read() is None and meter.sums == {"loss": 2.25, "correct": 4, "seen": 6}
+    step, value = meter.read()
+    assert step == 7 and value != value  # the NaN of the third step, not the inf after it
+    assert meter.sums["correct"] == 10 and meter.sums["seen"] == meter.images == 15
+    assert meter.extra["odd"] == expected_extra and meter.extra["on_host"] == 30.0
+    assert str(meter.sums["loss"]) == str(expected_loss)  # nan, as the host sum would be
+
+
+def test_a_heartbeat_before_the_first_read_shows_no_loss():
+    """Mid-epoch, the loss comes from the meter's last read (every train.log_every steps); before the first, the
+    heartbeat carries none and the progress line says so instead of printing 0."""
+    from ltbench.run.progress import step_line
+
+    beat = {"epoch": 1, "epochs": 30, "step": 3, "steps": 20, "loss": None, "images_per_s": 11.0, "seconds": 2.0}
+    assert "step 3/20 loss – 11 img/s" in step_line(beat)
+    assert "loss 0.5000" in step_line({**beat, "loss": 0.5})
+
+
+def test_the_feeder_issues_a_batch_ahead_with_streams_as_no_ops_on_the_cpu():
+    """The overlap's code path on the CPU: ``prepare`` takes the next host batch and builds its views at once
+    (on CUDA: on a side stream), ``take`` hands it to the step (on CUDA: the training stream waits for an
+    event); without CUDA there is no stream and no event, and the seeds are not pinned."""
+    import torch
+
+    from ltbench.train import feed
+
+    events = []
+
+    def host_batches():
+        for i in range(2):
+            events.append(f"load {i}")
+            yield ([torch.full((2, 1, 3, 3), i, dtype=torch.uint8)], torch.tensor([i, i])), [("train", i, 10 + i)] * 2
+
+    def views(images, keys):
+        seeds = feed.seeds_on_device(keys, torch.device("cpu"))
+        events.append(f"views {seeds.tolist()}")
+        assert not seeds.is_pinned()
+        return [images.float(), images.float() + 1]
+
+    feeder = feed.Feeder(host_batches(), torch.device("cpu"), views)
+    assert feeder.side.stream is None and feeder.side.handoff() is None
+    batch = feeder.prepare()
+    assert batch.ready is None and events == ["load 0", "views [10, 10]"]
+    got, labels = feeder.take(batch)
+    assert [v.tolist() for v in got] == [torch.zeros(2, 1, 3, 3).tolist(), torch.ones(2, 1, 3, 3).tolist()]
+    assert feeder.prepare() is not None and events[-1] == "views [11, 11]"
+    assert feeder.prepare() is None  # the epoch is over
+
+
+def test_batched_runs_carry_their_augmentation_scheme_in_the_id(write_recipe):
+    """Batched runs made before a change of the batched scheme's random draws or ops never share an id with
+    runs made after it; worker runs keep theirs, and the committed batch results (scheme 1, recorded without
+    the field) keep their recorded ids but cannot be resumed by this code."""
+    from ltbench.config import BATCH_AUGMENT_SCHEME
+    from ltbench.errors import ConfigError
+    from ltbench.recipe import load_recipe
+    from ltbench.results import identity
+    from ltbench.results.runspec import RunSpec
+    from ltbench.train.engine import check_batch_scheme
+
+    batch = load_recipe(write_recipe("b", extra={"train": {"augment_on": "batch"}})).runs[0]
+    worker = load_recipe(write_recipe("w")).runs[0]
+    assert batch.config["train"]["augment_scheme"] == BATCH_AUGMENT_SCHEME >= 2
+    assert "augment_scheme" not in worker.config["train"]
+    folder = ROOT / "docs/reference-results/fmnist_augment_on"
+    committed = [json.loads(p.read_text()) for p in folder.rglob(store.RESULT)]
+    old_batch = [r for r in committed if r["config"]["train"].get("augment_on") == "batch"
+                 and "augment_scheme" not in r["config"]["train"]]
+    assert len(old_batch) == 6  # issue 20's check, made before the scheme had a version
+    for r in old_batch:
+        assert identity.run_id(r["config"]) == r["run_id"]
+        now = {**r["config"], "train": {**r["config"]["train"], "augment_scheme": BATCH_AUGMENT_SCHEME}}
+        assert identity.run_id(now) != r["run_id"]
+        with pytest.raises(ConfigError, match="made with batched augmentation scheme 1, this ltbench implements"):
+            check_batch_scheme(RunSpec.coerce({"config": r["config"], "run_id": r["run_id"], "recipe": "x"}))
+    check_batch_scheme(batch)  # the current scheme trains

@@ -28,6 +28,16 @@ if not HAS_CUDA and os.environ.get("LTBENCH_REQUIRE_GPU") == "1":
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device (run `pytest -m gpu` on a GPU machine)")]
 
+@pytest.fixture(autouse=True)
+def cudnn_benchmark_restored():
+    """engine.prepare_for_device sets torch.backends.cudnn.benchmark for the whole process (train.cudnn_benchmark,
+    default on); a test here that prepares a run in-process must not leave it on for the tests after it, whose
+    kernels would then be chosen by timing (not reproducible)."""
+    saved = torch.backends.cudnn.benchmark
+    yield
+    torch.backends.cudnn.benchmark = saved
+
+
 # Long enough to kill mid-run and to see the loss scale move; ResNet-8 on 12x12 images takes seconds on a GPU.
 CUDA_RUN = {"data": {"max_per_class": 200, "test_per_class": 20}, "optim": {"epochs": 4, "batch_size": 16},
             "train": {"cudnn_benchmark": False}}
@@ -191,11 +201,13 @@ def test_nvjpeg_decodes_like_the_cpu(tmp_path):
         assert (image.cpu().float() - reference.float()).abs().mean() < 2.0  # IDCTs differ by a grey level at most
 
 
-def test_gpu_benchmark_quick_mode_runs_on_the_gpu():
-    out = subprocess.run([sys.executable, "benchmarks/gpu_throughput.py", "--quick", "--device", "cuda"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=900)
+@pytest.mark.parametrize("augment_on", ["worker", "batch"])
+def test_gpu_benchmark_quick_mode_runs_on_the_gpu(augment_on):
+    """Both augmentation paths: ``batch`` (views built on the GPU) is the one made for GPUs."""
+    out = subprocess.run([sys.executable, "benchmarks/gpu_throughput.py", "--quick", "--device", "cuda",
+                          "--augment-on", augment_on], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "ratio" in out.stdout and "cuda" in out.stdout
+    assert "ratio" in out.stdout and "cuda" in out.stdout and f"augment_on {augment_on}" in out.stdout
 
 
 def test_each_batched_pipeline_on_cuda_agrees_with_the_cpu():

@@ -150,6 +150,7 @@ EXECUTION_VARIANTS = {  # every train: execution setting of identity.py, set awa
     "cudnn_benchmark": ["train.cudnn_benchmark=false"],
     "compile": ["train.compile=aot_eager"],
     "loggers": ["train.loggers=[tensorboard]"],  # scalars also written to TensorBoard event files
+    "log_every": ["train.log_every=1"],  # the meters read from the device every step
 }
 
 

@@ -39,7 +39,7 @@ from ltbench.results import code, safe_read
 DROPPED: frozenset[tuple[str, str]] = frozenset({
     ("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
     ("backbone", "weights"),  # where a pretrained backbone's weights file is; its sha256 is BACKBONE_IDENTITY
-    ("train", "threads"), ("train", "progress"),
+    ("train", "threads"), ("train", "progress"), ("train", "log_every"),
     # how the same computation is executed (equal up to float rounding of kernels)
     ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark"),
     # where scalars are also written (TensorBoard, W&B): not what is computed
@@ -50,7 +50,7 @@ DROPPED: frozenset[tuple[str, str]] = frozenset({
 # train.checkpoint_minutes: timed mid-epoch checkpoints; a resumed run replays the same batches.
 NORMALISED: dict[tuple[str, str], Any] = {("train", "num_workers"): 0, ("train", "checkpoint_minutes"): 0.0}
 # The core train: fields that change what a run computes or records (every train: field is declared here or above).
-TRAIN_COMPUTATION = frozenset({"precision", "eval_every", "augment_on"})
+TRAIN_COMPUTATION = frozenset({"precision", "eval_every", "augment_on", "augment_scheme"})
 DATA_IDENTITY = "data_identity"  # top-level config key: what identifies a dataset's files, when its options do not
 BACKBONE_IDENTITY = "backbone_identity"  # top-level config key: the sha256 of a pretrained backbone's weights file
 # Identities of files the user chooses (they may change without the recipe changing): never cached.

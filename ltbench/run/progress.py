@@ -66,8 +66,9 @@ def step_eta(beat: dict) -> float:
 
 def step_line(beat: dict) -> str:
     """'epoch 1/30 step 12/61 loss 2.0312 95 img/s ETA 3:10' from a worker's heartbeat (before an epoch ends)."""
+    loss = "–" if beat.get("loss") is None else f"{float(beat['loss']):.4f}"  # None: not read from the device yet
     return (f"epoch {int(beat['epoch'])}/{int(beat['epochs'])} step {int(beat['step'])}/{int(beat['steps'])} "
-            f"loss {float(beat['loss']):.4f} {float(beat['images_per_s']):.0f} img/s ETA {eta_text(step_eta(beat))}")
+            f"loss {loss} {float(beat['images_per_s']):.0f} img/s ETA {eta_text(step_eta(beat))}")
 
 
 def read_heartbeat(run_dir: Path, since: float | None = None) -> dict | None:

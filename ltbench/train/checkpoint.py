@@ -100,10 +100,13 @@ class CheckpointSaver:
                         log_lines=len(store.read_jsonl(self.log_path)), scaler=scaler)
 
     def after_step(self, run, optimizer, scaler, *, epoch: int, next_step: int, steps_in_epoch: int,
-                   iteration: int) -> None:
-        """The timed mid-epoch checkpoint (none at the epoch's last step: the epoch-end one follows)."""
+                   iteration: int, before_save: Callable[[], None] | None = None) -> None:
+        """The timed mid-epoch checkpoint (none at the epoch's last step: the epoch-end one follows).
+        ``before_save`` runs first when one is due (the engine checks there that no loss went non-finite)."""
         if self.minutes and time.monotonic() - self.last_save > 60 * self.minutes \
                 and next_step < steps_in_epoch and self.world == 1:
+            if before_save is not None:
+                before_save()
             self._save(run, optimizer, scaler, epoch, next_step, iteration)
             self.last_save = time.monotonic()
 

@@ -2,8 +2,9 @@
 
 To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
 ``CheckpointSaver.resume`` restores it (ltbench/train/checkpoint.py), then per epoch ``train_epoch`` (one
-``train_step`` per batch) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end
-checkpoint; finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
+``epoch_step`` per batch: ``train_step`` on the batch issued ahead, the meters on the device, the next batch
+issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end checkpoint;
+finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
 What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
 
 Determinism and resume: the sample order of epoch e comes from a generator seeded with (seed, e) and
@@ -40,13 +41,14 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ltbench.train import distributed
+from ltbench.train import distributed, feed
+from ltbench.train.meters import EpochMeter, first_non_finite_everywhere
 from ltbench.results import provenance, store
 from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
-from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
+from ltbench.config import BATCH_AUGMENT_SCHEME, EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
-from ltbench.errors import MethodContractError, NonFiniteLossError
+from ltbench.errors import ConfigError, MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.train.heartbeat import HEARTBEAT, PhaseBeat
 from ltbench.train.loggers import create_loggers
@@ -104,7 +106,16 @@ def prepare_for_device(run: Run, device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
     if cfg.compile != "off":
-        run.compiled = torch.compile(run.backbone, backend=cfg.compile)
+        compile_for_training(run, cfg.compile)
+
+
+def compile_for_training(run: Run, backend: str) -> None:
+    """train.compile: the backbone and the method's loss (its head, loss and their backward) through
+    ``torch.compile``, so that a step is a few fused kernels rather than hundreds of small ones (what a GPU
+    pays per launch: docs/performance.md). Not ``fullgraph``: a method's host-side code (an epoch switch, a
+    plugin's Python) becomes a graph break, not an error."""
+    run.compiled = torch.compile(run.backbone, backend=backend)
+    run.compiled_loss = torch.compile(run.method.loss, backend=backend)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -124,6 +135,7 @@ class Run:
     eval_sets: dict = field(default_factory=dict)  # source name -> (MultiView, labels); see eval_sources
     loader: Loader | None = None  # set by train(); evaluate() falls back to a worker-less one
     compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
+    compiled_loss: Callable | None = None  # torch.compile'd method.loss (train.compile), else None
     sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
     decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
@@ -644,10 +656,10 @@ def check_method_contract(method: Method, out, features: list[torch.Tensor], lab
             method.train(was_training)
 
 
-def non_finite_loss_message(loss: torch.Tensor, epoch: int, step: int, precision: str, method: str, lr: float) -> str:
+def non_finite_loss_message(loss: torch.Tensor | float, epoch: int, step: int, precision: str, method: str, lr: float) -> str:
     """Divergence once the model has been updated (lower optim.lr first); at the very first step, before any
     update, no learning rate is to blame yet and the method's loss is."""
-    where = f"non-finite loss ({loss.item()}) at epoch {epoch + 1}, step {step + 1}"
+    where = f"non-finite loss ({float(loss)}) at epoch {epoch + 1}, step {step + 1}"
     if epoch == 0 and step == 0:
         return (f"{where}, before any update: the loss of method '{method}' gives NaN or inf on a fresh model "
                 f"(log of 0, division by a zero count, an unbounded margin or scale); {CONTRACT_DOC}")
@@ -689,6 +701,9 @@ class Session:
     loggers: object = None  # ltbench.train.loggers.LoggerSet on rank 0 when train.loggers names any
     last_heartbeat: float = 0.0  # when progress.json was last written (ltbench.run.progress reads it)
     threads_from: str = ""  # which rule set the thread count (provenance.thread_count), for the numerics
+    # A context per part of a step ('copies', 'augment', 'step'): none in a run; benchmarks/gpu_launches.py
+    # passes its counter's, so it attributes launches without a copy of the loop.
+    phase: Callable = feed._no_phase
 
     @property
     def main(self) -> bool:
@@ -706,8 +721,20 @@ class Session:
                               enabled=precision != "fp32")
 
 
+def check_batch_scheme(spec: RunSpec) -> None:
+    """A batch run recorded under an earlier batched scheme (its config says so, or says nothing: scheme 1)
+    cannot be trained or resumed by this code: its augmentations would change under its id."""
+    train = spec.config.get("train") or {}
+    recorded = train.get("augment_scheme", 1)
+    if train.get("augment_on") == "batch" and recorded != BATCH_AUGMENT_SCHEME:
+        raise ConfigError(f"run {spec.run_id}: train.augment_scheme: made with batched augmentation scheme {recorded}, "
+                          f"this ltbench implements scheme {BATCH_AUGMENT_SCHEME}; run the recipe again (the run "
+                          f"gets a new id; docs/performance.md)")
+
+
 def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     """Threads, processes, device, then the run built from a seeded init, its optimiser and scaler."""
+    check_batch_scheme(spec)
     train_cfg = from_dict(TrainConfig, spec.config["train"], "train")
     rank, world = distributed.init_from_env()
     if rank != 0:
@@ -728,54 +755,10 @@ def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     return s
 
 
-class EpochMeter:
-    """Sums over one epoch's steps (loss, accuracy of the training logits, scalar extras), per image."""
-
-    def __init__(self):
-        self.sums = {"loss": 0.0, "correct": 0, "seen": 0}
-        self.extra: dict[str, float] = {}
-        self.t0 = time.perf_counter()
-
-    def add(self, out: dict, loss: torch.Tensor, labels: torch.Tensor) -> None:
-        n = len(labels)
-        self.sums["loss"] += loss.item() * n
-        self.sums["seen"] += n
-        if "logits" in out:
-            self.sums["correct"] += int((out["logits"].argmax(1) == labels).sum())
-        for key, value in out.items():
-            if key not in ("loss", "logits") and value.numel() == 1:
-                self.extra[key] = self.extra.get(key, 0.0) + float(value) * n
-
-    def show(self, bar) -> None:
-        if not bar.disable:  # refresh=False: the bar redraws at most every 0.1 s, in update()
-            sums = self.sums
-            rate = sums["seen"] / max(time.perf_counter() - self.t0, 1e-9)
-            bar.set_postfix(loss=f"{sums['loss'] / sums['seen']:.3f}",
-                            acc=f"{sums['correct'] / sums['seen']:.3f}", img_s=f"{rate:.0f}", refresh=False)
-        bar.update(1)
-
-    def all_reduce(self, world: int) -> None:
-        """Sum over processes (every process then holds the totals)."""
-        if world > 1:
-            extra_keys = sorted(self.extra)
-            totals = distributed.all_reduce_sum([self.sums["loss"], self.sums["correct"], self.sums["seen"]]
-                                                + [self.extra[k] for k in extra_keys])
-            self.sums = {"loss": totals[0], "correct": int(totals[1]), "seen": int(totals[2])}
-            self.extra = dict(zip(extra_keys, totals[3:]))
-
-    def row(self, epoch: int, lr: float) -> dict:
-        """The epoch's log.jsonl row (before any test metrics)."""
-        seconds = time.perf_counter() - self.t0
-        seen = max(self.sums["seen"], 1)
-        row = {"epoch": epoch + 1, "loss": self.sums["loss"] / seen, "train_acc": self.sums["correct"] / seen,
-               "lr": lr, "seconds": seconds, "images_per_s": self.sums["seen"] / max(seconds, 1e-9)}
-        row.update({k: v / seen for k, v in self.extra.items()})
-        return row
-
-
 def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
-    """One optimisation step on a batch already on the device: schedule, forward (all views through one backbone pass, so BatchNorm
-    sees them together), contract check at the first step, finiteness, backward, update."""
+    """One optimisation step on a batch already on the device: schedule, forward (all views through one backbone
+    pass, so BatchNorm sees them together), contract check at the first step, backward, update. Nothing here
+    reads a device value: the loss's finiteness is checked from the epoch's meter (``read_meter``)."""
     run, o = s.run, s.run.optim
     if o.micro_batch_size and o.micro_batch_size < len(labels):
         return accumulated_step(s, views, labels, epoch, step)
@@ -784,19 +767,12 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
     with s.autocast():
         batch = views[0] if len(views) == 1 else torch.cat(views)  # one view: no copy
         features = backbone_features(run, batch).float().split(len(labels))
-        out = run.method.loss(list(features), labels, epoch=epoch)
+        out = (run.compiled_loss or run.method.loss)(list(features), labels, epoch=epoch)
     if not s.contract_checked:
         check_method_contract(run.method, out, list(features), labels)
         s.contract_checked = True
-    loss = out["loss"]
-    finite = bool(torch.isfinite(loss))
-    if s.world > 1:  # every process stops together, or the others would wait forever
-        finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
-    if not finite:
-        raise NonFiniteLossError(non_finite_loss_message(loss, epoch, step, run.train.precision,
-                                                         s.spec.config["method"]["name"], o.lr))
     s.optimizer.zero_grad(set_to_none=True)
-    s.scaler.scale(loss).backward()  # the scaler is a pass-through unless precision is fp16
+    s.scaler.scale(out["loss"]).backward()  # the scaler is a pass-through unless precision is fp16
     if s.world > 1:
         distributed.average_gradients(run.model.parameters())
     s.scaler.step(s.optimizer)
@@ -808,7 +784,9 @@ def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoc
 def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
     """``train_step`` with gradient accumulation (optim.micro_batch_size, LIFT's): the batch goes through
     forward and backward in chunks, each chunk's loss weighted by its share of the batch, then one
-    optimiser step. What it returns reads as one batch: the weighted loss and extras, the chunks' logits."""
+    optimiser step. What it returns reads as one batch: the weighted loss and extras, the chunks' logits. As
+    in ``train_step`` nothing reads a device value: a non-finite chunk makes the weighted loss non-finite,
+    which the epoch's meter finds (``read_meter``)."""
     run, o = s.run, s.run.optim
     for group, base in zip(s.optimizer.param_groups, s.base_lrs):
         group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
@@ -819,16 +797,10 @@ def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor
         size = chunk.stop - chunk.start
         with s.autocast():
             features = backbone_features(run, torch.cat([v[chunk] for v in views])).float().split(size)
-            out = run.method.loss(list(features), labels[chunk], epoch=epoch)
+            out = (run.compiled_loss or run.method.loss)(list(features), labels[chunk], epoch=epoch)
         if not s.contract_checked:
             check_method_contract(run.method, out, list(features), labels[chunk])
             s.contract_checked = True
-        finite = bool(torch.isfinite(out["loss"]))
-        if s.world > 1:  # every process stops together, as in train_step
-            finite = distributed.all_reduce_sum([float(not finite)])[0] == 0
-        if not finite:
-            raise NonFiniteLossError(non_finite_loss_message(out["loss"], epoch, step, run.train.precision,
-                                                             s.spec.config["method"]["name"], o.lr))
         s.scaler.scale(out["loss"] * (size / n)).backward()
         outs.append((size / n, out))
     if s.world > 1:
@@ -845,59 +817,120 @@ def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor
 
 def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps: int) -> None:
     """At most once a second, where the epoch is: a launcher shows it before the first epoch ends
-    (``ltbench.run.progress``), so a long first epoch is not minutes of silence."""
+    (``ltbench.run.progress``), so a long first epoch is not minutes of silence. The loss is the meter's as
+    of its last read (every train.log_every steps), so the heartbeat never makes the host wait for the GPU."""
     now = time.monotonic()
     if not s.main or (now - s.last_heartbeat < 1.0 and steps_done < steps):
         return
     s.last_heartbeat = now
-    seen, seconds = max(meter.sums["seen"], 1), time.perf_counter() - meter.t0
+    seen, seconds = meter.sums["seen"], time.perf_counter() - meter.t0
     beat = {"epoch": epoch + 1, "epochs": s.run.optim.epochs, "step": steps_done, "steps": steps,
-            "loss": meter.sums["loss"] / seen, "images_per_s": meter.sums["seen"] / max(seconds, 1e-9),
-            "seconds": seconds}
+            "loss": meter.sums["loss"] / seen if seen else None,  # None: no read yet this epoch
+            "images_per_s": meter.images / max(seconds, 1e-9), "seconds": seconds}
     path = Path(s.spec.run_dir) / HEARTBEAT
     tmp = path.with_name(HEARTBEAT + ".tmp")  # replaced, not fsynced: a lost beat costs nothing
     tmp.write_text(json.dumps(beat))
     os.replace(tmp, path)
 
 
-def to_device(images, device: torch.device):
-    if isinstance(images, list):
-        return [im.to(device, non_blocking=True) for im in images]
-    return images.to(device, non_blocking=True)
+to_device = feed.to_device  # engine.to_device stays importable (benchmarks)
 
 
 def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.device) -> list[torch.Tensor]:
     """train.augment_on: batch: every view of the batch from its uint8 images, on the training device, each
-    sample's draws seeded by its key's seed (run seed, epoch, index), so they do not depend on the batch."""
-    seeds = torch.tensor([key[2] for key in batch_keys], dtype=torch.int64, device=device)
+    sample's draws seeded by its key's seed (run seed, epoch, index), so they do not depend on the batch. The
+    seeds travel through pinned memory, non-blocking (``feed.seeds_on_device``)."""
+    seeds = feed.seeds_on_device(batch_keys, device)
     if run.decode_on_device:  # encoded files (a list, or stacked rows when all have one length) -> uint8 on device
         images = device_decode.decode_batch(list(images), device)
     return [pipeline(images, seeds, view=v) for v, pipeline in enumerate(run.device_views)]
 
 
-def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver) -> EpochMeter:
-    """The epoch's training steps from ``start_step`` on (a resumed epoch skips the steps it did)."""
+@dataclass
+class EpochLoop:
+    """What the steps of one epoch share: where it is, the meter on the device, the progress bar, the
+    checkpoint saver, the feeder and the batch it has issued ahead (see ``epoch_step``)."""
+
+    epoch: int
+    steps: int  # batches in the epoch
+    meter: EpochMeter
+    bar: object
+    saver: CheckpointSaver
+    feeder: feed.Feeder
+    upcoming: feed.DeviceBatch | None = None
+
+
+def begin_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver) -> EpochLoop:
+    """Set the epoch up from ``start_step`` on (a resumed epoch skips the steps it did) and issue its first
+    batch to the device."""
     run, o = s.run, s.run.optim
     run.model.train()
     run.method.on_epoch_start(epoch)
     batches = sampled_batches(run, s.seed, epoch)
-    meter = EpochMeter()
-    bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
-    for step, ((views, labels), batch_keys) in enumerate(zip(run.loader.run(keys), keys), start_step):
-        views = views if run.decode_on_device else [to_device(v, s.device) for v in views]  # nvJPEG reads host bytes
-        labels = labels.to(s.device, non_blocking=True)
-        if run.device_views is not None:
-            views = augment_on_device(run, views[0], batch_keys, s.device)
-        out = train_step(s, views, labels, epoch, step)
-        meter.add(out, out["loss"], labels)
-        meter.show(bar)
-        heartbeat(s, meter, epoch, step + 1, len(batches))
-        saver.after_step(run, s.optimizer, s.scaler, epoch=epoch, next_step=step + 1, steps_in_epoch=len(batches),
-                         iteration=s.iteration)
-    bar.close()
-    meter.all_reduce(s.world)
-    return meter
+    build = None if run.device_views is None else (lambda images, k: augment_on_device(run, images, k, s.device))
+    feeder = feed.Feeder(zip(run.loader.run(keys), keys), s.device, build, run.decode_on_device, s.phase)
+    bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
+    loop = EpochLoop(epoch, len(batches), EpochMeter(s.device, len(batches) - start_step, start_step), bar, saver,
+                     feeder)
+    loop.upcoming = feeder.prepare()
+    return loop
+
+
+def epoch_step(s: Session, loop: EpochLoop, step: int) -> None:
+    """The whole of one step of ``train_epoch`` (benchmarks/gpu_launches.py counts this function): train on
+    the batch issued ahead, add to the meter on the device, issue the next batch's copy and augmentation (a
+    side stream on CUDA, so they overlap this step), then the host's bookkeeping. No host-device sync, except
+    the meter's read every train.log_every steps and before a checkpoint."""
+    views, labels = loop.feeder.take(loop.upcoming)
+    with s.phase("step"):
+        out = train_step(s, views, labels, loop.epoch, step)
+        loop.meter.add(out, out["loss"], labels)
+    loop.upcoming = loop.feeder.prepare()
+    done, log_every = step + 1, s.run.train.log_every
+    fresh = done < loop.steps and log_every > 0 and (done - loop.meter.first_step) % log_every == 0
+    if fresh:
+        read_meter(s, loop)
+    loop.meter.show(loop.bar, fresh)
+    heartbeat(s, loop.meter, loop.epoch, done, loop.steps)
+    loop.saver.after_step(s.run, s.optimizer, s.scaler, epoch=loop.epoch, next_step=done, steps_in_epoch=loop.steps,
+                          iteration=s.iteration, before_save=lambda: read_meter(s, loop))
+
+
+def read_meter(s: Session, loop: EpochLoop, agree: bool = True) -> None:
+    """Bring the meter's sums to the host (one sync) and stop the run if a loss since the epoch began was not
+    finite, naming the step where it first was: a diverged update is never logged, checkpointed or reported as
+    healthy. ``agree``: every process stops together (a collective, so all processes must read here)."""
+    bad = loop.meter.read()
+    if agree:
+        bad = first_non_finite_everywhere(bad, s.world)
+    if bad is not None:
+        step, value = bad
+        raise NonFiniteLossError(non_finite_loss_message(value, loop.epoch, step, s.run.train.precision,
+                                                         s.spec.config["method"]["name"], s.run.optim.lr))
+
+
+def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver) -> EpochMeter:
+    """The epoch's training steps from ``start_step`` on, then the meter read once (summed over processes).
+    If a step raises after a loss already went non-finite, the non-finite loss is the error reported."""
+    loop = begin_epoch(s, epoch, start_step, saver)
+    try:
+        for step in range(start_step, loop.steps):
+            epoch_step(s, loop, step)
+    except NonFiniteLossError:
+        raise
+    except Exception:
+        bad = None
+        with contextlib.suppress(Exception):  # a broken device cannot be read: the original error stands
+            bad = loop.meter.read()
+        if bad is not None:
+            read_meter(s, loop, agree=False)  # raises NonFiniteLossError, chained to the original error
+        raise
+    finally:
+        loop.bar.close()
+    read_meter(s, loop)
+    loop.meter.all_reduce(s.world)
+    return loop.meter
 
 
 def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:

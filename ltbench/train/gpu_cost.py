@@ -40,7 +40,10 @@ DEVICE = torch.device("meta")  # what an emulated tensor reports as its device (
 
 # Output size depends on the values: the host must wait for the device to know it.
 DATA_DEPENDENT = frozenset({"nonzero", "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive",
-                            "masked_select", "is_nonzero", "equal", "_local_scalar_dense"})
+                            "masked_select", "is_nonzero", "equal", "_local_scalar_dense",
+                            "bincount"})  # CUDA's bincount reads the largest value on the host to size its output
+# Ops that refuse a host tensor among device ones even when it is 0-dim (TensorIterator ops accept those).
+WHOLE_TENSOR_INPUTS = frozenset({"cat", "stack"})
 # No kernel runs: memory is only reserved, or the op is a no-op on its input.
 NO_KERNEL = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh",
                        "_to_copy_noop", "detach", "alias", "set_", "resize_", "_local_scalar_dense"})
@@ -171,8 +174,8 @@ class _Dispatch(TorchDispatchMode):
                         else "output size depends on the data", name)
         if on_device and name in INDEXING:
             self._indexing(name, args)
-        elif on_device and any(isinstance(t, torch.Tensor) and not isinstance(t, OnDevice) and t.dim() > 0
-                               for t in flat):
+        elif on_device and any(isinstance(t, torch.Tensor) and not isinstance(t, OnDevice)
+                               and (t.dim() > 0 or name in WHOLE_TENSOR_INPUTS) for t in flat):
             c.mixups[(name, project_site())] += 1
         if out_on_device and not func.is_view and name not in NO_KERNEL:
             c.launches[(c.current, name)] += 1
