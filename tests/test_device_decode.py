@@ -8,7 +8,8 @@ import pytest
 import torch
 from torchvision.io import encode_jpeg, encode_png
 
-from ltbench.data.device_decode import EncodedFiles, decode_batch, decode_cpu, is_jpeg, uses_device_decode
+from ltbench.data.device_decode import (DecodeStats, EncodedFiles, decode_batch, decode_cpu, is_jpeg,
+                                        uses_device_decode)
 from ltbench.data.splitlist import FileImages
 from ltbench.errors import DataMissingError
 
@@ -58,23 +59,71 @@ def test_jpegs_go_to_the_device_decoder_in_one_call_and_the_rest_to_the_cpu(tmp_
         assert torch.equal(out[i], files[i][0])
 
 
-def test_a_failing_device_decoder_falls_back_to_the_cpu_with_one_warning(tmp_path):
-    files = write_files(tmp_path, ["jpeg", "jpeg"])
-    batch = [EncodedFiles(files)[i][0] for i in range(2)]
+def jpeg_bytes(n: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    return [encode_jpeg(torch.randint(0, 256, (3, 16 + i, 24 - i), dtype=torch.uint8, generator=gen), quality=90)
+            for i in range(n)]
 
-    def broken(jpegs):
-        raise RuntimeError("nvjpeg: unsupported")
 
+class RefusingDecoder:
+    """Stands for nvJPEG on a CPU: decodes like the CPU (flipped, so the test sees who decoded what) and
+    raises, like torchvision does, on any call that contains one of the ``refused`` files."""
+
+    def __init__(self, refused: list[torch.Tensor] = (), refuse_all: bool = False):
+        self.refused, self.refuse_all, self.calls = list(refused), refuse_all, []
+
+    def __call__(self, jpegs):
+        assert jpegs, "the device decoder is never called with no file"
+        self.calls.append(len(jpegs))
+        if self.refuse_all or any(torch.equal(j, r) for j in jpegs for r in self.refused if len(j) == len(r)):
+            raise RuntimeError("Error while decoding JPEG images: Unknown chroma subsampling")
+        return [decode_cpu(j).flip(-1) for j in jpegs]
+
+
+@pytest.fixture
+def fresh_warnings():
     from ltbench.data import device_decode
 
     device_decode._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=broken)
-        decode_batch(batch, torch.device("cpu"), jpeg_decoder=broken)
-    assert [torch.equal(o, files[i][0]) for i, o in enumerate(out)] == [True, True]
-    messages = [str(w.message) for w in caught if "decoding JPEGs" in str(w.message)]
-    assert len(messages) == 1 and "nvjpeg: unsupported" in messages[0]
+        yield caught
+    device_decode._warned.clear()
+
+
+def test_only_the_refused_files_go_to_the_cpu(fresh_warnings):
+    """One file nvJPEG refuses no longer sends the batch to the CPU: the batch is split in halves down to
+    that file (1 + 2 log2(16) = 9 calls for one bad file among 16), counted, with one warning."""
+    batch = jpeg_bytes(16)
+    decoder = RefusingDecoder([batch[5]])
+    stats = DecodeStats()
+    out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=decoder, stats=stats)
+    for i, (data, image) in enumerate(zip(batch, out)):
+        assert torch.equal(image, decode_cpu(data) if i == 5 else decode_cpu(data).flip(-1)), i
+    assert decoder.calls == [16, 8, 4, 4, 2, 1, 1, 2, 8]  # depth first: halves with the bad file split on
+    assert (stats.fallbacks, stats.not_jpeg, stats.device_calls, stats.device_off) == (1, 0, 9, False)
+    two_bad = RefusingDecoder([batch[0], batch[15]])
+    out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=two_bad, stats=stats)
+    assert [torch.equal(image, decode_cpu(data)) for data, image in zip(batch, out)] == [i in (0, 15) for i in range(16)]
+    assert stats.fallbacks == 3 and len(two_bad.calls) == 15
+    assert stats.take_epoch() == {"decode_fallbacks": 3, "decode_not_jpeg": 0}
+    assert stats.take_epoch() == {"decode_fallbacks": 0, "decode_not_jpeg": 0}  # per epoch
+    messages = [str(w.message) for w in fresh_warnings if "refused" in str(w.message)]
+    assert len(messages) == 1 and "Unknown chroma subsampling" in messages[0] and "decode_fallbacks" in messages[0]
+
+
+def test_a_decoder_that_refuses_every_file_is_given_up(fresh_warnings, tmp_path):
+    """A batch refused file by file means the decoder is broken (an old driver), not the files: the CPU
+    decodes everything from then on, without asking the device again; every such JPEG is a fallback."""
+    files = write_files(tmp_path, ["jpeg", "png", "jpeg", "jpeg"])
+    batch = [EncodedFiles(files)[i][0] for i in range(4)]
+    decoder, stats = RefusingDecoder(refuse_all=True), DecodeStats()
+    for _ in range(2):
+        out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=decoder, stats=stats)
+        assert all(torch.equal(image, files[i][0]) for i, image in enumerate(out))
+    assert decoder.calls == [3, 1, 2, 1, 1]  # the first batch only
+    assert stats.device_off and stats.take_epoch() == {"decode_fallbacks": 6, "decode_not_jpeg": 2}
+    assert any("rest of this run" in str(w.message) for w in fresh_warnings)
 
 
 def test_a_missing_file_names_its_list_line(tmp_path):

@@ -106,6 +106,7 @@ class Run:
     sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
     decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
+    decode_stats: device_decode.DecodeStats = field(default_factory=device_decode.DecodeStats)  # log: decode_*
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -725,8 +726,8 @@ def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.d
     """train.augment_on: batch: every view of the batch from its uint8 images, on the training device, each
     sample's draws seeded by its key's seed (run seed, epoch, index), so they do not depend on the batch."""
     seeds = torch.tensor([key[2] for key in batch_keys], dtype=torch.int64, device=device)
-    if run.decode_on_device:  # encoded files (a list, or stacked rows when all have one length) -> uint8 on device
-        images = device_decode.decode_batch(list(images), device)
+    if run.decode_on_device and device_decode.is_encoded(images):  # files' bytes (not decoded ahead) -> uint8
+        images = device_decode.decode_batch(list(images), device, stats=run.decode_stats)
     return [pipeline(images, seeds, view=v) for v, pipeline in enumerate(run.device_views)]
 
 
@@ -739,7 +740,10 @@ def train_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     meter = EpochMeter()
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
-    for step, ((views, labels), batch_keys) in enumerate(zip(run.loader.run(keys), keys), start_step):
+    loaded = run.loader.run(keys)
+    if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
+        loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
+    for step, ((views, labels), batch_keys) in enumerate(zip(loaded, keys), start_step):
         views = views if run.decode_on_device else [to_device(v, s.device) for v in views]  # nvJPEG reads host bytes
         labels = labels.to(s.device, non_blocking=True)
         if run.device_views is not None:
@@ -760,6 +764,8 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     the final evaluation follows); logged by rank 0 and reported."""
     run, o = s.run, s.run.optim
     row = meter.row(epoch, s.optimizer.param_groups[0]["lr"])
+    if run.decode_on_device:  # files decoded on the CPU instead of the device this epoch (device_decode)
+        row.update(run.decode_stats.take_epoch(distributed.all_reduce_sum))
     if run.eval.select == "best_val":
         track_best_val(s, row, epoch)
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
