@@ -203,40 +203,40 @@ def np_bytes(path: Path) -> torch.Tensor:
 
 
 def ahead_table(paths: list[Path], rounds: int, batch: int = 16, batches: int = 8) -> None:
-    """Seconds for ``batches`` steps of (decode a batch, then a training-step stand-in of about the same CPU
-    time in this thread), decoding in the loop against ``decode_ahead`` (the next batch in a background
-    thread). With a free core the second approaches max(decode, step) instead of their sum."""
+    """Wall and CPU seconds for ``batches`` steps of (decode a batch, then a training-step stand-in of about
+    the same CPU time in this thread), decoding in the loop against ``decode_ahead`` (the next batch in a
+    background thread). With a free core the wall time approaches max(decode, step) instead of their sum;
+    the CPU time says what the thread costs (nothing, if the two modes agree)."""
     from ltbench.data.device_decode import decode_ahead, decode_batch
 
     cpu = torch.device("cpu")
     encoded = [[np_bytes(p) for p in paths[i % 2 * batch:][:batch]] for i in range(batches)]
     loader = lambda: (([b], torch.zeros(len(b))) for b in encoded)  # noqa: E731
-    t0 = time.perf_counter()
-    decode_batch(encoded[0], cpu)
-    decode_s = time.perf_counter() - t0
+    decode_cpu_s = cpu_seconds(lambda: decode_batch(encoded[0], cpu))
     weights = torch.randn(384, 384)
-    reps = max(1, int(decode_s / max(timed(lambda: weights @ weights), 1e-6)))
+    reps = max(1, round(decode_cpu_s / max(cpu_seconds(lambda: [weights @ weights for _ in range(10)]) / 10, 1e-6)))
     step = lambda: [weights @ weights for _ in range(reps)]  # noqa: E731
-    results: dict[str, list[float]] = {"in the loop": [], "decode_ahead": []}
+    results: dict[str, list[tuple[float, float]]] = {"in the loop": [], "decode_ahead": []}
     for r in range(rounds):
         for mode in (list(results) if r % 2 == 0 else list(reversed(results))):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             batches_in = (([decode_batch(v[0], cpu)], y) for v, y in loader()) if mode == "in the loop" \
                 else decode_ahead(loader(), cpu)
             for _ in batches_in:
                 step()
-            results[mode].append(time.perf_counter() - t0)
-    loop, ahead = (statistics.median(v) for v in results.values())
-    print(f"\n{batches} steps of (decode {batch} JPEGs, then a {decode_s * 1e3:.0f} ms step stand-in), "
-          f"1 torch thread, median of {rounds} alternating rounds:")
-    print(f"  decoding in the loop {loop:.2f} s, decode_ahead {ahead:.2f} s: {loop / ahead:.2f}x "
-          f"(2x is the ceiling: decode and step equally long, on two free cores)")
+            results[mode].append((time.perf_counter() - t0, time.process_time() - c0))
+    (loop, loop_cpu), (ahead, ahead_cpu) = ((statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+                                            for v in results.values())
+    print(f"\n{batches} steps of (decode {batch} JPEGs, then a step stand-in of the same CPU time, "
+          f"{decode_cpu_s * 1e3:.0f} ms), 1 torch thread, median of {rounds} alternating rounds:")
+    print(f"  in the loop: {loop:.2f} s wall, {loop_cpu:.2f} s CPU; decode_ahead: {ahead:.2f} s wall, {ahead_cpu:.2f} s "
+          f"CPU; wall ratio {loop / ahead:.2f}x (ceiling 2x, reached only with a free core for the thread)")
 
 
-def timed(f) -> float:
-    t0 = time.perf_counter()
+def cpu_seconds(f) -> float:
+    c0 = time.process_time()
     f()
-    return time.perf_counter() - t0
+    return time.process_time() - c0
 
 
 if __name__ == "__main__":
