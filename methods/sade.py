@@ -30,7 +30,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from PIL import ImageFilter
 from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as TF
 
 from ltbench.config import added_later, check_range, check_views
 from ltbench.data import batch_augment as B
@@ -304,52 +303,49 @@ def sade_train(spec: ImageSpec):
 # -- the same views on whole batches (train.augment_on: batch) ----------------------------------------
 
 
-def _rotation(degrees: float):
-    """v2.RandomRotation(degrees) per sample: angle uniform in [-degrees, degrees], nearest, zero fill."""
-    def step(b) -> None:
-        angle = b.rng.uniform("rotate", -degrees, degrees)
-        b.record("rotate", angle)
-        b.images = B.AUTO_OPS["Rotate"](b.images, angle)  # torchvision's rotate(img, angle)
-
-    return step
-
-
-def _resized_crop(size: int, scale: tuple[float, float]):
-    """v2.RandomResizedCrop(size, scale) per sample (``batch_augment.random_resized_crop`` has scale 0.08-1)."""
-    def step(b) -> None:
-        sizes = [torch.tensor([im.shape[-2] for im in b.images]), torch.tensor([im.shape[-1] for im in b.images])]
-        boxes = B.resized_crop_boxes(b.rng, *(s.to(b.rng.device) for s in sizes), scale=scale)
-        b.record("rrc", boxes)
-        if isinstance(b.images, torch.Tensor) and bool(((boxes[:, 2] <= size) & (boxes[:, 3] <= size)).all()):
-            b.images = B.resize_boxes_up(b.images, boxes, size)
-            return
-        b.images = torch.stack([TF.resized_crop(im, *[int(v) for v in box], [size, size], antialias=True)
-                                for im, box in zip(b.images, boxes.cpu())])
-
-    return step
-
-
-def _gaussian_blur(p: float, sigma: tuple[float, float] = (0.1, 2.0)):
-    """With probability p per sample, a Gaussian blur of σ ~ U(0.1, 2): separable, radius 6 (3 σ at most),
-    edges replicated: what PIL's GaussianBlur(radius=σ) in the per-image view approximates by box blurs
-    (on random 32 x 32 images the two differ by about one grey level on average, at most 32 at σ 2). Blurs
-    every sample and keeps the chosen: no data-dependent shapes, so no host-device sync."""
-
+def _rotation(degrees: float) -> B.Step:
+    """v2.RandomRotation(degrees) per sample: angle uniform in [-degrees, degrees], nearest, zero fill; the
+    inverse matrix torchvision's rotate builds (about the centre), as a per-sample warp (no host sync)."""
     def step(b) -> None:
         x = b.images
-        n, c, h, w = x.shape
+        angle = b.rng.uniform("rotate", -degrees, degrees)
+        b.record("rotate", angle)
+        r = torch.deg2rad(-angle.to(torch.float64))  # rotate(img, a) inverts the rotation by -a
+        c, s, z = torch.cos(r), torch.sin(r), torch.zeros_like(r)
+        matrix = torch.stack([c, s, z, -s, c, z], 1).to(torch.float32).view(-1, 2, 3)
+        h, w = x.shape[-2:]
+        half = B.ops.device_constant(("rotation half size", h, w), x.device,  # made once per device
+                                     lambda: torch.tensor([[0.5 * w], [0.5 * h]], dtype=torch.float32))
+        b.images = B.ops.warp(x, (matrix / half).view(-1, 6))  # batch_ops.affine_theta, per sample
+
+    return B.Step(step, ("rotate",))
+
+
+def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """Separable Gaussian blur of uint8 images, σ per sample, radius 6, edges replicated, as 13 shifted
+    multiply-adds per axis (no convolution: cuDNN may run one in TF32, and the result would depend on the
+    device)."""
+    n, c, h, w = x.shape
+    offsets = torch.arange(-6, 7, device=x.device, dtype=torch.float32)
+    kernel = torch.exp(-offsets[None] ** 2 / (2 * sigma[:, None] ** 2))
+    kernel = (kernel / kernel.sum(1, keepdim=True)).view(n, 13, 1, 1, 1).unbind(1)
+    padded = F.pad(x.to(torch.float32), (6, 6, 6, 6), mode="replicate")
+    rows = sum(kernel[t] * padded[:, :, t:t + h, :] for t in range(13))
+    out = sum(kernel[t] * rows[:, :, :, t:t + w] for t in range(13))
+    return out.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def _gaussian_blur(p: float, sigma: tuple[float, float] = (0.1, 2.0)) -> B.Step:
+    """With probability p per sample, a Gaussian blur of σ ~ U(0.1, 2) (``_blur``): what PIL's
+    GaussianBlur(radius=σ) in the per-image view approximates by box blurs (on random 32 x 32 images the two
+    differ by about one grey level on average, at most 32 at σ 2)."""
+
+    def step(b) -> None:
         applied, s = b.rng.chance("blur.apply", p), b.rng.uniform("blur.sigma", *sigma)
         b.record("blur", (applied, s))
-        offsets = torch.arange(-6, 7, device=x.device, dtype=torch.float32)
-        kernel = torch.exp(-offsets[None] ** 2 / (2 * s[:, None] ** 2))
-        kernel = (kernel / kernel.sum(1, keepdim=True)).repeat_interleave(c, 0)  # (N * C, 13)
-        flat = F.pad(x.to(torch.float32).reshape(1, n * c, h, w), (6, 6, 6, 6), mode="replicate")
-        flat = F.conv2d(flat, kernel.view(n * c, 1, 13, 1), groups=n * c)
-        flat = F.conv2d(flat, kernel.view(n * c, 1, 1, 13), groups=n * c)
-        blurred = flat.view(n, c, h, w).round_().clamp_(0, 255).to(torch.uint8)
-        b.images = torch.where(applied.view(-1, 1, 1, 1), blurred, x)
+        b.images = B.ops.choose(applied, _blur, b.images, s, out=b.images)
 
-    return step
+    return B.Step(step, ("blur.apply", "blur.sigma"))
 
 
 @BATCH_PIPELINES.register("sade_test_time")
@@ -357,7 +353,7 @@ def sade_test_time_batch(spec: ImageSpec):
     """``sade_test_time`` on a whole batch: the same steps and distributions (docs/performance.md: batched
     views are the same augmentation, not the same random numbers)."""
     large = spec.kind == "large"
-    crop = _resized_crop(spec.size, (0.2, 1.0)) if large else B.random_crop(spec.size, 4)
+    crop = B.random_resized_crop(spec.size, (0.2, 1.0)) if large else B.random_crop(spec.size, 4)
     if spec.channels == 1:
         colour = [B.color_jitter(v2.ColorJitter(0.4, 0.4), 0.8)]
     else:

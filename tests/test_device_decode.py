@@ -1,6 +1,7 @@
 """Decoding on the training device (ltbench/data/device_decode.py): the CPU fallback and the routing are
 tested here; nvJPEG itself in tests/test_gpu.py (``pytest -m gpu``)."""
 
+import threading
 import warnings
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 import torch
 from torchvision.io import encode_jpeg, encode_png
 
-from ltbench.data.device_decode import EncodedFiles, decode_batch, decode_cpu, is_jpeg, uses_device_decode
+from ltbench.data.device_decode import (DecodeStats, EncodedFiles, decode_batch, decode_cpu, is_jpeg,
+                                        uses_device_decode)
 from ltbench.data.splitlist import FileImages
 from ltbench.errors import DataMissingError
 
@@ -58,23 +60,71 @@ def test_jpegs_go_to_the_device_decoder_in_one_call_and_the_rest_to_the_cpu(tmp_
         assert torch.equal(out[i], files[i][0])
 
 
-def test_a_failing_device_decoder_falls_back_to_the_cpu_with_one_warning(tmp_path):
-    files = write_files(tmp_path, ["jpeg", "jpeg"])
-    batch = [EncodedFiles(files)[i][0] for i in range(2)]
+def jpeg_bytes(n: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    return [encode_jpeg(torch.randint(0, 256, (3, 16 + i, 24 - i), dtype=torch.uint8, generator=gen), quality=90)
+            for i in range(n)]
 
-    def broken(jpegs):
-        raise RuntimeError("nvjpeg: unsupported")
 
+class RefusingDecoder:
+    """Stands for nvJPEG on a CPU: decodes like the CPU (flipped, so the test sees who decoded what) and
+    raises, like torchvision does, on any call that contains one of the ``refused`` files."""
+
+    def __init__(self, refused: list[torch.Tensor] = (), refuse_all: bool = False, mark: bool = True):
+        self.refused, self.refuse_all, self.mark, self.calls = list(refused), refuse_all, mark, []
+
+    def __call__(self, jpegs):
+        assert jpegs, "the device decoder is never called with no file"
+        self.calls.append(len(jpegs))
+        if self.refuse_all or any(torch.equal(j, r) for j in jpegs for r in self.refused if len(j) == len(r)):
+            raise RuntimeError("Error while decoding JPEG images: Unknown chroma subsampling")
+        return [decode_cpu(j).flip(-1) if self.mark else decode_cpu(j) for j in jpegs]
+
+
+@pytest.fixture
+def fresh_warnings():
     from ltbench.data import device_decode
 
     device_decode._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=broken)
-        decode_batch(batch, torch.device("cpu"), jpeg_decoder=broken)
-    assert [torch.equal(o, files[i][0]) for i, o in enumerate(out)] == [True, True]
-    messages = [str(w.message) for w in caught if "decoding JPEGs" in str(w.message)]
-    assert len(messages) == 1 and "nvjpeg: unsupported" in messages[0]
+        yield caught
+    device_decode._warned.clear()
+
+
+def test_only_the_refused_files_go_to_the_cpu(fresh_warnings):
+    """One file nvJPEG refuses no longer sends the batch to the CPU: the batch is split in halves down to
+    that file (1 + 2 log2(16) = 9 calls for one bad file among 16), counted, with one warning."""
+    batch = jpeg_bytes(16)
+    decoder = RefusingDecoder([batch[5]])
+    stats = DecodeStats()
+    out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=decoder, stats=stats)
+    for i, (data, image) in enumerate(zip(batch, out)):
+        assert torch.equal(image, decode_cpu(data) if i == 5 else decode_cpu(data).flip(-1)), i
+    assert decoder.calls == [16, 8, 4, 4, 2, 1, 1, 2, 8]  # depth first: halves with the bad file split on
+    assert (stats.fallbacks, stats.not_jpeg, stats.device_calls, stats.device_off) == (1, 0, 9, False)
+    two_bad = RefusingDecoder([batch[0], batch[15]])
+    out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=two_bad, stats=stats)
+    assert [torch.equal(image, decode_cpu(data)) for data, image in zip(batch, out)] == [i in (0, 15) for i in range(16)]
+    assert stats.fallbacks == 3 and len(two_bad.calls) == 15
+    assert stats.take_epoch() == {"decode_fallbacks": 3, "decode_not_jpeg": 0}
+    assert stats.take_epoch() == {"decode_fallbacks": 0, "decode_not_jpeg": 0}  # per epoch
+    messages = [str(w.message) for w in fresh_warnings if "refused" in str(w.message)]
+    assert len(messages) == 1 and "Unknown chroma subsampling" in messages[0] and "decode_fallbacks" in messages[0]
+
+
+def test_a_decoder_that_refuses_every_file_is_given_up(fresh_warnings, tmp_path):
+    """A batch refused file by file means the decoder is broken (an old driver), not the files: the CPU
+    decodes everything from then on, without asking the device again; every such JPEG is a fallback."""
+    files = write_files(tmp_path, ["jpeg", "png", "jpeg", "jpeg"])
+    batch = [EncodedFiles(files)[i][0] for i in range(4)]
+    decoder, stats = RefusingDecoder(refuse_all=True), DecodeStats()
+    for _ in range(2):
+        out = decode_batch(batch, torch.device("cpu"), jpeg_decoder=decoder, stats=stats)
+        assert all(torch.equal(image, files[i][0]) for i, image in enumerate(out))
+    assert decoder.calls == [3, 1, 2, 1, 1]  # the first batch only
+    assert stats.device_off and stats.take_epoch() == {"decode_fallbacks": 6, "decode_not_jpeg": 2}
+    assert any("rest of this run" in str(w.message) for w in fresh_warnings)
 
 
 def test_a_missing_file_names_its_list_line(tmp_path):
@@ -120,3 +170,108 @@ def test_engine_decodes_encoded_batches_into_the_same_views(tmp_path, monkeypatc
     assert len(views[True]) == 2 and views[True][0].shape == (4, 3, 224, 224)
     for a, b in zip(views[False], views[True]):
         assert torch.equal(a, b)
+
+
+def seeded_loader(batches: list[list[torch.Tensor]], events: list):
+    """Stands for the loader without workers: loading a batch reseeds torch's CPU generator, as
+    SeededSamples does per sample, so a lookahead would change the random state a step sees."""
+    for k, encoded in enumerate(batches):
+        torch.random.default_generator.manual_seed(100 + k)
+        events.append(("load", k))
+        yield [encoded], torch.full((len(encoded),), k)
+
+
+def consume(batches, events: list) -> list[tuple]:
+    """What a training step keeps of each batch: the labels, the decoded images, a CPU random draw."""
+    out = []
+    for k, (views, labels) in enumerate(batches):
+        events.append(("train", k))
+        out.append((labels, views[0], torch.rand(4)))
+    return out
+
+
+def test_decode_ahead_hands_over_the_same_batches_and_random_state(tmp_path, monkeypatch):
+    """Decoding batch k+1 in a background thread while batch k trains changes nothing the step sees: the
+    same images in the same order and the same CPU random state as decoding in the loop. Batch k+1 is
+    loaded (in this thread) before batch k is handed over, and decoded in the 'ltbench-decode' thread."""
+    from ltbench.data import device_decode
+
+    files = write_files(tmp_path, ["jpeg", "png", "jpeg"])
+    batches = [jpeg_bytes(5)[:3], [EncodedFiles(files)[i][0] for i in range(3)], jpeg_bytes(7)[2:7]]
+    threads: dict[str, set] = {}
+    decoder = RefusingDecoder([batches[2][1]])
+
+    def device_decoder(device):
+        return lambda jpegs: threads[mode].add(threading.current_thread().name) or decoder(jpegs)
+
+    monkeypatch.setattr(device_decode, "device_jpeg_decoder", device_decoder)
+    cpu, runs = torch.device("cpu"), {}
+    for mode in ("in the loop", "ahead, same thread", "ahead, threaded"):
+        events, stats, threads[mode] = [], DecodeStats(), set()
+        loaded = seeded_loader(batches, events)
+        if mode == "in the loop":
+            loaded = (([decode_batch(views[0], cpu, stats=stats)], labels) for views, labels in loaded)
+        else:
+            loaded = device_decode.decode_ahead(loaded, cpu, stats, threaded=mode.endswith("threaded"))
+        runs[mode] = consume(loaded, events), events, stats.take_epoch()
+    reference, events, counts = runs["in the loop"]
+    assert counts == {"decode_fallbacks": 1, "decode_not_jpeg": 1}
+    for mode in ("ahead, same thread", "ahead, threaded"):
+        got, got_events, got_counts = runs[mode]
+        assert got_counts == counts
+        for (labels, images, draw), (ref_labels, ref_images, ref_draw) in zip(got, reference, strict=True):
+            assert torch.equal(labels, ref_labels) and torch.equal(draw, ref_draw), mode
+            assert len(images) == len(ref_images) and all(torch.equal(a, b) for a, b in zip(images, ref_images))
+        assert got_events.index(("load", 1)) < got_events.index(("train", 0)), mode
+    assert threads == {"in the loop": {"MainThread"}, "ahead, same thread": {"MainThread"},
+                       "ahead, threaded": {"ltbench-decode_0"}}
+
+
+def test_a_decode_error_ahead_surfaces_at_its_batch(tmp_path):
+    """A file no decoder can read fails where its batch is handed over, in the training thread, not in the
+    background; the batches before it are handed over first."""
+    from ltbench.data.device_decode import decode_ahead
+
+    broken = torch.tensor([0xFF, 0xD8, 0xFF, 0, 1, 2, 3], dtype=torch.uint8)  # JPEG magic, then nothing
+    batches = [jpeg_bytes(2), [broken], jpeg_bytes(3)]
+    seen = []
+    with pytest.raises(RuntimeError):
+        for views, labels in decode_ahead(seeded_loader(batches, []), torch.device("cpu")):
+            seen.append(int(labels[0]))
+    assert seen == [0]
+
+
+def test_a_run_with_refused_files_trains_as_the_worker_decoded_run_and_logs_them(tmp_path, monkeypatch):
+    """End to end on the CPU, standing for nvJPEG with a decoder that refuses two of the six training files:
+    decoding on the device (ahead, in the background thread, with per-file fallback) trains bit for bit as
+    the worker-decoded batched run does, and each epoch's log row counts the two refused files."""
+    from ltbench.data import device_decode
+    from ltbench.data.imagenet_tree import TreeSpec, write_tree
+    from ltbench.recipe import resolve_run_config
+    from ltbench.results import store
+    from ltbench.train import engine
+
+    write_tree(tmp_path / "tree", TreeSpec(num_classes=3, train_images=6, val_per_class=0, test_per_class=1,
+                                           scale=0.15), say=lambda msg: None)
+    config = resolve_run_config({"data": {"name": "imagenet_lt", "root": str(tmp_path / "tree"), "num_classes": 3},
+                                 "backbone": {"name": "resnet8"}, "method": {"name": "ce"},
+                                 "train": {"augment_on": "batch", "progress": False},
+                                 "optim": {"batch_size": 4, "epochs": 1, "warmup_epochs": 0}}, seed=0, where="t")
+    train_files = engine.load_data(config).train
+    refused = [EncodedFiles(train_files)[i][0] for i in (1, 4)]
+    rows, results = {}, {}
+    for on_device in (False, True):
+        monkeypatch.setattr(device_decode, "uses_device_decode", lambda *args: on_device)
+        monkeypatch.setattr(device_decode, "device_jpeg_decoder", lambda device: RefusingDecoder(refused, mark=False))
+        run_dir = tmp_path / f"run-{on_device}"
+        run_dir.mkdir()
+        outcome = engine.train({"recipe": "t", "run_id": "x", "config": config}, run_dir, say=lambda msg: None)
+        rows[on_device] = store.read_jsonl(run_dir / store.LOG)
+        results[on_device] = outcome.metrics
+    assert [r["decode_fallbacks"] for r in rows[True]] == [2]
+    assert [r["decode_not_jpeg"] for r in rows[True]] == [0]
+    timing = ("seconds", "images_per_s", "decode_fallbacks", "decode_not_jpeg")
+    strip = lambda r: {k: v for k, v in r.items() if k not in timing}  # noqa: E731
+    assert [strip(r) for r in rows[True]] == [strip(r) for r in rows[False]]
+    assert "decode_fallbacks" not in rows[False][0]
+    assert results[True]["all"] == results[False]["all"]

@@ -310,15 +310,16 @@ def host_to_device(rows: list, device: torch.device) -> torch.Tensor:
     return table.to(device, non_blocking=True)
 
 
-def random_resized_crop(size: int) -> Step:
-    """v2.RandomResizedCrop(size, antialias=True) per sample: the boxes drawn at once, then one batched
+def random_resized_crop(size: int, scale: tuple[float, float] = (0.08, 1.0)) -> Step:
+    """v2.RandomResizedCrop(size, scale, antialias=True) per sample: the boxes drawn at once, then one batched
     antialiased resize (``batch_ops.resize_boxes``: torch's uint8 CPU kernel, so torchvision's output bit for
     bit), for CIFAR-size tensors and for lists of ImageNet-size images alike."""
 
     def step(b: Batch) -> None:
         canvas, sizes = as_canvas(b.images)
         _, _, h, w = canvas.shape
-        boxes = resized_crop_boxes(b.rng, h, w) if sizes is None else resized_crop_boxes(b.rng, *sizes.unbind(1))
+        boxes = resized_crop_boxes(b.rng, h, w, scale) if sizes is None else \
+            resized_crop_boxes(b.rng, *sizes.unbind(1), scale)
         b.record("rrc", boxes)
         b.images = ops.resize_boxes(canvas, boxes, size, max(h, w) / size)
 

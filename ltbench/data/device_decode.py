@@ -8,18 +8,33 @@ encoded bytes (a uint8 1-D tensor, pinned by the DataLoader like any batch), and
 whole batch at once on the device, handing a list of uint8 CHW tensors to the batched pipelines
 (ltbench/data/batch_augment.py), which crop and resize each image there.
 
-Fallbacks, so a run never fails for the decoder's sake: files that are not JPEG (PNG in some Places /
-iNaturalist copies, a renamed file) are decoded on the CPU and moved; if the device decoder raises on a batch
-(an unsupported JPEG flavour, an old driver), that batch is decoded on the CPU and a warning says so once. On
-a CPU device everything is decoded on the CPU (the same decoder as ``FileImages``), so the result is the
-same images whichever device trains; nvJPEG's IDCT may differ from libjpeg's by a grey level or so.
+Overlap (``decode_ahead``): torchvision's batched nvJPEG call parses headers and Huffman-decodes part of the
+data on the host and ends by waiting for its own CUDA stream (``cudaStreamSynchronize``), so a decode in the
+training thread stops it from queueing kernels. The engine therefore decodes batch k+1 in a background thread
+(on a side CUDA stream) while batch k trains; the images, their order and the CPU random state each step sees
+are the same as without the thread (tests/test_device_decode.py).
+
+Fallbacks, per file, so a run never fails for the decoder's sake and never loses the GPU for one odd file:
+files that are not JPEG (PNG in some Places / iNaturalist copies, a renamed file) are decoded on the CPU and
+copied over; when nvJPEG refuses a batch (a CMYK or otherwise unsupported JPEG, an old driver), the batch is
+split in halves and each half retried, down to single files, so only the refused files are decoded on the
+CPU. What that costs: nothing while nvJPEG accepts the batch (one call, as before); one refused file in a
+batch of n costs 2 log2(n) more device calls (17 for n = 256) re-decoding about n images, plus its CPU
+decode; a batch refused file by file turns the device decoder off for the rest of the run (it is broken,
+not the files). The counts per epoch are log.jsonl's ``decode_fallbacks`` (refused JPEGs) and
+``decode_not_jpeg`` (``DecodeStats``). On a CPU device everything is decoded on the CPU (the same decoder as
+``FileImages``), so the result is the same images whichever device trains; nvJPEG's IDCT may differ from
+libjpeg's by a grey level or so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch.utils.data import Dataset
@@ -29,6 +44,7 @@ from ltbench.errors import DataMissingError
 
 JPEG_MAGIC = (0xFF, 0xD8, 0xFF)
 _warned: set[str] = set()
+Decoder = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 
 def uses_device_decode(augment_on: str, image_kind: str, device: torch.device) -> bool:
@@ -69,7 +85,13 @@ def encoded_view(item: torch.Tensor) -> torch.Tensor:
 
 
 def is_jpeg(data: torch.Tensor) -> bool:
-    return data.numel() >= 3 and tuple(int(b) for b in data[:3]) == JPEG_MAGIC
+    return data.numel() >= 3 and tuple(data[:3].tolist()) == JPEG_MAGIC
+
+
+def is_encoded(images) -> bool:
+    """Whether a batch is still the files' bytes (1-D rows in a list, or a 2-D stack of rows of one length)
+    rather than decoded CHW images; read from shapes only, so it costs no device sync."""
+    return images[0].ndim == 1 if isinstance(images, (list, tuple)) else images.ndim == 2
 
 
 def decode_cpu(data: torch.Tensor) -> torch.Tensor:
@@ -78,7 +100,7 @@ def decode_cpu(data: torch.Tensor) -> torch.Tensor:
     return decode_image(data, mode=ImageReadMode.RGB)
 
 
-def gpu_jpeg_decoder(device: torch.device) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+def gpu_jpeg_decoder(device: torch.device) -> Decoder:
     """torchvision's batched nvJPEG decode of CPU byte tensors to RGB uint8 CHW tensors on ``device``."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
@@ -88,27 +110,155 @@ def gpu_jpeg_decoder(device: torch.device) -> Callable[[list[torch.Tensor]], lis
     return decode
 
 
-def decode_batch(encoded: list[torch.Tensor], device: torch.device,
-                 jpeg_decoder: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None) -> list[torch.Tensor]:
+def device_jpeg_decoder(device: torch.device) -> Decoder | None:
+    """The batched JPEG decoder of ``device``: nvJPEG on CUDA; none on a CPU, where the CPU decoder is the
+    device's (the tests replace this to stand for nvJPEG on a CPU)."""
+    return gpu_jpeg_decoder(device) if device.type == "cuda" else None
+
+
+@dataclass
+class DecodeStats:
+    """What device decoding did, for the epoch log: JPEGs the device decoder refused (decoded on the CPU
+    instead: ``fallbacks``), files that are not JPEG (always decoded on the CPU: ``not_jpeg``), and the calls
+    made to the device decoder (``device_calls``, cumulative: what the per-file fallback cost). The engine
+    keeps one per run (``Run.decode_stats``) and reads it at each epoch's end (``take_epoch``)."""
+
+    fallbacks: int = 0
+    not_jpeg: int = 0
+    device_calls: int = 0
+    device_off: bool = False  # after a batch refused file by file: the decoder, not the files, is broken
+
+    def take_epoch(self, sum_over_processes: Callable[[list[float]], list[float]] = list) -> dict[str, int]:
+        """The log.jsonl fields since the last call (summed over processes), and reset them."""
+        fallbacks, not_jpeg = sum_over_processes([float(self.fallbacks), float(self.not_jpeg)])
+        self.fallbacks = self.not_jpeg = 0
+        return {"decode_fallbacks": int(fallbacks), "decode_not_jpeg": int(not_jpeg)}
+
+
+def decode_batch(encoded: list[torch.Tensor], device: torch.device, jpeg_decoder: Decoder | None = None,
+                 stats: DecodeStats | None = None) -> list[torch.Tensor]:
     """Decode a batch of encoded images to RGB uint8 CHW tensors on ``device``, in order.
 
-    JPEGs go to ``jpeg_decoder`` (default: nvJPEG on a CUDA device, none on a CPU device) in one call; the
-    others, and every image when the device decoder fails, are decoded on the CPU and copied over."""
-    if jpeg_decoder is None and device.type == "cuda":
-        jpeg_decoder = gpu_jpeg_decoder(device)
+    JPEGs go to ``jpeg_decoder`` (default: ``device_jpeg_decoder``, nvJPEG on CUDA) in one call, split
+    only where it refuses (``decode_each_on_device``); the other files and the refused ones are decoded on
+    the CPU and copied over. ``stats`` counts both (``DecodeStats``)."""
+    stats = stats if stats is not None else DecodeStats()
+    jpeg_decoder = jpeg_decoder if jpeg_decoder is not None else device_jpeg_decoder(device)
+    jpegs = [i for i, data in enumerate(encoded) if is_jpeg(data)]
+    stats.not_jpeg += len(encoded) - len(jpegs)
     out: list[torch.Tensor | None] = [None] * len(encoded)
-    jpegs = [i for i, data in enumerate(encoded) if is_jpeg(data)] if jpeg_decoder is not None else []
-    if jpegs:
-        try:
-            for i, image in zip(jpegs, jpeg_decoder([encoded[i].cpu() for i in jpegs])):
+    if jpegs and jpeg_decoder is not None:
+        if not stats.device_off:
+            for i, image in zip(jpegs, decode_each_on_device([encoded[i].cpu() for i in jpegs], jpeg_decoder, stats)):
                 out[i] = image
-        except RuntimeError as exc:
-            _warn_once("device", f"decoding JPEGs on {device} failed ({exc}); decoding this batch on the CPU instead")
-            out = [None] * len(encoded)
+        refused = sum(out[i] is None for i in jpegs)
+        stats.fallbacks += refused
+        if len(jpegs) > 1 and refused == len(jpegs) and not stats.device_off:
+            stats.device_off = True
+            _warn_once("off", f"the device decoder refused each of the {len(jpegs)} JPEGs of a batch one by one; "
+                              f"decoding on the CPU for the rest of this run")
     for i, image in enumerate(out):
         if image is None:
-            out[i] = decode_cpu(encoded[i].cpu()).to(device, non_blocking=True)
+            out[i] = to_device(decode_cpu(encoded[i].cpu()), device)
     return out
+
+
+def decode_each_on_device(jpegs: list[torch.Tensor], decoder: Decoder, stats: DecodeStats) -> list[torch.Tensor | None]:
+    """The device decoder's images of ``jpegs``, None for each file it refuses.
+
+    One call for the whole list; when it raises, the list is split in halves and each half tried again,
+    down to single files. No sync of ours: the cost of a refusal is the repeated calls (about 2 log2(n) for
+    one bad file among n) and the CPU decode the caller does for the refused file."""
+    stats.device_calls += 1
+    try:
+        return list(decoder(jpegs))
+    except RuntimeError as exc:
+        _warn_once("refused", f"the device decoder refused a JPEG ({exc}); each file it refuses is decoded on the "
+                              f"CPU (their number per epoch is decode_fallbacks in log.jsonl)")
+        if len(jpegs) == 1:
+            return [None]
+    half = len(jpegs) // 2
+    return decode_each_on_device(jpegs[:half], decoder, stats) + decode_each_on_device(jpegs[half:], decoder, stats)
+
+
+def to_device(image: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU-decoded image on ``device``; on CUDA through pinned memory, so the copy does not block the host."""
+    if device.type != "cuda":
+        return image.to(device)
+    return image.pin_memory().to(device, non_blocking=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Decoding the next batch while this one trains
+
+
+def decode_ahead(batches: Iterable[tuple[list, torch.Tensor]], device: torch.device, stats: DecodeStats | None = None,
+                 threaded: bool = True) -> Iterator[tuple[list, torch.Tensor]]:
+    """The loader's ``(views, labels)`` batches with the encoded view decoded on ``device`` (``decode_batch``),
+    the decode of batch k+1 running in a background thread while the caller trains on batch k.
+
+    The same images in the same order as decoding in the loop. Batches are still loaded (``next``) in the
+    calling thread and in order: a loader without workers seeds torch's CPU generator per sample
+    (``SeededSamples``), which a thread would do at unpredictable moments. Loading one batch ahead leaves
+    the generator as batch k+1's loading left it, so the state after loading batch k is put back when batch
+    k is handed over: each step sees the CPU random state it sees without the lookahead. ``threaded=False``
+    decodes in the calling thread at the same points (the reference the tests compare with). Costs one more
+    decoded batch on the device (144 MB of uint8 for 256 images of 500x375)."""
+    stats = stats if stats is not None else DecodeStats()
+    side = torch.cuda.Stream(device) if device.type == "cuda" else None
+    pool = ThreadPoolExecutor(1, thread_name_prefix="ltbench-decode") if threaded else None
+    try:
+        loaded = iter(batches)
+        pending = _load_and_start(loaded, pool, device, stats, side)
+        while pending is not None:
+            following = _load_and_start(loaded, pool, device, stats, side)
+            yield _hand_over(pending, device)
+            pending = following
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _load_and_start(loaded: Iterator, pool: ThreadPoolExecutor | None, device: torch.device, stats: DecodeStats,
+                    side) -> tuple | None:
+    """Load the next batch in this thread (None after the last) and start decoding it."""
+    batch = next(loaded, None)
+    if batch is None:
+        return None
+    views, labels = batch
+    rng = torch.random.get_rng_state()  # as this batch's loading left it (see decode_ahead)
+    encoded = list(views[0])
+    if pool is not None:
+        future = pool.submit(_decode_on_stream, encoded, device, stats, side)
+    else:
+        future = Future()
+        future.set_result(_decode_on_stream(encoded, device, stats, side))
+    return future, list(views[1:]), labels, rng
+
+
+def _decode_on_stream(encoded: list[torch.Tensor], device: torch.device, stats: DecodeStats, side):
+    """``decode_batch`` on the side stream (CUDA), with an event that marks the images ready."""
+    if side is None:
+        return decode_batch(encoded, device, stats=stats), None
+    with torch.cuda.stream(side):
+        images = decode_batch(encoded, device, stats=stats)
+        ready = torch.cuda.Event()
+        ready.record(side)
+    return images, ready
+
+
+def _hand_over(pending: tuple, device: torch.device) -> tuple[list, torch.Tensor]:
+    """Wait for a batch's decode; on CUDA the training stream waits for the side stream (on the device, not
+    the host) and the images are marked as used there, so their memory is not reused too early."""
+    future, rest, labels, rng = pending
+    images, ready = future.result()
+    if ready is not None:
+        stream = torch.cuda.current_stream(device)
+        stream.wait_event(ready)
+        for image in images:
+            image.record_stream(stream)
+    torch.random.set_rng_state(rng)
+    return [images, *rest], labels
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -140,6 +140,7 @@ class Run:
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
     decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
     progress: PhaseBeat | None = None  # rank 0 of train(): evaluation and writing phases for the launcher's display
+    decode_stats: device_decode.DecodeStats = field(default_factory=device_decode.DecodeStats)  # log: decode_*
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
@@ -841,8 +842,8 @@ def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.d
     sample's draws seeded by its key's seed (run seed, epoch, index), so they do not depend on the batch. The
     seeds travel through pinned memory, non-blocking (``feed.seeds_on_device``)."""
     seeds = feed.seeds_on_device(batch_keys, device)
-    if run.decode_on_device:  # encoded files (a list, or stacked rows when all have one length) -> uint8 on device
-        images = device_decode.decode_batch(list(images), device)
+    if run.decode_on_device and device_decode.is_encoded(images):  # files' bytes (not decoded ahead) -> uint8
+        images = device_decode.decode_batch(list(images), device, stats=run.decode_stats)
     return [pipeline(images, seeds, view=v) for v, pipeline in enumerate(run.device_views)]
 
 
@@ -869,7 +870,10 @@ def begin_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     batches = sampled_batches(run, s.seed, epoch)
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
     build = None if run.device_views is None else (lambda images, k: augment_on_device(run, images, k, s.device))
-    feeder = feed.Feeder(zip(run.loader.run(keys), keys), s.device, build, run.decode_on_device, s.phase)
+    loaded = run.loader.run(keys)
+    if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
+        loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
+    feeder = feed.Feeder(zip(loaded, keys), s.device, build, run.decode_on_device, s.phase)
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     loop = EpochLoop(epoch, len(batches), EpochMeter(s.device, len(batches) - start_step, start_step), bar, saver,
                      feeder)
@@ -939,6 +943,8 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     run, o = s.run, s.run.optim
     row = meter.row(epoch, s.optimizer.param_groups[0]["lr"])
     row["threads"] = s.threads  # per epoch: a run resumed under another thread count is seen (session_numerics)
+    if run.decode_on_device:  # files decoded on the CPU instead of the device this epoch (device_decode)
+        row.update(run.decode_stats.take_epoch(distributed.all_reduce_sum))
     if run.eval.select == "best_val":
         track_best_val(s, row, epoch)
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
