@@ -230,3 +230,12 @@ def test_ctrl_c_in_an_in_process_run_leaves_a_clean_screen(tmp_path):
             raise KeyboardInterrupt
     assert (sys.stdout, sys.stderr) == saved  # the real streams are back for the CLI's 'interrupted' line
     assert screen_of(out) == ["  epoch 1/4 loss 1.5 (the engine's line)"]  # state lines erased, the message kept
+
+
+def test_a_heartbeat_before_the_epoch_s_first_meter_read_shows_no_loss():
+    """The loss lives on the device until train.log_every steps have passed (ltbench/train/meters.py): the
+    heartbeat then carries loss None, which the state line and the plain line show as '–'."""
+    beat = {"epoch": 1, "epochs": 2, "step": 3, "steps": 10, "loss": None, "images_per_s": 50.0, "seconds": 1.5}
+    state = run_state([], beat, 2, beat_is_newer=True)
+    assert ("loss –", 4) in state.parts and "loss –" in state.plain
+    assert ("loss 0.5000", 4) in run_state([], {**beat, "loss": 0.5}, 2, beat_is_newer=True).parts

@@ -64,11 +64,15 @@ def step_eta(beat: dict) -> float:
     return per_epoch * (epochs - epoch) + per_epoch - seconds
 
 
+def loss_text(loss) -> str:
+    """A heartbeat's loss, or '–' before the epoch's first read from the device (train.log_every)."""
+    return "–" if loss is None else f"{float(loss):.4f}"
+
+
 def step_line(beat: dict) -> str:
     """'epoch 1/30 step 12/61 loss 2.0312 95 img/s ETA 3:10' from a worker's heartbeat (before an epoch ends)."""
-    loss = "–" if beat.get("loss") is None else f"{float(beat['loss']):.4f}"  # None: not read from the device yet
     return (f"epoch {int(beat['epoch'])}/{int(beat['epochs'])} step {int(beat['step'])}/{int(beat['steps'])} "
-            f"loss {loss} {float(beat['images_per_s']):.0f} img/s ETA {eta_text(step_eta(beat))}")
+            f"loss {loss_text(beat.get('loss'))} {float(beat['images_per_s']):.0f} img/s ETA {eta_text(step_eta(beat))}")
 
 
 def read_heartbeat(run_dir: Path, since: float | None = None) -> dict | None:
@@ -131,7 +135,7 @@ def run_state(rows: list[dict], beat: dict | None, epochs: int, beat_is_newer: b
                      ("evaluating", beat["source"], beat["set"]))
     if beat is not None and "phase" not in beat and int(beat["epoch"]) > len(rows):
         parts = [(f"epoch {int(beat['epoch'])}/{int(beat['epochs'])}", KEEP),
-                 (f"step {int(beat['step'])}/{int(beat['steps'])}", 6), (f"loss {float(beat['loss']):.4f}", 4),
+                 (f"step {int(beat['step'])}/{int(beat['steps'])}", 6), (f"loss {loss_text(beat.get('loss'))}", 4),
                  (f"{float(beat['images_per_s']):.0f} img/s", 3)]
         return State(parts, step_eta(beat), step_line(beat), ("step", beat["epoch"], beat["step"]))
     if rows:
