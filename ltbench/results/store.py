@@ -45,6 +45,7 @@ TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
 HEADLINE_METRICS = schema.HEADLINE_METRICS
 CODE_UNKNOWN = identity.CODE_UNKNOWN  # a finished result whose code cannot be checked (identity.code_state)
 STATUSES = ("pending", "running", "interrupted", "damaged", "done", CODE_UNKNOWN, "stale", "failed")  # run_status
+STATUS_WIDTH = max(len(x) for x in (*STATUSES, "not a run"))  # the status column of status and --dry-run
 # A usable result of a run that went to its end (stale: made by code that has changed since; code unknown:
 # made by code that cannot be compared with the files now). Only 'done' says the code is the same.
 FINISHED = ("done", CODE_UNKNOWN, "stale")

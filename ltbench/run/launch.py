@@ -90,7 +90,7 @@ def print_plan(recipe: Recipe) -> int:
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
     for spec, line in zip(recipe.runs, lines):
         status = store.run_status(Path(spec.run_dir))
-        print(f"  {spec.run_id}  {status:<11} {line}")
+        print(f"  {spec.run_id}  {status:<{store.STATUS_WIDTH}} {line}")
     changed = other_data_note(recipe.root, recipe.runs)
     if changed:
         print(changed)
