@@ -48,33 +48,84 @@ def test_slurm_launcher_without_sbatch_says_so(write_recipe, cli):
     assert out.returncode == 2 and "'sbatch' is not on PATH" in out.stderr
 
 
+EPOCHS = 4
+HELD = '''
+import os
+import time
+from dataclasses import dataclass
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ltbench.method import Method
+from ltbench.registry import METHODS
+
+
+@dataclass
+class HeldConfig:
+    gates: str = ""  # folder of the gate file
+
+
+@METHODS.register("held")
+class Held(Method):
+    """Cross-entropy; the first process to start a second epoch takes the gate and holds there."""
+
+    Config = HeldConfig
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
+
+    def on_epoch_start(self, epoch):
+        if epoch != 1:
+            return
+        try:
+            fd = os.open(os.path.join(self.cfg.gates, "held"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return  # taken: another run, or this run before its requeue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        deadline = time.monotonic() + 600  # held until the requeue kills the job; never a hung suite
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def loss(self, features, labels, *, epoch):
+        logits = self.head(features[0])
+        return {"loss": F.cross_entropy(logits, labels), "logits": logits.detach()}
+
+    def predict(self, features, *, target_prior=None):
+        return self.head(features)
+'''
+
+
 @pytest.mark.slurm
 def test_slurm_grid_with_a_requeued_run(tmp_path, write_recipe, cli):
     if not shutil.which("sbatch") or not os.environ.get("SLURM_CONF"):
         pytest.skip("needs a running cluster: eval $(scripts/slurm-local.sh up)")
+    # The first run to start its second epoch holds there (a gate no one opens) until the requeue kills its
+    # job: the requeue always lands mid-training, whatever the machine's speed. The restarted job finds the
+    # gate taken and trains on.
+    plugins, gates = tmp_path / "plugins", tmp_path / "gates"
+    plugins.mkdir()
+    gates.mkdir()
+    (plugins / "held.py").write_text(HELD)
     recipe = write_recipe(extra={
-        "seeds": [0, 1, 2],
-        "data": {"max_per_class": 400},  # ~100 steps an epoch, so a run can be caught mid-training
-        # 12 epochs of about 1 s: a run caught after epoch 1 or 2 still trains for longer than the
-        # cluster's KillWait (5 s) after the requeue's SIGTERM, which submitit ignores, so it is killed.
-        "optim": {"epochs": 12, "batch_size": 8},
+        "seeds": [0, 1, 2], "plugins": [str(plugins)], "method": {"name": "held", "gates": str(gates)},
+        "optim": {"epochs": EPOCHS, "batch_size": 8},
         "launcher": {"name": "slurm", "cpus_per_task": 1, "mem_gb": 1, "time_min": 20},
     })
     t0 = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "ltbench", "run", str(recipe), "--wait"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # Requeue the first run that has finished an epoch, while it is running.
-    target, deadline = None, time.time() + 300
-    while target is None and time.time() < deadline and proc.poll() is None:
-        for log in (tmp_path / "results").rglob(store.LOG):
-            rows = store.read_jsonl(log)
-            if 1 <= len(rows) < 3 and not (log.parent / store.RESULT).exists():
-                target = log.parent
-                break
+    held, deadline = gates / "held", time.time() + 300
+    while not (held.exists() and held.read_text()) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    if target is None:
+    if not (held.exists() and held.read_text()):
         proc.kill()
-        raise AssertionError("no run was caught mid-training:\n" + proc.communicate()[0])
+        raise AssertionError("no run reached its second epoch:\n" + proc.communicate()[0])
+    pid = int(held.read_text())
+    target = next(p.parent for p in (tmp_path / "results").rglob(store.STARTED)
+                  if json.loads(p.read_text())["pid"] == pid)
     epochs_before = len(store.read_jsonl(target / store.LOG))
     job_id = json.loads((target / store.SUBMITTED).read_text())["job_id"]
     requeue = subprocess.run(["scontrol", "requeue", str(job_id)], capture_output=True, text=True)
@@ -87,7 +138,7 @@ def test_slurm_grid_with_a_requeued_run(tmp_path, write_recipe, cli):
     requeued = json.loads((target / store.RESULT).read_text())
     assert requeued["provenance"]["requeue_count"] == 1
     assert requeued["provenance"]["slurm_job_id"]
-    assert [r["epoch"] for r in store.read_jsonl(target / store.LOG)] == list(range(1, 13))
+    assert [r["epoch"] for r in store.read_jsonl(target / store.LOG)] == list(range(1, EPOCHS + 1))
     assert "Many" in out  # --wait prints the table
     # The resumed run ends exactly where an uninterrupted run of the same spec ends.
     spec = next(s for s in load_recipe(recipe).runs if s.run_id == requeued["run_id"])

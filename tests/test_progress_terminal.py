@@ -137,7 +137,10 @@ class Terminal:
             self.read()
         for _ in range(20):
             self.read(0.05)
-        return self.proc.wait(timeout=30)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the launcher did not exit; the screen:\n{self.text()}") from None
 
 
 def wait_file(path: Path) -> None:
