@@ -85,6 +85,14 @@ LONG_TAG = "a-long-option-value-that-makes-the-label-wider-than-the-terminal"
 BOUND_S = 240  # generous: the machine may be shared; a wait that succeeds returns at once
 
 
+def _as_a_terminal_session() -> None:
+    """In the child: the pseudo-terminal becomes its controlling terminal, and Ctrl-C's SIGINT has its default
+    action, as in a shell on a terminal. (A suite started in the background of a non-interactive shell,
+    `make test &`, inherits SIGINT ignored, and so would the launcher: it would never see the Ctrl-C.)"""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Terminal:
     """A process on the slave side of a pseudo-terminal (its controlling terminal, so ^C is SIGINT to its
     process group), and the screen a VT100 terminal of COLUMNS x ROWS would show."""
@@ -93,7 +101,7 @@ class Terminal:
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env,
-                                     start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+                                     start_new_session=True, preexec_fn=_as_a_terminal_session)
         os.close(slave)
         self.screen = pyte.Screen(COLUMNS, ROWS)
         self.stream = pyte.ByteStream(self.screen)
