@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from ltbench.results import code  # noqa: E402  (the repository's own package, not an installed one)
 from ltbench.results.identity import relative_code_path  # noqa: E402
+from ltbench.results.provenance import names_in  # noqa: E402
 
 
 class Git:
@@ -78,18 +79,6 @@ def _module_of(path: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _names_in(options, key: str = "name") -> list[str]:
-    out = []
-    if isinstance(options, dict):
-        out += [options[key]] if isinstance(options.get(key), str) else []
-        for value in options.values():
-            out += _names_in(value, key)
-    elif isinstance(options, list):
-        for value in options:
-            out += _names_in(value, key)
-    return out
-
-
 def roots_at(git: Git, commit: str, result: dict) -> list[str]:
     """The modules a result's computation started from at its commit: the engine (and the stage-2 driver for
     a stage-2 result), the modules its recorded code names, and those registering its plugins' names."""
@@ -100,7 +89,7 @@ def roots_at(git: Git, commit: str, result: dict) -> list[str]:
     recorded = result.get("code") if isinstance(result.get("code"), dict) else {}
     roots += sorted(recorded)
     config = result.get("config") or {}
-    names = _names_in(config.get("method")) + _names_in(config.get("posthoc"))
+    names = names_in(config.get("method")) + names_in(config.get("posthoc"))
     names += [config.get("data", {}).get("name"), config.get("backbone", {}).get("name")]
     names += [(config.get("sampler") or {}).get("name")]
     for name in filter(None, names):

@@ -77,17 +77,17 @@ def cpu_model() -> str | None:
     return platform.processor() or platform.machine() or None
 
 
-def _names_in(options, key: str = "name") -> list[str]:
+def names_in(options, key: str = "name") -> list[str]:
     """Every ``name`` value in a nested configuration (a method may name auxiliary methods)."""
     out = []
     if isinstance(options, dict):
         if isinstance(options.get(key), str):
             out.append(options[key])
         for value in options.values():
-            out += _names_in(value, key)
+            out += names_in(value, key)
     elif isinstance(options, list):
         for value in options:
-            out += _names_in(value, key)
+            out += names_in(value, key)
     return out
 
 
@@ -105,7 +105,7 @@ def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,), with_
     roots (the engine; the stage-2 driver for a stage-2 fit) and the modules of its method (and any method it
     names, e.g. BAPE's auxiliary one), dataset, backbone and sampler, with everything they import from
     ltbench or their own package. Status compares these with the files on disk (``identity.code_state``)."""
-    wanted = [(registry.METHODS, n) for n in _names_in(config.get("method"))]
+    wanted = [(registry.METHODS, n) for n in names_in(config.get("method"))]
     wanted += [(registry.DATASETS, config["data"]["name"]), (registry.BACKBONES, config["backbone"]["name"])]
     if config.get("sampler"):  # absent for the default sampler, whose module the engine imports anyway
         wanted.append((registry.SAMPLERS, config["sampler"]["name"]))
