@@ -31,7 +31,16 @@ if [[ -z "${LTBENCH_SKIP_BROWSER:-}" ]] && ! command -v chromium >/dev/null && [
   fi
 fi
 
-"$PYTHON" -m pytest -q -m "not slurm" "$@"
+# The suite runs in one pytest worker per usable core (pytest-xdist), at most 4: its tests mostly wait on
+# subprocesses that each import torch, single-threaded, so a 2-core machine takes about half the time
+# (README: the figures). No test depends on timing or on sharing a process with another test.
+# LTBENCH_TEST_WORKERS=N sets the count (1: one worker; 0: no xdist at all, one process as before).
+cores=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || echo 1)
+workers=${LTBENCH_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
+parallel=()
+[[ $workers -gt 0 ]] && parallel=(-n "$workers")
+
+"$PYTHON" -m pytest -q -m "not slurm" "${parallel[@]}" "$@"
 status=$?
 
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && [[ -z "${LTBENCH_SKIP_SLURM:-}" ]]; then
