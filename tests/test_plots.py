@@ -76,6 +76,9 @@ def test_class_stat_figure(tmp_path):
     kappa = figure_class_stat(df, "kappa")
     assert len(data_lines(kappa)) == 2
     assert np.allclose(data_lines(kappa)[0].get_ydata(), np.sort(COUNTS) * 0.1)
+    assert kappa.axes[0].get_yscale() == "log" and "both axes log scale" in caption(kappa)  # 0.5 to 50
+    norms = figure_class_stat(df, "weight_norm")  # 1.6 to 6.2: under a decade, a linear axis
+    assert norms.axes[0].get_yscale() == "linear" and "both axes" not in caption(norms)
     out = tmp_path / "kappa"
     assert_written_and_not_blank(plot_class_stat(df, out, stat="weight_norm"), out)
     with pytest.raises(LtbenchError, match="recorded: kappa, weight_norm"):
@@ -184,6 +187,17 @@ def test_a_row_keeps_its_colour_across_figures_and_legends_follow_table_order():
         for line in data_lines(figure):
             colours.setdefault(line.get_label(), set()).add(line.get_color())
     assert all(len(c) == 1 for c in colours.values()), colours
+
+
+def test_rows_with_the_same_values_stay_distinguishable():
+    """Two BAPE variants with the same kappa drew one line over the other in one colour's place: each row
+    now differs from every other in line style and marker too, and markers are hollow."""
+    same = per_class_frame(rows=("bape", "bape+la", "bape+la plain", "ce"), seeds=(0,))
+    same["accuracy"] = same.groupby("class_index")["accuracy"].transform("first")  # every row the same values
+    lines = data_lines(figure_per_class(same))
+    looks = {(line.get_color(), line.get_linestyle(), line.get_marker()) for line in lines}
+    assert len({look[1] for look in looks}) == len({look[2] for look in looks}) == len(lines) == 4
+    assert all(line.get_markerfacecolor() == "none" for line in lines)
 
 
 @pytest.mark.parametrize("size", ["column", "text"])

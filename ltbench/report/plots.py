@@ -36,7 +36,7 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ltbench.errors import LtbenchError
 from ltbench.evaluation import GROUPS
@@ -45,6 +45,7 @@ from ltbench.results.store import atomic_write_bytes
 
 FORMATS = ("png", "pdf")
 LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 WIDTH_IN = {"column": 3.3, "text": 6.9}  # one column of a two-column paper, and its text width
 AXES_IN = {"column": 2.1, "text": 2.5}  # height of one panel's axes area, labels included
 LABEL_PT, SMALL_PT = 8.0, 7.0  # axis labels; ticks, legend and notes (venues ask for 7 pt or more)
@@ -69,15 +70,17 @@ def row_order(df: pd.DataFrame) -> list[str]:
 
 
 def _row_styles(df: pd.DataFrame) -> dict[str, dict]:
-    """Colour cycles fastest, then line style, so up to 40 rows stay distinguishable. The index is the
-    row's place in the table when known: a row missing from one figure does not shift the others' colours."""
+    """Colour, line style and marker each cycle with the row (periods 10, 4 and 7), so that two rows whose
+    lines coincide (two BAPE variants with the same kappa) both stay visible, also in greyscale print (the
+    markers are hollow, so one shape does not cover another), and up to 140 rows differ in at least one. The index is the row's place in the table when known: a row
+    missing from one figure does not change the others' styles."""
     rows = row_order(df)
     if "row_order" in df.columns and df["row_order"].notna().all():
         index = dict(zip(df["row"], df["row_order"].astype(int)))
     else:
         index = {row: i for i, row in enumerate(rows)}
-    return {row: {"color": f"C{index[row] % 10}", "linestyle": LINE_STYLES[(index[row] // 10) % len(LINE_STYLES)]}
-            for row in rows}
+    return {row: {"color": f"C{index[row] % 10}", "linestyle": LINE_STYLES[index[row] % len(LINE_STYLES)],
+                  "marker": MARKERS[index[row] % len(MARKERS)], "markerfacecolor": "none"} for row in rows}
 
 
 def _by_row(df: pd.DataFrame, x: str, y: str, scale: float = 1.0):
@@ -91,14 +94,19 @@ def _by_row(df: pd.DataFrame, x: str, y: str, scale: float = 1.0):
 
 
 def _draw_rows(ax: Axes, df: pd.DataFrame, x: str, y: str, scale: float = 1.0, band: bool = True,
-               marker: str | None = None) -> bool:
-    """One line per row (mean over seeds); returns whether a ±1 std band was drawn (some row has n > 1)."""
+               markers: bool = False) -> bool:
+    """One line per row (mean over seeds), with its row's marker at each point when ``markers`` (always
+    for a single point, which a line alone would not show); returns whether a ±1 std band was drawn (some
+    row has n > 1)."""
     styles = _row_styles(df)
     banded = False
     for row, label, xs, mean, std, n_seeds in _by_row(df, x, y, scale):
-        ax.plot(xs, mean, label=label, marker=marker if marker or len(xs) > 1 else "o", markersize=3, **styles[row])
+        style = dict(styles[row])
+        if not markers and len(xs) > 1:
+            style["marker"] = None
+        ax.plot(xs, mean, label=label, markersize=3.5, **style)
         if band and n_seeds > 1:
-            ax.fill_between(xs, mean - std, mean + std, color=styles[row]["color"], alpha=0.15, linewidth=0)
+            ax.fill_between(xs, mean - std, mean + std, color=style["color"], alpha=0.15, linewidth=0)
             banded = True
     ax.grid(True, alpha=0.3)
     return banded
@@ -170,13 +178,21 @@ def note_in_figure(ax: Axes, text: str) -> None:
     ax.set_xlabel(ax.get_xlabel() + "\n" + note if ax.get_xlabel() else note)
 
 
-def _log_x(ax: Axes) -> None:
-    """Log x axis labelled 5, 10, 200 (not 2x10^1); minor ticks labelled only within one decade."""
-    ax.set_xscale("log")
-    low, high = ax.get_xlim()
+def _log_axis(ax: Axes, which: str = "x") -> None:
+    """Log axis labelled 5, 10, 200 (not 2x10^1); minor ticks labelled only within one decade; a y axis of
+    under three decades gets its labels at 1, 2 and 5 of each decade (a value axis needs more than one)."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    low, high = ax.get_xlim() if which == "x" else ax.get_ylim()
     plain = FuncFormatter(lambda value, _: f"{value:g}")
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(plain if high / max(low, 1e-12) < 10 else NullFormatter())
+    if which == "y" and high / max(low, 1e-12) < 1000:  # under three decades: ticks at 1, 2 and 5 of each
+        axis.set_major_locator(LogLocator(10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(plain)
+    axis.set_minor_formatter(plain if high / max(low, 1e-12) < 10 else NullFormatter())
+
+
+def _log_x(ax: Axes) -> None:
+    _log_axis(ax, "x")
 
 
 def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
@@ -260,7 +276,7 @@ def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None =
     figure = new_figure(size)
     ax = figure.add_subplot()
     means = _class_means(df.dropna(subset=["accuracy"]), "accuracy")
-    _draw_rows(ax, means, "train_count", "accuracy", scale=100.0, band=False, marker="o")
+    _draw_rows(ax, means, "train_count", "accuracy", scale=100.0, band=False, markers=True)
     bounds = shot_thresholds(df) if shot_boundaries is None else list(shot_boundaries)
     for bound in bounds:
         ax.axvline(bound, color="0.4", linestyle=":", linewidth=1)
@@ -331,8 +347,12 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[
         raise LtbenchError(f"class statistic '{stat}': no run recorded it (recorded: {known or 'none'})")
     figure = new_figure(size)
     ax = figure.add_subplot()
-    _draw_rows(ax, _class_means(chosen, "value"), "train_count", "value", band=False, marker="o")
+    means = _class_means(chosen, "value")
+    _draw_rows(ax, means, "train_count", "value", band=False, markers=True)
     _log_x(ax)
+    log_y = spans_a_decade(means["value"])
+    if log_y:  # a prior-free BAPE's kappa of ~2000 beside ~100 would flatten every other row onto the axis
+        _log_axis(ax, "y")
     name = STAT_LABELS.get(stat, stat)
     ax.set_xlabel("training images per class (log)")
     ax.set_ylabel(name)
@@ -340,9 +360,16 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[
     if left_out:
         note_in_figure(ax, f"not drawn (their runs record no per-class {stat}): {', '.join(left_out)}")
     set_caption(figure, f"{_sentence(name)} per class against the class's number of training images "
-                        f"(log scale), classes with the same count averaged; {seeds_phrase(chosen, False)}.")
+                        f"({'both axes log scale' if log_y else 'log scale'}), classes with the same count averaged; "
+                        f"{seeds_phrase(chosen, False)}.")
     legend_below(figure, ax)
     return figure
+
+
+def spans_a_decade(values: pd.Series) -> bool:
+    """Whether positive values range over a factor of 10 or more: then a log axis shows every row's shape."""
+    values = values.dropna()
+    return bool(len(values)) and bool((values > 0).all()) and float(values.max()) >= 10 * float(values.min())
 
 
 def plot_class_stat(df: pd.DataFrame, out_base, stat: str = "kappa", all_rows: Sequence[str] = (),
@@ -389,7 +416,7 @@ def figure_shift(df: pd.DataFrame, size: str = "column") -> Figure:
     rank = {prior: i for i, prior in enumerate(order["prior"])}
     figure = new_figure(size)
     ax = figure.add_subplot()
-    banded = _draw_rows(ax, df.assign(rank=df["prior"].map(rank)), "rank", "accuracy", scale=100.0, marker="o")
+    banded = _draw_rows(ax, df.assign(rank=df["prior"].map(rank)), "rank", "accuracy", scale=100.0, markers=True)
     ax.set_xticks(range(len(rank)), list(rank), rotation=45, ha="right", rotation_mode="anchor")
     ax.set_xlabel("test class prior")
     ax.set_ylabel("test accuracy (%)")
