@@ -479,7 +479,9 @@ class OptionDoc:
 
 
 def describe_options(cls: type) -> list[OptionDoc]:
-    """Every option of a plugin's ``Config`` dataclass, in declaration order. The doc of a field is its
+    """Every option of a plugin's ``Config`` dataclass, in declaration order, with the default a recipe that
+    leaves it out gets (``option_default``; an ``added_later`` option whose new runs get another value than
+    the recorded ones also names the old value). The doc of a field is its
     ``metadata['doc']``, else the comment on its line (or the comment lines just above it) in the class
     that declares it or, for a field a subclass only re-defaults, in a base class."""
     if not dataclasses.is_dataclass(cls):
@@ -491,12 +493,12 @@ def describe_options(cls: type) -> list[OptionDoc]:
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        if f.default is not dataclasses.MISSING:
-            default = yaml_text(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            default = yaml_text(f.default_factory())
-        else:
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             default = "required"
+        elif "new_runs" in f.metadata:  # what a recipe leaving it out gets now, and what recorded runs did
+            default = f"{yaml_text(option_default(f))} (older runs: {yaml_text(f.default)})"
+        else:
+            default = yaml_text(option_default(f))
         type_text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         type_text = _LITERAL.sub(lambda m: "|".join(v.strip().strip("'\"") for v in m.group(1).split(",")), type_text)
         doc = _first_sentence(repr(str(f.metadata.get("doc") or comments.get(f.name, ""))))
