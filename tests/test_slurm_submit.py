@@ -100,6 +100,28 @@ def test_one_array_with_the_recipe_options(fake_sbatch, write_recipe, capsys):
     assert f"submitted 3 run(s) as slurm job array {job_id}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("launcher, train, idle", [
+    ({}, {}, 1),  # the default cpus_per_task 2 against one torch thread
+    ({"cpus_per_task": 1}, {}, None),
+    ({"cpus_per_task": 4}, {"threads": 2, "num_workers": 1}, 1),
+    ({"cpus_per_task": 4}, {"threads": 2, "num_workers": 2}, None),
+    ({"cpus_per_task": 8, "gpus_per_node": 1}, {}, None),  # a GPU run's host threads take the allocation
+])
+def test_a_cpu_grid_asking_for_cpus_it_does_not_use_is_told_so(fake_sbatch, write_recipe, capsys, launcher, train,
+                                                                 idle):
+    """A CPU run computes with train.threads (unset: 1) plus its loader processes whatever Slurm allocates;
+    the rest of cpus_per_task would sit idle on a shared cluster without a word."""
+    recipe = load_recipe(write_recipe(extra={"seeds": [0], "launcher": {"name": "slurm", **launcher},
+                                             "train": {"progress": False, **train}}))
+    launch(recipe)
+    out = capsys.readouterr().out
+    if idle is None:
+        assert "stay idle" not in out
+    else:
+        assert f"{idle} CPU(s) of every task stay idle" in out and "launcher.cpus_per_task:" in out
+    assert len(calls(fake_sbatch)) == 1  # said, and submitted as asked
+
+
 def test_chunks_of_max_array_size(fake_sbatch, write_recipe):
     recipe = slurm_recipe(write_recipe, [0, 1, 2, 3, 4], max_array_size=2)
     launch(recipe)

@@ -72,8 +72,9 @@ def row_order(df: pd.DataFrame) -> list[str]:
 def _row_styles(df: pd.DataFrame) -> dict[str, dict]:
     """Colour, line style and marker each cycle with the row (periods 10, 4 and 7), so that two rows whose
     lines coincide (two BAPE variants with the same kappa) both stay visible, also in greyscale print (the
-    markers are hollow, so one shape does not cover another), and up to 140 rows differ in at least one. The index is the row's place in the table when known: a row
-    missing from one figure does not change the others' styles."""
+    markers are hollow, so one shape does not cover another), and up to 140 rows differ in at least one.
+    The index is the row's place in the table when known: a row missing from one figure does not change the
+    others' styles."""
     rows = row_order(df)
     if "row_order" in df.columns and df["row_order"].notna().all():
         index = dict(zip(df["row"], df["row_order"].astype(int)))

@@ -82,11 +82,34 @@ def submit(recipe: Recipe, specs: list[RunSpec], wait: bool = False, redo: tuple
     """Submit ``specs`` to Slurm as job arrays of at most ``launcher.max_array_size``; returns the job
     ids. ``wait``: block until every run has a result (or its job left the queue)."""
     require_sbatch()
+    idle = idle_cpus_note(recipe.launcher, specs)
+    if idle:
+        print(idle)
     jobs = submit_arrays(recipe, specs, "slurm", redo)
     job_ids = [str(job.job_id) for job in jobs]
     if wait and job_ids:
         wait_for(recipe, specs, job_ids)
     return job_ids
+
+
+def idle_cpus_note(c: LauncherConfig, specs: list[RunSpec]) -> str | None:
+    """A line when a CPU grid asks Slurm for more CPUs per task than its runs use. A CPU run computes with
+    ``train.threads`` torch threads (unset: 1, as the thread count is part of its numbers) plus
+    ``train.num_workers`` loader processes, whatever the allocation; the rest of ``cpus_per_task`` is
+    reserved and idle. Said, not changed: either number may be what the user meant (the default is 2)."""
+    if c.gpus_per_node or not specs:
+        return None
+    train = [spec.config.get("train", {}) for spec in specs]
+    threads = max(int(t.get("threads") or 1) for t in train)
+    workers = max(int(t.get("num_workers") or 0) for t in train)
+    if c.cpus_per_task <= threads + workers:
+        return None
+    return (f"note: launcher.cpus_per_task is {c.cpus_per_task}, but each run of this CPU grid uses at most "
+            f"{threads + workers} CPU(s): {threads} torch thread(s) (train.threads; unset: 1 on the CPU) and "
+            f"{workers} loader process(es) (train.num_workers); {c.cpus_per_task - threads - workers} CPU(s) of "
+            f"every task stay idle. Set launcher.cpus_per_task: {threads + workers} to leave them to others, or "
+            f"train.threads to use them (a result records its thread count, and tables keep results made with "
+            f"other thread counts apart).")
 
 
 def require_sbatch() -> None:
