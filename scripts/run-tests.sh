@@ -35,7 +35,7 @@ fi
 # subprocesses that each import torch, single-threaded, so a 2-core machine takes about half the time
 # (README: the figures). No test depends on timing or on sharing a process with another test.
 # LTBENCH_TEST_WORKERS=N sets the count (1: one worker; 0: no xdist at all, one process as before).
-cores=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || echo 1)
+cores=$(nproc 2>/dev/null || echo 1)  # the cores this process may run on (its affinity mask, as Slurm or taskset set it)
 workers=${LTBENCH_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
 parallel=()
 [[ $workers -gt 0 ]] && parallel=(-n "$workers")

@@ -185,15 +185,12 @@ def _log_axis(ax: Axes, which: str = "x") -> None:
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
     low, high = ax.get_xlim() if which == "x" else ax.get_ylim()
+    span = high / max(low, 1e-12)
     plain = FuncFormatter(lambda value, _: f"{value:g}")
-    if which == "y" and high / max(low, 1e-12) < 1000:  # under three decades: ticks at 1, 2 and 5 of each
+    if which == "y" and span < 1000:  # under three decades: ticks at 1, 2 and 5 of each
         axis.set_major_locator(LogLocator(10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(plain)
-    axis.set_minor_formatter(plain if high / max(low, 1e-12) < 10 else NullFormatter())
-
-
-def _log_x(ax: Axes) -> None:
-    _log_axis(ax, "x")
+    axis.set_minor_formatter(plain if span < 10 else NullFormatter())
 
 
 def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
@@ -281,7 +278,7 @@ def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None =
     bounds = shot_thresholds(df) if shot_boundaries is None else list(shot_boundaries)
     for bound in bounds:
         ax.axvline(bound, color="0.4", linestyle=":", linewidth=1)
-    _log_x(ax)
+    _log_axis(ax, "x")
     groups = [g for g in reversed(GROUPS) if (df["group"] == g).any()]
     if len(bounds) == 2:  # two thresholds always make three regions, even if one holds no class
         groups = ["few", "medium", "many"]
@@ -350,7 +347,7 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[
     ax = figure.add_subplot()
     means = _class_means(chosen, "value")
     _draw_rows(ax, means, "train_count", "value", band=False, markers=True)
-    _log_x(ax)
+    _log_axis(ax, "x")
     log_y = spans_a_decade(means["value"])
     if log_y:  # a prior-free BAPE's kappa of ~2000 beside ~100 would flatten every other row onto the axis
         _log_axis(ax, "y")

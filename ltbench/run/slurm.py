@@ -19,7 +19,7 @@ from typing import Callable
 
 import submitit
 
-from ltbench.results import store
+from ltbench.results import provenance, store
 from ltbench.errors import LtbenchError
 from ltbench.recipe import LauncherConfig, Recipe
 from ltbench.runner import prepare_run_dir, run_one
@@ -94,13 +94,13 @@ def submit(recipe: Recipe, specs: list[RunSpec], wait: bool = False, redo: tuple
 
 def idle_cpus_note(c: LauncherConfig, specs: list[RunSpec]) -> str | None:
     """A line when a CPU grid asks Slurm for more CPUs per task than its runs use. A CPU run computes with
-    ``train.threads`` torch threads (unset: 1, as the thread count is part of its numbers) plus
+    the torch threads ``provenance.thread_count`` gives it (``train.threads``, unset: 1) plus
     ``train.num_workers`` loader processes, whatever the allocation; the rest of ``cpus_per_task`` is
     reserved and idle. Said, not changed: either number may be what the user meant (the default is 2)."""
     if c.gpus_per_node or not specs:
         return None
     train = [spec.config.get("train", {}) for spec in specs]
-    threads = max(int(t.get("threads") or 1) for t in train)
+    threads = max(provenance.thread_count(t.get("threads"), "cpu", {})[0] for t in train)
     workers = max(int(t.get("num_workers") or 0) for t in train)
     if c.cpus_per_task <= threads + workers:
         return None
