@@ -24,7 +24,8 @@ import torch
 
 from ltbench.stage2 import features
 from ltbench.posthoc import expand_posthoc
-from ltbench.stage2.posthoc_runs import fit_and_record, load_frozen, posthoc_id
+from ltbench.results.identity import posthoc_id
+from ltbench.stage2.posthoc_runs import fit_and_record, load_frozen
 
 BAPE_GRID = [
     {"name": "bape_refit", "alpha_hat": 0.0, "da_mode": ["none", "shared_kappa", "map_test_prior", "debiased"],

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from ltbench.results import schema
+
 PRIORS = ["forward50", "forward25", "forward10", "forward5", "forward2", "uniform",
           "backward2", "backward5", "backward10", "backward25", "backward50"]
 HEADS = [f"{e}_da_{m}" for e in ("sum", "bape") for m in ("none", "shared_kappa", "debiased", "map_test_prior")] + \
@@ -57,7 +59,7 @@ def fake_result(spec: dict, k: int, rng: random.Random) -> dict:
                "target_priors": {p: {"all": rng.random(), "many": rng.random(), "medium": rng.random(),
                                      "few": rng.random()} for p in PRIORS}}
     counts = sorted((rng.randint(2, 1000) for _ in range(k)), reverse=True)
-    return {"schema_version": 1, "run_id": spec.run_id, "recipe": spec.recipe, "status": "done",
+    return {"schema_version": schema.SCHEMA_VERSION, "run_id": spec.run_id, "recipe": spec.recipe, "status": "done",
             "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config, "metrics": metrics,
             "data": {"num_classes": k, "class_counts_train": counts, "class_counts_test": [3] * k,
                      "class_names": [f"Plantae Tracheophyta Magnoliopsida species number {c:05d}" for c in range(k)],

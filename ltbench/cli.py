@@ -205,6 +205,17 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_migrate(args) -> int:
+    from ltbench.results import migrate  # lazy: keeps --help fast
+
+    root = Path(args.folder)
+    if not root.is_dir():
+        raise LtbenchError(f"{root}: not a folder; expected a results folder (e.g. results/ or results/quickstart)")
+    report = migrate.migrate_folder(root, dry_run=args.dry_run)
+    print("\n".join(report.lines(root, args.dry_run)))
+    return 0
+
+
 def cmd_check(args) -> int:
     from ltbench.contract import check_plugin_folder, check_recipe  # lazy: keeps table and status free of torch
 
@@ -327,6 +338,12 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("migrate", parents=[common],
+                       help="bring the records of a results folder written by an older ltbench up to date")
+    p.add_argument("folder", help="a results folder (all recipes below it) or one recipe's results folder")
+    p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("check", parents=[common],
                        help="run the plugin contract on a plugin folder (methods, backbones, datasets, stage-2 "

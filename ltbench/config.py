@@ -16,13 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ltbench.errors import ConfigError, short_repr
-from ltbench.results.identity import DROPPED, identity_of
 from ltbench.priors import parse_prior
-
-# Which configuration fields are execution settings (not part of what a run computes) is declared in
-# ltbench/results/identity.py, the one home of run identity; these names are kept for the code that imports them.
-NOT_IN_RUN_ID = DROPPED
-without_local_fields = identity_of
 
 #: Integers beyond this are never a sensible setting (and overflow NumPy / torch seeds and counters).
 INT_LIMIT = 2**63 - 1
@@ -217,43 +211,14 @@ def check_range(name: str, value: float | int | None, low: float | None = None, 
         raise ValueError(f"{name} must be {want}{unit}, got {short_repr(value)}")
 
 
-def added_later(default: Any, *, new_runs: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field added to a config after results were recorded, whose default is what those runs did.
-
-    Why: the run id hashes the resolved config, so a new option would otherwise change the id of every earlier
-    run (and split its table rows). ``to_dict`` leaves such a field out while it holds its default; the id
-    changes only for runs that use the new option. A config without the key therefore always means "as
-    before the option existed", whoever reads it back.
-
-    ``new_runs``: where the value a recipe should get when it leaves the option out differs from what earlier
-    runs did (SADE's ``expert_width``: the official 0.75 for new runs, 1.0 before), ``Registry.resolved``
-    writes it into the run's configuration (``new_run_defaults``), so the id says which one ran and the
-    recorded ids stay."""
-    metadata = {"added_later": True}
-    if new_runs is not dataclasses.MISSING:
-        metadata["new_runs"] = new_runs
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-def new_run_defaults(cls: type) -> dict:
-    """The ``new_runs`` values of ``cls``'s ``added_later`` fields (see there), by field name."""
-    return {f.name: f.metadata["new_runs"] for f in dataclasses.fields(cls) if "new_runs" in f.metadata}
-
-
 def option_default(f: dataclasses.Field) -> Any:
     """The value a recipe that leaves option ``f`` out gets (what an option listing should show)."""
-    if "new_runs" in f.metadata:
-        return f.metadata["new_runs"]
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def to_dict(obj: Any) -> dict:
-    """A config dataclass as plain data, less ``added_later`` fields that hold their default."""
-    data = dataclasses.asdict(obj)
-    for f in dataclasses.fields(obj):
-        if f.metadata.get("added_later") and data[f.name] == f.default:
-            del data[f.name]
-    return data
+    """A config dataclass as plain data, every field explicit: what enters a run's configuration and id."""
+    return dataclasses.asdict(obj)
 
 
 def value_text(v: Any) -> str:
@@ -311,7 +276,7 @@ class OptimConfig:
     # Gradient accumulation: each step's batch_size images go through the model in chunks of this many,
     # one optimiser step per batch (LIFT's micro_batch_size; for small GPUs). A different computation where
     # a model has BatchNorm (it sees the chunks), so part of the run id; None: no accumulation.
-    micro_batch_size: int | None = added_later(None)
+    micro_batch_size: int | None = None
 
     def validate(self) -> None:
         check_range("lr", self.lr, 0, 1000, low_open=True)
@@ -347,8 +312,8 @@ def check_logger_names(names) -> None:
 
 
 # The batched augmentation scheme (train.augment_on: batch) this code implements. Bump it whenever
-# ltbench/data/batch_augment.py changes the random numbers or the ops of a batched view. 1: before issue 30
-# (recorded configs of that time have no augment_scheme); 2: one hash call per view, no data-dependent grouping.
+# ltbench/data/batch_augment.py changes the random numbers or the ops of a batched view (and add a migration
+# step if recorded runs must say which scheme they used). 2: one hash call per view, no data-dependent grouping.
 BATCH_AUGMENT_SCHEME = 2
 
 
@@ -373,12 +338,11 @@ class TrainConfig:
     # Where training views are augmented: 'worker' (per image, in the loader: bit-identical to earlier runs) or
     # 'batch' (whole uint8 batches on the training device, random draws per sample; ltbench/data/batch_augment.py).
     # Same distributions, different random numbers, so it is part of the run id.
-    augment_on: Literal["worker", "batch"] = added_later("worker")
+    augment_on: Literal["worker", "batch"] = "worker"
     # The version of the batched scheme (its random draws and ops) a 'batch' run uses: filled in with
     # BATCH_AUGMENT_SCHEME, so that batch runs made before a change of ltbench/data/batch_augment.py never share
-    # an id with runs made after it. Absent for 'worker' runs, and in the configs of batch runs recorded before
-    # the field existed (scheme 1: their ids stay). Only the current scheme can be trained.
-    augment_scheme: int | None = added_later(None)
+    # an id with runs made after it; null for 'worker' runs. Only the current scheme can be trained.
+    augment_scheme: int | None = None
 
     def __post_init__(self) -> None:
         if self.augment_on == "batch" and self.augment_scheme is None:
@@ -410,12 +374,12 @@ class EvalConfig:
     test_sets: list[str] = field(default_factory=list)
     # Which epoch's model the run reports: the last (common practice), or the one with the best validation
     # All (needs a validation split, data.val_per_class or data.val_split; docs/protocol.md).
-    select: Literal["last", "best_val"] = added_later("last")
+    select: Literal["last", "best_val"] = "last"
     # Test-time ensembling (LIFT's): every evaluated image (test, test sets, validation) is resized to
     # size + tte_expand and cut into 5 (fivecrop) or 10 (tencrop: the five and their mirror images) crops;
     # the prediction is the mean of the method's scores over the crops. none: one centre crop.
-    tte: Literal["none", "fivecrop", "tencrop"] = added_later("none")
-    tte_expand: int = added_later(24)
+    tte: Literal["none", "fivecrop", "tencrop"] = "none"
+    tte_expand: int = 24
 
     def validate(self) -> None:
         check_range("few_threshold", self.few_threshold, 0, INT_LIMIT)
@@ -453,18 +417,6 @@ def check_prior_name(name: str, where: str) -> tuple[str, float]:
         raise ValueError(f"{where}: {exc}" if where else str(exc)) from None
 
 
-def omitted_default(key: str) -> tuple[bool, Any]:
-    """(True, default) when the dotted ``key`` names an ``added_later`` field of a core section (optim, train,
-    eval): a run config that lacks the key ran with that default. Table selectors use it, so
-    ``where: {train.augment_on: worker}`` picks the runs recorded before (or without) the option."""
-    section, _, name = key.partition(".")
-    cls = {"optim": OptimConfig, "train": TrainConfig, "eval": EvalConfig}.get(section)
-    for f in dataclasses.fields(cls) if cls is not None else ():
-        if f.name == name and f.metadata.get("added_later"):
-            return True, f.default
-    return False, None
-
-
 # --------------------------------------------------------------------------------------------
 # Describing a Config's options (`ltbench list methods --options`): from the dataclass itself, so the
 # listing cannot drift from what a recipe may set.
@@ -480,8 +432,7 @@ class OptionDoc:
 
 def describe_options(cls: type) -> list[OptionDoc]:
     """Every option of a plugin's ``Config`` dataclass, in declaration order, with the default a recipe that
-    leaves it out gets (``option_default``; an ``added_later`` option whose new runs get another value than
-    the recorded ones also names the old value). The doc of a field is its
+    leaves it out gets (``option_default``). The doc of a field is its
     ``metadata['doc']``, else the comment on its line (or the comment lines just above it) in the class
     that declares it or, for a field a subclass only re-defaults, in a base class."""
     if not dataclasses.is_dataclass(cls):
@@ -495,8 +446,6 @@ def describe_options(cls: type) -> list[OptionDoc]:
             continue
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             default = "required"
-        elif "new_runs" in f.metadata:  # what a recipe leaving it out gets now, and what recorded runs did
-            default = f"{yaml_text(option_default(f))} (older runs: {yaml_text(f.default)})"
         else:
             default = yaml_text(option_default(f))
         type_text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))

@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from ltbench import registry
-from ltbench.config import from_dict, new_run_defaults
+from ltbench.config import from_dict
 from ltbench.data.base import LTData
 from ltbench.method import Method, MethodContext, create_method
 from ltbench.posthoc import FrozenRun, PosthocMethod, SplitInputs
@@ -56,7 +56,7 @@ def default_config(cls: Any, what: str) -> Any:
     config_cls = getattr(cls, "Config", None)
     _expect(config_cls is not None and dataclasses.is_dataclass(config_cls),
             f"{what}: 'Config' must be a dataclass of options (use ltbench.config.EmptyConfig for none)")
-    cfg = from_dict(config_cls, new_run_defaults(config_cls), what)  # what a recipe gets: types, then validate()
+    cfg = from_dict(config_cls, {}, what)  # what a recipe gets: types, then validate()
     probe = config_cls()
     before = copy.deepcopy(dataclasses.asdict(probe))
     validate = getattr(probe, "validate", None)

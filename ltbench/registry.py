@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ltbench.config import from_dict, new_run_defaults, to_dict
+from ltbench.config import from_dict, to_dict
 from ltbench.errors import LtbenchError, short_repr, shorten
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
@@ -147,9 +147,7 @@ class Registry:
         return f"{self.kind} '{name}'" + (f" (module {entry.module})" if entry is not None else "")
 
     def resolved(self, spec: dict, where: str) -> dict:
-        """``spec`` with every default filled in, as plain data (what enters a run's configuration); an option
-        added later whose value for new runs differs from earlier runs' gets it here (config.added_later)."""
-        spec = {**new_run_defaults(self.get(spec["name"]).Config), **spec}
+        """``spec`` with every default filled in, as plain data: what enters a run's configuration (and id)."""
         return {"name": spec["name"], **to_dict(self.config(spec, where))}
 
     def build(self, spec: dict, *args: Any, where: str, **kwargs: Any) -> Any:

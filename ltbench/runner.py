@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from ltbench.results import provenance, record, safe_read, store
+from ltbench.results import provenance, record, safe_read, schema, store
 from ltbench import registry
 from ltbench.errors import DiskFullError, LtbenchError, shorten
 from ltbench.results.runspec import RunSpec
@@ -60,7 +60,7 @@ def prepare_run_dir(spec: RunSpec | dict) -> Path:
     """Create the run directory with its spec and readable config (idempotent; a spec.json that is
     missing, unreadable or not this spec is written again, since a pool worker reads it)."""
     spec = RunSpec.coerce(spec)
-    plain = spec.to_dict()
+    plain = {"schema_version": schema.SCHEMA_VERSION, **spec.to_dict()}
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -170,7 +170,7 @@ def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
     try:
         if writes_files:
             store.atomic_write_json(run_dir / store.STARTED, {
-                "time": started, "host": socket.gethostname(), "pid": os.getpid(),
+                "schema_version": schema.SCHEMA_VERSION, "time": started, "host": socket.gethostname(), "pid": os.getpid(),
                 "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
             })
         result = record.header(spec, started=started, provenance=info, code=provenance.run_code(spec.config))

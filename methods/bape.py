@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.config import added_later, check_range, check_views
+from ltbench.config import check_range, check_views
 from ltbench.errors import ConfigError, LtbenchError, short_repr
 from ltbench.method import Method, create_method, resolved_method_spec
 from ltbench.registry import METHODS
@@ -63,7 +63,7 @@ class BAPEConfig:
     """Let the gradient reach m0 through kappa as well as mu (false: kappa is detached)."""
     prior_dirs: Literal["etf", "spread"] = "etf"
     """Initial m0: simplex ETF (needs K-1 <= p; switches to 'spread' with a note otherwise) or spread directions."""
-    kappa_solver: Literal["sra", "newton"] = added_later("sra")
+    kappa_solver: Literal["sra", "newton"] = "sra"
     """How kappa = A_p^{-1}(R) is solved: Sra's closed form (the paper's; about R^2/p relative too high) or
     Newton's method on the exact A_p (the maximum-likelihood root). Left out of the run id at 'sra'."""
 

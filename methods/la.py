@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.config import added_later, check_range, check_views
+from ltbench.config import check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 
@@ -48,7 +48,7 @@ class LAConfig:
     # Which views enter the loss: 'first' (the method's first view, as published), or 'all' (the loss averaged
     # over every view in `views`). 'all' with BAPE's three views is the compute-matched LA control for BAPE+LA:
     # the same images through the backbone per step, without the BAPE loss (docs/results.md).
-    loss_views: Literal["first", "all"] = added_later("first")
+    loss_views: Literal["first", "all"] = "first"
 
     def validate(self) -> None:
         check_range("tau", self.tau, 0, 100)

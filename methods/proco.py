@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from ltbench.config import added_later, check_range, check_views
+from ltbench.config import check_range, check_views
 from ltbench.method import Method
 from ltbench.registry import METHODS
 from ltbench.seeding import derive_seed
@@ -54,7 +54,7 @@ class ProCoConfig:
     """Upper clamp of kappa (official 1e5)."""
     views: list[str] = field(default_factory=lambda: ["strong", "sim", "sim"])
     """First view: the classifier's; the others: the contrastive views (official: AutoAugment+Cutout, 2 x sim)."""
-    unseen: Literal["zero", "official"] = added_later("zero")
+    unseen: Literal["zero", "official"] = "zero"
     """A class with no feature in the statistics window: mean 0 and kappa 1e-6, the uniform density ('zero');
     or, as the official EstimatorCV, a random direction with R = 0.9 redrawn at each epoch's reset, seeded
     per run ('official'; docs/protocols.md §8.2)."""

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from PIL import ImageFilter
 from torchvision.transforms import v2
 
-from ltbench.config import added_later, check_range, check_views
+from ltbench.config import check_range, check_views
 from ltbench.data import batch_augment as B
 from ltbench.data.base import ImageSpec
 from ltbench.experts import MultiExpert, split_experts
@@ -47,13 +47,13 @@ class SADEConfig:
     """SADE's three experts (forward, uniform, backward); the loss is defined for exactly three."""
     expert_stages: int = 3
     """How many of the backbone's last stages each expert owns (3: CIFAR ResNet stages 2, 3 and the pooling)."""
-    expert_width: float = added_later(1.0, new_runs=0.75)
+    expert_width: float = 0.75
     """Channels of the experts' own stages relative to the backbone's. Default 0.75, the official
     reduce_dimension (ResNet-32: 24/48 where the backbone has 32/64; ResNet/ResNeXt-50: planes 192/384 for
-    256/512); 1.0: the backbone's widths. A run config without this key ran 1.0 (recorded before it existed)."""
+    256/512); 1.0: the backbone's widths."""
     tau: float = 2.0
     """Strength of the inverse prior for expert 3 (official tau 2)."""
-    tie_order: Literal["stable", "official_cpu"] = added_later("stable")
+    tie_order: Literal["stable", "official_cpu"] = "stable"
     """Order of classes with tied training counts in the inverse prior: 'stable' (label order; what the
     official torch.sort gives on recent CUDA builds, unverified here) or 'official_cpu' (the official unstable
     torch.sort run on the CPU, whatever order this torch build gives; docs/protocols.md §8.2)."""
@@ -69,14 +69,14 @@ class SADEConfig:
     """The two augmentations of each unlabeled test image. 'sade_test_time' is the official one (crop,
     colour jitter, grayscale, blur, flip; the CIFAR and ImageNet-LT recipes use it); the default 'default'
     (crop with padding, flip) is what runs recorded before it used (docs/protocols.md §8.2)."""
-    test_time_redraw: bool = added_later(False)
+    test_time_redraw: bool = False
     """Draw the test-time views afresh for every test-time epoch, as the official loader does (true), or
     draw them once and reuse them (false, the default: what runs recorded before the option did)."""
     test_time_epochs: int = 5
     """Passes over the test set (official 5)."""
     test_time_lr: float = 0.1
     """SGD on the aggregation weights (official: lr 0.1 CIFAR, 0.025 ImageNet-LT, 0.2 iNat; momentum 0.9, Nesterov)."""
-    test_time_weight_decay: float = added_later(5e-4)
+    test_time_weight_decay: float = 5e-4
     """Weight decay of that SGD (official 5e-4 CIFAR and ImageNet-LT, 2e-4 iNat, 4e-4 Places-LT)."""
     test_time_batch_size: int = 128
     """Test images per step (official 128)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ltbench.results import code, identity
+from ltbench.results import code, identity, schema
 from ltbench.results.runspec import RunSpec
 
 PRIORS = ["forward50", "forward10", "uniform", "backward10", "backward50"]
@@ -40,7 +40,7 @@ def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None =
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(json.dumps(spec.to_dict()))
     if status in ("done", "failed"):
-        result = {"schema_version": 1, "run_id": spec.run_id, "recipe": spec.recipe, "status": status,
+        result = {"schema_version": schema.SCHEMA_VERSION, "run_id": spec.run_id, "recipe": spec.recipe, "status": status,
                   "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config,
                   "data": {"class_counts_train": [24, 12, 6, 3]},
                   "provenance": {"git_commit": "0" * 40, "ltbench_version": "0.1.0", "torch": "x"},

@@ -73,7 +73,7 @@ def test_dynamic_import_check_sees_every_spelling(tmp_path):
 ROOT = CORE.parent
 LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder stands for all its modules)
     6: ("ltbench.cli", "ltbench.__main__"),
-    5: ("ltbench.run", "ltbench.slurm"),
+    5: ("ltbench.run",),
     4: ("ltbench.recipe", "ltbench.report"),
     3: ("ltbench.runner", "ltbench.stage2"),
     2: ("ltbench.train", "ltbench.contract"),

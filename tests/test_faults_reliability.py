@@ -121,7 +121,7 @@ def test_cached_run_ids_are_the_ids_identity_gives():
     ids = caches.SeededIds(row)
     assert [ids(s) for s in (0, 7, 2**32 - 1)] == [identity.run_id({**row, "seed": s}) for s in (0, 7, 2**32 - 1)]
     stage2 = {**row, "posthoc": {"name": "tau_norm", "tau": 1.0}}
-    assert caches.SeededIds(stage2)(3) == caches.run_id_of({**stage2, "seed": 3})
+    assert caches.SeededIds(stage2)(3) == identity.config_id({**stage2, "seed": 3})
 
 
 @pytest.mark.parametrize("fault", [errno.EDQUOT, errno.EACCES, "disk full"])

@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference-results"
 
 
-def test_every_reference_result_keeps_its_recorded_id():
-    """The committed results (and every study made before identity.py) keep their ids: the new
-    execution settings are normalised to their default, never removed."""
+def test_every_reference_result_has_the_id_of_its_configuration():
+    """Every committed result (migrated to the current schema) is named by the hash of its configuration
+    under the current identity rule, and its folder by that id."""
     checked = 0
     for path in sorted(REFERENCE.rglob("result.json")):
         result = json.loads(path.read_text())
@@ -34,12 +34,9 @@ def test_every_reference_result_keeps_its_recorded_id():
 def test_every_train_field_is_declared_computation_or_execution_setting():
     """A new train: field must be declared in identity.py, one way or the other."""
     names = {f.name for f in dataclasses.fields(TrainConfig)}
-    execution = {k for s, k in identity.DROPPED | set(identity.NORMALISED) if s == "train"}
+    execution = {k for s, k in identity.EXECUTION_SETTINGS if s == "train"}
     assert names == execution | identity.TRAIN_COMPUTATION
     assert not execution & identity.TRAIN_COMPUTATION
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for (section, key), value in identity.NORMALISED.items():
-        assert section == "train" and defaults[key] == value and type(defaults[key]) is type(value)
 
 
 def test_execution_settings_leave_the_id_and_the_row_alone():
@@ -56,15 +53,13 @@ def test_execution_settings_leave_the_id_and_the_row_alone():
     assert identity.differing_settings([config, other, evaluated]) == ["train.eval_every"]
 
 
-def test_code_paths_are_recorded_relative_and_old_absolute_ones_are_mapped(tmp_path):
+def test_code_paths_are_recorded_relative(tmp_path):
     import ltbench.backbones as module
 
     entry = identity.code_entry("ltbench.backbones", module.__file__)
     assert entry["path"] == "ltbench/backbones.py" and entry["normalized"]
     assert identity.changed_code({"code": {"ltbench.backbones": entry}}) == ([], [])
-    old = {"path": "/some/other/clone/ltbench/backbones.py", "normalized": entry["normalized"]}
-    assert identity.changed_code({"code": {"ltbench.backbones": old}}) == ([], [])
-    assert identity.changed_code({"code": {"ltbench.backbones": {**old, "normalized": "0" * 64}}}) == (["ltbench.backbones"], [])
+    assert identity.changed_code({"code": {"ltbench.backbones": {**entry, "normalized": "0" * 64}}}) == (["ltbench.backbones"], [])
     bytes_only = {"path": entry["path"], "sha256": entry["sha256"]}  # recorded before normalised hashes: unknown
     assert identity.changed_code({"code": {"ltbench.backbones": bytes_only}}) == ([], ["ltbench.backbones"])
     pkg = tmp_path / "my_plugins"
@@ -180,7 +175,7 @@ def baseline(tmp_path_factory):
 
 
 def test_the_variants_cover_every_train_execution_setting():
-    assert set(EXECUTION_VARIANTS) == {k for s, k in identity.DROPPED | set(identity.NORMALISED) if s == "train"}
+    assert set(EXECUTION_VARIANTS) == {k for s, k in identity.EXECUTION_SETTINGS if s == "train"}
 
 
 @pytest.mark.slow

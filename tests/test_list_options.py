@@ -36,12 +36,12 @@ def test_la_options_as_a_user_reads_them(capsys):
     assert any(re.match(r"^ {6}head +linear\|cosine +linear +cosine: ", line) for line in lines)
 
 
-def test_an_option_whose_new_runs_default_differs_shows_what_a_recipe_gets(capsys):
-    """SADE's expert_width: a recipe leaving it out now gets the official 0.75; results recorded before the
-    option existed ran 1.0. The listing showed 1.0, which no new run gets."""
+def test_the_listing_shows_the_default_a_recipe_gets(capsys):
+    """SADE's expert_width: a recipe leaving it out gets the official 0.75 (the results recorded before the
+    option existed ran 1.0, and say so in their configuration since their migration)."""
     assert cli.main(["list", "methods", "sade", "--options"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("expert_width"))
-    assert re.match(r"^ +expert_width +float +0\.75 \(older runs: 1\.0\) +Channels", line), line
+    assert re.match(r"^ +expert_width +float +0\.75 +Channels", line), line
 
 
 @dataclass

@@ -119,11 +119,17 @@ def test_a_result_without_a_code_record_reads_code_unknown_in_tables(tmp_path, w
     assert "seed(s) 0: code unknown (no code record); counted" in table.rows[0].notes
 
 
-@pytest.mark.parametrize("legacy", [True, False])
-def test_older_records_read_as_legacy_numerics_that_never_match(legacy):
-    old = {"device": "cpu", "threads": 2, "provenance": {"torch": "2.14.1", "cpu_model": None}, "config": {}}
-    read = identity.numerics_of(old if legacy else {"numerics": _numerics(2)})
-    other = identity.numerics_of(old if legacy else {"numerics": _numerics(2)})
+@pytest.mark.parametrize("older", [True, False])
+def test_records_made_before_numerics_were_recorded_never_match(older):
+    """The migration gives an older record what its other fields say; the rest is 'not recorded', which
+    never matches: two such records are no difference known, and no match either."""
+    from ltbench.results.migrate import migrate_record
+
+    old = {"status": "done", "device": "cpu", "threads": 2, "provenance": {"torch": "2.14.1", "cpu_model": None},
+           "config": {}}
+    read = identity.numerics_of(migrate_record(old) if older else {"numerics": _numerics(2)})
+    other = identity.numerics_of(migrate_record(old) if older else {"numerics": _numerics(2)})
     differ, unknown = identity.numerics_difference(read, other)
-    assert differ == [] and bool(unknown) is legacy  # two legacy records: no difference known, no match either
-    assert ("legacy record" in identity.numerics_text(read)) is legacy
+    assert differ == [] and bool(unknown) is older
+    assert "cpu_capability" in unknown if older else not unknown
+    assert ("CPU capability not recorded" in identity.numerics_text(read)) is older

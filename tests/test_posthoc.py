@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from ltbench.stage2 import features
-from ltbench.results import store
+from ltbench.results import identity, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.posthoc import create_posthoc, expand_posthoc
-from ltbench.stage2.posthoc_runs import evaluate_posthoc, load_frozen, posthoc_id, run_posthoc
+from ltbench.results.identity import posthoc_id
+from ltbench.stage2.posthoc_runs import evaluate_posthoc, load_frozen, run_posthoc
 from ltbench.results.predictions import load_predictions
 from ltbench.registry import POSTHOC
 from tests.test_slurm_submit import fake_sbatch  # noqa: F401 - a fixture: sbatch that records its calls
@@ -268,7 +269,7 @@ def test_posthoc_command_stores_results_next_to_runs_and_is_idempotent(runs):
     run = recipe.runs[0]
     result = json.loads((features.Path(run.run_dir) / "posthoc" / posthoc_id(spec) / store.RESULT).read_text())
     assert result["posthoc_of"] == run.run_id and result["config"]["posthoc"] == spec
-    assert result["run_id"] == store.stage2_run_id(run.run_id, spec)
+    assert result["run_id"] == identity.stage2_run_id(run.run_id, spec)
     assert store.check_result(features.Path(run.run_dir) / "posthoc" / posthoc_id(spec)).state == "done"
     assert set(result["metrics"]) >= {"all", "many", "medium", "few", "per_class", "target_priors", "test_sets"}
     out = features.Path(run.run_dir) / "posthoc" / posthoc_id(spec)
@@ -289,7 +290,7 @@ def test_stage2_results_of_changed_stage2_code_are_stale_and_refitted_on_request
     code = result["code"]
     assert module in code and not any(features.Path(e.get("path", "")).is_absolute() for e in code.values())
     assert {"ltbench.stage2.posthoc_runs", "ltbench.posthoc", "ltbench.evaluation"} <= set(code)  # all it executed
-    assert store.code_state(result).status == "done" and store.changed_code(result) == ([], [])
+    assert identity.code_state(result).status == "done" and identity.changed_code(result) == ([], [])
     old = {**result, "code": {**code, module: {**code[module], "normalized": "0" * 64}}}  # fitted by an older version
     (out / store.RESULT).write_text(json.dumps(old))
     kept = run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)
@@ -299,7 +300,7 @@ def test_stage2_results_of_changed_stage2_code_are_stale_and_refitted_on_request
     assert "1 stage-2 result(s) are stale" in status.stdout and "--rerun-stale" in status.stdout
     redone = run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None, redo_stale=True)
     assert redone["done"] == 1 and "stale" not in redone
-    assert (out / "result.json.stale").is_file() and store.changed_code(json.loads((out / store.RESULT).read_text())) == ([], [])
+    assert (out / "result.json.stale").is_file() and identity.changed_code(json.loads((out / store.RESULT).read_text())) == ([], [])
 
 
 def test_unfinished_runs_are_reported_not_skipped(runs, tmp_path):

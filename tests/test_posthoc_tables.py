@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ltbench import report
-from ltbench.results import store
+from ltbench.results import identity, store
 from ltbench.recipe import load_recipe
 from reportkit import fake_metrics, write_run
 
@@ -33,8 +33,8 @@ def results(tmp_path_factory):
             config = {**run.config, "posthoc": spec}
             if spec["name"] == "tau_norm" and run.config["method"]["name"] == "la" and config["seed"] == 2:
                 continue  # one stage-2 seed never fitted: a note, n = 2/3
-            stage2 = {**run.to_dict(), "run_id": store.stage2_run_id(run.run_id, spec), "config": config,
-                      "run_dir": str(Path(run.run_dir) / store.POSTHOC_DIR / store.posthoc_id(spec))}
+            stage2 = {**run.to_dict(), "run_id": identity.stage2_run_id(run.run_id, spec), "config": config,
+                      "run_dir": str(Path(run.run_dir) / store.POSTHOC_DIR / identity.posthoc_id(spec))}
             write_run(stage2, metrics=stage2_metrics(config, config["seed"]))
     return root
 

@@ -2,7 +2,8 @@ import pytest
 import yaml
 
 from ltbench.errors import ConfigError
-from ltbench.recipe import load_recipe, run_id_of
+from ltbench.recipe import load_recipe
+from ltbench.results.identity import run_id as run_id_of
 
 
 def test_grid_and_seeds_expand_into_runs(write_recipe):
@@ -120,14 +121,17 @@ def test_recipes_in_the_repo_validate():
         assert yaml.safe_load(path.read_text())
 
 
-def test_an_added_later_option_at_its_default_keeps_earlier_run_ids(write_recipe):
-    # BAPE's kappa_solver was added after reference runs were recorded: at 'sra' (what those runs did) it is
-    # left out of the resolved config, so the id is unchanged; 'newton' is a different computation and id.
+def test_every_option_is_explicit_in_the_resolved_config(write_recipe):
+    """A recipe that leaves an option out gets its default written into the run's configuration (and id):
+    the same run as one that writes the default out, core sections, plugins, nested specs and the sampler."""
     bape = {"name": "bape", "aux": {"name": "la"}, "aux_views": ["default"], "bape_views": ["default", "default"]}
     implicit = load_recipe(write_recipe("i", {"method": bape})).runs[0]
     explicit = load_recipe(write_recipe("e", {"method": {**bape, "kappa_solver": "sra"}})).runs[0]
     newton = load_recipe(write_recipe("n", {"method": {**bape, "kappa_solver": "newton"}})).runs[0]
-    assert "kappa_solver" not in implicit.config["method"]
+    assert implicit.config["method"]["kappa_solver"] == "sra"
+    assert implicit.config["method"]["aux"]["loss_views"] == "first"
+    assert implicit.config["sampler"] == {"name": "uniform"}
+    assert implicit.config["train"]["augment_on"] == "worker" and implicit.config["eval"]["select"] == "last"
     assert implicit.run_id == explicit.run_id != newton.run_id
     assert newton.config["method"]["kappa_solver"] == "newton"
 

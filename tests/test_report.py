@@ -219,7 +219,7 @@ def test_the_cache_is_invalidated_by_a_changed_result(write_recipe):
     recipe = load_recipe(path)
     populate(recipe)
     assert rows_by_label(table_of(path))["la"].cells[(0, 3)].mean == pytest.approx(63.4)
-    assert index.cache_file(recipe.root, index.INDEX_FILE).exists()
+    assert store.cache_file(recipe.root, index.INDEX_FILE).exists()
     spec = next(s for s in recipe.runs if s.config["method"]["name"] == "la")
     result = Path(spec.run_dir) / "result.json"
     data = json.loads(result.read_text())

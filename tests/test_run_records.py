@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ltbench.results import record, store
+from ltbench.results import record, schema, store
 from ltbench.train.checkpoint import CheckpointSaver, load_checkpoint
 from ltbench.results.runspec import RunSpec
 from ltbench.train.selection import select_model
@@ -77,7 +77,7 @@ def test_every_result_field_is_documented_and_a_done_record_is_usable():
     record.done(done, _outcome())
     record.finish(done, 12.5)
     assert done["wall_seconds"] == 2.5 and done["status"] == "done" and done["seed"] == 3
-    assert store.result_problem(json.loads(json.dumps(done))) == ""
+    assert schema.result_problem(json.loads(json.dumps(done))) == ""
     failed = record.header(spec, started=10.0, provenance={}, code={})
     try:
         raise RuntimeError("boom")
@@ -85,7 +85,7 @@ def test_every_result_field_is_documented_and_a_done_record_is_usable():
         record.failed(failed, exc, "Traceback ...")
     record.finish(failed, 11.0)
     assert failed["error"] == "RuntimeError: boom" and failed["traceback"] == "Traceback ..."
-    assert store.result_problem(failed) == ""
+    assert schema.result_problem(failed) == ""
     undocumented = (set(done) | set(failed) | {"traceback_file"}) - _documented_fields()
     assert not undocumented, f"result.json fields missing from docs/results-schema.md: {sorted(undocumented)}"
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ltbench.results import store
+from ltbench.results import identity, store
 
 PLUGIN = '''
 import torch.nn as nn
@@ -49,7 +49,7 @@ def test_changed_plugin_code_flags_runs_stale_and_rerun_stale_redoes_them(tmp_pa
     # built-in dataset and backbone modules.
     used = {"stale_plugins.scaled", "stale_plugins._helpers", "ltbench.data.synthetic", "ltbench.backbones"}
     assert used <= set(code)
-    assert code["stale_plugins._helpers"]["sha256"] == store.file_sha256(pkg / "_helpers.py")
+    assert code["stale_plugins._helpers"]["sha256"] == identity.file_sha256(pkg / "_helpers.py")
 
     results_dir = tmp_path / "results" / "tiny"
     assert "1 done" in cli("status", results_dir).stdout
@@ -66,6 +66,6 @@ def test_changed_plugin_code_flags_runs_stale_and_rerun_stale_redoes_them(tmp_pa
     assert "1 to run" in redo.stdout and "training again from scratch" in redo.stdout
     assert (result_path.parent / "result.json.stale").is_file()
     fresh = json.loads(result_path.read_text())
-    assert fresh["code"]["stale_plugins._helpers"]["sha256"] == store.file_sha256(pkg / "_helpers.py")
+    assert fresh["code"]["stale_plugins._helpers"]["sha256"] == identity.file_sha256(pkg / "_helpers.py")
     assert [r["epoch"] for r in store.read_jsonl(result_path.parent / store.LOG)] == [1]
     assert "1 done" in cli("status", results_dir).stdout

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ltbench.config import added_later, check_range
+from ltbench.config import check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.data.validation import counts_record, unused_per_class
@@ -90,7 +90,7 @@ class CIFARLTConfig:
     data_seed: int = 0  # seed of the legacy global NumPy RNG that picks the subset (LDAM-DRW rand_number: 0)
     root: str | None = None  # folder holding cifar-10-batches-py/ or cifar-100-python/; default: search
     download: bool = False  # fetch the archive with torchvision when missing (needs internet); never by default
-    val_per_class: int = added_later(0)  # balanced validation: images per class drawn from those the subset did not keep (0: none; docs/protocol.md)
+    val_per_class: int = 0  # balanced validation: images per class drawn from those the subset did not keep (0: none; docs/protocol.md)
 
     def validate(self) -> None:
         check_range("imb_factor", self.imb_factor, 1, 500,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ltbench.config import added_later, check_range
+from ltbench.config import check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
 from ltbench.data.idx import read_idx
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
@@ -40,7 +40,7 @@ class FashionMNISTLTConfig:
     max_per_class: int = 6000  # n_max; 500 gives the CIFAR-100-LT profile with all three shot groups
     data_seed: int = 0  # seed of the legacy global NumPy RNG that picks the subset (LDAM-DRW: 0)
     root: str | None = None  # folder with the IDX files; default: search (see candidate_roots)
-    val_per_class: int = added_later(0)  # balanced validation: images per class drawn from those the subset did not keep (0: none; docs/protocol.md)
+    val_per_class: int = 0  # balanced validation: images per class drawn from those the subset did not keep (0: none; docs/protocol.md)
 
     def validate(self) -> None:
         if not 1 <= self.max_per_class <= 6000:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from ltbench.config import added_later, check_range
+from ltbench.config import check_range
 from ltbench.data.base import DatasetBuilder, ImageSpec, LTData
 from ltbench.data.validation import counts_record, hold_out
 from ltbench.errors import CorruptFileError, DataMissingError, LtbenchError
@@ -111,8 +111,8 @@ class SplitListConfig:
     # Validation (docs/protocol.md): a published list ('val' for ImageNet-LT and Places-LT), or, where the
     # val list is the test set (iNaturalist 2018), val_per_class images per class held out of the training
     # list (each class keeps at least one; this changes the training set, so it is in the run id).
-    val_split: str | None = added_later(None)
-    val_per_class: int = added_later(0)  # images per class held out of the training list as validation (0: none)
+    val_split: str | None = None
+    val_per_class: int = 0  # images per class held out of the training list as validation (0: none)
 
     def validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_]+", self.test_split):

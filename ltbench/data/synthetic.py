@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ltbench.config import added_later, check_range
+from ltbench.config import check_range
 from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES
 from ltbench.data.profile import exponential_counts
 from ltbench.registry import DATASETS
@@ -31,7 +31,7 @@ class SyntheticLTConfig:
     channels: int = 3  # image channels (1: grey, 3: colour)
     noise: float = 0.35  # std of the pixel noise around each class's pattern (higher: harder)
     data_seed: int = 0  # seed of the generated images (the run's seed does not change the data)
-    val_per_class: int = added_later(0)  # validation images per class, generated after train and test
+    val_per_class: int = 0  # validation images per class, generated after train and test
 
     def validate(self) -> None:
         check_range("num_classes", self.num_classes, 2, 100_000)  # iNat-sized label spaces included

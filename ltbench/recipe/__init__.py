@@ -29,7 +29,7 @@ from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
 from ltbench.results.runspec import RunSpec
-from ltbench.samplers import resolve_sampler
+from ltbench.samplers import DEFAULT_SAMPLER, resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
 # runs, so a typo or a hostile file must be refused quickly and with bounded memory.
@@ -170,8 +170,6 @@ def set_dotted(tree: dict, key: str, value: Any, where: str) -> None:
     node[parts[-1]] = copy.deepcopy(value)
 
 
-canonical_json = identity.canonical_json
-run_id_of = identity.run_id  # the rule lives in ltbench/results/identity.py
 
 
 def _grid_points(grid: Any, where: str) -> list[dict]:
@@ -250,11 +248,9 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     }
     _check_view_names(method_resolved, mwhere)
     _plugin_run_checks(config, where)
-    sampler = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
-                              method["name"], join_path(where, "sampler"))
-    if sampler is not None:  # the default (uniform) stays out of the configuration: earlier run ids hold
-        config["sampler"] = sampler
-    if config["eval"].get("select") == "best_val" and not declares_validation(config["data"]):
+    config["sampler"] = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
+                                         method["name"], join_path(where, "sampler"))
+    if config["eval"]["select"] == "best_val" and not declares_validation(config["data"]):
         raise ConfigError(f"{join_path(where, 'eval.select')}: best_val needs a validation split; set data.val_per_class "
                           f"(e.g. 20) or data.val_split (e.g. val for ImageNet-LT); docs/protocol.md")
     builder = DATASETS.get(config["data"]["name"])
@@ -649,7 +645,7 @@ _LIST_KIND = {"data": "datasets", "backbone": "backbones", "method": "methods"}
 def data_identity(data: dict, cache: dict) -> str | None:
     """What identifies a run's data beyond its options, from the dataset plugin (None: its options do,
     as for the built-in datasets, whose files are fixed and checksummed). Asked once per data config."""
-    key = canonical_json(data)
+    key = identity.canonical_json(data)
     if key not in cache:
         cls, label = DATASETS.get(data["name"]), DATASETS.label(data["name"])
         ask = getattr(cls, "data_identity", None)
@@ -669,7 +665,7 @@ def backbone_identity(backbone: dict, cache: dict) -> str | None:
     scratch; a missing file is a one-line WeightsMissingError (exit 2), so --dry-run checks it too."""
     from ltbench.pretrained.registered import backbone_identity as ask  # lazy: keeps table and status free of torch
 
-    key = "backbone:" + canonical_json(backbone)
+    key = "backbone:" + identity.canonical_json(backbone)
     if key not in cache:
         cache[key] = ask(backbone)
     return cache[key]
@@ -715,7 +711,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         for seed in top.seeds:
             config = _run_config(cfg, seed, identities)
             try:
-                run_id = run_id_of(config)
+                run_id = identity.run_id(config)
             except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
                 raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
                                   f"remove NaN and infinite values") from None
@@ -726,7 +722,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                                 plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
     check_overrides_used(list(run_overrides), used, runs)
     posthoc = expand_posthoc(top.posthoc, "posthoc")
-    if posthoc and any(spec.config["eval"].get("select") == "best_val" for spec in runs):
+    if posthoc and any(spec.config["eval"]["select"] == "best_val" for spec in runs):
         raise ConfigError("posthoc: stage 2 fits each run's final checkpoint, but eval.select: best_val reports an "
                           "earlier epoch's model, so 'ltbench posthoc' could fit none of these runs; set eval.select: "
                           "last in a recipe with a posthoc: grid (docs/posthoc.md)")
@@ -770,8 +766,8 @@ def run_label(run: RunSpec) -> str:
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         extras.append(f"{key}={_short(value)}")
-    sampler = run.config.get("sampler")  # absent: the default, uniform
-    if sampler:
+    sampler = run.config["sampler"]
+    if sampler["name"] != DEFAULT_SAMPLER:
         extras.append(f"sampler={_short(sampler)}")
     return method["name"] + (f" ({', '.join(extras)})" if extras else "")
 
@@ -787,7 +783,7 @@ def distinct_data(runs: list[RunSpec]) -> list[RunSpec]:
     """One run spec per distinct data configuration (to check or describe each dataset once)."""
     seen, out = set(), []
     for spec in runs:
-        key = canonical_json(spec.config["data"])
+        key = identity.canonical_json(spec.config["data"])
         if key not in seen:
             seen.add(key)
             out.append(spec)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import caches, safe_read, store
+from ltbench.results import caches, identity, safe_read, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe
 from ltbench.results.identity import FILE_IDENTITIES
@@ -54,11 +54,11 @@ def expected_rows(runs: list[RunSpec], posthoc: list[dict] = ()) -> tuple[list[d
     """(expected runs as ``expected_of`` gives them, row key -> the row's configuration less the seed)."""
     out, rows = [], {}
     pairs = [(spec.run_id, spec) for spec in runs]
-    pairs += [(store.stage2_run_id(spec.run_id, stage2), spec, stage2) for stage2 in posthoc for spec in runs]
+    pairs += [(identity.stage2_run_id(spec.run_id, stage2), spec, stage2) for stage2 in posthoc for spec in runs]
     for run_id, spec, *stage2 in pairs:
-        key, identity = config_key({**spec.config, "posthoc": stage2[0]} if stage2 else spec.config)
+        key, row_identity = config_key({**spec.config, "posthoc": stage2[0]} if stage2 else spec.config)
         if key not in rows:
-            rows[key] = identity
+            rows[key] = row_identity
         out.append({"run_id": run_id, "key": key, "seed": spec.seed, "flat": flatten(rows[key])})
     return out, rows
 

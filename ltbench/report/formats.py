@@ -13,9 +13,10 @@ import io
 from ltbench.registry import lookup
 from ltbench.report.build import n_text
 from ltbench.report.latex import to_latex
-from ltbench.report.rows import Row, Table, value_text
-from ltbench.report.table_text import (LATEX_PACKAGES, SIMILAR_MARK, comparison_n, delta_text,  # noqa: F401
-                                       footnotes, has_delta, label_text, latex_escape, legend, number, p_text)
+from ltbench.config import value_text
+from ltbench.report.rows import Row, Table
+from ltbench.report.table_text import (LATEX_PACKAGES, SIMILAR_MARK, comparison_n, delta_text, footnotes,
+                                       has_delta, label_text, legend, number, p_text)
 
 
 

@@ -33,7 +33,8 @@ from ltbench.results import store
 from ltbench.recipe.tables import default_table
 from ltbench.report.build import build_table
 from ltbench.report.expected import source
-from ltbench.report.rows import flatten, prior_order
+from ltbench.priors import prior_order
+from ltbench.report.rows import flatten
 
 
 @dataclass

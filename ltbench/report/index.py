@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ltbench.results import caches, identity, safe_read, schema, store
-from ltbench.results.store import CACHE_DIR_ENV, cache_file  # noqa: F401  (index.cache_file: the name callers use)
+from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
 INDEX_VERSION = 7  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
@@ -74,7 +74,7 @@ def summarize_result(data: dict, run_dir_name: str) -> dict:
         code = data.get("code") if isinstance(data.get("code"), dict) else {}
         rec["code"] = {"code": code, "plugins": data.get("plugins") or [], "code_scope": data.get("code_scope"),
                        "code_source": data.get("code_source")}
-        rec["numerics"] = identity.numerics_of(data)  # recorded, or what an older record says (legacy)
+        rec["numerics"] = identity.numerics_of(data)
     else:
         err = str(data.get("error") or "").strip().splitlines()
         rec["error"] = err[-1][:200] if err else ""
@@ -98,6 +98,8 @@ def read_result_file(path: Path) -> dict:
     check = store.check_result(run_dir)
     if check.usable:
         return summarize_result(check.result, run_dir.name)
+    if check.state == store.OLDER:
+        return {"run_id": run_dir.name, "status": store.OLDER, "note": check.reason}
     return {"run_id": run_dir.name, **_identity_from_spec(run_dir), "status": "damaged",
             "note": f"{check.reason or 'result.json is missing'}; 'ltbench run' runs it again"}
 
@@ -244,7 +246,7 @@ def _prefixed(columns: dict[str, int], prefix: str) -> list[str]:
 
 
 MAX_CACHE_BYTES = 1024 * safe_read.MiB
-RECORD_STATUSES = ("done", "failed", "damaged")  # what read_result_file gives a result.json
+RECORD_STATUSES = ("done", "failed", "damaged", store.OLDER)  # what read_result_file gives a result.json
 
 
 def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:

@@ -11,7 +11,8 @@ matching column.
 from __future__ import annotations
 
 from ltbench.report.literature import load_published, match
-from ltbench.report.rows import Cell, Row, Table, value_text
+from ltbench.config import value_text
+from ltbench.report.rows import Cell, Row, Table
 
 
 def _published_method(table: Table, row: Row, unit) -> str | None:

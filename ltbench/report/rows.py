@@ -20,10 +20,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ltbench.config import omitted_default, value_text  # noqa: F401 - value_text re-exported for the report modules
+from ltbench.config import value_text
 from ltbench.errors import ConfigError
 from ltbench.results.identity import DATA_IDENTITY, numerics_difference
-from ltbench.priors import is_prior_name, prior_order  # noqa: F401 - prior_order: re-exported for frames
+from ltbench.results.store import OLDER
+from ltbench.priors import is_prior_name, prior_order
 from ltbench.recipe.tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
 
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
@@ -43,11 +44,6 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
-
-
-# Fields a run's configuration leaves out while they hold their default (so that older run ids hold),
-# with that default: rows are selected and labelled as if the field were there.
-IMPLIED = {"sampler.name": "uniform"}
 
 
 def short_key(key: str) -> str:
@@ -76,7 +72,7 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
     keys = sorted({k for f in flats for k in f} - skip - {"method.name"})
-    texts = [{k: value_text(f[k]) if k in f else IMPLIED.get(k, "<absent>") for k in keys} for f in flats]
+    texts = [{k: value_text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
     varying_all = {k for k in keys if not k.startswith("method.") and len({t[k] for t in texts}) > 1}
     seen_by_method: dict[str, dict[str, set]] = {}
     for name, t in zip(names, texts):
@@ -88,7 +84,7 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     labels = []
     for f, name, t in zip(flats, names, texts):
         parts = [f"{short_key(k)}={t[k]}" for k in keys
-                 if (k in f or k in IMPLIED) and (k in varying_all or k in varying_method[name])]
+                 if k in f and (k in varying_all or k in varying_method[name])]
         labels.append(name + (f" ({', '.join(parts)})" if parts else ""))
     return labels
 
@@ -219,8 +215,11 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
             if e["seed"] not in u.expected:
                 u.expected.append(e["seed"])
             by_run[e["run_id"]] = (e["key"], e["seed"])
-    foreign, seen_runs = [], {}
+    foreign, seen_runs, older = [], {}, []
     for rec in records:
+        if rec["status"] == OLDER:
+            older.append(rec)
+            continue
         run_id = rec.get("run_id") or rec["dir"].rstrip("/").rsplit("/", 1)[-1]
         if expected is not None:
             target = by_run.get(run_id) or by_run.get(rec["dir"].rstrip("/").rsplit("/", 1)[-1])
@@ -241,6 +240,9 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
             continue
         seen_runs.setdefault(run_id, _name(rec))
         _place(unit, seed, rec)
+    if older:
+        notes.append(f"{len(older)} run folder(s) left out ({', '.join(_name(r) for r in older[:3])}"
+                     f"{', ...' if len(older) > 3 else ''}): {older[0]['note']}")
     if foreign:
         shown = ", ".join(_name(r) for r in foreign[:5])
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
@@ -361,15 +363,7 @@ def matches_selector(flat: dict, where: dict) -> bool:
     ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
     if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
         return False
-    return all(value_text(flat[k]) == value_text(v) if k in flat
-               else (value_text(IMPLIED[k]) == value_text(v) if k in IMPLIED else _is_omitted_default(k, v))
-               for k, v in where.items())
-
-
-def _is_omitted_default(key: str, value: Any) -> bool:
-    """A run config leaves out an ``added_later`` field that holds its default (config.to_dict)."""
-    known, default = omitted_default(key)
-    return known and value_text(default) == value_text(value)
+    return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
 
 
 def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],

@@ -96,23 +96,13 @@ def config_problem(config: Any, where: str = "config", seed: bool = True) -> str
     return ""
 
 
-def run_id_of(config: dict) -> str:
-    """The id a configuration hashes to: ``identity.run_id``, and for a stage-2 configuration (a ``posthoc``
-    section) ``<run id>+<stage-2 id>`` (identity.stage2_run_id). ValueError or TypeError when it has none."""
-    stage2 = config.get("posthoc")
-    if stage2 is None:
-        return identity.run_id(config)
-    base = {k: v for k, v in config.items() if k != "posthoc"}
-    return identity.stage2_run_id(identity.run_id(base), stage2)
-
-
 def run_id_problem(run_id: Any, config: dict, expected: str | None = None) -> str:
     """'' when ``run_id`` is 12 hex digits (or the stage-2 form) and the hash of ``config`` (``expected``:
     that hash, when the caller computed it already, see :class:`SeededIds`)."""
     if not isinstance(run_id, str) or not (RUN_ID.fullmatch(run_id) or STAGE2_RUN_ID.fullmatch(run_id)):
         return f"run id {str(run_id)[:40]!r} is not 12 hex digits"
     try:
-        want = expected if expected is not None else run_id_of(config)
+        want = expected if expected is not None else identity.config_id(config)
     except (ValueError, TypeError):
         return f"run {run_id}: its configuration cannot be hashed"
     return "" if run_id == want else f"run id {run_id} is not the hash of its configuration ({want})"
@@ -120,7 +110,7 @@ def run_id_problem(run_id: Any, config: dict, expected: str | None = None) -> st
 
 class SeededIds:
     """The run ids of one row's configuration (a run's identity less its seed) for many seeds: the same
-    ids as :func:`run_id_of` on ``{**row, 'seed': seed}`` (tests/test_faults_reliability.py checks it),
+    ids as ``identity.config_id`` on ``{**row, 'seed': seed}`` (tests/test_faults_reliability.py checks it),
     from one serialisation of the row, so checking the ids of 10,000 cached runs costs milliseconds."""
 
     MARKER = "ltbench-seed-marker-6b1f"

@@ -10,8 +10,8 @@ Python is checked under another.
 Why a static closure: the modules a run executes are its roots (the training engine, or the stage-2
 driver, and the plugins its configuration names) and, transitively, every module of the harness or of a
 plugin package that they import, function-level imports included. It is read from the source text, never
-from what a process happens to have imported, so the same function gives the same set in a worker, in
-``ltbench status``, and on a commit read from git history (scripts/code_from_git.py). Modules that only
+from what a process happens to have imported, so the same function gives the same set in a worker and in
+``ltbench status``. Modules that only
 record, report or launch (``EXCLUDED``) are left out: editing a table's layout never makes a run stale.
 
 No torch, no import of the modules hashed: status and tables check code without training anything.
@@ -32,27 +32,9 @@ STAGE2_ROOT = "ltbench.stage2.posthoc_runs"  # a stage-2 fit: the driver, the fe
 # Modules that never change what a run computes: the record and its reading, reports, launchers, the CLI,
 # error texts, where scalars are also logged, the plugin contract check.
 EXCLUDED = ("ltbench.results", "ltbench.report", "ltbench.run", "ltbench.recipe", "ltbench.cli",
-            "ltbench.__main__", "ltbench.slurm", "ltbench.errors", "ltbench.contract", "ltbench.train.loggers")
-
-# Modules that moved (issue 21's sub-packages): old name -> where it lives now, so a record made before a
-# move is checked against the file that holds its code today (and the old names of recording or reporting
-# modules stay excluded when a closure is read from an older commit).
-MOVED = {
-    **{f"ltbench.{m}": f"ltbench.train.{m}" for m in ("engine", "checkpoint", "distributed", "selection", "loggers")},
-    **{f"ltbench.{m}": f"ltbench.stage2.{m}" for m in ("features", "posthoc_runs")},
-    **{f"ltbench.{m}": f"ltbench.results.{m}" for m in ("identity", "predictions", "provenance", "record", "runspec",
-                                                          "safe_read", "store")},
-    **{f"ltbench.{m}": f"ltbench.run.{m}" for m in ("launch", "local_pool", "progress", "run_status_view", "runlines")},
-    **{f"ltbench.{m}": f"ltbench.report.{m}" for m in ("literature", "plots", "significance")},
-    "ltbench.expansion": "ltbench.recipe.expansion", "ltbench.recipe_tables": "ltbench.recipe.tables",
-}
+            "ltbench.__main__", "ltbench.errors", "ltbench.contract", "ltbench.train.loggers")
 
 Reader = Callable[[str], "bytes | None"]  # a path relative to the folder holding the packages -> its bytes
-
-
-def current_name(module: str) -> str:
-    """Where a module recorded under an older name lives now (``MOVED``), else its name."""
-    return MOVED.get(module, module)
 
 
 def module_path(module: str, package: bool = False) -> str:
@@ -62,7 +44,6 @@ def module_path(module: str, package: bool = False) -> str:
 
 
 def is_excluded(module: str) -> bool:
-    module = current_name(module)
     return any(module == e or module.startswith(e + ".") for e in EXCLUDED)
 
 

@@ -15,12 +15,15 @@ Every field of a run's configuration is one of two kinds:
   folders, and share a table row (tests/test_identity.py trains a tiny run under each setting and
   compares the metrics).
 
-Execution settings come in two groups, for one reason only: ids already recorded must stay.
-``DROPPED`` fields were never hashed (they are removed); ``NORMALISED`` fields were hashed by earlier
-versions, so they are set to their default before hashing instead of removed (removing them would
-change every recorded id). A dataset whose files live under an execution setting (a ``root`` folder
-whose contents the user chooses) says what identifies its data through ``DatasetBuilder.data_identity``;
-that value is stored in the configuration as ``data_identity`` and hashed like any other field.
+Execution settings (``EXECUTION_SETTINGS``) are removed before hashing. A dataset whose files live under an
+execution setting (a ``root`` folder whose contents the user chooses) says what identifies its data through
+``DatasetBuilder.data_identity``; that value is stored in the configuration as ``data_identity`` and hashed
+like any other field.
+
+The hash covers the *fully resolved* configuration (every default explicit, the sampler too) under
+``IDENTITY_VERSION``, which is hashed with it. Changing what identifies a run means bumping that version and
+adding a step to ltbench/results/migrate.py that rewrites recorded configurations and ids; nothing here ever
+reads an older record differently.
 """
 
 from __future__ import annotations
@@ -35,20 +38,23 @@ from typing import Any
 
 from ltbench.results import code, safe_read
 
-# Paths and local checks: where the data are found, how the process shows progress, how many threads.
-DROPPED: frozenset[tuple[str, str]] = frozenset({
+#: Part of every hashed identity: bump it (with a migration step) when what identifies a run changes.
+IDENTITY_VERSION = 2
+
+# Paths and local checks: where the data are found, how the process shows progress, how many threads, and how
+# the same computation is executed (equal up to float rounding of kernels, or bit for bit).
+EXECUTION_SETTINGS: frozenset[tuple[str, str]] = frozenset({
     ("data", "root"), ("data", "split_dir"), ("data", "download"), ("data", "check_images"),
     ("backbone", "weights"),  # where a pretrained backbone's weights file is; its sha256 is BACKBONE_IDENTITY
     ("train", "threads"), ("train", "progress"), ("train", "log_every"),
-    # how the same computation is executed (equal up to float rounding of kernels)
     ("train", "channels_last"), ("train", "compile"), ("train", "cudnn_benchmark"),
+    # DataLoader processes: every sample's augmentation is seeded by (seed, epoch, index)
+    ("train", "num_workers"),
+    # timed mid-epoch checkpoints: a resumed run replays the same batches
+    ("train", "checkpoint_minutes"),
     # where scalars are also written (TensorBoard, W&B): not what is computed
     ("train", "loggers"),
 })
-# Declared execution settings after results recording them had been made: hashed at their default value.
-# train.num_workers: DataLoader processes; every sample's augmentation is seeded by (seed, epoch, index).
-# train.checkpoint_minutes: timed mid-epoch checkpoints; a resumed run replays the same batches.
-NORMALISED: dict[tuple[str, str], Any] = {("train", "num_workers"): 0, ("train", "checkpoint_minutes"): 0.0}
 # The core train: fields that change what a run computes or records (every train: field is declared here or above).
 TRAIN_COMPUTATION = frozenset({"precision", "eval_every", "augment_on", "augment_scheme"})
 DATA_IDENTITY = "data_identity"  # top-level config key: what identifies a dataset's files, when its options do not
@@ -58,19 +64,16 @@ FILE_IDENTITIES = (DATA_IDENTITY, BACKBONE_IDENTITY)
 
 
 def is_execution_setting(section: str, key: str) -> bool:
-    return (section, key) in DROPPED or (section, key) in NORMALISED
+    return (section, key) in EXECUTION_SETTINGS
 
 
 def identity_of(config: dict) -> dict:
-    """What a run computes: its resolved configuration less the dropped execution settings, with the
-    normalised ones at their default. Sections are copied, so ``config`` is left as it is."""
+    """What a run computes: its resolved configuration less the execution settings. Sections are copied, so
+    ``config`` is left as it is."""
     identity = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
-    for section, key in DROPPED:
+    for section, key in EXECUTION_SETTINGS:
         if isinstance(identity.get(section), dict):
             identity[section].pop(key, None)
-    for (section, key), default in NORMALISED.items():
-        if isinstance(identity.get(section), dict) and key in identity[section]:
-            identity[section][key] = default
     return identity
 
 
@@ -78,10 +81,14 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def _versioned(identity_text: str) -> bytes:
+    return f"ltbench identity {IDENTITY_VERSION}\n{identity_text}".encode()
+
+
 def run_id(config: dict) -> str:
-    """The run's folder name: sha1 of the canonical JSON of its identity, 12 hex digits.
-    ValueError for NaN or infinity (a free-form plugin option): such a config has no id."""
-    return hashlib.sha1(canonical_json(identity_of(config)).encode()).hexdigest()[:12]
+    """The run's folder name: sha1 of the identity version and the canonical JSON of its identity, 12 hex
+    digits. ValueError for NaN or infinity (a free-form plugin option): such a config has no id."""
+    return hashlib.sha1(_versioned(canonical_json(identity_of(config)))).hexdigest()[:12]
 
 
 def row_key(config: dict) -> tuple[str, dict]:
@@ -90,7 +97,7 @@ def row_key(config: dict) -> tuple[str, dict]:
     identity = identity_of(config)
     identity.pop("seed", None)
     text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:16], identity
+    return hashlib.sha1(_versioned(text)).hexdigest()[:16], identity
 
 
 def posthoc_id(spec: dict) -> str:
@@ -101,6 +108,15 @@ def posthoc_id(spec: dict) -> str:
 def stage2_run_id(run_id_: str, spec: dict) -> str:
     """The id of a stage-2 result: '<run id>+<stage-2 id>', unique in a results folder."""
     return f"{run_id_}+{posthoc_id(spec)}"
+
+
+def config_id(config: dict) -> str:
+    """The id a configuration hashes to: ``run_id``, and for a stage-2 configuration (a ``posthoc`` section)
+    ``<run id>+<stage-2 id>`` (``stage2_run_id``). ValueError or TypeError when it has none."""
+    stage2 = config.get("posthoc")
+    if stage2 is None:
+        return run_id(config)
+    return stage2_run_id(run_id({k: v for k, v in config.items() if k != "posthoc"}), stage2)
 
 
 def differing_settings(configs: list[dict]) -> list[str]:
@@ -168,8 +184,8 @@ def code_entry(module: str, path: str) -> dict:
 
 
 def relative_code_path(module: str, path: str) -> str:
-    """'ltbench.data.cifar' + '/x/ltbench/data/cifar.py' -> 'ltbench/data/cifar.py'. Old records hold
-    absolute paths: their last components (as many as the module has parts) are this relative path."""
+    """'ltbench.data.cifar' + '/x/ltbench/data/cifar.py' -> 'ltbench/data/cifar.py': the last components
+    of the file's path, as many as the module has parts (a record never stores an absolute path)."""
     parts = Path(path).parts
     depth = module.count(".") + 1 + (Path(path).name == "__init__.py")
     return Path(*parts[-depth:]).as_posix() if len(parts) >= depth else Path(path).as_posix()
@@ -178,16 +194,10 @@ def relative_code_path(module: str, path: str) -> str:
 def code_file(module: str, entry: dict, plugin_dirs: list[str] = ()) -> Path | None:
     """The file on this machine that a recorded module entry refers to: its relative path below the folder
     that holds the module's top-level package now (imported, findable on sys.path, or one of the run's
-    plugin folders). An old absolute path is mapped the same way; it is used as it is only when the
-    package cannot be found here."""
-    recorded = str(entry.get("path") or code.module_path(module))  # no path: the one the module's name gives
-    relative = relative_code_path(module, recorded)
+    plugin folders); None when that package is not here. An entry without a path is at the one its module's
+    name gives (``code.code_record`` leaves it out then)."""
     base = _package_parent(module.split(".")[0], plugin_dirs)
-    if base is not None:
-        if module in code.MOVED and not (base / relative).exists():  # recorded before the module moved
-            return base / code.module_path(code.MOVED[module])
-        return base / relative
-    return Path(recorded) if Path(recorded).is_absolute() else None
+    return base / (entry.get("path") or code.module_path(module)) if base is not None else None
 
 
 def _package_parent(top: str, plugin_dirs: list[str]) -> Path | None:
@@ -297,52 +307,41 @@ NUMERICS_FIELDS = {
     "cuda": _COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
                        "float32_matmul_precision", "cudnn_benchmark"),
 }
-LEGACY = "legacy"  # set in the numerics read from a record made before ltbench recorded them
+NOT_RECORDED = "not recorded"  # a numerics field the record cannot tell (made before it was recorded): never a match
 
 
 def numerics_of(result: dict) -> dict:
-    """A result's ``numerics``; for an older record, what its other fields say (device, effective threads,
-    CPU model when recorded, versions, the config's precision), marked ``legacy``: the CPU capability and
-    the GPU flags were not recorded, so such a record never *matches* another, it can only differ."""
+    """A result's ``numerics`` (provenance.numerics; ltbench/results/migrate.py fills them in for older records)."""
     recorded = result.get("numerics")
-    if isinstance(recorded, dict):
-        return dict(recorded)
-    prov = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
-    train = ((result.get("config") or {}).get("train") or {}) if isinstance(result.get("config"), dict) else {}
-    device = str(result.get("device") or "").split(":")[0] or None
-    out = {LEGACY: True, "device": device, "cpu_model": prov.get("cpu_model"), "threads": result.get("threads"),
-           "torch": prov.get("torch"), "torchvision": prov.get("torchvision"), "cuda": prov.get("cuda"),
-           "device_model": prov.get("gpu_name") if device == "cuda" else prov.get("cpu_model"),
-           "precision": train.get("precision", "fp32"), "compile": train.get("compile", "off"),
-           "channels_last": train.get("channels_last", False), "world_size": result.get("world_size")}
-    return {k: v for k, v in out.items() if v is not None}
+    return dict(recorded) if isinstance(recorded, dict) else {}
 
 
 def numerics_difference(a: dict, b: dict) -> tuple[list[str], list[str]]:
     """(fields known on both sides that differ, fields that matter but one side does not know). They match
     only when both lists are empty; a field absent on both sides (``threads_per_epoch`` of two runs trained
-    in one go) is no difference."""
+    in one go) is no difference, one ``NOT_RECORDED`` on either side is unknown."""
     fields = sorted(set(NUMERICS_FIELDS.get(a.get("device"), _COMMON)) | set(NUMERICS_FIELDS.get(b.get("device"), _COMMON)))
     differ, unknown = [], []
     for name in fields:
-        known_a, known_b = a.get(name) is not None, b.get(name) is not None
-        if known_a and known_b and a[name] != b[name]:
-            differ.append(name)
-        elif known_a != known_b or (not known_a and name != "threads_per_epoch" and (a.get(LEGACY) or b.get(LEGACY))):
+        va, vb = a.get(name), b.get(name)
+        if NOT_RECORDED in (va, vb) or (va is None) != (vb is None):
             unknown.append(name)
+        elif va is not None and va != vb:
+            differ.append(name)
     return differ, unknown
 
 
 def numerics_text(n: dict) -> str:
-    """'CPU Intel(R) Xeon(R) Processor (AVX512), 1 thread' / 'CPU model not recorded, 2 threads (legacy
-    record)': the fields a reader compares first; versions only when not the common torch ones."""
+    """'CPU Intel(R) Xeon(R) Processor (AVX512), 1 thread' / 'CPU model not recorded, 2 threads (CPU capability
+    not recorded)': the fields a reader compares first; versions only when not the common torch ones."""
+    n = {k: v for k, v in n.items() if v != NOT_RECORDED}
     device = n.get("device") or "device not recorded"
     if device == "cuda":
         where = f"GPU {n.get('device_model') or 'model not recorded'}"
     else:
         model = n.get("cpu_model")
         cap = n.get("cpu_capability")
-        where = (f"CPU {model}" if model else "CPU model not recorded") + (f" ({cap})" if cap else "")
+        where = (f"CPU {model}" if model else "CPU model not recorded") + (f" ({cap})" if cap else " (CPU capability not recorded)")
     threads = n.get("threads")
     parts = [where, f"{threads} thread{'s' if threads != 1 else ''}" if threads is not None else "threads not recorded"]
     if n.get("threads_per_epoch"):
@@ -351,4 +350,4 @@ def numerics_text(n: dict) -> str:
         parts.append(str(n["precision"]))
     if n.get("compile") not in (None, "off"):
         parts.append(f"compile {n['compile']}")
-    return ", ".join(parts) + (" (legacy record: numerics read from its other fields)" if n.get(LEGACY) else "")
+    return ", ".join(parts)

@@ -36,6 +36,32 @@ def git_state(folder: Path) -> dict:
     return {"git_commit": commit, "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
+# Folders of a checkout or a results tree from which a path reads the same on every machine.
+PATH_ANCHORS = ("ltbench", "methods", "recipes", "results", "docs", "tests", "scripts", "benchmarks")
+
+
+def portable_path(text: str) -> str:
+    """A record never stores a path of the machine that made it: '/home/me/ltbench/runner.py' ->
+    'ltbench/runner.py' (from the first folder of ``PATH_ANCHORS``), any other absolute path -> '.../name'.
+    Other text is returned as it is."""
+    if not isinstance(text, str) or not text.startswith("/"):
+        return text
+    parts = Path(text).parts
+    for i, part in enumerate(parts):
+        if part in PATH_ANCHORS:
+            return "/".join(parts[i:])
+    return ".../" + parts[-1] if len(parts) > 1 else text
+
+
+def portable(obj):
+    """``obj`` with every string that is an absolute path made portable (``portable_path``), recursively."""
+    if isinstance(obj, dict):
+        return {k: portable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable(v) for v in obj]
+    return portable_path(obj)
+
+
 def collect() -> dict:
     import torch
     import torchvision
@@ -107,8 +133,7 @@ def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,), with_
     ltbench or their own package. Status compares these with the files on disk (``identity.code_state``)."""
     wanted = [(registry.METHODS, n) for n in names_in(config.get("method"))]
     wanted += [(registry.DATASETS, config["data"]["name"]), (registry.BACKBONES, config["backbone"]["name"])]
-    if config.get("sampler"):  # absent for the default sampler, whose module the engine imports anyway
-        wanted.append((registry.SAMPLERS, config["sampler"]["name"]))
+    wanted.append((registry.SAMPLERS, config["sampler"]["name"]))
     plugins = [reg.entry(name).module for reg, name in wanted if name in reg]
     return modules_code(list(roots) + plugins, with_bytes)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from ltbench import registry
-from ltbench.results import store
+from ltbench.results import identity, schema
 from ltbench.results.code import CODE_SCOPE
+from ltbench.results.provenance import portable
 from ltbench.results.runspec import RunSpec
 
 
@@ -53,14 +54,14 @@ def data_record(data) -> dict:
 def plugin_sources(config: dict) -> dict:
     """Where the run's dataset, backbone and method plugins came from (registry entry sources)."""
     names = (config["method"]["name"], config["data"]["name"], config["backbone"]["name"],
-             (config.get("sampler") or {}).get("name"))
+             config["sampler"]["name"])
     return {e.name: e.source for reg in registry.REGISTRIES.values() for e in reg.entries() if e.name in names}
 
 
 def header(spec: RunSpec, *, started: float, provenance: dict, code: dict) -> dict:
     """The fields known before training starts (plugins must already be discovered)."""
     return {
-        "schema_version": store.SCHEMA_VERSION,
+        "schema_version": schema.SCHEMA_VERSION, "identity_version": identity.IDENTITY_VERSION,
         "run_id": spec.run_id,
         "recipe": spec.recipe,
         "grid": spec.grid,
@@ -88,6 +89,8 @@ def failed(record: dict, exc: BaseException, traceback_text: str | None = None) 
 
 
 def finish(record: dict, ended: float) -> dict:
+    """The end time, and every machine path made portable (the configuration keeps what the user typed)."""
     record["ended"] = ended
     record["wall_seconds"] = ended - record["started"]
+    record.update({k: v if k == "config" else portable(v) for k, v in record.items()})
     return record

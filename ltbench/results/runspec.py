@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 @dataclass
 class RunSpec:
     recipe: str  # the recipe's name (results/<recipe>/<run_id>/)
-    run_id: str  # hash of the resolved config (ltbench.recipe.run_id_of)
+    run_id: str  # hash of the resolved config (ltbench.results.identity.run_id)
     config: dict  # the resolved configuration: data, backbone, method, optim, train, eval, seed
     grid: dict = field(default_factory=dict)  # the grid point that produced this run (dotted key -> value)
     plugins: list = field(default_factory=list)  # plugin folders/modules to import in the worker

@@ -20,6 +20,11 @@ from typing import Any
 
 from ltbench.config import ConfigError, OptimConfig, from_dict
 
+#: The format of every record ltbench writes (result.json, spec.json, started.json). A record of another
+#: version is never read on the fly: ltbench/results/migrate.py brings an older one up to date.
+SCHEMA_VERSION = 2
+MIGRATE_HINT = "ltbench migrate {root}"  # what brings an older record up to date
+
 HEADLINE_METRICS = ("all", "many", "medium", "few")
 RESULT_STATUSES = ("done", "failed")
 SELECTION_STRATEGIES = ("last", "best_val")
@@ -46,6 +51,21 @@ def _shown(value: Any) -> str:
     return repr(str(value)[:40]) if not isinstance(value, (dict, list)) else type(value).__name__
 
 
+def version_of(obj: Any) -> int | None:
+    """The ``schema_version`` of a parsed record: 0 when it has none (the first records), None when it is
+    not a whole number."""
+    if not isinstance(obj, dict):
+        return None
+    v = obj.get("schema_version", 0)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def is_older(obj: Any) -> bool:
+    """A record written under an earlier schema (ltbench migrate brings it up to date)."""
+    v = version_of(obj)
+    return v is not None and v < SCHEMA_VERSION
+
+
 def result_problem(obj: Any) -> str:
     """Why a parsed result.json is not a usable record ('' when it is): the header of every record, then
     the outcome of a done one (a failed record has no metrics to read)."""
@@ -57,6 +77,9 @@ def result_problem(obj: Any) -> str:
         return f"status is {_shown(obj.get('status'))}, expected 'done' or 'failed'"
     if not isinstance(obj.get("run_id"), str) or not obj["run_id"]:
         return "run_id is missing"
+    if version_of(obj) != SCHEMA_VERSION:
+        return (f"schema_version is {_shown(obj.get('schema_version'))}, expected {SCHEMA_VERSION}"
+                + (" (made by a newer ltbench: upgrade ltbench)" if (version_of(obj) or 0) > SCHEMA_VERSION else ""))
     for check in (_config_problem, _header_problem, code_problem):
         problem = check(obj)
         if problem:

@@ -40,11 +40,10 @@ from ltbench.errors import DiskFullError, LtbenchError, WriteError
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
 STARTED, SUBMITTED = "started.json", "submitted.json"  # worker start (host, pid, Slurm ids); launcher job ids
 LOCK, TRACEBACK = "lock", "traceback.txt"
-SCHEMA_VERSION = 1
 TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
-HEADLINE_METRICS = schema.HEADLINE_METRICS
 CODE_UNKNOWN = identity.CODE_UNKNOWN  # a finished result whose code cannot be checked (identity.code_state)
-STATUSES = ("pending", "running", "interrupted", "damaged", "done", CODE_UNKNOWN, "stale", "failed")  # run_status
+OLDER = "older"  # a run folder whose record has an earlier schema: ``ltbench migrate`` brings it up to date
+STATUSES = ("pending", "running", "interrupted", "damaged", "done", CODE_UNKNOWN, "stale", "failed", OLDER)  # run_status
 STATUS_WIDTH = max(len(x) for x in (*STATUSES, "not a run"))  # the status column of status and --dry-run
 # A usable result of a run that went to its end (stale: made by code that has changed since; code unknown:
 # made by code that cannot be compared with the files now). Only 'done' says the code is the same.
@@ -57,11 +56,6 @@ POSTHOC_DIR = "posthoc"  # RUN_DIR/posthoc/<stage-2 id>/result.json: stage-2 res
 OWNED_DIRS = ("report",)
 # The files that make a folder a run's (any one of them): status lists such folders, the table index reads them.
 RUN_FILES = (SPEC, CONFIG, LOG, CHECKPOINT, RESULT, STARTED, SUBMITTED, LOCK)
-
-
-# Stage-2 ids and the stale-code rule live in ltbench/results/identity.py (the one home of run identity).
-posthoc_id, stage2_run_id = identity.posthoc_id, identity.stage2_run_id
-file_sha256, changed_code, code_state = identity.file_sha256, identity.changed_code, identity.code_state
 
 
 def count_statuses(statuses) -> dict[str, int]:
@@ -329,7 +323,8 @@ def owner_alive(started: dict) -> bool | None:
 class ResultCheck:
     """What a run's result.json holds.
 
-    state: 'missing' (no file), 'done' or 'failed' (a usable record), 'unusable' (unreadable,
+    state: 'missing' (no file), 'done' or 'failed' (a usable record), 'older' (a record of an earlier
+    schema: ``ltbench migrate`` brings it up to date; never read on the fly), 'unusable' (unreadable,
     truncated, or not a result: ``reason`` says why; the run must be run again, never counted).
     """
 
@@ -342,9 +337,6 @@ class ResultCheck:
         return self.state in ("done", "failed")
 
 
-# The schema every record must pass, field by field, lives in ltbench/results/schema.py (one home); this
-# name stays for the callers and docs that use it.
-result_problem = schema.result_problem
 
 
 def check_result(run_dir: Path) -> ResultCheck:
@@ -357,10 +349,40 @@ def check_result(run_dir: Path) -> ResultCheck:
         if exc.reason == "is missing" and not os.path.lexists(path):
             return ResultCheck("missing")
         return ResultCheck("unusable", reason=f"result.json {exc.reason}")
-    problem = result_problem(obj)
+    if schema.is_older(obj):
+        return ResultCheck("older", reason=older_note(Path(run_dir).parent))
+    problem = schema.result_problem(obj)
     if problem:
         return ResultCheck("unusable", reason=f"result.json {problem}")
     return ResultCheck(obj["status"], obj)
+
+
+def older_note(root: Path) -> str:
+    """The one line every command gives for a record of an earlier schema."""
+    return (f"older records (schema_version < {schema.SCHEMA_VERSION}): "
+            f"'{schema.MIGRATE_HINT.format(root=root)}' brings them up to date")
+
+
+def refuse_older(root: Path) -> None:
+    """A command that writes into ``root`` (a launch, stage 2) stops before anything runs when a run folder
+    there holds an older record: its id was made by an older identity rule, so the two would not meet."""
+    older = older_records(root)
+    if older:
+        raise LtbenchError(f"{root}: {len(older)} run folder(s) hold records of an older ltbench (e.g. "
+                           f"{older[0].name}); '{schema.MIGRATE_HINT.format(root=root)}' brings them up to date first")
+
+
+def older_records(root: Path) -> list[Path]:
+    """The run folders directly below ``root`` whose result.json or spec.json has an earlier schema: a
+    launch refuses to start beside them (their ids were made by an older identity rule)."""
+    out = []
+    for rec in sorted(p for name in (RESULT, SPEC) for p in Path(root).glob(f"*/{name}")):
+        try:
+            if schema.is_older(safe_read.load_json(rec)) and rec.parent not in out:
+                out.append(rec.parent)
+        except safe_read.UnusableFile:
+            continue
+    return out
 
 
 def read_result(run_dir: Path) -> dict | None:
@@ -398,9 +420,9 @@ def run_state(run_dir: Path) -> RunState:
     """
     check = check_result(run_dir)
     if check.state == "done":
-        verdict = code_state(check.result)
+        verdict = identity.code_state(check.result)
         return RunState(verdict.status, check, verdict.changed, verdict.reason)
-    if check.usable:
+    if check.usable or check.state == OLDER:
         return RunState(check.state, check)
     if check.state == "unusable":
         return RunState("damaged", check)

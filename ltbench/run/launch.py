@@ -123,6 +123,7 @@ def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo:
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
            rebuild_checkpoints: bool = False) -> dict[str, int]:
     checks_before_any_run(recipe)
+    store.refuse_older(recipe.root)
     store.ensure_writable(recipe.root)
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
     specs, found = runs_to_launch(recipe, redo)
@@ -191,6 +192,7 @@ def launch_posthoc(recipe: Recipe, jobs: int | None = None, dtype: str = "float3
 
     name = recipe.launcher.name
     if recipe.root.is_dir():  # stage 2 writes beside every run: a read-only root is one line, not one per run
+        store.refuse_older(recipe.root)
         store.ensure_writable(recipe.root)
     if name not in ("slurm", "debug"):
         return run_posthoc(recipe.runs, recipe.posthoc, jobs or recipe.launcher.jobs, dtype, redo_failed,

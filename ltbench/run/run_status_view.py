@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ltbench.results import store
+from ltbench.results import schema, store
 from ltbench.errors import DataMissingError
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
 from ltbench.results.runspec import RunSpec
@@ -54,6 +54,8 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
             notes.append(f"traceback: {result['traceback_file']}")
     elif status == "damaged":
         notes.append(f"{state.check.reason}; 'ltbench run' runs it again")
+    elif status == store.OLDER:
+        notes.append(state.check.reason)
     elif status == "stale":
         notes.append(f"code changed since: {', '.join(state.changed)}; 'ltbench run --rerun-stale' runs it again")
     elif status == store.CODE_UNKNOWN:
@@ -106,6 +108,9 @@ def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: 
         print(changed)
     if stale_stage2:
         print(f"{stale_stage2} stage-2 result(s) are stale; to fit them again: ltbench posthoc RECIPE --rerun-stale")
+    if counts.get(store.OLDER):
+        print(f"{counts[store.OLDER]} run(s) hold records of an older ltbench: "
+              f"'{schema.MIGRATE_HINT.format(root=root)}' brings them up to date")
     if counts.get("damaged") or counts.get("interrupted"):
         print("to redo the damaged and resume the interrupted runs: ltbench run RECIPE")
     for kind in ("failed", "stale"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ltbench.results import store
+from ltbench.results import identity, store
 from ltbench.config import value_text
 from ltbench.errors import LtbenchError
 from ltbench.results.identity import DATA_IDENTITY, differing_settings, identity_of
@@ -121,7 +121,7 @@ def stage2_state(run_dir: Path) -> tuple[str, int]:
         check = store.check_result(result_path.parent)
         state = check.state if check.usable else "damaged"
         if state == "done":
-            verdict = store.code_state(check.result)  # the run's rule: done, stale or code unknown
+            verdict = identity.code_state(check.result)  # the run's rule: done, stale or code unknown
             state = verdict.status
             changed.update(verdict.changed)
         states.append(state)

@@ -147,13 +147,13 @@ def _resolved(spec: Any, where: str) -> dict | None:
     return {"name": name, **to_dict(sampler_config(name, options, where))}
 
 
-def resolve_sampler(given: Any, declared: Any, method_name: str, where: str = "sampler") -> dict | None:
-    """The sampler a run uses, as it enters the run's configuration: None for the default (uniform).
+def resolve_sampler(given: Any, declared: Any, method_name: str, where: str = "sampler") -> dict:
+    """The sampler a run uses, as it enters the run's configuration: always explicit, the default
+    (uniform) included, so a table selector on ``sampler.name: uniform`` matches like any other value.
 
     ``given`` is the recipe's ``sampler:`` section (None or {} when absent); ``declared`` is the sampler
     the method says it needs (its ``sampler`` class attribute, or None). A recipe that names a sampler
-    other than the one its method needs is refused (what the user typed must take effect); leaving the
-    default out keeps the ids of runs recorded before samplers existed.
+    other than the one its method needs is refused (what the user typed must take effect).
     """
     chosen = _resolved(given, where)
     needed = _resolved(declared, f"method '{method_name}' (its declared sampler)")
@@ -161,11 +161,9 @@ def resolve_sampler(given: Any, declared: Any, method_name: str, where: str = "s
         raise ConfigError(f"{where}: method '{method_name}' needs sampler {short_repr(needed)}, but the recipe "
                           f"sets {short_repr(chosen)}; remove 'sampler:' for this method or set it to the method's")
     result = chosen if chosen is not None else needed
-    if result is not None and result == {"name": DEFAULT_SAMPLER}:
-        return None
-    return result
+    return result if result is not None else _resolved({"name": DEFAULT_SAMPLER}, where)
 
 
-def create_sampler(spec: dict | None, ctx: SamplerContext) -> Sampler:
-    """A run's sampler from its resolved ``sampler`` section (None: the default)."""
-    return SAMPLERS.build(spec or {"name": DEFAULT_SAMPLER}, ctx, where="sampler")
+def create_sampler(spec: dict, ctx: SamplerContext) -> Sampler:
+    """A run's sampler from its resolved ``sampler`` section."""
+    return SAMPLERS.build(spec, ctx, where="sampler")

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ltbench.results import safe_read, store
+from ltbench.results import identity, safe_read, store
 from ltbench.train.checkpoint import load_checkpoint
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
@@ -103,7 +103,7 @@ def final_checkpoint_problem(run_dir: Path) -> str:
 
 def checkpoint_digest(run_dir: Path) -> str:
     """sha256 of checkpoint.pt: the cache is valid only for the checkpoint it was extracted from."""
-    return store.file_sha256(Path(run_dir) / store.CHECKPOINT) or ""
+    return identity.file_sha256(Path(run_dir) / store.CHECKPOINT) or ""
 
 
 def cached_splits(config: dict) -> list[str]:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ltbench.stage2 import features
-from ltbench.results import identity, safe_read, store
+from ltbench.results import identity, safe_read, schema, store
 from ltbench import registry
 from ltbench.config import EvalConfig, from_dict
 from ltbench.errors import DiskFullError, LtbenchError
@@ -41,8 +41,6 @@ from ltbench.registry import POSTHOC
 from ltbench.results.runspec import RunSpec
 from ltbench.train.selection import headline
 
-POSTHOC_DIR = store.POSTHOC_DIR
-posthoc_id, stage2_run_id = store.posthoc_id, store.stage2_run_id
 
 
 # ------------------------------------------------------------------------------------------------
@@ -188,8 +186,8 @@ def stage2_numerics(dtype: str) -> dict:
 def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) -> dict:
     """The header of a stage-2 result: what was fitted on what (docs/results-schema.md)."""
     config = {**run_result["config"], "posthoc": spec}
-    return {"schema_version": store.SCHEMA_VERSION, "kind": "posthoc",
-            "run_id": stage2_run_id(run_result["run_id"], spec), "posthoc_of": run_result["run_id"],
+    return {"schema_version": schema.SCHEMA_VERSION, "identity_version": identity.IDENTITY_VERSION, "kind": "posthoc",
+            "run_id": identity.stage2_run_id(run_result["run_id"], spec), "posthoc_of": run_result["run_id"],
             "posthoc": spec, "recipe": run_result.get("recipe"), "grid": run_result.get("grid") or {},
             "config": config, "seed": run_result.get("seed"), "data": run_result.get("data"),
             "features": {k: meta.get(k) for k in ("checkpoint_sha256", "dtype", "view")},
@@ -264,7 +262,7 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
     It is decided from the same pieces: ``store.check_result`` and ``identity.changed_code``."""
     todo = []
     for spec in specs:
-        out = Path(run_dir) / POSTHOC_DIR / posthoc_id(spec)
+        out = Path(run_dir) / store.POSTHOC_DIR / identity.posthoc_id(spec)
         check = store.check_result(out)
         if check.state == "unusable":
             moved = store.set_aside(out / store.RESULT)
@@ -297,9 +295,9 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
     registry.add_plugin_paths(list(plugins))
     run_dir = Path(run_dir)
     try:
-        folder = run_dir / POSTHOC_DIR
+        folder = run_dir / store.POSTHOC_DIR
         if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
-            say(f"{run_dir.name}: {POSTHOC_DIR} was not a folder; moved it to {store.set_aside(folder).name}")
+            say(f"{run_dir.name}: {store.POSTHOC_DIR} was not a folder; moved it to {store.set_aside(folder).name}")
         folder.mkdir(exist_ok=True)
         claim = store.claim_run(folder)
         if claim is None:
@@ -346,7 +344,7 @@ def _posthoc_claimed_run(run_dir: Path, specs: list[dict], dtype: str, redo_fail
     torch.set_num_threads(1)  # stage-2 tensors are small: more threads cost more than they give
     try:                      # (benchmarks/posthoc_grid.py: 7x slower with 2 threads on a loaded machine)
         for spec in todo:
-            status = fit_and_record(frozen, result, spec, meta, run_dir / POSTHOC_DIR / posthoc_id(spec),
+            status = fit_and_record(frozen, result, spec, meta, run_dir / store.POSTHOC_DIR / identity.posthoc_id(spec),
                                     provenance)
             counts[status] += 1
     finally:

@@ -45,7 +45,7 @@ from ltbench.train import distributed, feed
 from ltbench.train.meters import EpochMeter, first_non_finite_everywhere
 from ltbench.results import provenance, store
 from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
-from ltbench.config import BATCH_AUGMENT_SCHEME, EvalConfig, OptimConfig, TrainConfig, from_dict
+from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
 from ltbench.errors import ConfigError, MethodContractError, NonFiniteLossError
@@ -58,7 +58,7 @@ from ltbench.results.record import TrainOutcome, data_record
 from ltbench.pretrained.registered import bind_data, parameter_counts
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.results.runspec import RunSpec
-from ltbench.samplers import Sampler, SamplerContext, create_sampler
+from ltbench.samplers import DEFAULT_SAMPLER, Sampler, SamplerContext, create_sampler
 from ltbench.samplers.uniform import uniform_order
 from ltbench.train.selection import headline, select_model
 from ltbench.seeding import derive_seed  # noqa: F401 - engine.derive_seed stays importable
@@ -165,7 +165,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     data = bind_data(backbone, data)  # a pretrained backbone's own preprocessing and tune mode
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
-    sampler = create_sampler(config.get("sampler"), SamplerContext(data.train_labels, data.num_classes, optim.epochs))
+    sampler = create_sampler(config["sampler"], SamplerContext(data.train_labels, data.num_classes, optim.epochs))
     ctx = MethodContext(
         num_classes=data.num_classes,
         class_counts=torch.as_tensor(data.class_counts, dtype=torch.long),
@@ -174,7 +174,7 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
         dataset=config["data"]["name"],
         class_names=tuple(data.class_names) if data.class_names else None,
         backbone=backbone,
-        sampling=sampler.class_probabilities if config.get("sampler") else None,  # ctx.sampled_prior(epoch)
+        sampling=sampler.class_probabilities if config["sampler"]["name"] != DEFAULT_SAMPLER else None,  # ctx.sampled_prior(epoch)
     )
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
@@ -722,20 +722,8 @@ class Session:
                               enabled=precision != "fp32")
 
 
-def check_batch_scheme(spec: RunSpec) -> None:
-    """A batch run recorded under an earlier batched scheme (its config says so, or says nothing: scheme 1)
-    cannot be trained or resumed by this code: its augmentations would change under its id."""
-    train = spec.config.get("train") or {}
-    recorded = train.get("augment_scheme", 1)
-    if train.get("augment_on") == "batch" and recorded != BATCH_AUGMENT_SCHEME:
-        raise ConfigError(f"run {spec.run_id}: train.augment_scheme: made with batched augmentation scheme {recorded}, "
-                          f"this ltbench implements scheme {BATCH_AUGMENT_SCHEME}; run the recipe again (the run "
-                          f"gets a new id; docs/performance.md)")
-
-
 def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     """Threads, processes, device, then the run built from a seeded init, its optimiser and scaler."""
-    check_batch_scheme(spec)
     train_cfg = from_dict(TrainConfig, spec.config["train"], "train")
     rank, world = distributed.init_from_env()
     if rank != 0:

@@ -11,7 +11,7 @@ name that says what it is: an oracle, not a legitimate selection.
 
 from __future__ import annotations
 
-from ltbench.results.store import HEADLINE_METRICS
+from ltbench.results.schema import HEADLINE_METRICS
 
 
 def headline(metrics: dict) -> dict:

@@ -1,21 +1,7 @@
-"""Paths that users, stored results or queued jobs depend on survive issue 21's moves into sub-packages."""
+"""Paths that users and plugin authors depend on: the worker entry point and the plugin API imports."""
 
-import pickle
 import subprocess
 import sys
-
-import pytest
-
-
-def test_a_job_pickled_under_the_old_slurm_path_still_loads():
-    """submitit pickles the job callable by module path; arrays queued before the move name ltbench.slurm."""
-    pytest.importorskip("submitit")
-    from ltbench.run import slurm
-
-    for name in ("RunJob", "PosthocJob"):
-        old = f"c__builtin__\ngetattr\n(cltbench.slurm\n{name}\nS'__call__'\ntR.".encode()  # protocol 0, old path
-        assert pickle.loads(old) == getattr(getattr(slurm, name), "__call__")
-        assert pickle.loads(f"cltbench.slurm\n{name}\n.".encode()) is getattr(slurm, name)
 
 
 def test_the_worker_entry_point_keeps_its_path():
