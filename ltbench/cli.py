@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ltbench.errors import LtbenchError, shorten
+from ltbench.results.schema import SHOT_GROUPS
 
 EXIT_USER_ERROR = 2
 MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; echoed values are cut at 200
@@ -139,7 +140,7 @@ def cmd_data(args) -> int:
             "classes": [{"class": c, "name": (data.class_names or [None] * data.num_classes)[c],
                          "train": int(data.class_counts[c]), "test": int(data.test_counts[c]), "group": str(groups[c])}
                         for c in range(data.num_classes)],
-            "groups": {g: int((groups == g).sum()) for g in ("many", "medium", "few")},
+            "groups": {g: int((groups == g).sum()) for g in SHOT_GROUPS},
         })
         if data.val_counts is not None:  # the validation split (docs/protocol.md)
             reports[-1]["val_total"] = int(data.val_counts.sum())

@@ -13,8 +13,8 @@ import numpy as np
 
 from ltbench.data.profile import exponential_decay
 from ltbench.priors import parse_prior
+from ltbench.results.schema import SHOT_GROUPS
 
-GROUPS = ("many", "medium", "few")
 
 
 def per_class_accuracy(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,15 +52,15 @@ def summarize(
     acc, n_test = per_class_accuracy(pred, labels, k)
     groups = shot_groups(train_counts, many_threshold, few_threshold)
     out: dict = {"all": float((np.asarray(pred) == np.asarray(labels)).mean()) if len(labels) else None}
-    for g in GROUPS:
+    for g in SHOT_GROUPS:
         out[g] = _mean_or_none(acc[groups == g])
     out["macro"] = _mean_or_none(acc)
     out["per_class"] = [None if np.isnan(a) else float(a) for a in acc]
     out["groups"] = {
         "many_threshold": many_threshold,
         "few_threshold": few_threshold,
-        "n_classes": {g: int((groups == g).sum()) for g in GROUPS},
-        "n_classes_evaluated": {g: int(((groups == g) & (n_test > 0)).sum()) for g in GROUPS},
+        "n_classes": {g: int((groups == g).sum()) for g in SHOT_GROUPS},
+        "n_classes_evaluated": {g: int(((groups == g) & (n_test > 0)).sum()) for g in SHOT_GROUPS},
         "classes_without_test_samples": int((n_test == 0).sum()),
     }
     return out
@@ -91,7 +91,7 @@ def target_prior_metrics(names, train_counts, labels, predict_for, many_threshol
         direction, rho = parse_prior_name(name)
         prior = longtail_prior(train_counts, rho, direction)
         s = summarize(predict_for(prior), labels, train_counts, many_threshold, few_threshold)
-        out[name] = {"all": accuracy_under_prior(s["per_class"], prior), **{g: s[g] for g in ("many", "medium", "few")}}
+        out[name] = {"all": accuracy_under_prior(s["per_class"], prior), **{g: s[g] for g in SHOT_GROUPS}}
     return out
 
 

@@ -38,7 +38,7 @@ def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None =
     spec = RunSpec.coerce(spec)
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "spec.json").write_text(json.dumps(spec.to_dict()))
+    (run_dir / "spec.json").write_text(json.dumps({"schema_version": schema.SCHEMA_VERSION, **spec.to_dict()}))
     if status in ("done", "failed"):
         result = {"schema_version": schema.SCHEMA_VERSION, "run_id": spec.run_id, "recipe": spec.recipe, "status": status,
                   "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config,

@@ -28,9 +28,11 @@ from typing import Any
 from ltbench.config import from_dict
 from ltbench.errors import ConfigError, short_repr
 from ltbench.priors import HINT, is_prior_name
+from ltbench.results.schema import SHOT_GROUPS
 
 SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler")  # posthoc: stage-2 results (ltbench/stage2/posthoc_runs.py)
-GROUPS = ("many", "medium", "few", "all")
+GROUPS = (*SHOT_GROUPS, "all")  # the group columns, in table order
+HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][\w.]*)\}")
 
 
@@ -135,15 +137,30 @@ def check_key(key: str, where: str) -> None:
                           f"one of {', '.join(SECTIONS)} (e.g. method.tau, data.imb_factor)")
 
 
+ALL_PRIORS = "priors"  # the column that expands into one column per recorded shifted prior
+
+
 def check_column(name: str, where: str) -> None:
-    if name in GROUPS or name == "priors" or is_prior_name(name):
-        return
+    if name != ALL_PRIORS:
+        column_metric(name, where)
+
+
+def column_metric(name: str, where: str = "column") -> tuple[str, str]:
+    """The one grammar of a table column other than ``priors``: (the metric key in a run's flat metrics, the
+    header). A group (many, medium, few, all), a shifted prior name, prior:<prior>[:<group>], set:<test
+    set>[:<group>] or head:<head>[:<group>]. ConfigError naming ``where`` for anything else."""
+    if name in GROUPS:
+        return name, HEADERS[name]
+    if is_prior_name(name):
+        return f"prior:{name}:all", name
     parts = name.split(":")
     if parts[0] in ("prior", "set", "head") and len(parts) in (2, 3) and all(parts) and \
             (len(parts) == 2 or parts[2] in GROUPS):
         if parts[0] == "prior" and not is_prior_name(parts[1]):
             raise ConfigError(f"{where}: '{parts[1]}' is not a prior name; {HINT}")
-        return
+        title = f"{parts[1]} subset" if parts[0] == "set" else parts[1]
+        key = name if len(parts) == 3 else f"{name}:all"
+        return key, title if len(parts) == 2 or parts[2] == "all" else f"{title} {parts[2]}"
     raise ConfigError(f"{where}: unknown column '{name}'; expected one of {', '.join(GROUPS)}, a shifted prior "
                       f"(forward50, uniform, backward10, or 'priors' for all), set:<test set>[:<group>] or "
                       f"head:<head>:<group>")

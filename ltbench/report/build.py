@@ -8,8 +8,8 @@ are not significantly different from the best of their column and group.
 
 from __future__ import annotations
 
-from ltbench.report.rows import (GROUPS, SELECTION_TEXT, Cell, Row, Table, Unit, group_values, matches_selector, default_rows, group_title,
-                                 expand_columns, expand_heads, explicit_rows, flatten, gather_units, value_text)
+from ltbench.report.rows import (SELECTION_TEXT, Cell, Row, Table, Unit, group_values, matches_selector, default_rows, group_title,
+                                 expand_columns, expand_heads, explicit_rows, flatten, gather_units)
 from ltbench.recipe.tables import TableSpec
 from ltbench.results import identity
 from ltbench.report.significance_marks import compare_rows, mark_similar

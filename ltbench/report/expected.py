@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import caches, identity, safe_read, store
+from ltbench.results import caches, identity, safe_read
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe
 from ltbench.results.identity import FILE_IDENTITIES

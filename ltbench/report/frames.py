@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ltbench.errors import LtbenchError
 from ltbench.results import store
+from ltbench.results.schema import HEADLINE_METRICS
 from ltbench.recipe.tables import default_table
 from ltbench.report.build import build_table
 from ltbench.report.expected import source
@@ -186,7 +187,7 @@ def load(path, results=None, overrides=(), stage2: bool = False) -> Frames:
         m = rec.get("metrics", {})
         line = {"row": row, "run_id": rec.get("run_id"), "seed": seed, "status": rec["status"],
                 "recipe": rec.get("recipe"), "dir": rec["dir"], "note": rec.get("note"), "error": rec.get("error"),
-                **{g: m.get(g) for g in ("all", "many", "medium", "few")}, **(rec.get("prov") or {})}
+                **{g: m.get(g) for g in HEADLINE_METRICS}, **(rec.get("prov") or {})}
 
         line.update({f"config.{k}": v for k, v in flatten(rec.get("config") or {}).items()
                      if not isinstance(v, (list, dict))})

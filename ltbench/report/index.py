@@ -44,7 +44,7 @@ def flat_metrics(metrics: dict) -> dict[str, float]:
     out: dict[str, float] = {}
 
     def take(prefix: str, values: dict):
-        for g in ("all", "many", "medium", "few"):
+        for g in schema.HEADLINE_METRICS:
             if values.get(g) is not None:
                 out[prefix + g] = float(values[g])
 

@@ -19,8 +19,9 @@ import yaml
 
 from ltbench.errors import LtbenchError
 from ltbench.priors import is_prior_name
+from ltbench.results.schema import SHOT_GROUPS
 
-GROUP_METRICS = ("many", "medium", "few", "all")
+GROUP_METRICS = (*SHOT_GROUPS, "all")
 ENTRY_FIELDS = ("method", "label", "dataset", "imb_factor", "backbone", "epochs", "note", "settings")
 BLOCK_KEYS = {"source", "shared", "columns", "rows"}
 

@@ -39,7 +39,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ltbench.errors import LtbenchError
-from ltbench.evaluation import GROUPS
+from ltbench.results.schema import SHOT_GROUPS
 from ltbench.priors import prior_position as position
 from ltbench.results.store import atomic_write_bytes
 
@@ -237,7 +237,7 @@ def shot_boundaries_from_groups(df: pd.DataFrame) -> list[float]:
     """Halfway (geometrically) between the largest count of a group and the smallest of the next one up:
     the fallback for frames that do not say which thresholds their runs used."""
     bounds = []
-    present = [g for g in reversed(GROUPS) if (df["group"] == g).any()]  # few, medium, many
+    present = [g for g in reversed(SHOT_GROUPS) if (df["group"] == g).any()]  # few, medium, many
     for lower, upper in zip(present, present[1:]):
         top = df.loc[df["group"] == lower, "train_count"].max()
         bottom = df.loc[df["group"] == upper, "train_count"].min()
@@ -279,7 +279,7 @@ def figure_per_class(df: pd.DataFrame, shot_boundaries: Sequence[float] | None =
     for bound in bounds:
         ax.axvline(bound, color="0.4", linestyle=":", linewidth=1)
     _log_axis(ax, "x")
-    groups = [g for g in reversed(GROUPS) if (df["group"] == g).any()]
+    groups = [g for g in reversed(SHOT_GROUPS) if (df["group"] == g).any()]
     if len(bounds) == 2:  # two thresholds always make three regions, even if one holds no class
         groups = ["few", "medium", "many"]
     low, high = ax.get_ylim()

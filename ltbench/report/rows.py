@@ -24,10 +24,8 @@ from ltbench.config import value_text
 from ltbench.errors import ConfigError
 from ltbench.results.identity import DATA_IDENTITY, numerics_difference
 from ltbench.results.store import OLDER
-from ltbench.priors import is_prior_name, prior_order
-from ltbench.recipe.tables import GROUPS, TEMPLATE_FIELD, TableSpec, versus_targets
-
-HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
+from ltbench.priors import prior_order
+from ltbench.recipe.tables import ALL_PRIORS, TEMPLATE_FIELD, TableSpec, column_metric, versus_targets
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
 
 
@@ -325,18 +323,11 @@ def metric_names(units: list[Unit], prefix: str) -> set[str]:
 def expand_columns(spec: TableSpec, units: list[Unit]) -> list[tuple[str, str]]:
     cols = []
     for name in spec.columns:
-        if name in GROUPS:
-            cols.append((name, HEADERS[name]))
-        elif name == "priors":
+        if name == ALL_PRIORS:
             priors = sorted({k.split(":")[1] for k in metric_names(units, "prior:")}, key=prior_order)
-            cols += [(f"prior:{p}:all", p) for p in priors]
-        elif is_prior_name(name):
-            cols.append((f"prior:{name}:all", name))
+            cols += [column_metric(p) for p in priors]
         else:
-            parts = name.split(":")
-            key = name if len(parts) == 3 else f"{name}:all"
-            title = f"{parts[1]} subset" if parts[0] == "set" else parts[1]
-            cols.append((key, title if len(parts) == 2 or parts[2] == "all" else f"{title} {parts[2]}"))
+            cols.append(column_metric(name))
     return cols
 
 

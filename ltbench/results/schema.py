@@ -25,7 +25,8 @@ from ltbench.config import ConfigError, OptimConfig, from_dict
 SCHEMA_VERSION = 2
 MIGRATE_HINT = "ltbench migrate {root}"  # what brings an older record up to date
 
-HEADLINE_METRICS = ("all", "many", "medium", "few")
+SHOT_GROUPS = ("many", "medium", "few")  # the one list of shot groups (ltbench/evaluation.py defines them)
+HEADLINE_METRICS = ("all", *SHOT_GROUPS)
 RESULT_STATUSES = ("done", "failed")
 SELECTION_STRATEGIES = ("last", "best_val")
 #: Optional header fields and the JSON type each must have when present (null counts as absent).

@@ -48,7 +48,7 @@ from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_ch
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
-from ltbench.errors import ConfigError, MethodContractError, NonFiniteLossError
+from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.train.heartbeat import HEARTBEAT, PhaseBeat
 from ltbench.train.loggers import create_loggers

@@ -1,0 +1,178 @@
+"""The record history lives in one migration (ltbench/results/migrate.py), never in a reader.
+
+tests/golden/schema1/ holds records exactly as ltbench wrote them before schema 2 (copied from the
+reference results before their migration: a quickstart folder, a batched run of augmentation scheme 1,
+SADE before expert_width, BAPE with a nested LA spec, a run with stage-2 results), and the tables the
+previous ltbench printed of them (``*.table.md``, made by that code). Migrating a copy must keep every
+number of those tables, give every record the id of its configuration, and change nothing the second time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ltbench import cli
+from ltbench.results import identity, migrate, schema, store
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden" / "schema1"
+# The names of the read-time compatibility mechanisms the migration replaced: none may come back outside it.
+COMPATIBILITY_NAMES = re.compile(r"\b(added_later|new_runs|new_run_defaults|omitted_default|IMPLIED|NORMALISED|"
+                                 r"LEGACY|MOVED)\b")
+
+
+def _copy(tmp_path: Path) -> Path:
+    root = tmp_path / "results"
+    shutil.copytree(GOLDEN, root, ignore=shutil.ignore_patterns("*.table.md"))
+    return root
+
+
+def _numbers(table_text: str) -> list[tuple[str, ...]]:
+    """The numeric cells of each row of a markdown table, markup removed, rows in sorted order."""
+    rows = []
+    for line in table_text.splitlines():
+        if line.startswith("| ") and not line.startswith("| Method"):
+            cells = [re.sub(r"\*\*|</?u>", "", c).strip() for c in line.strip("|").split("|")[1:]]
+            rows.append(tuple(cells))
+    return sorted(rows)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_no_compatibility_mechanism_outside_the_migration_module():
+    offenders = []
+    for folder in ("ltbench", "methods", "scripts", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path == ROOT / "ltbench" / "results" / "migrate.py":
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if COMPATIBILITY_NAMES.search(line):
+                    offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not offenders, offenders
+    assert not (ROOT / "ltbench" / "slurm.py").exists()  # the pickle shim of job arrays queued before issue 21
+
+
+def test_migrating_keeps_every_number_and_names_each_record_by_its_configuration(tmp_path):
+    root = _copy(tmp_path)
+    before = {p.relative_to(root): json.loads(p.read_text()) for p in root.rglob(store.RESULT)}
+    assert all(schema.is_older(r) for r in before.values())
+
+    migrate.migrate_folder(root)
+
+    after = {p.relative_to(root): json.loads(p.read_text()) for p in root.rglob(store.RESULT)}
+    assert len(after) == len(before) == 18
+    old_by_id = {r["run_id"]: r for r in before.values()}
+    for path, rec in after.items():
+        assert rec["schema_version"] == schema.SCHEMA_VERSION
+        assert rec["run_id"] == identity.config_id(rec["config"])
+        if rec.get("kind") != "posthoc":
+            assert path.parent.name == rec["run_id"]
+        old = old_by_id[rec["migrated_from"]]
+        for evidence in ("metrics", "method_extras", "selection", "started", "ended", "seed", "code_source"):
+            assert rec.get(evidence) == old.get(evidence), (path, evidence)  # the evidence is never changed
+        for module, entry in old.get("code", {}).items():
+            new = rec["code"][migrate.MOVED_MODULES.get(module, module)]
+            assert (new.get("normalized"), new.get("sha256")) == (entry.get("normalized"), entry.get("sha256"))
+        assert not any(str(v).startswith("/") for v in rec["provenance"].get("argv", []))
+        assert rec["config"]["sampler"]["name"] == old["config"].get("sampler", {}).get("name", "uniform")
+    sade = next(r for r in after.values() if r["config"]["method"]["name"] == "sade")
+    assert sade["config"]["method"]["expert_width"] == 1.0  # what it ran, not today's default 0.75
+    batch = next(r for r in after.values() if r["config"]["train"]["augment_on"] == "batch")
+    assert batch["config"]["train"]["augment_scheme"] == 1
+    bape = next(r for r in after.values() if r["config"]["method"]["name"] == "bape" and "posthoc" not in r)
+    assert bape["config"]["method"]["aux"]["loss_views"] == "first"
+    for name in ("quickstart", "mixed"):
+        expected = (GOLDEN / f"{name}.table.md").read_text()
+        shown = subprocess.run([sys.executable, "-m", "ltbench", "table", str(root / name)], capture_output=True,
+                               text=True, check=True).stdout
+        assert _numbers(shown) == _numbers(expected) and _numbers(shown)
+
+
+def test_migrating_twice_changes_nothing_and_an_interrupted_migration_resumes(tmp_path, monkeypatch):
+    root = _copy(tmp_path)
+    real_rename = migrate.os.rename
+    calls = []
+
+    def crash_on_third(src, dst):
+        calls.append(src)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # killed between writing a folder's records and renaming it
+        real_rename(src, dst)
+
+    monkeypatch.setattr(migrate.os, "rename", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        migrate.migrate_folder(root)
+    monkeypatch.setattr(migrate.os, "rename", real_rename)
+    migrate.migrate_folder(root)
+    once = _files(root)
+    report = migrate.migrate_folder(root)
+    assert _files(root) == once and report.migrated == 0 and not report.renamed
+    for path in root.rglob(store.RESULT):
+        rec = json.loads(path.read_text())
+        assert rec.get("kind") == "posthoc" or path.parent.name == rec["run_id"]
+
+
+def test_a_folder_whose_new_id_is_taken_is_left_as_it_is(tmp_path):
+    root = _copy(tmp_path)
+    folder = next(p.parent for p in (root / "quickstart").glob(f"*/{store.RESULT}"))
+    new_id = identity.run_id(migrate.migrate_record(json.loads((folder / store.RESULT).read_text()))["config"])
+    (folder.parent / new_id).mkdir()
+    (folder.parent / new_id / "mine.txt").write_text("someone's file")
+    report = migrate.migrate_folder(root)
+    assert any(folder.name in line and "is taken" in line for line in report.left)
+    assert schema.is_older(json.loads((folder / store.RESULT).read_text()))  # untouched, nothing lost
+    assert (folder.parent / new_id / "mine.txt").read_text() == "someone's file"
+
+
+def test_dry_run_changes_nothing(tmp_path, capsys):
+    root = _copy(tmp_path)
+    before = _files(root)
+    assert cli.main(["migrate", str(root), "--dry-run"]) == 0
+    assert "would migrate 18 record(s)" in capsys.readouterr().out
+    assert _files(root) == before
+
+
+def test_an_older_record_is_named_in_one_line_by_every_command(tmp_path, write_recipe, capsys):
+    root = _copy(tmp_path) / "quickstart"
+    hint = f"'ltbench migrate {root}' brings them up to date"
+    assert cli.main(["status", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(hint) == 13 and "12 older" in out  # each folder's line, then one summary line
+    assert cli.main(["table", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(hint) == 1 and "12 run folder(s) left out" in out
+    # a command that would write beside them stops before anything runs
+    path = write_recipe("quickstart", {"results_dir": str(root.parent)})
+    assert cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "12 run folder(s) hold records of an older ltbench" in err
+    assert f"'ltbench migrate {root}'" in err
+
+
+def test_a_selector_naming_an_option_at_its_default_matches_the_runs_that_used_it(write_recipe):
+    """``where: {method.loss_views: first}`` matches an LA run that left loss_views out of its recipe (the
+    resolved configuration holds every default), and the sampler's default is matched the same way."""
+    from ltbench import report
+    from reportkit import write_run
+
+    tables = {"t": {"rows": [
+        {"label": "LA first", "where": {"method.name": "la", "method.loss_views": "first", "sampler.name": "uniform"}},
+        {"label": "LA all", "where": {"method.name": "la", "method.loss_views": "all"}}]}}
+    path = write_recipe("sel", {"method": {"name": "la"}, "tables": tables})
+    from ltbench.recipe import load_recipe
+
+    recipe = load_recipe(path)
+    write_run(recipe.runs[0])
+    (table,) = report.tables(path, use_cache=False)
+    first, other = table.rows
+    assert first.units and all(u.runs for u in first.units.values())
+    assert not any(u.runs for u in other.units.values())
