@@ -20,7 +20,6 @@ No torch: status and tables use these on a login node.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import sys
 from pathlib import Path
@@ -125,7 +124,7 @@ class SeededIds:
 
     def __call__(self, seed: int) -> str:
         text = f'{self.head}"seed":{int(seed)}{self.tail}'
-        return hashlib.sha1(text.encode()).hexdigest()[:12] + self.suffix
+        return identity.id_of_identity_text(text) + self.suffix
 
 
 def row_problem(key: Any, row: Any, where: str) -> str:

@@ -85,10 +85,15 @@ def _versioned(identity_text: str) -> bytes:
     return f"ltbench identity {IDENTITY_VERSION}\n{identity_text}".encode()
 
 
+def id_of_identity_text(text: str) -> str:
+    """12 hex digits: sha1 of the identity version and ``text``, the canonical JSON of an identity."""
+    return hashlib.sha1(_versioned(text)).hexdigest()[:12]
+
+
 def run_id(config: dict) -> str:
     """The run's folder name: sha1 of the identity version and the canonical JSON of its identity, 12 hex
     digits. ValueError for NaN or infinity (a free-form plugin option): such a config has no id."""
-    return hashlib.sha1(_versioned(canonical_json(identity_of(config)))).hexdigest()[:12]
+    return id_of_identity_text(canonical_json(identity_of(config)))
 
 
 def row_key(config: dict) -> tuple[str, dict]:
