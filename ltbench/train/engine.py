@@ -2,7 +2,7 @@
 
 To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
 ``CheckpointSaver.resume`` restores it (ltbench/train/checkpoint.py), then per epoch ``train_epoch`` (one
-``epoch_step`` per batch: ``train_step`` on the batch issued ahead, the meters on the device, the next batch
+``epoch_step`` per batch: ``train_step``, micro-batch by micro-batch, on the batch issued ahead, the meters on the device, the next batch
 issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end checkpoint;
 finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
 What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
@@ -756,63 +756,56 @@ def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     return s
 
 
+def micro_batches(n: int, size: int | None) -> list[slice]:
+    """The micro-batches of a batch of ``n`` (optim.micro_batch_size; unset: the whole batch in one). Slices are
+    views of the batch, no copy. A last micro-batch of one sample joins its predecessor (BatchNorm needs two,
+    as ``cut_batches`` keeps for whole batches)."""
+    size = size or n
+    starts = [start for start in range(0, n, size) if start == 0 or n - start > 1]
+    return [slice(start, end) for start, end in zip(starts, starts[1:] + [n])]
+
+
 def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
-    """One optimisation step on a batch already on the device: schedule, forward (all views through one backbone
-    pass, so BatchNorm sees them together), contract check at the first step, backward, update. Nothing here
-    reads a device value: the loss's finiteness is checked from the epoch's meter (``read_meter``)."""
-    run, o = s.run, s.run.optim
-    if o.micro_batch_size and o.micro_batch_size < len(labels):
-        return accumulated_step(s, views, labels, epoch, step)
-    for group, base in zip(s.optimizer.param_groups, s.base_lrs):
-        group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
-    with s.autocast():
-        batch = views[0] if len(views) == 1 else torch.cat(views)  # one view: no copy
-        features = backbone_features(run, batch).float().split(len(labels))
-        out = (run.compiled_loss or run.method.loss)(list(features), labels, epoch=epoch)
-    if not s.contract_checked:
-        check_method_contract(run.method, out, list(features), labels)
-        s.contract_checked = True
-    s.optimizer.zero_grad(set_to_none=True)
-    s.scaler.scale(out["loss"]).backward()  # the scaler is a pass-through unless precision is fp16
-    if s.world > 1:
-        distributed.average_gradients(run.model.parameters())
-    s.scaler.step(s.optimizer)
-    s.scaler.update()
-    s.iteration += 1
-    return out
-
-
-def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
-    """``train_step`` with gradient accumulation (optim.micro_batch_size, LIFT's): the batch goes through
-    forward and backward in chunks, each chunk's loss weighted by its share of the batch, then one
-    optimiser step. What it returns reads as one batch: the weighted loss and extras, the chunks' logits. As
-    in ``train_step`` nothing reads a device value: a non-finite chunk makes the weighted loss non-finite,
-    which the epoch's meter finds (``read_meter``)."""
-    run, o = s.run, s.run.optim
+    """One optimisation step on a batch already on the device: the schedule, then for each micro-batch
+    (``micro_batches``; a run without optim.micro_batch_size has one) forward (all views through one backbone
+    pass, so BatchNorm sees them together), the contract check at the first step, and backward of its loss
+    weighted by its share of the batch; then one update. For a loss that is a mean over samples the
+    accumulated gradient is the whole batch's up to float rounding, a short last batch of an epoch included
+    (docs/foundation.md). Nothing here reads a device value: a non-finite loss reaches the epoch's meter
+    (``read_meter``)."""
+    run, o, n = s.run, s.run.optim, len(labels)
     for group, base in zip(s.optimizer.param_groups, s.base_lrs):
         group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
     s.optimizer.zero_grad(set_to_none=True)
-    outs, n = [], len(labels)
-    for start in range(0, n, o.micro_batch_size):
-        chunk = slice(start, min(n, start + o.micro_batch_size))  # a view of the batch: no copy kernel
+    outs = []
+    for chunk in micro_batches(n, o.micro_batch_size):
         size = chunk.stop - chunk.start
         with s.autocast():
-            features = backbone_features(run, torch.cat([v[chunk] for v in views])).float().split(size)
+            batch = views[0][chunk] if len(views) == 1 else torch.cat([v[chunk] for v in views])
+            features = backbone_features(run, batch).float().split(size)
             out = (run.compiled_loss or run.method.loss)(list(features), labels[chunk], epoch=epoch)
         if not s.contract_checked:
             check_method_contract(run.method, out, list(features), labels[chunk])
             s.contract_checked = True
-        s.scaler.scale(out["loss"] * (size / n)).backward()
-        outs.append((size / n, out))
+        share = size / n
+        s.scaler.scale(out["loss"] if size == n else out["loss"] * share).backward()  # scaler: fp16 only
+        outs.append((share, out))
     if s.world > 1:
         distributed.average_gradients(run.model.parameters())
     s.scaler.step(s.optimizer)
     s.scaler.update()
     s.iteration += 1
-    merged = {k: sum(w * o_[k].detach() for w, o_ in outs) for k, v in outs[0][1].items()
+    return outs[0][1] if len(outs) == 1 else merged_output(outs)
+
+
+def merged_output(outs: list[tuple[float, dict]]) -> dict:
+    """The micro-batches' outputs read as one batch's: scalar entries (loss, extras) weighted by each one's
+    share, logits concatenated."""
+    first = outs[0][1]
+    merged = {k: sum(share * out[k].detach() for share, out in outs) for k, v in first.items()
               if k != "logits" and torch.is_tensor(v) and v.numel() == 1}
-    if all("logits" in o_ for _, o_ in outs):
-        merged["logits"] = torch.cat([o_["logits"] for _, o_ in outs])
+    if all("logits" in out for _, out in outs):
+        merged["logits"] = torch.cat([out["logits"] for _, out in outs])
     return merged
 
 
