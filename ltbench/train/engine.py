@@ -44,7 +44,8 @@ import torch.nn as nn
 from ltbench.train import distributed, feed
 from ltbench.train.meters import EpochMeter, first_non_finite_everywhere
 from ltbench.results import provenance, store
-from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
+from ltbench.train import checkpoint
+from ltbench.train.checkpoint import CheckpointSaver
 from ltbench.config import BATCH_AUGMENT_SCHEME, EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
@@ -61,7 +62,7 @@ from ltbench.results.runspec import RunSpec
 from ltbench.samplers import Sampler, SamplerContext, create_sampler
 from ltbench.samplers.uniform import uniform_order
 from ltbench.train.selection import headline, select_model
-from ltbench.seeding import derive_seed  # noqa: F401 - engine.derive_seed stays importable
+from ltbench.seeding import derive_seed
 
 
 
@@ -552,29 +553,23 @@ def evaluate_val(run: Run, device: torch.device) -> dict:
     return {**headline(summary), "per_class": summary["per_class"], "size": int(len(labels))}
 
 
-BEST_VAL = "best_val.pt"  # the model of the best validation epoch so far (eval.select: best_val)
-
-
 def track_best_val(s: Session, row: dict, epoch: int) -> None:
     """eval.select best_val: validate after each epoch; when validation All beats every earlier logged
-    epoch (ties keep the earlier), rank 0 saves the model to RUN_DIR/best_val.pt. Done before the log row
-    and the epoch checkpoint, so a resumed run replays the epoch and rewrites the same file."""
+    epoch (ties keep the earlier), rank 0 saves the model as RUN_DIR/best_val.pt (train/checkpoint.py). Done
+    before the log row and the epoch checkpoint, so a resumed run replays the epoch and rewrites the same file."""
     row["val"] = headline(evaluate_val(s.run, s.device))
     if not s.main:
         return
     run_dir = Path(s.spec.run_dir)
     earlier = [r["val"]["all"] for r in store.read_jsonl(run_dir / store.LOG) if "val" in r and r["epoch"] <= epoch]
     if row["val"]["all"] is not None and all(row["val"]["all"] > a for a in earlier if a is not None):
-        tmp = run_dir / f".{BEST_VAL}.tmp-{os.getpid()}"
-        torch.save({"epoch": epoch + 1, "model": s.run.model.state_dict(),
-                    "method_extra": s.run.method.extra_state()}, tmp)
-        os.replace(tmp, run_dir / BEST_VAL)
+        checkpoint.save_best_val(run_dir, s.run, run_id=s.spec.run_id, epoch=epoch + 1)
 
 
 def load_best_val(s: Session) -> None:
     """Put the best validation epoch's weights back into the model before the final evaluation."""
     distributed.barrier()
-    state = torch.load(Path(s.spec.run_dir) / BEST_VAL, map_location=s.device, weights_only=False)
+    state = checkpoint.load_best_val(Path(s.spec.run_dir), s.spec.run_id)
     s.run.model.load_state_dict(state["model"])
     s.run.method.load_extra_state(state.get("method_extra", {}))
 
@@ -827,8 +822,6 @@ def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps:
     os.replace(tmp, path)
 
 
-to_device = feed.to_device  # engine.to_device stays importable (benchmarks)
-
 
 def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.device) -> list[torch.Tensor]:
     """train.augment_on: batch: every view of the batch from its uint8 images, on the training device, each
@@ -979,7 +972,7 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
     s = start_session(spec, say)
     s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
     saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
-                            world=s.world)
+                            world=s.world, best_val=s.run.eval.select == "best_val")
     epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
     distributed.barrier()
     s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
