@@ -11,6 +11,7 @@ import yaml
 
 from ltbench.config import ConfigError
 from ltbench.pretrained import WeightsMissingError
+from ltbench.registry import TUNE_MODES
 from pretrained_kit import CLIP_SHAPE, build, clip_backbone, timm_backbone, tiny_weights  # noqa: F401
 
 from tests.conftest import run_cli
@@ -211,3 +212,46 @@ def test_gradient_accumulation_equals_the_full_batch_step(tiny_weights, tmp_path
     assert chunked["logits"].shape == (n, 4) and torch.allclose(chunked["loss"], full["loss"], atol=1e-6)
     assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(full_grads, chunked_grads))
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(full_params, chunked_params))
+
+
+@pytest.mark.parametrize("name", TUNE_MODES.names())
+def test_every_registered_tune_mode_passes_the_contract(name):
+    """The contract `ltbench check` runs on a plugin's tune mode (ltbench/contract.py), over every registered one."""
+    from ltbench import contract
+
+    note = contract.check_tune_mode(TUNE_MODES.get(name), name)
+    assert note.endswith("trainable parameters on a 2-block ViT of width 32")
+    assert note.startswith("0 ") == (name in ("frozen", "linear"))
+
+
+def test_the_tune_mode_contract_catches_what_a_checkpoint_would_lose():
+    """A mode whose added module is frozen by mistake (checkpoints leave frozen weights out, so its random
+    initialisation is not restored on resume) is caught, and so is a features-only mode that trains something."""
+    import torch.nn as nn
+
+    from ltbench import contract
+    from ltbench.pretrained.tuning import TuneMode
+    from tests.conftest import registries_restored
+
+    class Forgotten(TuneMode):
+        def apply(self, backbone, num_classes):
+            shift = nn.Linear(backbone.trunk.width, backbone.trunk.width).requires_grad_(False)
+            backbone.trunk.add_parallel_adapter(backbone.trunk.blocks[0], shift)
+            return {}
+
+    class Liar(TuneMode):
+        features_only = True
+
+        def apply(self, backbone, num_classes):
+            for p in backbone.trunk.block_biases():
+                p.requires_grad_(True)
+            return {}
+
+    with registries_restored():
+        TUNE_MODES.register("forgotten")(Forgotten)
+        TUNE_MODES.register("liar")(Liar)
+        with pytest.raises(contract.ContractError, match="a fresh backbone that loads it must give the same features"):
+            contract.check_tune_mode(Forgotten, "forgotten")
+        with pytest.raises(contract.ContractError, match="a features_only mode must train nothing"):
+            contract.check_tune_mode(Liar, "liar")
+    assert "liar" not in TUNE_MODES
