@@ -75,7 +75,7 @@ LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder 
     6: ("ltbench.cli", "ltbench.__main__"),
     5: ("ltbench.run", "ltbench.slurm"),
     4: ("ltbench.recipe", "ltbench.report"),
-    3: ("ltbench.runner", "ltbench.stage2"),
+    3: ("ltbench.runner", "ltbench.stage2", "ltbench.devtools"),
     2: ("ltbench.train", "ltbench.contract"),
     1: ("ltbench.data", "ltbench.samplers", "ltbench.method", "ltbench.posthoc", "ltbench.backbones",
         "ltbench.experts", "ltbench.evaluation", "ltbench.pretrained"),

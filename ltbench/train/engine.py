@@ -2,8 +2,9 @@
 
 To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
 ``CheckpointSaver.resume`` restores it (ltbench/train/checkpoint.py), then per epoch ``train_epoch`` (one
-``epoch_step`` per batch: ``train_step``, micro-batch by micro-batch, on the batch issued ahead, the meters on the device, the next batch
-issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end checkpoint;
+``epoch_step`` per batch: ``train_step``, micro-batch by micro-batch, on the batch issued ahead, the meters
+on the device, the next batch issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) ->
+the epoch-end checkpoint;
 finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
 What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
 
@@ -697,9 +698,6 @@ class Session:
     loggers: object = None  # ltbench.train.loggers.LoggerSet on rank 0 when train.loggers names any
     last_heartbeat: float = 0.0  # when progress.json was last written (ltbench.run.progress reads it)
     threads_from: str = ""  # which rule set the thread count (provenance.thread_count), for the numerics
-    # A context per part of a step ('copies', 'augment', 'step'): none in a run; benchmarks/gpu_launches.py
-    # passes its counter's, so it attributes launches without a copy of the loop.
-    phase: Callable = feed._no_phase
 
     @property
     def main(self) -> bool:
@@ -755,7 +753,8 @@ def micro_batches(n: int, size: int | None) -> list[slice]:
     """The micro-batches of a batch of ``n`` (optim.micro_batch_size; unset: the whole batch in one). Slices are
     views of the batch, no copy. A last micro-batch of one sample joins its predecessor (BatchNorm needs two,
     as ``cut_batches`` keeps for whole batches)."""
-    size = size or n
+    if not size or size >= n:
+        return [slice(0, n)]
     starts = [start for start in range(0, n, size) if start == 0 or n - start > 1]
     return [slice(start, end) for start, end in zip(starts, starts[1:] + [n])]
 
@@ -859,7 +858,7 @@ def begin_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     loaded = run.loader.run(keys)
     if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
         loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
-    feeder = feed.Feeder(zip(loaded, keys), s.device, build, run.decode_on_device, s.phase)
+    feeder = feed.Feeder(zip(loaded, keys), s.device, build, run.decode_on_device)
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     loop = EpochLoop(epoch, len(batches), EpochMeter(s.device, len(batches) - start_step, start_step), bar, saver,
                      feeder)
@@ -873,9 +872,8 @@ def epoch_step(s: Session, loop: EpochLoop, step: int) -> None:
     side stream on CUDA, so they overlap this step), then the host's bookkeeping. No host-device sync, except
     the meter's read every train.log_every steps and before a checkpoint."""
     views, labels = loop.feeder.take(loop.upcoming)
-    with s.phase("step"):
-        out = train_step(s, views, labels, loop.epoch, step)
-        loop.meter.add(out, out["loss"], labels)
+    out = train_step(s, views, labels, loop.epoch, step)
+    loop.meter.add(out, out["loss"], labels)
     loop.upcoming = loop.feeder.prepare()
     done, log_every = step + 1, s.run.train.log_every
     fresh = done < loop.steps and log_every > 0 and (done - loop.meter.first_step) % log_every == 0
