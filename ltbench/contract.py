@@ -36,7 +36,7 @@ import torch.nn as nn
 from ltbench import registry
 from ltbench.config import from_dict, new_run_defaults
 from ltbench.data.base import LTData
-from ltbench.method import Method, MethodContext, create_method
+from ltbench.method import Method, MethodContext
 from ltbench.posthoc import FrozenRun, PosthocMethod, SplitInputs
 from ltbench.pretrained.tuning import TuneMode
 from ltbench.registry import BACKBONES
