@@ -25,7 +25,7 @@ def data_pass(config: dict, seed: int) -> tuple[float, int]:
     """Seconds to load (and, with augment_on: batch, augment) every training batch of epoch 1, and images."""
     import torch
 
-    from ltbench.train import engine
+    from ltbench.train import engine, feed
     from ltbench.config import TrainConfig, from_dict
 
     device = engine.pick_device()
@@ -37,7 +37,7 @@ def data_pass(config: dict, seed: int) -> tuple[float, int]:
     started, images = time.perf_counter(), 0
     for (views, labels), batch_keys in zip(loader.run(keys), keys):
         if run.device_views is not None:
-            views = engine.augment_on_device(run, views[0] if run.decode_on_device else engine.to_device(views[0], device),
+            views = engine.augment_on_device(run, views[0] if run.decode_on_device else feed.to_device(views[0], device),
                                              batch_keys, device)
         images += len(labels)
     seconds = time.perf_counter() - started  # includes starting the workers, as a run's first epoch does

@@ -3,7 +3,7 @@
 A GPU pays about 5-10 us of host time per kernel launch and stops queueing ahead at every host-device sync,
 whatever the kernels do; CPU seconds per core say neither. This script runs one steady-state training step
 (the second of an epoch: the first also checks the method contract) of real ltbench runs with their tensors
-on an emulated CUDA device (ltbench/train/gpu_cost.py), and counts, per 256-image batch:
+on an emulated CUDA device (ltbench/devtools/gpu_cost.py), and counts, per 256-image batch:
 
 - ``augment``: building the views on the device (``train.augment_on: batch``), the per-sample seeds included;
 - ``step``: everything else in the step (copies, forward, loss, backward, optimizer, meters), split into
@@ -66,8 +66,8 @@ def step_config(method: dict, root: Path, batch: int) -> dict:
 def count_step(config: dict, tmp: Path) -> dict:
     """Launches and syncs of the second step of an epoch (``engine.epoch_step``, the whole per-step body of
     ``engine.train_epoch``: this step's training, the next batch's copies and augmentation, the meters and the
-    host's bookkeeping; counted by ltbench/train/step_cost.py), by phase, plus loop iterations."""
-    from ltbench.train.step_cost import counted_epoch_step
+    host's bookkeeping; counted by ltbench/devtools/step_cost.py), by phase, plus loop iterations."""
+    from ltbench.devtools.step_cost import counted_epoch_step
 
     with counted_epoch_step(config, tmp, step=1, loops=True) as (c, s, loop, loops):
         model = count_model_alone(s.run, loop.upcoming.views, c)
@@ -110,7 +110,7 @@ def count_bare(config: dict, views: int) -> int:
     """Launches of one step of the bare loop (gpu_throughput.BareLoop) on the emulated device."""
     import torch
 
-    from ltbench.train import gpu_cost
+    from ltbench.devtools import gpu_cost
 
     bare = BareLoop(config, torch.device("cpu"), views)
     bare.images, bare.labels = bare.images[:bare.batch], bare.labels[:bare.batch]
@@ -147,7 +147,7 @@ def count_large(names: list[str], n: int) -> dict:
 
     from ltbench.data import batch_augment
     from ltbench.data.base import ImageSpec
-    from ltbench.train import gpu_cost
+    from ltbench.devtools import gpu_cost
 
     spec = ImageSpec(224, 3, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), kind="large")
     g = torch.Generator().manual_seed(0)
@@ -265,7 +265,7 @@ def measure(args) -> dict:
 
 
 def print_table(results: dict, batch: int) -> None:
-    print(f"Per training step of {batch} images, counted on the CPU with CUDA emulated (ltbench/train/gpu_cost.py)")
+    print(f"Per training step of {batch} images, counted on the CPU with CUDA emulated (ltbench/devtools/gpu_cost.py)")
     print(f"{'setting':<14} {'aug launches':>12} {'aug syncs':>9} {'step launches':>13} {'model':>6} "
           f"{'optim':>6} {'method':>6} {'step syncs':>10} {'loop iters':>10}")
     for name, r in results.items():
@@ -309,7 +309,7 @@ def count_pipelines(batch: int, compiled: bool) -> dict:
 
     from ltbench.data import batch_augment
     from ltbench.data.base import ImageSpec
-    from ltbench.train import gpu_cost
+    from ltbench.devtools import gpu_cost
 
     cifar = ImageSpec(32, 3, (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
     large = ImageSpec(224, 3, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), kind="large")

@@ -37,7 +37,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.train import engine
+from ltbench.train import checkpoint, engine
 from ltbench.data import transforms
 from ltbench.recipe import resolve_run_config
 
@@ -184,8 +184,8 @@ def epoch_end_cost(config: dict, rounds: int = 5) -> float:
         for _ in range(rounds):
             t0 = time.perf_counter()
             store.append_jsonl(Path(tmp) / "log.jsonl", {"epoch": 1, "loss": 1.0})
-            engine.save_checkpoint(Path(tmp) / "checkpoint.pt", run, optimizer, run_id="x", epoch=1, step=0,
-                                   iteration=1, log_lines=len(store.read_jsonl(Path(tmp) / "log.jsonl")))
+            checkpoint.save_checkpoint(Path(tmp) / "checkpoint.pt", run, optimizer, run_id="x", epoch=1, step=0,
+                                       iteration=1, log_lines=len(store.read_jsonl(Path(tmp) / "log.jsonl")))
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

@@ -357,8 +357,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
 
 
 def _add_list_command(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers or stage-2 methods and where they come from")
-    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers"])
+    p = sub.add_parser("list", parents=[common], help="registered methods, datasets, backbones, samplers, stage-2 methods or tune modes and where they come from")
+    p.add_argument("kind", choices=["methods", "datasets", "backbones", "posthoc", "samplers", "tune_modes"])  # registry.REGISTRIES)
     p.add_argument("names", nargs="*", help="only these names (e.g. 'ltbench list methods NAME --options')")
     p.add_argument("--options", action="store_true",
                    help="every option of each: name, type, default (as a recipe writes it) and one line of doc")

@@ -1,9 +1,11 @@
-"""One registry type for methods, datasets, backbones, samplers and stage-2 (posthoc) methods, and the discovery that fills them.
+"""One registry type for methods, datasets, backbones, samplers, stage-2 (posthoc) methods and the tune modes of
+pretrained backbones, and the discovery that fills them.
 
 Names are found in three places, always in this order:
 1. the core's own modules (datasets, backbones, samplers and augmentation pipelines shipped in ``ltbench``);
 2. Python entry points (groups ``ltbench.methods``, ``ltbench.datasets``, ``ltbench.backbones``,
-   ``ltbench.posthoc``, ``ltbench.samplers``, ``ltbench.pipelines``, ``ltbench.batch_pipelines``);
+   ``ltbench.posthoc``, ``ltbench.samplers``, ``ltbench.tune_modes``, ``ltbench.pipelines``,
+   ``ltbench.batch_pipelines``);
    the built-in ``methods/`` package is registered this way too, so it is loaded exactly like a
    third-party plugin;
 3. plugin folders, from a recipe's ``plugins:`` list and the ``LTBENCH_PLUGIN_PATH`` environment
@@ -221,8 +223,9 @@ DATASETS = Registry("dataset", "ltbench.datasets")
 BACKBONES = Registry("backbone", "ltbench.backbones")
 POSTHOC = Registry("posthoc method", "ltbench.posthoc")  # stage-2 classifiers on frozen features (ltbench/posthoc.py)
 SAMPLERS = Registry("sampler", "ltbench.samplers", hint_cutoff=0.0)  # training-set samplers (ltbench/samplers/)
+TUNE_MODES = Registry("tune mode", "ltbench.tune_modes")  # what a pretrained backbone trains (backbone.tune)
 REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES, "posthoc": POSTHOC,
-              "samplers": SAMPLERS}  # the plugin kinds a run names ('ltbench list', 'ltbench check', provenance)
+              "samplers": SAMPLERS, "tune_modes": TUNE_MODES}  # the plugin kinds a run names ('ltbench list', 'ltbench check', provenance)
 # Augmentation pipelines by name (ltbench/data/transforms.py: ImageSpec -> per-image transform) and their
 # batched counterparts under the same names (ltbench/data/batch_augment.py, train.augment_on=batch).
 # Methods ask for them through their views; not a plugin kind of their own in 'ltbench list'/'check'.

@@ -75,7 +75,7 @@ LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder 
     6: ("ltbench.cli", "ltbench.__main__"),
     5: ("ltbench.run",),
     4: ("ltbench.recipe", "ltbench.report"),
-    3: ("ltbench.runner", "ltbench.stage2"),
+    3: ("ltbench.runner", "ltbench.stage2", "ltbench.devtools"),
     2: ("ltbench.train", "ltbench.contract"),
     1: ("ltbench.data", "ltbench.samplers", "ltbench.method", "ltbench.posthoc", "ltbench.backbones",
         "ltbench.experts", "ltbench.evaluation", "ltbench.pretrained"),
@@ -427,3 +427,14 @@ def test_at_most_sixteen_modules_at_the_top_level():
     entry points (docs/architecture.md)."""
     top = sorted(p.name for p in CORE.glob("*.py"))
     assert len(top) <= 16, top
+
+
+def test_no_file_is_read_back_as_code():
+    """Files on disk are data: nothing in the project unpickles with ``weights_only`` off (checkpoint.pt and
+    best_val.pt are read by train/checkpoint.py as tensors and plain data; a planted pickle runs nothing)."""
+    needle = "weights_only=" + "False"  # spelled apart, so this file does not find itself
+    files = [p for folder in ("ltbench", "methods", "tests", "benchmarks", "scripts", "docs") for p in (ROOT / folder).rglob("*")
+             if p.suffix in (".py", ".md") and "reference-results" not in p.parts]
+    assert len(files) > 100
+    assert [f"{p.relative_to(ROOT)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
+            if needle in line] == []

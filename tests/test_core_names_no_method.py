@@ -30,7 +30,7 @@ ALLOWED = {  # (module path under ltbench/, method name) -> why the name there i
     ("config.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
     ("train/engine.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
     ("report/table_text.py", "vs"): "the English 'vs' in a table's note ('n 3 vs 2'), not the VS loss",
-    ("train/gpu_cost.py", "lift"): "the aten op lift_fresh (a no-kernel op the counter skips), not the LIFT method",
+    ("devtools/gpu_cost.py", "lift"): "the aten op lift_fresh (a no-kernel op the counter skips), not the LIFT method",
     ("data/cifar.py", "ldam"): _PAPER_PROTOCOL,
     ("data/profile.py", "ldam"): _PAPER_PROTOCOL,
     ("data/fashion_mnist.py", "ldam"): _PAPER_PROTOCOL,

@@ -90,7 +90,7 @@ def test_mixed_precision_on_the_gpu(tmp_path, write_recipe, cli, precision):
     assert result["device"].startswith("cuda")
     losses = [row["loss"] for row in store.read_jsonl(run_dir / store.LOG)]
     assert all(l == l and l < 1e3 for l in losses), losses  # finite (NaN != NaN)
-    state = torch.load(run_dir / store.CHECKPOINT, map_location="cpu", weights_only=False)
+    state = torch.load(run_dir / store.CHECKPOINT, map_location="cpu", weights_only=True)
     if precision == "fp16":  # the GradScaler ran and its scale is checkpointed for exact resume
         assert "scaler" in state and 0 < state["scaler"]["scale"] < float("inf")
     else:

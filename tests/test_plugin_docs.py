@@ -16,6 +16,7 @@ import torch
 import yaml
 
 from conftest import ROOT, TINY, registries_restored
+from pretrained_kit import clip_backbone, tiny_weights  # noqa: F401 - a fixture used below
 from ltbench import cli, contract
 from ltbench.config import from_dict
 from ltbench.registry import BACKBONES, DATASETS, METHODS
@@ -280,3 +281,27 @@ def test_builtin_methods_pass_the_check_contract():
         contract.check_method(METHODS.get(name), name)
     for name in ("resnet8", "resnet32"):
         contract.check_backbone(BACKBONES.get(name), name)
+
+
+def test_tune_mode_doc_example_passes_the_contract_and_trains(tmp_path, capsys, tiny_weights):
+    """docs/adding-a-tune-mode.md's plugin, as written: checked, then a run on the tiny random-weight CLIP that
+    trains its adapters (counted in parameters.backbone_tuning) and records its module in the run's code."""
+    folder = write_doc_example("adding-a-tune-mode.md", tmp_path)
+    code, out, err = run_cli(["check", folder], capsys)
+    assert code == 0 and "ok    tune mode parallel_adapter" in out, out + err
+    code, out, err = run_cli(["list", "tune_modes", "--plugins", folder], capsys)
+    assert code == 0 and "parallel_adapter" in out and "vpt" in out, out + err
+    tune = {"name": "parallel_adapter", "bottleneck": 4}
+    recipe = tiny_recipe(tmp_path / "adapter.yaml", plugins=[str(folder)], method={"name": "la"},
+                         backbone=clip_backbone(tiny_weights["clip"], tune))
+    code, out, err = run_cli(["run", recipe], capsys)
+    assert code == 0 and "1 done" in out, out + err
+    result = yaml.safe_load(next((tmp_path / "results").rglob("result.json")).read_text())
+    assert result["config"]["backbone"]["tune"] == {**tune, "scale": 4.0}
+    width, blocks = 64, 2  # the tiny CLIP: down (64 x 4 + 4), up (4 x 64 + 64) per block
+    tuning = result["parameters"]["backbone_tuning"]
+    assert (tuning["tune"], tuning["bottleneck"]) == ("parallel_adapter", 4)
+    assert tuning["trainable"] == blocks * (width * 4 + 4 + 4 * width + width)
+    assert "parallel_adapter" in " ".join(result["code"])  # its module is in the run's code record
+    code, out, err = run_cli(["run", recipe, "backbone.tune.bottleneck=0"], capsys)
+    assert code == 2 and "backbone.tune.bottleneck" in err, err

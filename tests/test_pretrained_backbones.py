@@ -11,6 +11,7 @@ import yaml
 
 from ltbench.config import ConfigError
 from ltbench.pretrained import WeightsMissingError
+from ltbench.registry import TUNE_MODES
 from pretrained_kit import CLIP_SHAPE, build, clip_backbone, timm_backbone, tiny_weights  # noqa: F401
 
 from tests.conftest import run_cli
@@ -175,12 +176,17 @@ def test_adapters_start_as_the_identity_and_checkpoints_hold_what_trains(tiny_we
     assert base.state_dict() == {} and net.state_dict().keys() == {"prompts.prompts"}
 
 
-def test_gradient_accumulation_equals_the_full_batch_step(tiny_weights, tmp_path):
-    """optim.micro_batch_size: two chunks of 4, one optimiser step, the same update as the batch of 8 (a
-    LayerNorm model: equal up to float rounding); the loss and logits read as the whole batch's."""
+@pytest.mark.parametrize("n, micro, sizes", [(8, 4, [4, 4]), (7, 4, [4, 3]), (7, 2, [2, 2, 3]), (3, 4, [3])])
+def test_gradient_accumulation_equals_the_full_batch_step(tiny_weights, tmp_path, n, micro, sizes):
+    """optim.micro_batch_size: the batch in micro-batches, one optimiser step, the same gradients and update as
+    the whole batch (a LayerNorm model: equal up to float rounding), also for a short last batch of an epoch
+    (7 of batch_size 8: each micro-batch weighted by its share of the 7, a last one of 1 joined to its
+    predecessor); the loss and logits read as the whole batch's."""
     from ltbench.recipe import resolve_run_config
     from ltbench.results.runspec import RunSpec
     from ltbench.train import engine
+
+    assert [c.stop - c.start for c in engine.micro_batches(n, micro)] == sizes
 
     def one_step(micro):
         raw = {"data": {"name": "synthetic_lt", "num_classes": 4, "max_per_class": 8, "imb_factor": 2, "image_size": 12},
@@ -195,12 +201,57 @@ def test_gradient_accumulation_equals_the_full_batch_step(tiny_weights, tmp_path
                            0, 1, 1, lambda *_: None)
         s.iters_per_epoch, s.base_lrs = 1, [g["lr"] for g in optimizer.param_groups]
         torch.manual_seed(1)
-        views, labels = [torch.rand(8, 3, 32, 32)], torch.tensor([0, 1, 2, 3, 0, 1, 0, 0])
+        views, labels = [torch.rand(8, 3, 32, 32)[:n]], torch.tensor([0, 1, 2, 3, 0, 1, 0, 0])[:n]
         run.model.train()
         out = engine.train_step(s, views, labels, 0, 0)
-        return out, [p.detach().clone() for p in run.model.parameters() if p.requires_grad]
+        trained = [p for p in run.model.parameters() if p.requires_grad]
+        return out, [p.grad.clone() for p in trained], [p.detach().clone() for p in trained]
 
-    full, full_params = one_step(None)
-    chunked, chunked_params = one_step(4)
-    assert chunked["logits"].shape == (8, 4) and torch.allclose(chunked["loss"], full["loss"], atol=1e-6)
+    full, full_grads, full_params = one_step(None)
+    chunked, chunked_grads, chunked_params = one_step(micro)
+    assert chunked["logits"].shape == (n, 4) and torch.allclose(chunked["loss"], full["loss"], atol=1e-6)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(full_grads, chunked_grads))
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(full_params, chunked_params))
+
+
+@pytest.mark.parametrize("name", TUNE_MODES.names())
+def test_every_registered_tune_mode_passes_the_contract(name):
+    """The contract `ltbench check` runs on a plugin's tune mode (ltbench/contract.py), over every registered one."""
+    from ltbench import contract
+
+    note = contract.check_tune_mode(TUNE_MODES.get(name), name)
+    assert note.endswith("trainable parameters on a 2-block ViT of width 32")
+    assert note.startswith("0 ") == (name in ("frozen", "linear"))
+
+
+def test_the_tune_mode_contract_catches_what_a_checkpoint_would_lose():
+    """A mode whose added module is frozen by mistake (checkpoints leave frozen weights out, so its random
+    initialisation is not restored on resume) is caught, and so is a features-only mode that trains something."""
+    import torch.nn as nn
+
+    from ltbench import contract
+    from ltbench.pretrained.tuning import TuneMode
+    from tests.conftest import registries_restored
+
+    class Forgotten(TuneMode):
+        def apply(self, backbone, num_classes):
+            shift = nn.Linear(backbone.trunk.width, backbone.trunk.width).requires_grad_(False)
+            backbone.trunk.add_parallel_adapter(backbone.trunk.blocks[0], shift)
+            return {}
+
+    class Liar(TuneMode):
+        features_only = True
+
+        def apply(self, backbone, num_classes):
+            for p in backbone.trunk.block_biases():
+                p.requires_grad_(True)
+            return {}
+
+    with registries_restored():
+        TUNE_MODES.register("forgotten")(Forgotten)
+        TUNE_MODES.register("liar")(Liar)
+        with pytest.raises(contract.ContractError, match="a fresh backbone that loads it must give the same features"):
+            contract.check_tune_mode(Forgotten, "forgotten")
+        with pytest.raises(contract.ContractError, match="a features_only mode must train nothing"):
+            contract.check_tune_mode(Liar, "liar")
+    assert "liar" not in TUNE_MODES

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +176,63 @@ def test_a_validation_split_changes_no_training_number(tmp_path, write_recipe, c
     assert a["metrics"]["per_class"] == b["metrics"]["per_class"]
     loss = [[r["loss"] for r in store.read_jsonl(results[n] / store.LOG)] for n in ("plain", "validated")]
     assert loss[0] == loss[1]
+
+
+class PlantedPickle:
+    """What a planted best_val.pt could hold: a pickle that runs code when unpickled (here: writes a marker)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({str(self.marker)!r}, 'w').write('ran')",)
+
+
+def test_a_planted_best_val_pickle_is_never_executed(tmp_path):
+    """best_val.pt is read with weights_only=True (train/checkpoint.py): a pickle that runs code is refused as
+    one line naming the file, and its code never runs (unpickled, the same object does run it)."""
+    import torch
+
+    from ltbench.train import checkpoint
+
+    marker, run_dir = tmp_path / "marker", tmp_path / "run"
+    run_dir.mkdir()
+    torch.save(PlantedPickle(marker), run_dir / checkpoint.BEST_VAL)
+    with pytest.raises(checkpoint.DamagedState) as err:
+        checkpoint.load_best_val(run_dir, "rid")
+    message = str(err.value)
+    assert "\n" not in message and str(run_dir / checkpoint.BEST_VAL) in message and "--rerun-failed" in message
+    assert not marker.exists()
+    pickle.loads(pickle.dumps(PlantedPickle(marker)))  # what the test guards against: unpickled, it runs
+    assert marker.read_text() == "ran"
+
+
+@pytest.mark.slow  # three short training runs: ~10 s
+def test_a_resumed_best_val_run_with_a_planted_best_val_starts_over(tmp_path, write_recipe, cli):
+    """A finished best_val run whose result.json is gone is only re-evaluated from its final checkpoint, which
+    reads best_val.pt: a planted pickle there is not executed; the run says the file is unusable and starts over,
+    training again to the same numbers."""
+    import torch
+
+    from ltbench.train import checkpoint
+
+    recipe = write_recipe(extra={"data": {"val_per_class": 4}, "eval": {"select": "best_val"}})
+    assert cli("run", recipe).returncode == 0
+    run_dir = next((tmp_path / "results").rglob(store.RESULT)).parent
+    first = json.loads((run_dir / store.RESULT).read_text())
+    (run_dir / store.RESULT).unlink()
+    (run_dir / checkpoint.BEST_VAL).unlink()
+    missing = cli("run", recipe)  # a best_val.pt that is gone: the same
+    assert missing.returncode == 0 and f"{run_dir / checkpoint.BEST_VAL} is unusable (it is missing); starting " \
+                                       f"this run over" in missing.stdout, missing.stdout
+    (run_dir / store.RESULT).unlink()
+    marker = tmp_path / "marker"
+    torch.save(PlantedPickle(marker), run_dir / checkpoint.BEST_VAL)
+    out = cli("run", recipe)
+    assert out.returncode == 0, out.stderr
+    assert f"{run_dir / checkpoint.BEST_VAL} is unusable (UnpicklingError" in out.stdout and \
+        "starting this run over" in out.stdout, out.stdout
+    assert not marker.exists()
+    again = json.loads((run_dir / store.RESULT).read_text())
+    assert again["status"] == "done" and again["metrics"]["all"] == first["metrics"]["all"]
+    assert again["selection"] == first["selection"]

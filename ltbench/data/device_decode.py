@@ -29,7 +29,6 @@ libjpeg's by a grey level or so.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass

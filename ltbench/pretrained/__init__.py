@@ -10,8 +10,8 @@ backbones are registered in ``registered`` (a core module of the registry); open
 from ltbench.pretrained.backbone import PretrainedConfig, PretrainedViT
 from ltbench.pretrained.clip import ClipViT, ClipViTB16
 from ltbench.pretrained.timm_vit import TimmViT, ViTB16In21k
-from ltbench.pretrained.tuning import TUNE_MODES, resolve_tune
+from ltbench.pretrained.tuning import TuneMode, resolve_tune
 from ltbench.pretrained.weights import WeightsMissingError, read_state_dict
 
-__all__ = ["ClipViT", "ClipViTB16", "PretrainedConfig", "PretrainedViT", "TUNE_MODES", "TimmViT", "ViTB16In21k",
+__all__ = ["ClipViT", "ClipViTB16", "PretrainedConfig", "PretrainedViT", "TimmViT", "TuneMode", "ViTB16In21k",
            "WeightsMissingError", "read_state_dict", "resolve_tune"]

@@ -30,12 +30,13 @@ from ltbench.data.base import ImageSpec
 from ltbench.errors import ConfigError
 from ltbench.pretrained import tuning, weights as weights_mod
 from ltbench.pretrained.trunks import Trunk
+from ltbench.registry import TUNE_MODES
 
 
 @dataclass
 class PretrainedConfig:
     weights: str | None = None  # weights file; None: the library's cache (an execution setting: sha256 in the id)
-    tune: Any = "linear"  # a tuning.TUNE_MODES name, or {name: ..., **options}; normalised at validation
+    tune: Any = "linear"  # a registered tune mode's name, or {name: ..., **options}; normalised at validation
     interpolation: Literal["model", "bicubic", "bilinear"] = "model"  # resize interpolation; model: its own
     crop_pct: float | None = None  # evaluation centre crop / resize ratio; None: the model's own
 
@@ -76,6 +77,7 @@ class PretrainedViT(nn.Module):
         for p in self.parameters():
             p.requires_grad_(False)
         self.feature_dim = self.trunk.width
+        self.tune_mode: tuning.TuneMode = TUNE_MODES.build(cfg.tune, where="backbone.tune")
         self.prompts: tuning.Prompts | None = None
         self.tuned = nn.ModuleDict()  # the modules a tune mode added (adapters, LoRA, prompts)
         self.tune_report: dict = {"tune": cfg.tune["name"]}
@@ -98,13 +100,13 @@ class PretrainedViT(nn.Module):
 
     @classmethod
     def check_run_config(cls, config: dict) -> None:
-        """``frozen`` is features only (no training: optim.epochs 0); every other mode trains (epochs >= 1),
-        so no two tune names describe one computation."""
+        """A features-only mode (``frozen``) trains no epoch (optim.epochs 0); every other mode trains (epochs
+        >= 1), so no two tune names describe one computation."""
         mode, epochs = config["backbone"]["tune"]["name"], config["optim"]["epochs"]
-        if mode == "frozen" and epochs:
-            raise ValueError(f"backbone.tune: 'frozen' is features only (zero-shot, a base for stage 2) and needs "
+        if TUNE_MODES.get(mode).features_only and epochs:
+            raise ValueError(f"backbone.tune: '{mode}' is features only (zero-shot, a base for stage 2) and needs "
                              f"optim.epochs: 0 (got {epochs}); to train a head on the frozen backbone use 'linear'")
-        if mode != "frozen" and not epochs:
+        if not TUNE_MODES.get(mode).features_only and not epochs:
             raise ValueError(f"optim.epochs: 0 trains nothing, so tune '{mode}' would be 'frozen'; use tune: frozen")
 
     # -- the data side -------------------------------------------------------------------------
@@ -128,35 +130,9 @@ class PretrainedViT(nn.Module):
 
     # -- tuning --------------------------------------------------------------------------------
     def apply_tune(self, num_classes: int) -> None:
-        """Add the tune mode's modules and unfreeze what it trains (once; see tuning.py)."""
-        if len(self.tuned) or self.prompts is not None or self.tune_report.get("applied"):
-            return
-        spec, trunk = self.cfg.tune, self.trunk
-        name, blocks = spec["name"], trunk.blocks
-        bottleneck = spec.get("bottleneck") or spec.get("rank") or tuning.rule_of_thumb_bottleneck(num_classes, len(blocks))
-        if name == "full":
-            for p in (trunk.module.parameters() if spec["scope"] == "all" else
-                      (q for b in blocks for q in b.parameters())):
-                p.requires_grad_(True)
-        elif name == "bitfit":
-            for p in trunk.block_biases():
-                p.requires_grad_(True)
-        elif name == "adaptformer":
-            self.tuned["adaptformer"] = nn.ModuleList(
-                tuning.AdaptFormer(trunk.width, bottleneck, spec["scale"]) for _ in blocks)
-            for block, adapter in zip(blocks, self.tuned["adaptformer"]):
-                trunk.add_parallel_adapter(block, adapter)
-        elif name == "lora":
-            self.tuned["lora"] = nn.ModuleList(
-                tuning.QKVLowRank(trunk.width, bottleneck, spec["alpha"], spec["targets"]) for _ in blocks)
-            for block, delta in zip(blocks, self.tuned["lora"]):
-                trunk.add_qkv_delta(block, delta)
-        elif name == "vpt":
-            layers = len(blocks) if spec["depth"] == "deep" else 1
-            self.prompts = tuning.Prompts(layers, spec["length"], trunk.width, trunk.patch, trunk.tokens)
-        if name in ("adaptformer", "lora"):
-            self.tune_report["bottleneck"] = bottleneck
-        self.tune_report["applied"] = True
+        """Add the tune mode's modules and unfreeze what it trains (once; ``TuneMode.apply``)."""
+        if not self.tune_report.get("applied"):
+            self.tune_report.update(self.tune_mode.apply(self, num_classes), applied=True)
 
     def parameter_report(self) -> dict:
         """result.json 'parameters.backbone_tuning': the tune mode, its bottleneck, and the trainable
@@ -167,10 +143,10 @@ class PretrainedViT(nn.Module):
         return out
 
     def train(self, mode: bool = True):
-        """The pretrained model stays in eval mode unless its own weights train (``full``): what LIFT does
+        """The pretrained model stays in eval mode unless its tune mode says its own weights train (``full``): what LIFT does
         (only its tuner is put in train mode); it matters for dropout and BatchNorm, not LayerNorm."""
         super().train(mode)
-        if self.cfg.tune["name"] != "full":
+        if not self.tune_mode.pretrained_in_train_mode:
             self.model.eval()
             self.tuned.train(mode)
         return self

@@ -1,10 +1,11 @@
 """Fine-tuning modes of a pretrained ViT (``backbone.tune``): what trains, and the modules added for it.
 
-Why one table: LIFT's trainer switches about ten modules with if/elif on config keys; here each mode is
-a name with its own options dataclass (``TUNE_MODES``), so an option of another mode is refused rather
-than silently ignored, and a new mode is one entry. The modules follow LIFT (github shijxcs/LIFT,
+Why a registry: LIFT's trainer switches about ten modules with if/elif on config keys; here each mode is a
+``TuneMode`` registered by name (``TUNE_MODES``, a plugin kind like methods: ``ltbench list tune_modes``,
+docs/adding-a-tune-mode.md) with its own options dataclass, so an option of another mode is refused rather
+than silently ignored, and a new mode is one class. The modules follow LIFT (github shijxcs/LIFT,
 ``models/peft_modules.py`` and ``models/peft_vit.py``), re-stated here, checked against a re-statement of
-its arithmetic in tests/test_pretrained_tuning.py:
+its arithmetic in tests/test_pretrained_equality.py:
 
 * ``frozen``: nothing trains; features only (zero-shot, a base for stage 2). Needs ``optim.epochs: 0``.
 * ``linear``: nothing in the backbone trains; the method's head does (a linear probe with ``la``/``ce``,
@@ -28,15 +29,71 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.config import EmptyConfig, check_range, from_dict, to_dict
+from ltbench.config import EmptyConfig, check_range
 from ltbench.errors import ConfigError, short_repr
-from ltbench.registry import lookup
+from ltbench.registry import TUNE_MODES
+
+
+class TuneMode:
+    """A way to fine-tune a pretrained ViT, registered with ``@TUNE_MODES.register(name)`` and built from
+    ``backbone.tune`` = ``{name, **options}`` (its ``Config`` dataclass, like every plugin's).
+
+    ``apply`` runs once, when the backbone meets the data (it may size itself by the number of classes), on a
+    backbone whose every pretrained parameter is frozen: it unfreezes some (``backbone.trunk``: the blocks,
+    their biases, the whole image tower) or adds modules, into ``backbone.tuned[name]`` (saved in checkpoints)
+    or as ``backbone.prompts`` (tokens inserted before blocks). Frozen pretrained weights stay out of
+    checkpoints; whatever trains is in them."""
+
+    Config: ClassVar[type] = EmptyConfig
+    features_only: ClassVar[bool] = False  # nothing trains at all, so a run trains no epoch (optim.epochs 0)
+    pretrained_in_train_mode: ClassVar[bool] = False  # the library model in train mode while training (dropout)
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def apply(self, backbone, num_classes: int) -> dict:
+        """Unfreeze or add what this mode trains; returns entries for result.json's
+        ``parameters.backbone_tuning`` (e.g. ``{'bottleneck': 8}``)."""
+        return {}
+
+
+def resolve_tune(value: Any, where: str = "backbone.tune") -> dict:
+    """'adaptformer' or {name: adaptformer, bottleneck: 8} -> {'name': ..., every option filled}: what enters
+    the run id. Unknown modes and options of another mode are ConfigErrors naming the field."""
+    spec = {"name": value} if isinstance(value, str) else value
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise ConfigError(f"{where}: expected a mode name or a mapping with 'name' ({', '.join(TUNE_MODES.names())}), "
+                          f"got {short_repr(value)}")
+    if spec["name"] not in TUNE_MODES:
+        raise ConfigError(f"{where}.name: {TUNE_MODES.unknown_message(spec['name'])}")
+    return TUNE_MODES.resolved(spec, where)
+
+
+def rule_of_thumb_bottleneck(num_classes: int, layers: int) -> int:
+    """LIFT's default adapter width and LoRA rank: 2 ** max(0, floor(log2(K / (2 L))))."""
+    return 2 ** max(0, int(math.log2(num_classes / (layers * 2))))
+
+
+# ------------------------------------------------------------------------------------------------
+# The built-in modes
+
+
+@TUNE_MODES.register("frozen")
+class Frozen(TuneMode):
+    """Nothing trains: features only (zero-shot, a base for stage 2); needs optim.epochs: 0."""
+
+    features_only = True
+
+
+@TUNE_MODES.register("linear")
+class Linear(TuneMode):
+    """Nothing in the backbone trains; the method's head does (a linear probe)."""
 
 
 @dataclass
@@ -44,11 +101,35 @@ class FullConfig:
     scope: Literal["blocks", "all"] = "blocks"  # blocks: LIFT's full fine-tuning; all: every image-tower weight
 
 
+@TUNE_MODES.register("full")
+class Full(TuneMode):
+    """The transformer blocks train (LIFT's full_tuning), or the whole image tower."""
+
+    Config = FullConfig
+    pretrained_in_train_mode = True
+
+    def apply(self, backbone, num_classes: int) -> dict:
+        trunk = backbone.trunk
+        for p in trunk.module.parameters() if self.cfg.scope == "all" else (q for b in trunk.blocks for q in b.parameters()):
+            p.requires_grad_(True)
+        return {}
+
+
+@TUNE_MODES.register("bitfit")
+class BitFit(TuneMode):
+    """The biases inside the transformer blocks train, LayerNorm's too (LIFT's bias_tuning)."""
+
+    def apply(self, backbone, num_classes: int) -> dict:
+        for p in backbone.trunk.block_biases():
+            p.requires_grad_(True)
+        return {}
+
+
 @dataclass
 class LoRAConfig:
     rank: int | None = None  # None: LIFT's bottleneck rule
     alpha: float = 1.0  # the update is scaled by alpha / rank (LIFT: 1 / rank)
-    targets: list[str] = field(default_factory=lambda: ["q", "v"])  # of q, k, v
+    targets: list[str] = field(default_factory=lambda: ["q", "v"])  # which projections get an update, of q, k, v
 
     def validate(self) -> None:
         check_range("rank", self.rank, 1, 65536)
@@ -56,6 +137,22 @@ class LoRAConfig:
         if not self.targets or any(t not in ("q", "k", "v") for t in self.targets) \
                 or len(set(self.targets)) != len(self.targets):
             raise ValueError(f"targets must name some of q, k, v once each, got {short_repr(self.targets)}")
+
+
+@TUNE_MODES.register("lora")
+class LoRA(TuneMode):
+    """Low-rank updates of the query and value projections in every block (LIFT's LoRA)."""
+
+    Config = LoRAConfig
+
+    def apply(self, backbone, num_classes: int) -> dict:
+        trunk = backbone.trunk
+        rank = self.cfg.rank or rule_of_thumb_bottleneck(num_classes, len(trunk.blocks))
+        backbone.tuned["lora"] = nn.ModuleList(
+            QKVLowRank(trunk.width, rank, self.cfg.alpha, self.cfg.targets) for _ in trunk.blocks)
+        for block, delta in zip(trunk.blocks, backbone.tuned["lora"]):
+            trunk.add_qkv_delta(block, delta)
+        return {"bottleneck": rank}
 
 
 @dataclass
@@ -67,39 +164,42 @@ class AdaptFormerConfig:
         check_range("bottleneck", self.bottleneck, 1, 65536)
 
 
+@TUNE_MODES.register("adaptformer")
+class AdaptFormerMode(TuneMode):
+    """LIFT's AdaptFormer: a bottleneck adapter beside every block's MLP (zero at the start)."""
+
+    Config = AdaptFormerConfig
+
+    def apply(self, backbone, num_classes: int) -> dict:
+        trunk = backbone.trunk
+        bottleneck = self.cfg.bottleneck or rule_of_thumb_bottleneck(num_classes, len(trunk.blocks))
+        backbone.tuned["adaptformer"] = nn.ModuleList(
+            AdaptFormer(trunk.width, bottleneck, self.cfg.scale) for _ in trunk.blocks)
+        for block, adapter in zip(trunk.blocks, backbone.tuned["adaptformer"]):
+            trunk.add_parallel_adapter(block, adapter)
+        return {"bottleneck": bottleneck}
+
+
 @dataclass
 class VPTConfig:
     length: int = 10  # prompt tokens per layer (LIFT's default)
-    depth: Literal["shallow", "deep"] = "shallow"
+    depth: Literal["shallow", "deep"] = "shallow"  # shallow: prompts before the first block; deep: before every block
 
     def validate(self) -> None:
         check_range("length", self.length, 1, 4096)
 
 
-TUNE_MODES: dict[str, type] = {"frozen": EmptyConfig, "linear": EmptyConfig, "full": FullConfig,
-                               "bitfit": EmptyConfig, "lora": LoRAConfig, "adaptformer": AdaptFormerConfig,
-                               "vpt": VPTConfig}
-TRAINS_NOTHING = ("frozen", "linear")  # modes in which no backbone parameter trains
+@TUNE_MODES.register("vpt")
+class VPT(TuneMode):
+    """Visual prompt tuning: learnable tokens before the first block, or before every block."""
 
+    Config = VPTConfig
 
-def resolve_tune(value: Any, where: str = "backbone.tune") -> dict:
-    """'adaptformer' or {name: adaptformer, bottleneck: 8} -> {'name': ..., every option filled}: what enters
-    the run id. Unknown modes and options of another mode are ConfigErrors naming the field."""
-    spec = {"name": value} if isinstance(value, str) else value
-    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-        raise ConfigError(f"{where}: expected a mode name or a mapping with 'name' ({', '.join(TUNE_MODES)}), "
-                          f"got {short_repr(value)}")
-    options = {k: v for k, v in spec.items() if k != "name"}
-    try:
-        cls = lookup(TUNE_MODES, spec["name"], "tune mode")
-    except Exception as exc:
-        raise ConfigError(f"{where}.name: {exc}") from None
-    return {"name": spec["name"], **to_dict(from_dict(cls, options, where))}
-
-
-def rule_of_thumb_bottleneck(num_classes: int, layers: int) -> int:
-    """LIFT's default adapter width and LoRA rank: 2 ** max(0, floor(log2(K / (2 L))))."""
-    return 2 ** max(0, int(math.log2(num_classes / (layers * 2))))
+    def apply(self, backbone, num_classes: int) -> dict:
+        trunk = backbone.trunk
+        layers = len(trunk.blocks) if self.cfg.depth == "deep" else 1
+        backbone.prompts = Prompts(layers, self.cfg.length, trunk.width, trunk.patch, trunk.tokens)
+        return {}
 
 
 # ------------------------------------------------------------------------------------------------

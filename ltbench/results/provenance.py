@@ -129,11 +129,13 @@ def usable_cores() -> int:
 def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,), with_bytes: bool = True) -> dict[str, dict]:
     """{module: {path, sha256, normalized}} of every module a run executes (``code.executed_modules``): the
     roots (the engine; the stage-2 driver for a stage-2 fit) and the modules of its method (and any method it
-    names, e.g. BAPE's auxiliary one), dataset, backbone and sampler, with everything they import from
+    names, e.g. BAPE's auxiliary one), dataset, backbone, sampler and tune mode, with everything they import from
     ltbench or their own package. Status compares these with the files on disk (``identity.code_state``)."""
     wanted = [(registry.METHODS, n) for n in names_in(config.get("method"))]
     wanted += [(registry.DATASETS, config["data"]["name"]), (registry.BACKBONES, config["backbone"]["name"])]
     wanted.append((registry.SAMPLERS, config["sampler"]["name"]))
+    if isinstance(config["backbone"].get("tune"), dict):  # a pretrained backbone's tune mode (a plugin's too)
+        wanted.append((registry.TUNE_MODES, config["backbone"]["tune"]["name"]))
     plugins = [reg.entry(name).module for reg, name in wanted if name in reg]
     return modules_code(list(roots) + plugins, with_bytes)
 

@@ -7,6 +7,10 @@ agree on the moment). On resume it restores model, optimiser, method state and f
 cuts log.jsonl back to the lines the checkpoint had seen, so a resumed run logs each epoch once. No
 RNG state is saved: the engine derives every random draw from (seed, epoch, index), see
 ``ltbench.train.engine``.
+
+``best_val.pt`` (eval.select: best_val) is the model of the best validation epoch so far, written in the same
+format and read the same way: ``torch.load(weights_only=True)``, so a file planted there is data, never code.
+It is part of the run's state: a checkpoint taken after the first epoch is usable only with it.
 """
 
 from __future__ import annotations
@@ -19,67 +23,104 @@ from typing import Callable
 
 import torch
 
+from ltbench.errors import LtbenchError
 from ltbench.results import safe_read, store
 
 CHECKPOINT_FORMAT = 1
 
 
-def save_checkpoint(path: Path, run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
-                    log_lines: int, scaler: torch.amp.GradScaler | None = None) -> None:
-    """Write ``run``'s model, optimiser and method state atomically (``run``: an ``engine.Run``)."""
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "run_id": run_id,
-        "epoch": epoch,  # the epoch in progress (== epochs done when step == 0)
-        "step": step,  # next step to run inside that epoch
-        "iteration": iteration,
-        "log_lines": log_lines,
-        "model": run.model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "method_extra": run.method.extra_state(),
-    }
-    if scaler is not None and scaler.is_enabled():  # fp16: the loss scale is part of exact resume
-        state["scaler"] = scaler.state_dict()
+CHECKPOINT_KEYS = ("epoch", "step", "iteration", "model", "optimizer")
+BEST_VAL = "best_val.pt"  # RUN_DIR/best_val.pt: the model of the best validation epoch so far
+BEST_VAL_KEYS = ("epoch", "model")
+
+
+def write_state(path: Path, run, run_id: str, **fields) -> None:
+    """``run``'s model and method state with ``fields`` in the checkpoint format, written atomically
+    (``run``: an ``engine.Run``)."""
+    state = {"format": CHECKPOINT_FORMAT, "run_id": run_id, **fields, "model": run.model.state_dict(),
+             "method_extra": run.method.extra_state()}
     buffer = io.BytesIO()
     torch.save(state, buffer)
     store.atomic_write_bytes(path, buffer.getvalue())
+
+
+def save_checkpoint(path: Path, run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
+                    log_lines: int, scaler: torch.amp.GradScaler | None = None) -> None:
+    """The run's checkpoint: model, optimiser, method state and where the run is."""
+    extra = {"scaler": scaler.state_dict()} if scaler is not None and scaler.is_enabled() else {}  # fp16: exact resume
+    write_state(path, run, run_id, epoch=epoch,  # the epoch in progress (== epochs done when step == 0)
+                step=step, iteration=iteration, log_lines=log_lines, optimizer=optimizer.state_dict(), **extra)
+
+
+def save_best_val(run_dir: Path, run, *, run_id: str, epoch: int) -> None:
+    """The model after ``epoch`` epochs as RUN_DIR/best_val.pt."""
+    write_state(run_dir / BEST_VAL, run, run_id, epoch=epoch)
+
+
+def read_state(path: Path, run_id: str, keys: tuple[str, ...]) -> dict:
+    """The state in ``path`` (checkpoint format, this run's, holding ``keys``); ValueError saying why not."""
+    problem = safe_read.regular_file_problem(path)  # torch.load on a FIFO would block, on /dev/zero never end
+    if problem:
+        raise ValueError(f"it {problem}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only, never code
+    except Exception as exc:  # truncated zip, a pickle of anything but tensors and plain data
+        raise ValueError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError("unknown checkpoint format")
+    if state.get("run_id") != run_id:
+        raise ValueError(f"it belongs to run {state.get('run_id')}")
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise ValueError(f"missing '{missing[0]}'")
+    return state
 
 
 def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict | None:
     """The checkpoint's state, or None (with a message) when it is absent, unreadable or foreign."""
     if not os.path.lexists(path):
         return None
-    problem = safe_read.regular_file_problem(path)  # torch.load on a FIFO would block, on /dev/zero never end
-    if problem:
-        say(f"checkpoint {path} is unusable (it {problem}); starting this run over")
-        return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError("unknown checkpoint format")
-        if state.get("run_id") != run_id:
-            raise ValueError(f"it belongs to run {state.get('run_id')}")
-        for key in ("epoch", "step", "iteration", "model", "optimizer"):
-            if key not in state:
-                raise ValueError(f"missing '{key}'")
-        return state
-    except Exception as exc:  # truncated zip, pickle errors, wrong content: all mean "start over"
-        say(f"checkpoint {path} is unusable ({type(exc).__name__}: {exc}); starting this run over")
+        return read_state(path, run_id, CHECKPOINT_KEYS)
+    except ValueError as exc:  # all mean "start over"
+        say(f"checkpoint {path} is unusable ({exc}); starting this run over")
         return None
+
+
+def load_best_val(run_dir: Path, run_id: str) -> dict:
+    """RUN_DIR/best_val.pt's state; a ``DamagedState`` (one line) when it is missing or unusable."""
+    path = run_dir / BEST_VAL
+    try:
+        return read_state(path, run_id, BEST_VAL_KEYS)
+    except ValueError as exc:
+        raise DamagedState(f"{path} is unusable ({exc}): the best validation epoch's model is lost; run the recipe "
+                           f"again with --rerun-failed (this run starts over)") from None
+
+
+class DamagedState(LtbenchError):
+    """A file of a run's state that the run cannot go on without (best_val.pt) is missing or unusable."""
 
 
 class CheckpointSaver:
     """When to save, what to restore. Only the main process (rank 0) writes files."""
 
-    def __init__(self, run_dir: Path, run_id: str, *, minutes: float, main: bool, world: int):
+    def __init__(self, run_dir: Path, run_id: str, *, minutes: float, main: bool, world: int, best_val: bool = False):
         self.path, self.log_path = run_dir / store.CHECKPOINT, run_dir / store.LOG
         self.run_id, self.minutes, self.main, self.world = run_id, minutes, main, world
+        self.best_val = best_val  # eval.select: best_val (best_val.pt is part of the run's state)
         self.last_save = time.monotonic()
 
     def resume(self, run, optimizer, scaler, say: Callable[[str], None]) -> tuple[int, int, int]:
         """Restore the run from its checkpoint if usable; (epoch, step, iteration) to start from.
         Without one, any old log is removed (the run starts over)."""
         state = load_checkpoint(self.path, self.run_id, say)
+        if state is not None and self.best_val and state["epoch"] > 0:
+            best = self.path.parent / BEST_VAL  # a best epoch was saved before this checkpoint: the run needs it
+            try:
+                read_state(best, self.run_id, BEST_VAL_KEYS)
+            except ValueError as exc:
+                say(f"{best} is unusable ({exc}); starting this run over")
+                state = None
         if state is None:
             if self.main and self.log_path.exists():
                 self.log_path.unlink()

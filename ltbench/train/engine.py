@@ -2,8 +2,9 @@
 
 To follow one run, start at ``train`` (the last function): ``start_session`` builds the run,
 ``CheckpointSaver.resume`` restores it (ltbench/train/checkpoint.py), then per epoch ``train_epoch`` (one
-``epoch_step`` per batch: ``train_step`` on the batch issued ahead, the meters on the device, the next batch
-issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) -> the epoch-end checkpoint;
+``epoch_step`` per batch: ``train_step``, micro-batch by micro-batch, on the batch issued ahead, the meters
+on the device, the next batch issued, bookkeeping) -> ``epoch_record`` (log row, optional test metrics) ->
+the epoch-end checkpoint;
 finally ``final_outcome``: ``evaluate``, ``selection.select_model`` and predictions.npz.
 What it returns (``record.TrainOutcome``) becomes part of result.json (docs/results-schema.md).
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -44,7 +44,8 @@ import torch.nn as nn
 from ltbench.train import distributed, feed
 from ltbench.train.meters import EpochMeter, first_non_finite_everywhere
 from ltbench.results import provenance, store
-from ltbench.train.checkpoint import CHECKPOINT_FORMAT, CheckpointSaver, load_checkpoint, save_checkpoint  # noqa: F401
+from ltbench.train import checkpoint
+from ltbench.train.checkpoint import CheckpointSaver
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import LTData, MultiView
@@ -61,7 +62,7 @@ from ltbench.results.runspec import RunSpec
 from ltbench.samplers import DEFAULT_SAMPLER, Sampler, SamplerContext, create_sampler
 from ltbench.samplers.uniform import uniform_order
 from ltbench.train.selection import headline, select_model
-from ltbench.seeding import derive_seed  # noqa: F401 - engine.derive_seed stays importable
+from ltbench.seeding import derive_seed
 
 
 
@@ -552,29 +553,23 @@ def evaluate_val(run: Run, device: torch.device) -> dict:
     return {**headline(summary), "per_class": summary["per_class"], "size": int(len(labels))}
 
 
-BEST_VAL = "best_val.pt"  # the model of the best validation epoch so far (eval.select: best_val)
-
-
 def track_best_val(s: Session, row: dict, epoch: int) -> None:
     """eval.select best_val: validate after each epoch; when validation All beats every earlier logged
-    epoch (ties keep the earlier), rank 0 saves the model to RUN_DIR/best_val.pt. Done before the log row
-    and the epoch checkpoint, so a resumed run replays the epoch and rewrites the same file."""
+    epoch (ties keep the earlier), rank 0 saves the model as RUN_DIR/best_val.pt (train/checkpoint.py). Done
+    before the log row and the epoch checkpoint, so a resumed run replays the epoch and rewrites the same file."""
     row["val"] = headline(evaluate_val(s.run, s.device))
     if not s.main:
         return
     run_dir = Path(s.spec.run_dir)
     earlier = [r["val"]["all"] for r in store.read_jsonl(run_dir / store.LOG) if "val" in r and r["epoch"] <= epoch]
     if row["val"]["all"] is not None and all(row["val"]["all"] > a for a in earlier if a is not None):
-        tmp = run_dir / f".{BEST_VAL}.tmp-{os.getpid()}"
-        torch.save({"epoch": epoch + 1, "model": s.run.model.state_dict(),
-                    "method_extra": s.run.method.extra_state()}, tmp)
-        os.replace(tmp, run_dir / BEST_VAL)
+        checkpoint.save_best_val(run_dir, s.run, run_id=s.spec.run_id, epoch=epoch + 1)
 
 
 def load_best_val(s: Session) -> None:
     """Put the best validation epoch's weights back into the model before the final evaluation."""
     distributed.barrier()
-    state = torch.load(Path(s.spec.run_dir) / BEST_VAL, map_location=s.device, weights_only=False)
+    state = checkpoint.load_best_val(Path(s.spec.run_dir), s.spec.run_id)
     s.run.model.load_state_dict(state["model"])
     s.run.method.load_extra_state(state.get("method_extra", {}))
 
@@ -702,9 +697,6 @@ class Session:
     loggers: object = None  # ltbench.train.loggers.LoggerSet on rank 0 when train.loggers names any
     last_heartbeat: float = 0.0  # when progress.json was last written (ltbench.run.progress reads it)
     threads_from: str = ""  # which rule set the thread count (provenance.thread_count), for the numerics
-    # A context per part of a step ('copies', 'augment', 'step'): none in a run; benchmarks/gpu_launches.py
-    # passes its counter's, so it attributes launches without a copy of the loop.
-    phase: Callable = feed._no_phase
 
     @property
     def main(self) -> bool:
@@ -744,63 +736,57 @@ def start_session(spec: RunSpec, say: Callable[[str], None]) -> Session:
     return s
 
 
+def micro_batches(n: int, size: int | None) -> list[slice]:
+    """The micro-batches of a batch of ``n`` (optim.micro_batch_size; unset: the whole batch in one). Slices are
+    views of the batch, no copy. A last micro-batch of one sample joins its predecessor (BatchNorm needs two,
+    as ``cut_batches`` keeps for whole batches)."""
+    if not size or size >= n:
+        return [slice(0, n)]
+    starts = [start for start in range(0, n, size) if start == 0 or n - start > 1]
+    return [slice(start, end) for start, end in zip(starts, starts[1:] + [n])]
+
+
 def train_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
-    """One optimisation step on a batch already on the device: schedule, forward (all views through one backbone
-    pass, so BatchNorm sees them together), contract check at the first step, backward, update. Nothing here
-    reads a device value: the loss's finiteness is checked from the epoch's meter (``read_meter``)."""
-    run, o = s.run, s.run.optim
-    if o.micro_batch_size and o.micro_batch_size < len(labels):
-        return accumulated_step(s, views, labels, epoch, step)
-    for group, base in zip(s.optimizer.param_groups, s.base_lrs):
-        group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
-    with s.autocast():
-        batch = views[0] if len(views) == 1 else torch.cat(views)  # one view: no copy
-        features = backbone_features(run, batch).float().split(len(labels))
-        out = (run.compiled_loss or run.method.loss)(list(features), labels, epoch=epoch)
-    if not s.contract_checked:
-        check_method_contract(run.method, out, list(features), labels)
-        s.contract_checked = True
-    s.optimizer.zero_grad(set_to_none=True)
-    s.scaler.scale(out["loss"]).backward()  # the scaler is a pass-through unless precision is fp16
-    if s.world > 1:
-        distributed.average_gradients(run.model.parameters())
-    s.scaler.step(s.optimizer)
-    s.scaler.update()
-    s.iteration += 1
-    return out
-
-
-def accumulated_step(s: Session, views: list[torch.Tensor], labels: torch.Tensor, epoch: int, step: int) -> dict:
-    """``train_step`` with gradient accumulation (optim.micro_batch_size, LIFT's): the batch goes through
-    forward and backward in chunks, each chunk's loss weighted by its share of the batch, then one
-    optimiser step. What it returns reads as one batch: the weighted loss and extras, the chunks' logits. As
-    in ``train_step`` nothing reads a device value: a non-finite chunk makes the weighted loss non-finite,
-    which the epoch's meter finds (``read_meter``)."""
-    run, o = s.run, s.run.optim
+    """One optimisation step on a batch already on the device: the schedule, then for each micro-batch
+    (``micro_batches``; a run without optim.micro_batch_size has one) forward (all views through one backbone
+    pass, so BatchNorm sees them together), the contract check at the first step, and backward of its loss
+    weighted by its share of the batch; then one update. For a loss that is a mean over samples the
+    accumulated gradient is the whole batch's up to float rounding, a short last batch of an epoch included
+    (docs/foundation.md). Nothing here reads a device value: a non-finite loss reaches the epoch's meter
+    (``read_meter``)."""
+    run, o, n = s.run, s.run.optim, len(labels)
     for group, base in zip(s.optimizer.param_groups, s.base_lrs):
         group["lr"] = base * lr_factor(o, s.iteration, s.iters_per_epoch)
     s.optimizer.zero_grad(set_to_none=True)
-    outs, n = [], len(labels)
-    for start in range(0, n, o.micro_batch_size):
-        chunk = slice(start, min(n, start + o.micro_batch_size))  # a view of the batch: no copy kernel
+    outs = []
+    for chunk in micro_batches(n, o.micro_batch_size):
         size = chunk.stop - chunk.start
         with s.autocast():
-            features = backbone_features(run, torch.cat([v[chunk] for v in views])).float().split(size)
+            batch = views[0][chunk] if len(views) == 1 else torch.cat([v[chunk] for v in views])
+            features = backbone_features(run, batch).float().split(size)
             out = (run.compiled_loss or run.method.loss)(list(features), labels[chunk], epoch=epoch)
         if not s.contract_checked:
             check_method_contract(run.method, out, list(features), labels[chunk])
             s.contract_checked = True
-        s.scaler.scale(out["loss"] * (size / n)).backward()
-        outs.append((size / n, out))
+        share = size / n
+        s.scaler.scale(out["loss"] if size == n else out["loss"] * share).backward()  # scaler: fp16 only
+        outs.append((share, out))
     if s.world > 1:
         distributed.average_gradients(run.model.parameters())
     s.scaler.step(s.optimizer)
     s.scaler.update()
     s.iteration += 1
-    merged = {k: sum(w * o_[k].detach() for w, o_ in outs) for k, v in outs[0][1].items()
+    return outs[0][1] if len(outs) == 1 else merged_output(outs)
+
+
+def merged_output(outs: list[tuple[float, dict]]) -> dict:
+    """The micro-batches' outputs read as one batch's: scalar entries (loss, extras) weighted by each one's
+    share, logits concatenated."""
+    first = outs[0][1]
+    merged = {k: sum(share * out[k].detach() for share, out in outs) for k, v in first.items()
               if k != "logits" and torch.is_tensor(v) and v.numel() == 1}
-    if all("logits" in o_ for _, o_ in outs):
-        merged["logits"] = torch.cat([o_["logits"] for _, o_ in outs])
+    if all("logits" in out for _, out in outs):
+        merged["logits"] = torch.cat([out["logits"] for _, out in outs])
     return merged
 
 
@@ -821,8 +807,6 @@ def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps:
     tmp.write_text(json.dumps(beat))
     os.replace(tmp, path)
 
-
-to_device = feed.to_device  # engine.to_device stays importable (benchmarks)
 
 
 def augment_on_device(run: Run, images, batch_keys: list[tuple], device: torch.device) -> list[torch.Tensor]:
@@ -861,7 +845,7 @@ def begin_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     loaded = run.loader.run(keys)
     if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
         loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
-    feeder = feed.Feeder(zip(loaded, keys), s.device, build, run.decode_on_device, s.phase)
+    feeder = feed.Feeder(zip(loaded, keys), s.device, build, run.decode_on_device)
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     loop = EpochLoop(epoch, len(batches), EpochMeter(s.device, len(batches) - start_step, start_step), bar, saver,
                      feeder)
@@ -875,9 +859,8 @@ def epoch_step(s: Session, loop: EpochLoop, step: int) -> None:
     side stream on CUDA, so they overlap this step), then the host's bookkeeping. No host-device sync, except
     the meter's read every train.log_every steps and before a checkpoint."""
     views, labels = loop.feeder.take(loop.upcoming)
-    with s.phase("step"):
-        out = train_step(s, views, labels, loop.epoch, step)
-        loop.meter.add(out, out["loss"], labels)
+    out = train_step(s, views, labels, loop.epoch, step)
+    loop.meter.add(out, out["loss"], labels)
     loop.upcoming = loop.feeder.prepare()
     done, log_every = step + 1, s.run.train.log_every
     fresh = done < loop.steps and log_every > 0 and (done - loop.meter.first_step) % log_every == 0
@@ -974,7 +957,7 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
     s = start_session(spec, say)
     s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
     saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
-                            world=s.world)
+                            world=s.world, best_val=s.run.eval.select == "best_val")
     epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
     distributed.barrier()
     s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)

@@ -21,10 +21,6 @@ from typing import Callable, Iterator
 import torch
 
 
-def _no_phase(name: str):
-    return contextlib.nullcontext()
-
-
 def seeds_on_device(batch_keys: list[tuple], device: torch.device) -> torch.Tensor:
     """The per-sample seeds of a batch (a key's third item) on ``device`` without a blocking copy: built on
     the host, pinned on a real CUDA device so that the copy is asynchronous, then sent non-blocking
@@ -91,14 +87,13 @@ class Feeder:
 
     ``build_views(images, keys)``: the views on the device from the copied first view (``train.augment_on:
     batch``), or None when the loader's views are final. ``decode``: the loader hands over encoded files that
-    the device decodes (copies are then the decoder's business). ``phase``: a context per part of the work
-    (``copies``, ``augment``), so that benchmarks/gpu_launches.py can attribute what it counts.
+    the device decodes (copies are then the decoder's business).
     """
 
     def __init__(self, batches: Iterator, device: torch.device, build_views: Callable | None = None,
-                 decode: bool = False, phase: Callable = _no_phase):
+                 decode: bool = False):
         self.batches, self.device, self.build_views, self.decode = batches, device, build_views, decode
-        self.phase, self.side = phase, SideStream(device)
+        self.side = SideStream(device)
 
     def prepare(self) -> DeviceBatch | None:
         """Issue the next host batch's copy (and views) on the side stream; None when the epoch has no more."""
@@ -107,13 +102,15 @@ class Feeder:
             return None
         (views, labels), keys = item
         with self.side.issuing():
-            with self.phase("copies"):
-                views = views if self.decode else [to_device(v, self.device) for v in views]
-                labels = labels.to(self.device, non_blocking=True)
+            views, labels = self.copy(views, labels)
             if self.build_views is not None:
-                with self.phase("augment"):
-                    views = self.build_views(views[0], keys)
+                views = self.build_views(views[0], keys)
             return DeviceBatch(views, labels, self.side.handoff())
+
+    def copy(self, views: list, labels: torch.Tensor) -> tuple[list, torch.Tensor]:
+        """The host batch's copies to the device, non-blocking (encoded files stay: the decoder's business)."""
+        return (views if self.decode else [to_device(v, self.device) for v in views]), \
+            labels.to(self.device, non_blocking=True)
 
     def take(self, batch: DeviceBatch) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The batch's views and labels, usable on the training stream."""

@@ -2,7 +2,8 @@
 
 Why here and not in the benchmark: benchmarks/gpu_launches.py reports these counts and tests/test_step_syncs.py
 asserts on them (no host-device sync in any built-in method's step); both must count exactly what
-``engine.train_epoch`` runs, through the same function, so neither keeps a copy of the loop.
+``engine.train_epoch`` runs, through the same function, so neither keeps a copy of the loop. The loop knows
+nothing of this: the phases are attributed by wrapping its functions from outside (``phases``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 import torch
 
 from ltbench.results.runspec import RunSpec
-from ltbench.train import engine, gpu_cost
+from ltbench.devtools import gpu_cost
+from ltbench.train import engine
 from ltbench.train.checkpoint import CheckpointSaver
 
 
@@ -37,20 +39,38 @@ def emulated_session(config: dict, run_dir: Path) -> engine.Session:
     return s
 
 
+def in_phase(c: gpu_cost.Counter, name: str, fn):
+    """``fn`` with what it runs attributed to the phase ``name``."""
+    def counted(*args, **kwargs):
+        with c.phase(name):
+            return fn(*args, **kwargs)
+
+    return counted
+
+
 @contextlib.contextmanager
-def optimizer_phase(s: engine.Session, c: gpu_cost.Counter):
-    """Attribute the optimizer's update to the phase ``optimizer`` (wraps this session's optimizer.step)."""
-    step = s.optimizer.step
-
-    def counted_step(*args, **kwargs):
-        with c.phase("optimizer"):
-            return step(*args, **kwargs)
-
-    s.optimizer.step = counted_step
+def phases(c: gpu_cost.Counter, s: engine.Session, loop: engine.EpochLoop):
+    """Attribute what a step runs to its phases by wrapping, from outside and for the block only, the functions
+    ``engine.epoch_step`` calls: the next batch's ``copies`` and ``augment`` (the feeder's), ``step``
+    (``engine.train_step`` and the meter) and, inside it, ``optimizer`` (``optimizer.step``). The loop itself
+    carries no instrument; what is left is ``other`` (bookkeeping)."""
+    wrapped = [(loop.feeder, "copy", "copies"), (loop.feeder, "build_views", "augment"), (loop.meter, "add", "step"),
+               (engine, "train_step", "step"), (s.optimizer, "step", "optimizer")]
+    saved = [(owner, attr, vars(owner).get(attr, MISSING)) for owner, attr, _ in wrapped]
+    for owner, attr, name in wrapped:
+        if getattr(owner, attr) is not None:  # a feeder without build_views has no augment phase
+            setattr(owner, attr, in_phase(c, name, getattr(owner, attr)))
     try:
         yield
     finally:
-        s.optimizer.step = step
+        for owner, attr, before in saved:
+            if before is MISSING:
+                delattr(owner, attr)  # a method of the class, wrapped on the instance: the class's again
+            else:
+                setattr(owner, attr, before)
+
+
+MISSING = object()
 
 
 @contextlib.contextmanager
@@ -60,17 +80,16 @@ def counted_epoch_step(config: dict, run_dir: Path, step: int = 1, loops: bool =
     1 is the steady state). The epoch needs ``step`` + 2 batches: the counted step also issues the next
     batch's copies and augmentation. Inside the block the emulated device still works (count more there).
 
-    Phases: ``copies`` and ``augment`` (the next batch's), ``step`` (training, meters), ``optimizer`` (inside
-    ``step``), ``other`` (bookkeeping). ``loops``: also count Python loop iterations (slow)."""
+    Phases (``phases``): ``copies`` and ``augment`` (the next batch's), ``step`` (training, meters), ``optimizer``
+    (inside ``step``), ``other`` (bookkeeping). ``loops``: also count Python loop iterations (slow)."""
     with gpu_cost.counting() as c:
         s = emulated_session(config, run_dir)
-        s.phase = c.phase
         loop = engine.begin_epoch(s, 0, 0, CheckpointSaver(run_dir, "step-cost", minutes=0, main=True, world=1))
         for earlier in range(step):
             engine.epoch_step(s, loop, earlier)
         c.launches.clear(), c.syncs.clear(), c.mixups.clear()
         with contextlib.ExitStack() as stack:
+            stack.enter_context(phases(c, s, loop))  # first: its own loops are not the step's
             loop_counter = stack.enter_context(gpu_cost.LoopCounter()) if loops else None
-            stack.enter_context(optimizer_phase(s, c))
             engine.epoch_step(s, loop, step)
         yield c, s, loop, loop_counter

@@ -51,6 +51,7 @@ INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 COPIES = frozenset({"_to_copy", "copy_"})
 _HERE = Path(__file__).resolve()
 _ROOT = _HERE.parents[2]
+_TOOLS = str(_HERE.parent) + "/"  # ltbench/devtools/: the instruments' own frames are not counted
 
 
 class OnDevice(torch.Tensor):
@@ -264,8 +265,8 @@ def counting():
 
 
 class LoopCounter:
-    """Python loop iterations in project code (``ltbench/``, ``methods/``): each backward jump of a frame's
-    line number is one iteration, so a per-sample loop over a batch of 256 shows as 256."""
+    """Python loop iterations in project code (``ltbench/``, ``methods/``; not these instruments): each backward
+    jump of a frame's line number is one iteration, so a per-sample loop over a batch of 256 shows as 256."""
 
     def __init__(self, roots: tuple[str, ...] = ("ltbench", "methods")):
         self.prefixes = tuple(str(_ROOT / r) + "/" for r in roots)
@@ -273,7 +274,7 @@ class LoopCounter:
         self._last: dict[int, int] = {}
 
     def _trace(self, frame, event, arg):
-        if not frame.f_code.co_filename.startswith(self.prefixes) or frame.f_code.co_filename == str(_HERE):
+        if not frame.f_code.co_filename.startswith(self.prefixes) or frame.f_code.co_filename.startswith(_TOOLS):
             return None
         if event == "line":
             last = self._last.get(id(frame))
