@@ -27,7 +27,7 @@ TESTS = ("welch", "bootstrap", "image_bootstrap")
 # ('holm:column': versus over several rows).
 CORRECTIONS = recipe_tables.CORRECTIONS  # declared with the table schema (a recipe's tables: correction)
 TEST_TEXT = {
-    "welch": "Welch's t-test over seeds (the default)",
+    "welch": "Welch's t-test over seeds",
     "bootstrap": "two-level bootstrap: seeds resampled per row (jointly for heads of the same runs), then the test "
                  "images, 10,000 resamples (whole-test-set columns only)",
     "image_bootstrap": "paired bootstrap over test images only, seeds held fixed: tests these trained models on this "
@@ -182,12 +182,13 @@ def adjust(table: Table, correction: str) -> str:
 
 def detectable_note(table: Table, test: str | None) -> str | None:
     """'smallest difference these seeds could detect (80 % power, α = 0.05, from the observed spread): A − B:
-    All 0.85, Few 3.1; ...' : when a difference is not significant, says whether it could have been. A cell
-    without a test reads 'no test'; one with 2 seeds on a side 'n = 2, not estimated' (a 1-2 df variance:
-    docs/significance.md measures the plug-in at 0.6-6.4 times the true value there, 5th-95th percentile)."""
+    All 0.85, Few no test; ...' : when a difference is not significant, says whether it could have been. A
+    cell without a test reads 'no test'; cells with 2 seeds on a side are not estimated, said once (a 1-2 df
+    variance: docs/significance.md measures the plug-in at 0.6-6.4 times the true value there, 5th-95th
+    percentile)."""
     if test == "image_bootstrap":  # these trained models: no seed spread to speak of
         return None
-    parts = []
+    parts, two_seeds = [], False
     for comp in table.comparisons:
         cells = []
         for gi, ci in sorted(comp.cells):
@@ -197,14 +198,16 @@ def detectable_note(table: Table, test: str | None) -> str | None:
             elif (gi, ci) in comp.no_test:
                 cells.append(f"{_header(table, gi, ci)} no test")
             elif comp.cells[(gi, ci)][1] is not None:
-                cells.append(f"{_header(table, gi, ci)} n = 2, not estimated")
+                two_seeds = True
         if cells:
             parts.append(f"{comp.row.label} − {comp.reference.label}: {', '.join(cells)}")
-    if not parts:
+    if not parts and not two_seeds:
         return None
     how = "Welch over the seeds' spread" if test == "welch" else "normal approximation to the bootstrap distribution"
+    unreliable = ("not estimated where a row has 2 seeds (a spread from 2 seeds can be several times off; "
+                  "docs/significance.md)") if two_seeds else ""
     return (f"smallest true difference these seeds could detect, in points (80 % power, two-sided α = "
-            f"{significance.ALPHA}, unadjusted; {how}): " + "; ".join(parts))
+            f"{significance.ALPHA}, unadjusted; {how}): " + "; ".join(parts + ([unreliable] if unreliable else [])))
 
 
 def few_seeds_note(table: Table, test: str | None) -> str | None:
