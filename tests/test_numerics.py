@@ -88,7 +88,7 @@ def test_tables_never_choose_between_results_of_one_run_id_by_folder_order(tmp_p
     notes = " ".join(table.rows[0].notes)
     assert "read from b_second/" in notes and "numerics differs from this recipe's own runs'" in notes
     assert "a_first/ holds another result of this run id, made under other numerics: threads 1 against 2 " \
-           "(All 55.00 against 60.00 in b_second/)" in notes, notes
+           "(All 55.00 against 60.00 in b_second/, the run's main prediction)" in notes, notes
     (Path(recipe.root) / seed1.run_id / store.RESULT).unlink()
     (Path(recipe.root) / seed1.run_id / store.SPEC).unlink()
     (table,) = report.tables(path, use_cache=False)

@@ -276,3 +276,121 @@ def test_holm_and_detectable_differences_reach_the_table(write_recipe):
     text = report.render(table, "markdown")
     assert "Holm-adjusted within each row pair (across its columns) (families of 3)" in text
     assert "smallest true difference these seeds could detect" in text and "LA − CE: Many " in text
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 44: the default row test keeps its size at the seeds people run; float noise is no spread
+
+
+def test_the_default_row_test_keeps_its_nominal_size_at_three_seeds():
+    """Null simulation (fixed seed): two rows of 3 seeds each from one training procedure, the seed spread of
+    Fashion-MNIST-LT's baselines (1.5 points: their All spreads 0.7-3.5, median 0.9, root mean square 1.7).
+    At alpha = 0.05 the default test must reject at most 7 % of the time, and must be a test at all."""
+    from ltbench.report.significance import default_row_test
+
+    rng = np.random.default_rng(44)
+    seeds = rng.normal(75.0, 1.5, size=(4000, 2, 3))
+    results = [default_row_test(a, b) for a, b in seeds]
+    assert all(p is not None for p, _ in results)
+    size = np.mean([p < ALPHA for p, _ in results])
+    assert 0.02 <= size <= 0.07, size  # ~0.05 +- 0.0035 (Monte Carlo)
+
+
+def test_the_default_row_test_reads_per_image_correctness_when_no_seed_values_are_given():
+    from ltbench.report.significance import default_row_test, welch_test
+
+    rng = np.random.default_rng(1)
+    a = {s: rng.random(1000) < m for s, m in enumerate([0.70, 0.72, 0.69])}
+    b = [rng.random(1000) < m for m in [0.65, 0.66, 0.64]]
+    values = [100 * c.mean() for c in a.values()], [100 * c.mean() for c in b]
+    assert default_row_test(None, None, a, b) == welch_test(*values)
+    assert default_row_test(values[0], values[1], a, b) == welch_test(*values)  # seed values given: those
+    with pytest.raises(ValueError):
+        default_row_test(None, values[1])
+
+
+@pytest.mark.parametrize("a,b", [
+    ([30.0, 0.1 * 100 + 0.2 * 100], [20.0, 20.0]),  # 30 and 30.000000000000004: float noise, not a spread
+    ([1e-16, 0.0], [0.0, 0.0]),  # Few accuracies differing by 1e-16
+    ([50.0, 50.0 * (1 + 1e-12)], [40.0, 40.0 * (1 - 1e-12)]),
+])
+def test_float_noise_spreads_give_no_welch_p_value_nor_a_detectable_difference(a, b):
+    from ltbench.report.significance import default_row_test, welch_test
+
+    assert welch_test(a, b) == (None, "zero variance on both sides, Welch is undefined")
+    assert default_row_test(a, b)[0] is None
+    assert minimum_detectable_difference(a, b) is None
+    assert welch_test([30.0, 30.01], [20.0, 20.0])[0] is not None  # one image in 10,000 is a real spread
+
+
+def _two_row_table(write_recipe, seeds, accuracy):
+    from ltbench import report
+    from ltbench.recipe import load_recipe
+    from tests.reportkit import fake_metrics, write_run
+
+    path = write_recipe("r", extra={"seeds": seeds, "grid": {"method": [{"name": "ce"}, {"name": "la"}]},
+                                    "tables": {"t": {"columns": ["few", "all"], "rows": [
+                                        {"label": "CE", "where": {"method.name": "ce"}},
+                                        {"label": "LA", "where": {"method.name": "la"}, "versus": "CE"}]}}})
+    for spec in load_recipe(path).runs:
+        metrics = fake_metrics(spec.config, spec.config["seed"])
+        write_run(spec, metrics={**metrics, **accuracy(spec.config["method"]["name"], spec.config["seed"], metrics)})
+    (table,) = report.tables(path, name="t", test="welch", use_cache=False)
+    return table, report.render(table, "markdown")
+
+
+def test_the_detectable_difference_note_says_no_test_for_float_noise(write_recipe):
+    def few_noise(method, seed, metrics):  # Few: 0.3 vs 0.1 + 0.2 across seeds, the same on the other row
+        few = {"ce": [0.3, 0.1 + 0.2, 0.3], "la": [0.5, 0.5, 0.5]}[method][seed]
+        return {"few": few, "all": metrics["all"] + 0.01 * seed * (method == "la")}
+
+    table, text = _two_row_table(write_recipe, [0, 1, 2], few_noise)
+    assert "no test: zero variance on both sides" in text and "p < 0.001" not in text
+    (note,) = [n for n in table.notes if n.startswith("smallest true difference")]
+    assert "LA − CE: Few no test, All " in note
+
+
+def test_the_detectable_difference_is_not_printed_from_two_seeds(write_recipe):
+    table, text = _two_row_table(write_recipe, [0, 1], lambda method, seed, m: {})
+    (note,) = [n for n in table.notes if n.startswith("smallest true difference")]
+    assert note.endswith("Welch over the seeds' spread): not estimated where a row has 2 seeds (a spread from 2 "
+                         "seeds can be several times off; docs/significance.md)"), note
+    assert "p = " in text or "p < " in text  # the test itself is made
+
+
+def test_tables_compare_rows_with_the_default_row_test(write_recipe, monkeypatch):
+    from ltbench.report import significance
+
+    calls = []
+
+    def sentinel(a, b, a_images=None, b_images=None):
+        calls.append((list(a), list(b)))
+        return 0.0123, None
+    monkeypatch.setattr(significance, "default_row_test", sentinel)
+    table, text = _two_row_table(write_recipe, [0, 1, 2], lambda method, seed, m: {})
+    assert "p = 0.012" in text and calls
+
+
+def test_the_bootstrap_caption_gives_its_measured_size():
+    from ltbench.report import significance, significance_marks
+    from ltbench.report.rows import Cell, Row, Table
+    from ltbench.recipe.tables import TableSpec
+
+    row = Row(label="A", cells={(0, 0): Cell(values=[1.0, 2.0, 3.0])})
+    table = Table("t", TableSpec(), [("all", "All")], [], [()], [row])
+    note = significance_marks.few_seeds_note(table, "bootstrap")
+    assert f"{100 * significance.BOOTSTRAP_SIZE[3]:.0f} % with 3 seeds" in note and "liberal" in note
+    assert significance.BOOTSTRAP_SIZE[3] > 0.07 >= max(significance.DEFAULT_SIZE.values())
+
+
+def test_docs_give_the_simulated_sizes_the_captions_quote():
+    from pathlib import Path
+
+    from ltbench.report import significance
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "significance.md").read_text()
+    for name, sizes in (("default_row_test (Welch over seeds)", significance.DEFAULT_SIZE),
+                        ("two-level bootstrap", significance.BOOTSTRAP_SIZE),
+                        ("image-only bootstrap", significance.IMAGE_BOOTSTRAP_SIZE)):
+        line = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+        assert [f"{100 * sizes[n]:.1f} %" for n in (2, 3, 5)] == [c.strip() for c in line.split("|")[2:5]], line

@@ -1,9 +1,10 @@
 """Which cells are not significantly different from the best of their column and group, how a row differs
 from the reference rows it names (``versus``), with the family correction and the power said.
 
-The tests themselves live in ``ltbench.report.significance``: Welch's t-test over seeds (``welch``), the
-two-level bootstrap over seeds and test images (``bootstrap``), and the image-only paired bootstrap
-(``image_bootstrap``, these trained models on this test set) from the per-run predictions in
+The tests themselves live in ``ltbench.report.significance``: Welch's t-test over seeds (``welch``, the
+default: ``significance.default_row_test``), the two-level bootstrap over seeds and test images
+(``bootstrap``, liberal with few seeds: its caption gives its measured size), and the image-only paired
+bootstrap (``image_bootstrap``, these trained models on this test set) from the per-run predictions in
 ``ltbench.results.predictions``. This module decides which cells to compare, records the marks, applies
 Holm's correction to a family of comparisons (``CORRECTIONS``) and writes each comparison's minimum
 detectable difference into the table's notes. Welch needs two seeds per row (rows with fewer make no
@@ -57,12 +58,11 @@ def mark_similar(table: Table, test: str) -> str | None:
     note = few_seeds_note(table, test)
     if note and note not in table.notes:
         table.notes.append(note)
-    if test == "welch":
-        return f"Welch's t-test over seeds, α = {significance.ALPHA}"
     return f"{TEST_TEXT[test]}, α = {significance.ALPHA}"
 
 
 def _welch(rows: list[Row], gi: int, ci: int, significance) -> bool:
+    """The default test's ≈ marks (``significance.not_different_from_best``, which calls ``default_row_test``)."""
     values = {str(i): r.cells[(gi, ci)].values for i, r in enumerate(rows) if len(r.cells[(gi, ci)].values) >= 2}
     if len(values) < 2:
         return False
@@ -182,31 +182,50 @@ def adjust(table: Table, correction: str) -> str:
 
 def detectable_note(table: Table, test: str | None) -> str | None:
     """'smallest difference these seeds could detect (80 % power, α = 0.05, from the observed spread): A − B:
-    All 0.85, Few 3.1; ...' : when a difference is not significant, says whether it could have been."""
-    parts = []
+    All 0.85, Few no test; ...' : when a difference is not significant, says whether it could have been. A
+    cell without a test reads 'no test'; cells with 2 seeds on a side are not estimated, said once (a 1-2 df
+    variance: docs/significance.md measures the plug-in at 0.6-6.4 times the true value there, 5th-95th
+    percentile)."""
+    if test == "image_bootstrap":  # these trained models: no seed spread to speak of
+        return None
+    parts, two_seeds = [], False
     for comp in table.comparisons:
-        cells = [f"{_header(table, gi, ci)} {value:.2f}" for (gi, ci), value in sorted(comp.detectable.items())]
+        cells = []
+        for gi, ci in sorted(comp.cells):
+            value = comp.detectable.get((gi, ci))
+            if value is not None:
+                cells.append(f"{_header(table, gi, ci)} {value:.2f}")
+            elif (gi, ci) in comp.no_test:
+                cells.append(f"{_header(table, gi, ci)} no test")
+            elif comp.cells[(gi, ci)][1] is not None:
+                two_seeds = True
         if cells:
             parts.append(f"{comp.row.label} − {comp.reference.label}: {', '.join(cells)}")
-    if not parts:
+    if not parts and not two_seeds:
         return None
     how = "Welch over the seeds' spread" if test == "welch" else "normal approximation to the bootstrap distribution"
+    unreliable = ("not estimated where a row has 2 seeds (a spread from 2 seeds can be several times off; "
+                  "docs/significance.md)") if two_seeds else ""
     return (f"smallest true difference these seeds could detect, in points (80 % power, two-sided α = "
-            f"{significance.ALPHA}, unadjusted; {how}): " + "; ".join(parts))
+            f"{significance.ALPHA}, unadjusted; {how}): " + "; ".join(parts + ([unreliable] if unreliable else [])))
 
 
 def few_seeds_note(table: Table, test: str | None) -> str | None:
-    """The two-level bootstrap resamples each row's n seeds: their resampled mean varies (n − 1)/n as much as
-    the unbiased estimate says, from few distinct draws, so with few seeds its p-values are optimistic."""
-    if test != "bootstrap":
+    """A bootstrap is liberal with few seeds: the note says by how much, from the null simulation of
+    docs/significance.md (``significance.BOOTSTRAP_SIZE``), wherever a row has fewer than 10 seeds. The
+    image-only bootstrap holds the seeds fixed, so against "same training procedure" it is liberal at any n."""
+    if test not in ("bootstrap", "image_bootstrap"):
         return None
     sizes = [c.n for r in table.rows if not r.published for c in r.cells.values() if c.n >= 2]
-    if not sizes or min(sizes) >= 10:
+    if not sizes or (test == "bootstrap" and min(sizes) >= 10):
         return None
-    n = min(sizes)
-    return (f"the two-level bootstrap resamples as few as {n} seeds per row here: their resampled mean varies "
-            f"{n - 1}/{n} as much as the unbiased estimate says, so with so few seeds its p-values are optimistic; "
-            f"Welch's test over seeds is the safer one")
+    measured = significance.BOOTSTRAP_SIZE if test == "bootstrap" else significance.IMAGE_BOOTSTRAP_SIZE
+    rates = ", ".join(f"{100 * rate:.0f} % with {n} seeds" for n, rate in measured.items())
+    name = "two-level bootstrap" if test == "bootstrap" else "image-only bootstrap"
+    return (f"the {name} is liberal here (rows with as few as {min(sizes)} seeds): in a null simulation "
+            f"(docs/significance.md) it called one training procedure different from itself at nominal "
+            f"α = {significance.ALPHA} in {rates} per row; Welch over seeds, the default, stayed within "
+            f"{100 * max(significance.DEFAULT_SIZE.values()):.0f} %")
 
 
 def _header(table: Table, gi: int, ci: int) -> str:
@@ -220,8 +239,9 @@ def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int,
     p-value the test cannot give."""
     if test == "welch":
         a, b = row.cells[(gi, ci)].values, ref.cells[(gi, ci)].values
-        p, reason = significance.welch_test(a, b)
-        return p, reason, significance.minimum_detectable_difference(a, b) if p is not None else None
+        p, reason = significance.default_row_test(a, b)
+        reliable = p is not None and min(len(a), len(b)) >= 3  # at n = 2 the plug-in is unreliable: not printed
+        return p, reason, significance.minimum_detectable_difference(a, b) if reliable else None
     col = table.columns[ci][0]
     a, b = _whole_set_correct(row, gi, col), _whole_set_correct(ref, gi, col)
     if a is None or b is None:  # a shot-group column (the legend says: whole-test-set columns only)
@@ -240,4 +260,5 @@ def _pvalue(table: Table, row: Row, ref: Row, gi: int, ci: int,
     if problem:
         return None, problem, None
     _, p, resampled = significance.two_level_bootstrap(a, b, _paired_runs(row, ref, gi))
-    return p, None, 100 * significance.bootstrap_detectable_difference(resampled)
+    reliable = min(len(a), len(b)) >= 3  # two seeds: the resampled spread rests on 2 draws per row
+    return p, None, 100 * significance.bootstrap_detectable_difference(resampled) if reliable else None
