@@ -51,15 +51,25 @@ BOOTSTRAP_FOOTNOTE = f"two-level bootstrap (seeds, then test images), alpha = {A
 IMAGE_BOOTSTRAP_FOOTNOTE = f"paired bootstrap over test images only (these trained models on this test set), alpha = {ALPHA}"
 
 
-def _finite(values: Iterable[float]) -> np.ndarray:
-    array = np.asarray(list(values), dtype=float).ravel()
-    return array[np.isfinite(array)]
+def _finite(values: Iterable[float]) -> list[float]:
+    """The finite values as plain floats (a table's cells hold a handful: numpy per call costs more than the test)."""
+    return [x for x in map(float, values) if math.isfinite(x)]
 
 
-def _no_spread(a: np.ndarray, b: np.ndarray) -> bool:
+def _no_spread(a: list[float], b: list[float]) -> bool:
     """Both sides constant up to float noise (``SPREAD_RTOL`` of the values' magnitude, at least 1 point)."""
-    tolerance = SPREAD_RTOL * max(1.0, float(np.abs(np.concatenate([a, b])).max()))
-    return np.ptp(a) <= tolerance and np.ptp(b) <= tolerance
+    tolerance = SPREAD_RTOL * max(1.0, max(map(abs, a)), max(map(abs, b)))
+    return max(a) - min(a) <= tolerance and max(b) - min(b) <= tolerance
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _squared_se(values: list[float]) -> float:
+    """The squared standard error of the mean: the unbiased variance (ddof = 1) over n."""
+    mean = _mean(values)
+    return math.fsum((x - mean) ** 2 for x in values) / (len(values) - 1) / len(values)
 
 
 def default_row_test(a_seeds: Iterable[float] | None, b_seeds: Iterable[float] | None, a_images=None,
@@ -92,26 +102,88 @@ def welch_test(a: Iterable[float], b: Iterable[float]) -> tuple[float | None, st
       rounding error, and t is 0/0 or enormous. Two constant but different sides are not "p < 0.001": a
       spread of zero over 2 or 3 seeds says the seeds did not vary *here* (e.g. runs that are deterministic
       on this machine), not that the difference is certain.
+
+    Welch's t and Welch-Satterthwaite degrees of freedom, as scipy.stats.ttest_ind(equal_var=False), on plain
+    floats: a table makes thousands of these tests on a few seeds each.
     """
     a, b = _finite(a), _finite(b)
     if len(a) < 2 or len(b) < 2:
         return None, f"n = {min(len(a), len(b))} on a side, Welch needs 2 or more"
     if _no_spread(a, b):
         return None, "zero variance on both sides, Welch is undefined"
-    # Welch's t and Welch-Satterthwaite degrees of freedom, as scipy.stats.ttest_ind(equal_var=False);
-    # scipy.special alone imports in a third of the time of scipy.stats, which tables feel.
-    from scipy.special import stdtr
-
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    t = (a.mean() - b.mean()) / math.sqrt(va + vb)
+    va, vb = _squared_se(a), _squared_se(b)
+    t = (_mean(a) - _mean(b)) / math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return float(min(1.0, 2.0 * stdtr(df, -abs(t)))), None
+    return min(1.0, student_t_two_sided(t, df)), None
 
 
 def welch_pvalue(a: Iterable[float], b: Iterable[float]) -> float:
     """``welch_test``'s p-value, ``nan`` where the test is undefined (n < 2, zero variance on both sides)."""
     p, _ = welch_test(a, b)
     return math.nan if p is None else p
+
+
+def student_t_two_sided(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` (real, > 0) degrees of freedom: the regularized incomplete beta
+    function I_x(df/2, 1/2) at x = df / (df + t^2) (Abramowitz & Stegun 26.7.1 with 26.5.27). Written here
+    because importing scipy.special for its ``stdtr`` costs a table more than all its tests; equal to
+    ``2 * stdtr(df, -|t|)`` within 1e-12 for df up to 1e5 (tests/test_significance.py checks a grid of df and t;
+    a Welch df is at most the two rows' seeds less 2)."""
+    t2 = t * t
+    if t2 == 0:
+        return 1.0
+    if math.isinf(t2):
+        return 0.0
+    return _regularized_beta(df / 2, 0.5, df / (df + t2), t2 / (df + t2))
+
+
+def _regularized_beta(a: float, b: float, x: float, y: float) -> float:
+    """I_x(a, b), with y = 1 - x passed in (computed by the caller without cancellation). The continued
+    fraction (A&S 26.5.8) converges fast for x < (a + 1) / (a + b + 2); beyond, I_x(a, b) = 1 - I_y(b, a)."""
+    if x <= 0:
+        return 0.0
+    if y <= 0:
+        return 1.0
+    log_x = math.log(x) if x < 0.5 else math.log1p(-y)
+    log_y = math.log(y) if y < 0.5 else math.log1p(-x)
+    front = math.exp(a * log_x + b * log_y + _log_gamma_ratio(a, b) - math.lgamma(b))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, y) / b
+
+
+def _log_gamma_ratio(a: float, b: float) -> float:
+    """log(Gamma(a + b) / Gamma(a)). For large a (many degrees of freedom) the two lgamma values are huge and
+    nearly equal, so their difference loses digits: Stirling's series with the large terms combined instead."""
+    if a < 20:
+        return math.lgamma(a + b) - math.lgamma(a)
+
+    def series(x: float) -> float:  # lgamma(x) less (x - 1/2) log x - x + log(2 pi) / 2; next term < 1e-15 at 20
+        return 1 / (12 * x) - 1 / (360 * x ** 3) + 1 / (1260 * x ** 5) - 1 / (1680 * x ** 7)
+
+    return (a - 0.5) * math.log1p(b / a) + b * math.log(a + b) - b + series(a + b) - series(a)
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The incomplete beta function's continued fraction, evaluated by the modified Lentz method."""
+    tiny, eps = 1e-300, 1e-16
+
+    def step(value: float, c: float, d: float) -> tuple[float, float]:
+        d = 1.0 + value * d
+        c = 1.0 + value / c
+        return (c if abs(c) > tiny else tiny), 1.0 / (d if abs(d) > tiny else tiny)
+
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        c, d = step(m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), c, d)
+        h *= c * d
+        c, d = step(-(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)), c, d)
+        h *= c * d
+        if abs(c * d - 1.0) <= eps:
+            break
+    return h
 
 
 def paired_bootstrap_pvalue(correct_a, correct_b, n_resamples: int = 10_000, seed: int = 0) -> float:
@@ -169,11 +241,11 @@ def not_different_from_best(values_by_row: dict[str, list[float]], higher_is_bet
     if not eligible:
         return {}
     sign = 1.0 if higher_is_better else -1.0
-    best = max(eligible, key=lambda row: sign * eligible[row].mean())
+    best = max(eligible, key=lambda row: sign * _mean(eligible[row]))
     verdict = {}
     for row, values in eligible.items():
         p, _ = default_row_test(values, eligible[best])
-        same = p is None and _no_spread(np.append(values, eligible[best]), values[:1])
+        same = p is None and _no_spread(values + eligible[best], values[:1])
         verdict[row] = row == best or same or (p is not None and p >= alpha)
     return verdict
 
@@ -328,7 +400,7 @@ def minimum_detectable_difference(a: Iterable[float], b: Iterable[float], alpha:
         return None
     from scipy.special import stdtrit
 
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    va, vb = _squared_se(a), _squared_se(b)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     return float((stdtrit(df, 1 - alpha / 2) + stdtrit(df, power)) * math.sqrt(va + vb))
 
