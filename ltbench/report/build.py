@@ -170,7 +170,7 @@ def numerics_notes(unit) -> list[str]:
     examples: dict[str, dict] = {}
     for seed, rec in sorted(unit.runs.items(), key=lambda item: str(item[0])):
         numerics = rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
-        text = identity.numerics_text(numerics)
+        text = _numerics_text(numerics)
         classes.setdefault(text, []).append(str(seed))
         examples.setdefault(text, numerics)
     if len(classes) < 2:
@@ -184,19 +184,30 @@ def numerics_notes(unit) -> list[str]:
     return [f"seeds whose numerics cannot be compared fully: {listing}"]
 
 
+_NUMERICS_TEXTS: dict[str, str] = {}
+
+
+def _numerics_text(numerics: dict) -> str:
+    """``identity.numerics_text``, remembered by content (its repr, which tells 1 from 1.0 and True): 10,000
+    results share a few numerics records."""
+    key = repr(numerics)
+    if key not in _NUMERICS_TEXTS:
+        _NUMERICS_TEXTS[key] = identity.numerics_text(numerics)
+    return _NUMERICS_TEXTS[key]
+
+
 def table_numerics_note(table: Table) -> str | None:
     """The numerics of every run a table shows, said once: 'numerics: CPU ..., 1 thread (all 12 results)',
     or each one with the rows made under it, so rows made under different numerics are never read as
     like for like without saying so."""
-    by_text: dict[str, list[str]] = {}
+    by_text: dict[str, dict[str, None]] = {}  # text -> the labels of its rows, in order (a dict: 1,000 rows stay fast)
     count: dict[str, int] = {}
     for row in table.rows:
         for unit in row.units.values():
             for rec in unit.runs.values():
-                text = identity.numerics_text(rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {})
+                text = _numerics_text(rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {})
                 count[text] = count.get(text, 0) + 1
-                if row.label not in by_text.setdefault(text, []):
-                    by_text[text].append(row.label)
+                by_text.setdefault(text, {})[row.label] = None
     if not count:
         return None
     if len(count) == 1:

@@ -15,6 +15,7 @@ same however the YAML was written. Rows keep the recipe's grid order.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -31,6 +32,17 @@ AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
 
 # ------------------------------------------------------------------------------------------------
 # Values and labels
+
+
+@functools.lru_cache(maxsize=65536, typed=True)  # typed: 1, 1.0 and True are three keys
+def _scalar_text(v) -> str:
+    return value_text(v)
+
+
+def _text(v: Any) -> str:
+    """``value_text``, remembered for scalars: labels and row keys of 1,000 rows ask it 100,000 times about
+    a few hundred distinct values."""
+    return value_text(v) if isinstance(v, (list, tuple, dict)) else _scalar_text(v)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -70,7 +82,7 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
     keys = sorted({k for f in flats for k in f} - skip - {"method.name"})
-    texts = [{k: value_text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
+    texts = [{k: _text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
     varying_all = {k for k in keys if not k.startswith("method.") and len({t[k] for t in texts}) > 1}
     seen_by_method: dict[str, dict[str, set]] = {}
     for name, t in zip(names, texts):
@@ -435,7 +447,7 @@ def default_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot:
     members: dict[str, dict[int, Unit]] = {}
     for u in units:
         ident = {k: v for k, v in u.flat.items() if k not in pivot}
-        rk = repr(sorted((k, value_text(v)) for k, v in ident.items()))
+        rk = repr(sorted((k, _text(v)) for k, v in ident.items()))
         identities.setdefault(rk, ident)
         gi = groups.index(tuple(u.flat.get(k) for k in pivot))
         members.setdefault(rk, {})[gi] = u
