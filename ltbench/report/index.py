@@ -25,6 +25,8 @@ from array import array
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
+
 from ltbench.results import caches, identity, safe_read, schema, store
 from ltbench.results.store import cache_file
 
@@ -305,7 +307,8 @@ def cache_problem(meta: dict, values: memoryview) -> str:
         problem = _record_problem(entry[1], configs, meta.get("codes", {}), ids)
         if problem:
             return f"run entry {rel[:80]!r}: {problem}"
-    if not all(v != v for v in values if not 0.0 <= v <= 1.0):  # NaN: not recorded
+    matrix = np.asarray(values)
+    if ((matrix < 0.0) | (matrix > 1.0)).any():  # NaN (not recorded) is neither
         return "a metric is outside [0, 1]"
     return _headline_problem(runs, metrics, values)
 
@@ -425,6 +428,8 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
                 rec, cacheable = dict(hit[1]), True
                 if "metrics" in rec:
                     rec["metrics"] = Metrics(columns, values[hit[2] * width:(hit[2] + 1) * width])
+                if hit[1].get("metrics", True) is True and "config" not in hit[1]:
+                    fresh[rel] = [sig, hit[1]]  # kept as read: what is built below for a result read again
             else:
                 rec = read_result_file(Path(run_dir) / store.RESULT)
                 if "code" in rec:  # a few distinct code sets across thousands of runs: stored once each
@@ -437,7 +442,8 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
             if "key" in rec:
                 rec["config"] = configs.get(rec["key"]) or rec.get("config")
             if cacheable:
-                fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
+                if rel not in fresh:
+                    fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
                 if "metrics" in rec:
                     fresh_metrics[rel] = rec["metrics"]
         else:

@@ -165,23 +165,19 @@ def _log_gamma_ratio(a: float, b: float) -> float:
 
 
 def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The incomplete beta function's continued fraction, evaluated by the modified Lentz method."""
-    tiny, eps = 1e-300, 1e-16
-
-    def step(value: float, c: float, d: float) -> tuple[float, float]:
-        d = 1.0 + value * d
-        c = 1.0 + value / c
-        return (c if abs(c) > tiny else tiny), 1.0 / (d if abs(d) > tiny else tiny)
-
+    """The incomplete beta function's continued fraction, evaluated by the modified Lentz method: each step
+    multiplies in one even then one odd term (A&S 26.5.8); ``tiny`` keeps a denominator off zero."""
+    tiny = 1e-300
     c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
     d = 1.0 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 10_000):
-        c, d = step(m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), c, d)
-        h *= c * d
-        c, d = step(-(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)), c, d)
-        h *= c * d
-        if abs(c * d - 1.0) <= eps:
+        for term in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                     -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d, c = 1.0 + term * d, 1.0 + term / c
+            d, c = 1.0 / (d if abs(d) > tiny else tiny), (c if abs(c) > tiny else tiny)
+            h *= c * d
+        if abs(c * d - 1.0) <= 1e-16:
             break
     return h
 
