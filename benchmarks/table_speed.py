@@ -1,4 +1,5 @@
-"""How long ``ltbench table`` takes on large result trees (target: 10,000 results in under 2 s wall).
+"""How long ``ltbench table`` takes on large result trees (target: 10,000 results, warm index cache, in at
+most 1.5 s wall on an idle 2-core machine).
 
 Generates, once, under --root (default /tmp/ltbench-table-speed):
   * many/   a recipe of 10,000 runs (synthetic_lt; 1,000 configurations x 10 seeds) with one
