@@ -204,7 +204,7 @@ def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: b
             record.failed(result, exc, traceback.format_exc())
             if writes_files:
                 store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
-                result["traceback_file"] = str(run_dir / store.TRACEBACK)
+                result["traceback_file"] = store.TRACEBACK  # in the run's folder (a record holds no machine path)
     finally:
         distributed.shutdown()
 
@@ -233,7 +233,7 @@ def failure_line(run_dir: Path) -> str:
         return f"the worker ended without a result; see {run_dir / 'worker.log'}"
     error = str(result.get("error") or "?").strip()
     where = result.get("traceback_file")
-    return error + (f" (traceback: {where})" if where else "")
+    return error + (f" (traceback: {run_dir / where})" if where else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -271,7 +271,8 @@ def _plan(folder: Path) -> tuple[list[tuple[Path, dict, bool]], str]:
     result, spec = loaded[store.RESULT], loaded[store.SPEC]
     if result is None and spec is None:
         raise KeyError("no result.json or spec.json with a configuration")
-    current = {name: rec is not None and not schema.is_older(rec) for name, rec in loaded.items()}
+    current = {name: rec is not None and not schema.is_older(rec, missing=None if name == store.RESULT else 1)
+               for name, rec in loaded.items()}
     new = {name: (rec if current[name] else migrate_record(rec)) for name, rec in loaded.items() if rec is not None}
     old_id, new_id = _new_ids(new.get(store.RESULT), new.get(store.SPEC), folder)
     out = []

@@ -52,18 +52,19 @@ def _shown(value: Any) -> str:
     return repr(str(value)[:40]) if not isinstance(value, (dict, list)) else type(value).__name__
 
 
-def version_of(obj: Any) -> int | None:
-    """The ``schema_version`` of a parsed record: 0 when it has none (the first records), None when it is
-    not a whole number."""
+def version_of(obj: Any, missing: int | None = None) -> int | None:
+    """The ``schema_version`` of a parsed record; ``missing`` when it has none (result.json always had one;
+    spec.json and started.json had none before schema 2: 1), None when it is not a whole number."""
     if not isinstance(obj, dict):
         return None
-    v = obj.get("schema_version", 0)
+    v = obj.get("schema_version", missing)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def is_older(obj: Any) -> bool:
-    """A record written under an earlier schema (ltbench migrate brings it up to date)."""
-    v = version_of(obj)
+def is_older(obj: Any, missing: int | None = None) -> bool:
+    """A record written under an earlier schema (ltbench migrate brings it up to date). A result.json without
+    a version is no record of any schema (damaged); pass ``missing=1`` for spec.json and started.json."""
+    v = version_of(obj, missing)
     return v is not None and v < SCHEMA_VERSION
 
 

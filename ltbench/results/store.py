@@ -378,7 +378,8 @@ def older_records(root: Path) -> list[Path]:
     out = []
     for rec in sorted(p for name in (RESULT, SPEC) for p in Path(root).glob(f"*/{name}")):
         try:
-            if schema.is_older(safe_read.load_json(rec)) and rec.parent not in out:
+            if schema.is_older(safe_read.load_json(rec), missing=1 if rec.name == SPEC else None) \
+                    and rec.parent not in out:
                 out.append(rec.parent)
         except safe_read.UnusableFile:
             continue

@@ -51,7 +51,7 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
         err = str(result.get("error") or "").strip()
         notes.append(err.splitlines()[-1][:200] if err else "no error recorded")
         if result.get("traceback_file"):
-            notes.append(f"traceback: {result['traceback_file']}")
+            notes.append(f"traceback: {run_dir / result['traceback_file']}")
     elif status == "damaged":
         notes.append(f"{state.check.reason}; 'ltbench run' runs it again")
     elif status == store.OLDER:
