@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import caches, safe_read, store
+from ltbench.results import caches, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe
 from ltbench.results.identity import FILE_IDENTITIES
@@ -96,10 +96,7 @@ def _cache_path(root: Path, name: str, overrides: list[str]) -> Path:
 
 def _cached_expected(cache_path: Path, signature: str) -> list[dict] | None:
     """The expected runs of the cache, when it is current (``signature``) and passes its check; else None."""
-    try:
-        cached = safe_read.load_json(cache_path)
-    except safe_read.UnusableFile:
-        return None  # missing or damaged: expanded again and rewritten
+    cached = caches.read_cache(cache_path)  # None: missing, damaged or edited; expanded again and rewritten
     if not isinstance(cached, dict) or cached.get("version") != CACHE_VERSION \
             or cached.get("signature") != signature or expansion_cache_problem(cached):
         return None

@@ -251,10 +251,9 @@ def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
     """(json part, metric column index, float64 matrix) of the cache file, or empty ones when it is missing
     or unusable (``cache_problem``: the cache is then rebuilt from the result files and rewritten)."""
     empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "codes": {}, "metrics": [], "unusable": False}
-    try:
-        blob = safe_read.read_bytes(path, MAX_CACHE_BYTES)
-    except safe_read.UnusableFile as exc:
-        return {**empty, "unusable": exc.reason != "is missing" or os.path.lexists(path)}, {}, None
+    blob = caches.read_cache_bytes(path, MAX_CACHE_BYTES)  # None: missing, or its seal is not its content's
+    if blob is None:
+        return {**empty, "unusable": os.path.lexists(path)}, {}, None
     try:
         if not blob.startswith(CACHE_MAGIC):
             raise ValueError("not an index cache")
