@@ -219,6 +219,38 @@ def test_a_result_damaged_in_any_field_is_named_and_the_healthy_rows_print(fake_
     assert "| ce " in out and "3/3" in out and "2/3" in out  # CE whole, LA counted without its damaged seed
 
 
+def _extras(value):
+    return lambda r: r.__setitem__("method_extras", {"weight_norm": [1.0, 2.0, value, 1.5], "note": "x"})
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda r: (r["data"].__setitem__("class_counts_test", [10, 10, 10, 10]), r["metrics"].__setitem__("all", 0.99)),
+     "metrics.all is 0.99, its per-class accuracies give"),
+    (lambda r: r["metrics"].__setitem__("medium", 0.9), "metrics.medium is 0.9, its classes' accuracies give"),
+    (lambda r: r["data"].__setitem__("class_counts_train", [9, 8, 6, 3]), "but no many-shot class has test images"),
+    (lambda r: r["metrics"].__setitem__("macro", 0.2), "metrics.macro is 0.2"),
+    (_extras(float("nan")), "method_extras.weight_norm holds nan"),
+    (_extras(1e308), "method_extras.weight_norm holds 1e+308"),
+    (_extras(-5.0), "method_extras.weight_norm holds -5.0, expected a number >= 0"),
+])
+def test_a_record_that_contradicts_itself_is_damaged_named_once_and_never_shown(fake_tree, change, reason):
+    from ltbench.report import frames
+
+    path, recipe = fake_tree
+    spec = next(s for s in recipe.runs if s.config["method"]["name"] == "la" and s.seed == 1)
+    for s in recipe.runs:  # every record with healthy extras, so a figure would draw them
+        _edit_json(Path(s.run_dir) / store.RESULT, _extras(2.5))
+    _edit_json(Path(spec.run_dir) / store.RESULT, change)
+    check = store.check_result(Path(spec.run_dir))
+    assert check.state == "unusable" and reason in check.reason, check.reason
+    rc, out, err = cli_main("status", path)
+    assert rc == 0 and out.count(reason) == 1 and "damaged" in out, out
+    rc, out, _ = cli_main("table", path)
+    assert "| ce " in out and "3/3" in out and "2/3" in out  # LA counted without its damaged seed
+    stats = frames.load(path).class_stats
+    assert set(stats["seed"][stats["row"].str.startswith("la")]) == {0, 2}  # never plotted
+
+
 # ------------------------------------------------------------------------------------------------
 # 3. A run's failure is the computation's: I/O faults interrupt, loggers never fail a run, no endless redo
 
