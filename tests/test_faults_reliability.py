@@ -251,6 +251,24 @@ def test_a_record_that_contradicts_itself_is_damaged_named_once_and_never_shown(
     assert set(stats["seed"][stats["row"].str.startswith("la")]) == {0, 2}  # never plotted
 
 
+@pytest.mark.parametrize("how", ["owner gone", "stopped by a fault"])
+def test_status_and_table_agree_that_a_stopped_run_is_interrupted(fake_tree, how):
+    import socket
+
+    path, recipe = fake_tree
+    spec = next(s for s in recipe.runs if s.config["method"]["name"] == "ce" and s.seed == 2)
+    (Path(spec.run_dir) / store.RESULT).unlink()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    started = {"pid": int(gone.stdout), "host": socket.gethostname()}
+    if how == "stopped by a fault":
+        started = {"pid": os.getpid(), "host": socket.gethostname(), "interrupted": "EIO: an I/O fault"}
+    (Path(spec.run_dir) / store.STARTED).write_text(json.dumps(started))
+    rc, out, _ = cli_main("status", path)
+    assert f"{spec.run_id}  interrupted" in out, out
+    rc, out, _ = cli_main("table", path)
+    assert "seed 2 interrupted" in out and "still running" not in out, out
+
+
 # ------------------------------------------------------------------------------------------------
 # 3. A run's failure is the computation's: I/O faults interrupt, loggers never fail a run, no endless redo
 

@@ -118,12 +118,12 @@ def _identity_from_spec(run_dir: Path) -> dict:
 
 
 def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
-    """A run folder without result.json: running, pending, or damaged (empty / no spec.json)."""
+    """A run folder without result.json: running, interrupted, pending, or damaged (empty / no spec.json)."""
     if not names:
         return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
     if store.RESULT in names:  # there, but no regular file (a FIFO, a device, a symlink loop): damaged, named
         return read_result_file(run_dir / store.RESULT)
-    status = "running" if store.STARTED in names else "pending"
+    status = store.unfinished_state(run_dir)[0] if store.STARTED in names else "pending"  # status's own rule
     rec = {"status": status, "run_id": run_dir.name}
     if store.SPEC not in names:
         rec["note"] = "no spec.json (the launch never completed, or it was deleted)"

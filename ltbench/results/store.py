@@ -404,11 +404,18 @@ def run_state(run_dir: Path) -> RunState:
         return RunState(check.state, check)
     if check.state == "unusable":
         return RunState("damaged", check)
+    status, started = unfinished_state(run_dir)
+    return RunState(status, check, started=started)
+
+
+def unfinished_state(run_dir: Path) -> tuple[str, dict]:
+    """('running' | 'interrupted' | 'pending', started.json) of a run without a usable result: the one rule
+    ``status`` (through run_state) and tables (report/index.py) both ask, so they never disagree."""
     started = read_started(run_dir)
     if started or (Path(run_dir) / STARTED).exists():
         stopped = bool(started.get("interrupted")) or owner_alive(started) is False  # an I/O fault, or a dead owner
-        return RunState("interrupted" if stopped else "running", check, started=started)
-    return RunState("pending", check)
+        return ("interrupted" if stopped else "running"), started
+    return "pending", started
 
 
 def run_status(run_dir: Path) -> str:
