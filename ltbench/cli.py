@@ -22,9 +22,11 @@ def load_checked_recipe(path, overrides: list[str] = (), results: str | None = N
     needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run."""
     from ltbench.recipe import load_recipe  # lazy: keeps --help fast
     from ltbench.report.expected import check_recipe_tables  # lazy: keeps --help fast
+    from ltbench.results import store  # lazy: keeps --help fast
 
     recipe = load_recipe(path, overrides, results_dir=results)
     check_recipe_tables(recipe)
+    store.guard_writes_under(recipe.root)  # nothing written through a symlinked folder out of it (docs/trust.md)
     return recipe
 
 

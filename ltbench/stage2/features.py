@@ -255,7 +255,7 @@ def extract_features(run_dir: Path, dtype: str = "float32", say: Callable[[str],
     folder = run_dir / FEATURES_DIR
     if os.path.lexists(folder) and not folder.is_dir() or folder.is_symlink():
         store.set_aside(folder)
-    folder.mkdir(exist_ok=True)
+    store.make_dirs(folder)
     start_fresh_if_foreign(folder, {"checkpoint_sha256": digest, "dtype": dtype})
     run = None
     for split in cached_splits(config):
