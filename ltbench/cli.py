@@ -126,7 +126,9 @@ def cmd_data(args) -> int:
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
     from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
+    from ltbench.train import resources  # lazy: keeps table and status free of torch
 
+    resources.check_data(distinct_data(recipe.runs), recipe.launcher, str(args.recipe))  # before any allocation
     reports = []
     for spec in distinct_data(recipe.runs):
         data = engine.load_data(spec.config)

@@ -236,6 +236,9 @@ def test_malformed_recipe_file_is_refused_quickly(case_id, content, words, works
     (["run", "."], "is a directory, not a recipe file"),
     (["data", "recipe.yaml", "data.imb_factor=0"], "data.imb_factor: must be >= 1"),
     (["data", "recipe.yaml", "eval.target_priors=[sideways]"], "unknown target prior"),
+    (["data", "recipe.yaml", "data.num_classes=1000", "data.val_per_class=10000", "data.image_size=64",
+      "data.max_per_class=1", "data.imb_factor=1", "data.test_per_class=1"],  # 491 GB of validation images
+     "recipe.yaml: data: loading it needs about"),
     (["status", "recipe.yaml", "--results", "elsewhere", "--debug", "--bogus"], "unrecognized arguments"),
     (["run", "recipe.yaml", "--launcher", "slurm", "optim.lr=-1"], "optim.lr: must be > 0"),
     (["run", "recipe.yaml", "--launcher", "debug", "launcher.max_array_size=0"], "launcher.max_array_size"),

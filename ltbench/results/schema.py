@@ -84,7 +84,9 @@ def _config_problem(obj: dict) -> str:
             return f"config.{section} is {_shown(value)}, expected an object with a name"
     if config.get("data_identity") is not None and not isinstance(config["data_identity"], str):
         return "config.data_identity is not a string"
-    return section_problem(OptimConfig, config["optim"], "config.optim") if "optim" in config else ""
+    if "optim" not in config:  # every record has it; stage 2 reads its epochs (a KeyError once)
+        return "config.optim is missing"
+    return section_problem(OptimConfig, config["optim"], "config.optim")
 
 
 _sections: dict[tuple, str] = {}
