@@ -23,9 +23,11 @@ def load_checked_recipe(path, overrides: list[str] = (), results: str | None = N
     needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run."""
     from ltbench.recipe import load_recipe  # lazy: keeps --help fast
     from ltbench.report.expected import check_recipe_tables  # lazy: keeps --help fast
+    from ltbench.results import store  # lazy: keeps --help fast
 
     recipe = load_recipe(path, overrides, results_dir=results)
     check_recipe_tables(recipe)
+    store.guard_writes_under(recipe.root)  # nothing written through a symlinked folder out of it (docs/trust.md)
     return recipe
 
 
@@ -125,7 +127,9 @@ def cmd_data(args) -> int:
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
     from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
+    from ltbench.train import resources  # lazy: keeps table and status free of torch
 
+    resources.check_data(distinct_data(recipe.runs), recipe.launcher, str(args.recipe))  # before any allocation
     reports = []
     for spec in distinct_data(recipe.runs):
         data = engine.load_data(spec.config)

@@ -62,7 +62,8 @@ def prepare_run_dir(spec: RunSpec | dict) -> Path:
     spec = RunSpec.coerce(spec)
     plain = {"schema_version": schema.SCHEMA_VERSION, **spec.to_dict()}
     run_dir = Path(spec.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    store.guard_writes_under(run_dir.parent)  # a worker's writes (checkpoints, records) stay in the results folder
+    store.make_dirs(run_dir)
     try:
         same = safe_read.load_json(run_dir / store.SPEC) == plain
     except safe_read.UnusableFile:  # missing, damaged, a FIFO...: written again (atomic rename replaces it)

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from cachekit import read_json_cache, write_json_cache
 from conftest import ROOT, caches_in_the_results_folder, run_cli
 
 NO_TORCH = "import sys; sys.modules['torch'] = None; from ltbench.cli import main; raise SystemExit(main(sys.argv[1:]))"
@@ -72,9 +73,9 @@ def test_a_forged_or_damaged_runs_cache_is_not_used(write_recipe, tmp_path):
         runs, keys = expansion.cached_runs(recipe_file, [], signature)
         assert [r.run_dir for r in runs] == [r.run_dir for r in recipe.runs] and keys == []
         assert expansion.cached_runs(recipe_file, [], "another signature") is None
-        saved = json.loads(cache.read_text())
+        saved = read_json_cache(cache)
         saved["runs"][0]["run_dir"] = str(tmp_path / "elsewhere")  # a run folder outside the recipe's results
-        cache.write_text(json.dumps(saved))
+        write_json_cache(cache, saved)  # sealed again: the entry check refuses it
         assert expansion.cached_runs(recipe_file, [], signature) is None
         cache.write_text("{not json")
         assert expansion.cached_runs(recipe_file, [], signature) is None

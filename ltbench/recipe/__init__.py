@@ -248,6 +248,7 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     }
     _check_view_names(method_resolved, mwhere)
     _plugin_run_checks(config, where)
+    _epoch_options_check(config, where)
     config["sampler"] = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
                                          method["name"], join_path(where, "sampler"))
     if config["eval"]["select"] == "best_val" and not declares_validation(config["data"]):
@@ -262,6 +263,28 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         except ValueError as exc:
             raise ConfigError(f"{join_path(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
     return config
+
+
+def _epoch_options_check(config: dict, where: str) -> None:
+    """An option that cannot act is refused, not ignored. The plugins' convention: ``<x>_epoch`` is the 0-indexed
+    epoch at which ``<x>`` starts (LDAM-DRW's ``drw_epoch``), and a boolean ``<x>`` switches it on. So, for any
+    method or sampler: ``<x>_epoch`` at or past ``optim.epochs`` never comes (DRW would never start), and
+    ``<x>_epoch`` set while ``<x>`` is false does nothing."""
+    epochs = config["optim"]["epochs"]
+    for section in ("method", "sampler"):
+        options = config.get(section) or {}
+        for key, value in options.items():
+            if not (key.endswith("_epoch") and isinstance(value, int) and not isinstance(value, bool)):
+                continue
+            switch = options.get(key[:-len("_epoch")])
+            here = f"{where + ': ' if where else ''}{section}.{key}"
+            if switch is False:
+                raise ConfigError(f"{here}: {value} has no effect, {section}.{key[:-len('_epoch')]} is false; "
+                                  f"remove it or set {section}.{key[:-len('_epoch')]}: true")
+            if value >= epochs:
+                raise ConfigError(f"{here}: {value} is not before the end of the schedule (optim.epochs {epochs}: "
+                                  f"epochs 0-{max(epochs - 1, 0)}), so it never starts; give {key} < {epochs}, or "
+                                  f"leave it out (the method's default share of the schedule)")
 
 
 def _plugin_run_checks(config: dict, where: str) -> None:

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench.results import caches, safe_read, store
+from ltbench.results import caches, store
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, RecipeConfig, read_recipe_file, recipe_name, results_root
 from ltbench.registry import PLUGIN_PATH_ENV
@@ -30,50 +30,6 @@ from ltbench.results.runspec import RunSpec
 
 RUNS_CACHE_VERSION = 1
 SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status reads of a run spec
-
-
-def code_signature(plugin_dirs: list[str]) -> str:
-    """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
-    given plugin folders. Only what discovery can import is walked (``plugin_code_files``): a plugin
-    folder that is no package name (``/``, say) is refused by discovery and never walked here."""
-    core = Path(__file__).resolve().parents[1]  # ltbench/
-    roots = [core, core.parent / "methods"]
-    roots += [Path(p) for p in plugin_dirs]
-    h = hashlib.sha1()
-    for root in roots:
-        for path in plugin_code_files(root):
-            try:
-                st = os.stat(path)
-            except OSError:  # gone meanwhile, or unreadable: part of the signature as such
-                h.update(f"{path}:gone;".encode())
-                continue
-            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()
-
-
-def plugin_code_files(root: Path) -> list[str]:
-    """The Python files discovery and their imports can reach in a package folder, sorted: its ``*.py`` files
-    and, recursively, those of its sub-packages (folders named like a module, holding ``__init__.py``);
-    never a symlinked folder, never an editor's file (``.#x.py``, ``#x.py#``: not module names). Empty for a
-    folder that is not a package name (discovery refuses it): ``$LTBENCH_PLUGIN_PATH=/`` walks nothing, and
-    a folder of data beside the plugins is never walked."""
-    root = Path(root)
-    if not root.name.isidentifier() or not root.is_dir():
-        return []
-    out, stack = [], [str(root)]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for e in entries:
-            stem = e.name[:-3] if e.name.endswith(".py") else None
-            if stem is not None and stem.isidentifier() and not e.is_dir(follow_symlinks=False):
-                out.append(e.path)
-            elif e.name.isidentifier() and e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, "__init__.py")):
-                stack.append(e.path)
-    return sorted(out)
 
 
 def env_plugin_dirs() -> list[str]:
@@ -108,7 +64,7 @@ def expansion_signature(recipe: RecipeFile, overrides: list[str]) -> str:
     h = hashlib.sha1(recipe.path.read_bytes())
     h.update(json.dumps([str(recipe.path.resolve()), str(recipe.root), list(overrides),
                          os.environ.get(PLUGIN_PATH_ENV, "")]).encode())
-    h.update(code_signature(recipe.plugin_dirs + env_plugin_dirs()).encode())
+    h.update(caches.code_signature(recipe.plugin_dirs + env_plugin_dirs()).encode())
     return h.hexdigest()
 
 
@@ -148,10 +104,7 @@ def cached_runs(recipe: RecipeFile, overrides: list[str], signature: str) -> tup
     """(run specs, override keys) of the recipe's last expansion when nothing it depends on changed since
     (``signature``: expansion_signature, taken before); None otherwise (then the caller expands the
     recipe, and saves it with ``save_runs``)."""
-    try:
-        cached = safe_read.load_json(_runs_cache_path(recipe, overrides))
-    except safe_read.UnusableFile:
-        return None
+    cached = caches.read_cache(_runs_cache_path(recipe, overrides))
     if not isinstance(cached, dict) or cached.get("version") != RUNS_CACHE_VERSION \
             or cached.get("signature") != signature \
             or runs_cache_problem(cached, recipe.root, recipe.name):

@@ -47,7 +47,7 @@ def _one_figure(function: str, **options):
     def draw(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
         if df.empty:
             return Drawn([], f"no data for the {out_base.name} figure in these runs")
-        out_base.parent.mkdir(parents=True, exist_ok=True)
+        store.make_dirs(out_base.parent)
         figure = getattr(plots, function)(df, size=size, **options)
         paths = plots.save_figure(figure, str(out_base))
         return Drawn([str(p) for p in paths], None, {out_base.name: plots.caption(figure)})
@@ -58,7 +58,7 @@ def _one_figure(function: str, **options):
 def _class_stats(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
     """One figure per recorded per-class statistic the plots draw by default (``plots.DRAWN_CLASS_STATS``),
     each file named by it beside ``out_base``."""
-    out_base.parent.mkdir(parents=True, exist_ok=True)
+    store.make_dirs(out_base.parent)
     paths, reason, captions = plots.plot_class_stats(df, out_base.parent, all_rows, size=size)
     return Drawn([str(p) for p in paths], reason, captions)
 

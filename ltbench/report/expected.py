@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import caches, identity, safe_read
+from ltbench.results import caches, identity, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe
 from ltbench.results.identity import FILE_IDENTITIES
@@ -96,10 +96,7 @@ def _cache_path(root: Path, name: str, overrides: list[str]) -> Path:
 
 def _cached_expected(cache_path: Path, signature: str) -> list[dict] | None:
     """The expected runs of the cache, when it is current (``signature``) and passes its check; else None."""
-    try:
-        cached = safe_read.load_json(cache_path)
-    except safe_read.UnusableFile:
-        return None  # missing or damaged: expanded again and rewritten
+    cached = caches.read_cache(cache_path)  # None: missing, damaged or edited; expanded again and rewritten
     if not isinstance(cached, dict) or cached.get("version") != CACHE_VERSION \
             or cached.get("signature") != signature or expansion_cache_problem(cached):
         return None
@@ -164,10 +161,13 @@ def check_recipe_tables(recipe: Recipe) -> None:
 
 
 def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file. Writes under the root are
+    guarded from here on (``store.guard_writes_under``): a report, a figure or a cache never goes through a
+    symlinked folder out of it."""
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
+        store.guard_writes_under(recipe.root)
         records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
         records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
         if not records and not recipe.root.is_dir():  # launched from elsewhere? say where it looked
@@ -179,4 +179,5 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
         raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
     if not p.is_dir():
         raise LtbenchError(f"{p}: no such results directory or recipe file")
+    store.guard_writes_under(p)
     return index.scan(p, use_cache), None, p

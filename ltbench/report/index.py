@@ -120,12 +120,12 @@ def _identity_from_spec(run_dir: Path) -> dict:
 
 
 def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
-    """A run folder without result.json: running, pending, or damaged (empty / no spec.json)."""
+    """A run folder without result.json: running, interrupted, pending, or damaged (empty / no spec.json)."""
     if not names:
         return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
     if store.RESULT in names:  # there, but no regular file (a FIFO, a device, a symlink loop): damaged, named
         return read_result_file(run_dir / store.RESULT)
-    status = "running" if store.STARTED in names else "pending"
+    status = store.unfinished_state(run_dir)[0] if store.STARTED in names else "pending"  # status's own rule
     rec = {"status": status, "run_id": run_dir.name}
     if store.SPEC not in names:
         rec["note"] = "no spec.json (the launch never completed, or it was deleted)"
@@ -253,10 +253,9 @@ def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
     """(json part, metric column index, float64 matrix) of the cache file, or empty ones when it is missing
     or unusable (``cache_problem``: the cache is then rebuilt from the result files and rewritten)."""
     empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "codes": {}, "metrics": [], "unusable": False}
-    try:
-        blob = safe_read.read_bytes(path, MAX_CACHE_BYTES)
-    except safe_read.UnusableFile as exc:
-        return {**empty, "unusable": exc.reason != "is missing" or os.path.lexists(path)}, {}, None
+    blob = caches.read_cache_bytes(path, MAX_CACHE_BYTES)  # None: missing, or its seal is not its content's
+    if blob is None:
+        return {**empty, "unusable": os.path.lexists(path)}, {}, None
     try:
         if not blob.startswith(CACHE_MAGIC):
             raise ValueError("not an index cache")

@@ -41,7 +41,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from ltbench.errors import LtbenchError
 from ltbench.results.schema import SHOT_GROUPS
 from ltbench.priors import prior_position as position
-from ltbench.results.store import atomic_write_bytes
+from ltbench.results.store import atomic_write_bytes, make_dirs
 
 FORMATS = ("png", "pdf")
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -197,7 +197,7 @@ def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
     """Write ``out_base``.png and .pdf, each atomically (no half-written figure after a crash). The PDF's
     page is the figure's size (3.3 or 6.9 in wide), so a paper includes it at 100 %."""
     out_base = Path(out_base)
-    out_base.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_base.parent)
     written = []
     for fmt in FORMATS:
         buffer = io.BytesIO()

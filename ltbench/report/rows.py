@@ -300,6 +300,7 @@ def _place(unit: Unit, seed, rec: dict) -> None:
         return
     text = {"failed": f"seed {seed} failed" + (f" ({rec['error']})" if rec.get("error") else ""),
             "running": f"seed {seed} still running", "pending": f"seed {seed} pending",
+            "interrupted": f"seed {seed} interrupted (ltbench run resumes it)",
             "conflict": f"seed {seed}: {rec.get('note')}"}.get(
         status, f"seed {seed} damaged: {rec.get('note', 'unreadable')} ({_name(rec)})")
     unit.problems[seed] = text

@@ -97,13 +97,49 @@ def _disk_full(path: Path, exc: OSError, needed: int) -> DiskFullError:
         f"command again to resume")
 
 
+_guarded_roots: set[str] = set()
+
+
+class OutsideRootError(LtbenchError):
+    """A write under a results root whose folder, through a symlink, is elsewhere: refused (one line, exit 2)."""
+
+
+def guard_writes_under(root: Path) -> None:
+    """From now on, in this process, no file under ``root`` (a recipe's results folder) is written, and no folder
+    made, through a symlinked folder that leads out of it (``check_inside``). The commands call it once they know
+    the root (run, posthoc, table, report, plot; every run in its worker), so every writer is covered: reports,
+    figures, tables, feature caches, checkpoints, records. A symlinked *file* is replaced by the atomic rename,
+    never written through; a root that is itself a symlink (a results folder on another disk) is fine."""
+    _guarded_roots.add(os.path.abspath(root))
+
+
+def check_inside(path: Path) -> None:
+    """OutsideRootError when ``path`` lies under a guarded root by name but its folder resolves outside it."""
+    where = os.path.abspath(path)
+    for root in _guarded_roots:
+        if where.startswith(root + os.sep):
+            real, real_root = os.path.realpath(os.path.dirname(where)), os.path.realpath(root)
+            if real != real_root and not real.startswith(real_root + os.sep):
+                raise OutsideRootError(f"{path}: refused: a symlinked folder leads out of the results folder {root} "
+                                       f"(to {real}); nothing is written outside it (replace the link by a folder)")
+
+
+def make_dirs(folder: Path) -> Path:
+    """``folder.mkdir(parents=True, exist_ok=True)``, after ``check_inside`` (an empty folder is a write too)."""
+    folder = Path(folder)
+    check_inside(folder / "x")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path`` (``check_inside`` first).
 
     Until the rename both the old and the new file exist, so the space needed is their sum (twice the
     size for a checkpoint rewritten every epoch); a full disk is reported with that figure.
     """
     path = Path(path)
+    check_inside(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600; results are meant to be shared
@@ -185,6 +221,7 @@ def read_jsonl(path: Path) -> list[dict]:
 def ensure_writable(folder: Path) -> Path:
     """Create ``folder`` if needed and prove we can write there; one clear error otherwise."""
     folder = Path(folder)
+    check_inside(folder / "x")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob(".write-probe-*"):  # left by a launch killed mid-probe
@@ -427,11 +464,18 @@ def run_state(run_dir: Path) -> RunState:
         return RunState(check.state, check)
     if check.state == "unusable":
         return RunState("damaged", check)
+    status, started = unfinished_state(run_dir)
+    return RunState(status, check, started=started)
+
+
+def unfinished_state(run_dir: Path) -> tuple[str, dict]:
+    """('running' | 'interrupted' | 'pending', started.json) of a run without a usable result: the one rule
+    ``status`` (through run_state) and tables (report/index.py) both ask, so they never disagree."""
     started = read_started(run_dir)
     if started or (Path(run_dir) / STARTED).exists():
         stopped = bool(started.get("interrupted")) or owner_alive(started) is False  # an I/O fault, or a dead owner
-        return RunState("interrupted" if stopped else "running", check, started=started)
-    return RunState("pending", check)
+        return ("interrupted" if stopped else "running"), started
+    return "pending", started
 
 
 def run_status(run_dir: Path) -> str:

@@ -72,11 +72,14 @@ def set_aside_without_checkpoint(run_dir: Path) -> bool:
 def checks_before_any_run(recipe: Recipe) -> None:
     """Every check a launch makes before the first run, in one place, so ``--dry-run`` refuses exactly what
     ``run`` refuses: the launcher settings against the GPUs torch sees, loggers and datasets (``preflight``),
-    and the memory the configurations ask for (``ltbench.train.resources``)."""
+    pretrained weights files (``registered.check_weights``), and the memory the configurations ask for (``ltbench.train.resources``)."""
     from ltbench.train import resources  # lazy: keeps status and table free of torch (the meta-device models)
+
+    from ltbench.pretrained.registered import check_weights  # lazy: keeps status and table free of torch
 
     check_runs_per_gpu(recipe)
     preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
+    check_weights([spec.config for spec in recipe.runs])  # each weights file once: readable, fitting, finite
     resources.check_recipe(recipe)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ltbench.results import identity, store
 from ltbench.config import value_text
-from ltbench.errors import LtbenchError
+from ltbench.errors import LtbenchError, one_line
 from ltbench.results.identity import DATA_IDENTITY, differing_settings, identity_of
 from ltbench.report.index import scan
 from ltbench.report.rows import flatten
@@ -80,8 +80,8 @@ def run_lines(specs: list[RunSpec], override_keys: list[str] = ()) -> list[str]:
         label = name + (f" ({', '.join(f'{k[7:]}={value_text(flat[k])}' for k in options)})" if options else "")
         others = [f"{k}={value_text(flat[k])}" for k in sorted(differ) if k in flat
                   and not k.startswith("method.") and k not in ALWAYS_SHOWN]
-        lines.append(f"{label} on {flat.get('data.name')} rho={value_text(flat.get('data.imb_factor', '-'))} "
-                     f"seed={flat.get('seed')}" + (f"  {' '.join(others)}" if others else ""))
+        lines.append(one_line(f"{label} on {flat.get('data.name')} rho={value_text(flat.get('data.imb_factor', '-'))} "
+                              f"seed={flat.get('seed')}" + (f"  {' '.join(others)}" if others else "")))
     return lines
 
 

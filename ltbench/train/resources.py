@@ -182,6 +182,18 @@ def bounds(launcher: Any, runs_at_once: int) -> tuple[int, str, int | None, str]
         f" shared by {per_gpu} runs (runs_per_gpu)" if per_gpu > 1 else "")
 
 
+def check_data(specs, launcher, where: str) -> None:
+    """``ltbench data`` loads each distinct dataset in this process: its footprint against this machine's memory
+    first, so a huge split is one line, not an allocation failure (the model is not built there)."""
+    host, said, _, _ = bounds(launcher, 1)
+    for spec in specs:
+        est = estimate(spec.config)
+        if est is not None and est.data > host:
+            raise ConfigError(f"{where}: data: loading it needs about {est.data / GiB:.1f} GiB of memory, more than {said}; "
+                              f"lower the data: options ({_options(spec.config['data'])}), or set "
+                              f"${MEMORY_ENV} if this machine has more")
+
+
 def check_recipe(recipe) -> None:
     """Refuse, before any run, a configuration whose estimate exceeds the memory a run may use: one
     ConfigError naming the run, the parts of the estimate, the bound and the settings that drive it."""
