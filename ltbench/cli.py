@@ -19,13 +19,11 @@ MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; e
 
 def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None):
     """recipe.load_recipe, then the check that every declared table can be built from its runs (which
-    needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run."""
-    from ltbench.recipe import load_recipe  # lazy: keeps --help fast
-    from ltbench.report.expected import check_recipe_tables  # lazy: keeps --help fast
+    needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run. The
+    expansion is kept for the next status and table (report.expected.load_and_remember)."""
+    from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
 
-    recipe = load_recipe(path, overrides, results_dir=results)
-    check_recipe_tables(recipe)
-    return recipe
+    return load_and_remember(path, overrides, results)
 
 
 def _recipe_root(path: str, results: str | None) -> Path:
@@ -81,25 +79,26 @@ def cmd_posthoc(args) -> int:
 def cmd_list(args) -> int:
     """Each registered plugin of a kind: what it is and where it comes from; with ``--options`` every
     option of its Config (type, default, one line of doc), read from the dataclass (config.describe_options)."""
-    from ltbench import registry  # lazy: keeps --help fast
-    from ltbench.config import describe_options  # lazy: keeps --help fast
+    from ltbench.config import OptionDoc  # lazy: keeps --help fast
+    from ltbench.recipe.expansion import plugin_listing  # lazy: keeps --help fast
 
-    registry.add_plugin_paths(args.plugins or [])
-    reg = registry.REGISTRIES[args.kind]
-    entries = reg.entries()
+    entries = plugin_listing(args.plugins or [])[args.kind]
     if args.names:
+        known = {e["name"] for e in entries}
         for name in args.names:
-            if name not in reg:
-                raise LtbenchError(f"ltbench list {args.kind}: {reg.unknown_message(name)}")
-        entries = [e for e in entries if e.name in args.names]
-    width = max((len(e.name) for e in entries), default=4)
+            if name not in known:  # the registry's words (did you mean, where it searched): discovery, rarely
+                from ltbench import registry  # lazy: keeps list free of torch (only an unknown name pays for discovery)
+
+                registry.add_plugin_paths(args.plugins or [])
+                raise LtbenchError(f"ltbench list {args.kind}: {registry.REGISTRIES[args.kind].unknown_message(name)}")
+        entries = [e for e in entries if e["name"] in args.names]
+    width = max((len(e["name"]) for e in entries), default=4)
     for e in entries:  # two lines: what it is (at most LIST_WIDTH characters), then where it comes from
-        doc = (getattr(e.obj, "__doc__", None) or "").strip().splitlines()
-        line = f"{e.name:<{width}}  {doc[0] if doc else ''}".rstrip()
+        line = f"{e['name']:<{width}}  {e['doc']}".rstrip()
         print(line if len(line) <= LIST_WIDTH else line[:LIST_WIDTH - 1] + "…")
-        print(f"{'':<{width}}  from {e.source} ({e.module})")  # a path is never cut
+        print(f"{'':<{width}}  from {e['source']} ({e['module']})")  # a path is never cut
         if args.options:
-            print_options(describe_options(getattr(e.obj, "Config", None) or object), " " * (width + 4))
+            print_options([OptionDoc(*o) for o in e["options"]], " " * (width + 4))
     return 0
 
 
@@ -237,18 +236,17 @@ def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple
     the expansion depends on changed (no torch; ltbench/recipe/expansion.py), else expanded (plugins, torch) and
     cached for the next time."""
     from ltbench.recipe import expansion  # lazy: keeps --help fast
+    from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
 
     try:
         recipe_file = expansion.read_recipe(path, overrides, results)
-        signature = expansion.expansion_signature(recipe_file, overrides)
-        hit = expansion.cached_runs(recipe_file, overrides, signature)
-    except LtbenchError:  # a broken recipe file: load_checked_recipe reports it, in its words
-        recipe_file = hit = None
+        before = recipe_file, expansion.expansion_signature(recipe_file, overrides)
+        hit = expansion.cached_runs(recipe_file, overrides, before[1])
+    except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
+        before = hit = None
     if hit is not None:
-        return recipe_file.root, *hit
-    recipe = load_checked_recipe(path, overrides, results)
-    if recipe_file is not None:
-        expansion.save_runs(recipe_file, overrides, signature, recipe)
+        return before[0].root, *hit
+    recipe = load_and_remember(path, overrides, results, before)  # and cached for the next status and table
     return recipe.root, recipe.runs, recipe.override_keys
 
 

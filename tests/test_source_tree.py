@@ -1,9 +1,15 @@
-"""Tests never write into the checkout: the session fixture in conftest.py compares the tree before and
-after; here, that its comparison sees a write, and that table caches follow $LTBENCH_CACHE_DIR."""
+"""Tests never write into the checkout: conftest.py compares the tree before and after the whole run; here,
+that its comparison sees a write, that it fails the run without blaming a test (a write under results/, where an
+``ltbench run`` in the checkout writes meanwhile, is a note), and that table caches follow $LTBENCH_CACHE_DIR."""
 
 import os
 from pathlib import Path
 
+from types import SimpleNamespace
+
+import pytest
+
+from tests import conftest
 from tests.conftest import source_tree_state
 
 
@@ -31,3 +37,18 @@ def test_table_caches_go_to_ltbench_cache_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("LTBENCH_CACHE_DIR")
     assert cache_file(tmp_path, "x") == tmp_path / "x"  # by default, in the results folder itself
     assert os.environ.get("LTBENCH_CACHE_DIR") is None
+
+
+def test_a_write_fails_the_run_as_a_whole_and_one_under_results_is_only_a_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(conftest, "source_tree_state", lambda: source_tree_state(tmp_path))
+    (tmp_path / "docs").mkdir()
+    session = SimpleNamespace(config=SimpleNamespace(), exitstatus=0)
+    conftest.pytest_sessionstart(session)
+    (tmp_path / "results" / "quickstart").mkdir(parents=True)
+    (tmp_path / "results" / "quickstart" / "result.json").write_text("{}")  # another process's ltbench run
+    conftest.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == 0 and session.config._tree_changes == ([], ["results/quickstart/result.json"])
+    (tmp_path / "docs" / ".ltbench-index").write_text("cache")
+    conftest.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert session.config._tree_changes[0] == ["docs/.ltbench-index"]

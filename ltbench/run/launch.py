@@ -74,10 +74,15 @@ def checks_before_any_run(recipe: Recipe) -> None:
     ``run`` refuses: the launcher settings against the GPUs torch sees, loggers and datasets (``preflight``),
     and the memory the configurations ask for (``ltbench.train.resources``)."""
     from ltbench.train import resources  # lazy: keeps status and table free of torch (the meta-device models)
+    from ltbench.recipe.expansion import cached_estimates, save_estimates  # lazy: keeps --help fast
 
     check_runs_per_gpu(recipe)
     preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
+    signature, known = cached_estimates(recipe.plugins)
+    known_before = resources.known_estimates(known)
     resources.check_recipe(recipe)
+    if resources.known_estimates() != known_before:
+        save_estimates(signature, resources.known_estimates())
 
 
 def print_plan(recipe: Recipe) -> int:
