@@ -38,7 +38,9 @@ def _recipe_root(path: str, results: str | None) -> Path:
 
 def cmd_run(args) -> int:
     from ltbench.run import launch  # lazy: keeps --help fast
+    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
+    recipe.runs = runs_where(recipe.runs, parse_where(args.where))
     if args.launcher:
         recipe.launcher.name = args.launcher
     if args.jobs:
@@ -171,10 +173,12 @@ def cmd_table(args) -> int:
 
     heads = [h.strip() for h in args.heads.split(",") if h.strip()] if args.heads else None
     test = None if args.test == "none" else args.test
+    from ltbench.recipe.expansion import parse_where  # lazy: keeps --help fast
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select,
-                          correction=None if args.correction == "none" else args.correction)
+                          correction=None if args.correction == "none" else args.correction,
+                          where=parse_where(args.where))
     print(report.render_all(built, args.format))
     return 0
 
@@ -217,17 +221,19 @@ def cmd_check(args) -> int:
 
 def cmd_status(args) -> int:
     from ltbench.run import run_status_view  # lazy: keeps --help fast
+    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         root, runs, keys = _status_runs(p, args.overrides, args.results)
+        runs = runs_where(runs, parse_where(args.where))
         if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
             from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
 
             print(no_results_message(p, read_recipe_file(p, args.overrides)[0], Path(root), args.results))
         return run_status_view.print_status(root, runs, keys)
-    if args.overrides:
-        raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
+    if args.overrides or args.where:
+        raise LtbenchError(f"{p}: {'overrides' if args.overrides else '--where'} need a recipe file, not a results folder")
     return run_status_view.print_status(_recipe_root(args.path, args.results))
 
 
@@ -284,6 +290,9 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="a recipe file (YAML): datasets, methods, grid and seeds, e.g. recipes/quickstart.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where method.name=ce,la --where data.imb_factor=100")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
     p.add_argument("--launcher", choices=["local", "slurm", "debug"],
                    help="where the runs execute (default: the recipe's launcher:, else local): local = this machine "
@@ -324,6 +333,9 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where method.name=ce,la --where data.imb_factor=100")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("check", parents=[common],
@@ -370,6 +382,9 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="read every result.json again and rewrite the index and expansion caches")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where method.name=ce,la --where data.imb_factor=100")
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md, report.html")
