@@ -97,7 +97,7 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
         if spec.published:
             add_published(table)
         out.append(table)
-    if recipe is not None and out:
+    if recipe is not None and out and specs is declared:  # every declared table built: what none of them shows
         _note_runs_in_no_table(out, records, recipe)
     return out
 
