@@ -178,7 +178,7 @@ def cmd_table(args) -> int:
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select,
                           correction=None if args.correction == "none" else args.correction,
-                          where=parse_where(args.where))
+                          where=parse_where(args.where), notes=args.notes)
     print(report.render_all(built, args.format))
     return 0
 
@@ -377,6 +377,9 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="Holm's correction of the versus p-values: over the whole block, within each row pair "
                         "(shot groups, priors) or within each column (default: the table's 'correction:', else none)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
+    p.add_argument("--notes", choices=["auto", "full", "short", "none"],
+                   help="LaTeX notes under the table (default: the table's 'notes:', auto: full while the float fits "
+                        "the page's height, else short: the legend and each row note cut to two lines)")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true",

@@ -57,7 +57,7 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
            test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
            overrides: list[str] = (), digits: int | None = None, select: str | None = None,
-           correction: str | None = None, where: dict | None = None) -> list:
+           correction: str | None = None, where: dict | None = None, notes: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table; ``where``: only the runs
     of the recipe with these values (``ltbench table --where``, recipe/expansion.select_where)."""
     records, recipe, _ = source(path, results, use_cache, overrides)
@@ -85,6 +85,8 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
             spec.digits = digits
         if select is not None:  # ltbench table --select val|test
             spec.select = select
+        if notes is not None:  # ltbench table --notes: the LaTeX notes (latex.notes_text)
+            spec.notes = notes
         recs, exp = records, expected
         if spec.include and recipe is not None:  # e.g. CIFAR-10-LT beside CIFAR-100-LT in one table
             recs, exp = list(records), list(expected)
