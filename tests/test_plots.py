@@ -223,13 +223,14 @@ def test_no_title_in_the_figure_and_captions_are_true_to_n():
         assert figure._suptitle is None and all(not ax.get_title() for ax in figure.axes)
 
 
-def test_nothing_to_draw_is_said_in_the_figure():
+def test_nothing_to_draw_is_said_in_the_caption_not_in_an_axis_label():
     one_epoch = pd.DataFrame({"row": ["ce", "la"], "seed": [0, 0], "epoch": [1, 1], "loss": [2.0, 1.5]})
-    assert "only one epoch logged" in figure_curves(one_epoch).axes[0].get_xlabel()
+    curves = figure_curves(one_epoch)
+    assert "Only one epoch logged" in caption(curves) and "logged" not in curves.axes[0].get_xlabel()
     base = per_class_frame(rows=("la",)).drop(columns="accuracy").assign(stat="weight_norm", value=1.0)
     figure = figure_class_stat(base, "weight_norm", all_rows=["ce", "la", "ldam_drw"])
-    note = figure.axes[0].get_xlabel().replace("\n", " ")
-    assert "record no per-class weight_norm): ce, ldam_drw" in note
+    assert "record no per-class weight_norm): ce, ldam_drw." in caption(figure)
+    assert "not drawn" not in figure.axes[0].get_xlabel()
     assert "kappa" not in caption(figure) and "κ" not in caption(figure)
 
 
