@@ -285,3 +285,11 @@ def test_the_font_check_sees_a_small_font(tmp_path):
 def test_an_unknown_size_is_a_clear_error():
     with pytest.raises(LtbenchError, match="figure size 'poster': expected one of column, text"):
         figure_shift(shift_frame(), size="poster")
+
+
+def test_a_shift_figure_without_shifted_priors_says_what_would_produce_them(tmp_path):
+    """Issue 40: 'ltbench plot --kind shift' on runs without target priors names the recipe keys that record them."""
+    from ltbench.report import document, plots
+
+    drawn = document.FIGURES["shift"].draw(plots, pd.DataFrame(), tmp_path / "shift", [], "column")
+    assert drawn.paths == [] and "eval.target_priors" in drawn.reason and "eval.test_sets" in drawn.reason

@@ -41,12 +41,13 @@ class Drawn:
     captions: dict[str, str] = field(default_factory=dict)
 
 
-def _one_figure(function: str, **options):
-    """A kind drawn by one ``plots.figure_*`` function into ``out_base``; an empty frame is said, not drawn."""
+def _one_figure(function: str, needs: str = "", **options):
+    """A kind drawn by one ``plots.figure_*`` function into ``out_base``; an empty frame is said, not drawn,
+    with what would produce its data (``needs``)."""
 
     def draw(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
         if df.empty:
-            return Drawn([], f"no data for the {out_base.name} figure in these runs")
+            return Drawn([], f"no data for the {out_base.name} figure in these runs" + (f": {needs}" if needs else ""))
         out_base.parent.mkdir(parents=True, exist_ok=True)
         figure = getattr(plots, function)(df, size=size, **options)
         paths = plots.save_figure(figure, str(out_base))
@@ -67,7 +68,10 @@ FIGURES = {  # kind -> FigureKind; looked up by ``figure_kind`` (one rule, did-y
     "per_class": FigureKind("per_class", _one_figure("figure_per_class"), "per-class accuracy against training count"),
     "class_stats": FigureKind("class_stats", _class_stats, "per-class statistics the runs record (a vMF "
                               "concentration κ, classifier weight norms) against training count"),
-    "shift": FigureKind("shift", _one_figure("figure_shift"), "accuracy from forward through uniform to backward test priors"),
+    "shift": FigureKind("shift", _one_figure("figure_shift", needs=(
+        "it needs accuracies under shifted test priors, which runs record when their recipe sets "
+        "eval.target_priors (e.g. [forward50, forward10, uniform, backward10, backward50]) or eval.test_sets; "
+        "they are part of the run id, so 'ltbench run' then trains those runs (docs/recipes.md)")), "accuracy from forward through uniform to backward test priors"),
     "curves": FigureKind("curves", _one_figure("figure_curves", y="loss"), "training loss per epoch"),
 }
 # Earlier names of a kind, still accepted: 'kappa' drew the class statistics before it was named for
