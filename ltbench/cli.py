@@ -40,7 +40,8 @@ def cmd_run(args) -> int:
     from ltbench.run import launch  # lazy: keeps --help fast
     from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
-    recipe.runs = runs_where(recipe.runs, parse_where(args.where))
+    recipe.where = parse_where(args.where)
+    recipe.runs = runs_where(recipe.runs, recipe.where)
     if args.launcher:
         recipe.launcher.name = args.launcher
     if args.jobs:

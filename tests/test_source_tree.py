@@ -52,3 +52,17 @@ def test_a_write_fails_the_run_as_a_whole_and_one_under_results_is_only_a_note(t
     conftest.pytest_sessionfinish(session, 0)
     assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
     assert session.config._tree_changes[0] == ["docs/.ltbench-index"]
+
+
+def test_without_a_cache_dir_the_source_tree_and_a_missing_folder_are_cached_in_the_users_cache(tmp_path, monkeypatch):
+    """Issue 40: 'ltbench table docs/reference-results/x' writes no cache into the docs, and a recipe never run
+    (no results folder) is cached too, in $XDG_CACHE_HOME/ltbench; a writable results folder keeps its own."""
+    from ltbench.results.store import cache_file
+
+    reference = Path(__file__).resolve().parents[1] / "docs" / "reference-results" / "quickstart"
+    monkeypatch.delenv("LTBENCH_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_file(reference, ".ltbench-index").is_relative_to(tmp_path / "xdg" / "ltbench")
+    assert cache_file(tmp_path / "never-run", "x").is_relative_to(tmp_path / "xdg" / "ltbench")
+    (tmp_path / "results").mkdir()
+    assert cache_file(tmp_path / "results", "x") == tmp_path / "results" / "x"

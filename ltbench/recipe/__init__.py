@@ -125,6 +125,7 @@ class Recipe:
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
     overrides: list = field(default_factory=list)  # the overrides as typed (what `ltbench table` is given too)
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
+    where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
 
     @property
     def root(self) -> Path:

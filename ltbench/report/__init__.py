@@ -169,4 +169,4 @@ def recipe_tables_text(recipe) -> str | None:
     tables, else the default one. For the end of ``ltbench run``; None before any run is done."""
     if not Path(recipe.root).is_dir() or not any(r["status"] == "done" for r in index.scan(recipe.root)):
         return None
-    return render_all(tables(recipe.path, recipe.results_arg, overrides=list(recipe.overrides)))
+    return render_all(tables(recipe.path, recipe.results_arg, overrides=list(recipe.overrides), where=recipe.where))
