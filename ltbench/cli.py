@@ -293,7 +293,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
     p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
                    help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where method.name=ce,la --where data.imb_factor=100")
+                        "--where data.imb_factor=10,100 --where seed=0")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
     p.add_argument("--launcher", choices=["local", "slurm", "debug"],
                    help="where the runs execute (default: the recipe's launcher:, else local): local = this machine "
@@ -336,7 +336,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
                    help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where method.name=ce,la --where data.imb_factor=100")
+                        "--where data.imb_factor=10,100 --where seed=0")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("check", parents=[common],
@@ -388,7 +388,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
                    help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where method.name=ce,la --where data.imb_factor=100")
+                        "--where data.imb_factor=10,100 --where seed=0")
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md, report.html")

@@ -309,7 +309,7 @@ def parse_where(items: list[str] | None) -> dict[str, list]:
         key, sep, values = item.partition("=")
         key = key.strip()
         if not sep or not key or not values.strip():
-            raise ConfigError(f"--where {item}: expected KEY=VALUE[,VALUE] (e.g. --where method.name=ce,la)")
+            raise ConfigError(f"--where {item}: expected KEY=VALUE[,VALUE] (e.g. --where data.imb_factor=10,100)")
         out.setdefault(key, []).extend(parse_yaml(v.strip(), f"--where {key}") for v in values.split(","))
     return out
 
@@ -339,10 +339,10 @@ def select_where(configs: list[dict], where: dict[str, list]) -> list[bool]:
         if not {value_text(v) for v in wanted} & set(have):
             raise ConfigError(f"--where {key}={','.join(value_text(v) for v in wanted)}: no run has this value; "
                               f"the runs have {key} = {', '.join(have[:20])}")
-    keep = [all(value_text(where_value(c, k)) in {value_text(v) for v in vs} for k, vs in where.items())
+    keep = [all(value_text(where_value(c, k)) in {value_text(v) for v in values} for k, values in where.items())
             for c in configs]
     if where and not any(keep):
-        raise ConfigError(f"--where {' '.join(f'{k}={vs}' for k, vs in where.items())}: no run has all of these "
+        raise ConfigError(f"--where {' '.join(f'{k}={values}' for k, values in where.items())}: no run has all of these "
                           f"values at once")
     return keep
 
