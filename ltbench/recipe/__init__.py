@@ -125,6 +125,7 @@ class Recipe:
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
     overrides: list = field(default_factory=list)  # the overrides as typed (what `ltbench table` is given too)
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
+    where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
 
     @property
     def root(self) -> Path:
@@ -537,20 +538,27 @@ def _related(axis: str, key: Any) -> bool:
 
 
 def _split_rows(rows: list[dict], axis: str, values: list) -> list[dict]:
-    """One row per value of ``axis`` for each row that does not name it; ``versus`` of any row that has one
-    value of the axis points at the split row of that value."""
+    """One row per value of ``axis`` for each row that does not name it, each value's rows one row group
+    ('imb_factor=10', inside the row's own group when it has one), so best, second best and ≈ compare rows of one
+    value only; ``versus`` of any row that has one value of the axis points at the split row of that value."""
     leaf = axis.rsplit(".", 1)[-1]
-    split, out = set(), []  # labels that were split; (row, its value's label suffix or None)
+    split, kept, by_value = set(), [], {value_text(v): [] for v in values}  # by_value: (row, label suffix)
     for i, row in enumerate(rows):
         selector = row.get("where") if isinstance(row.get("where"), dict) else {}
         if any(_related(axis, k) for k in selector):
-            out.append((row, f" ({leaf}={value_text(selector[axis])})" if axis in selector else None))
+            named = value_text(selector[axis]) if axis in selector else None
+            (by_value[named] if named in by_value else kept).append((row, f" ({leaf}={named})" if named else None))
             continue
         label = row.get("label") if isinstance(row.get("label"), str) else f"row {i + 1}"
         split.add(label)
         for value in values:
             suffix = f" ({leaf}={value_text(value)})"
-            out.append(({**row, "label": label + suffix, "where": {**selector, axis: value}}, suffix))
+            by_value[value_text(value)].append(({**row, "label": label + suffix, "where": {**selector, axis: value}}, suffix))
+    out = list(kept)
+    for text, pairs in by_value.items():
+        for row, suffix in pairs:
+            own = row.get("group") if isinstance(row.get("group"), str) else None
+            out.append(({**row, "group": f"{own} · {leaf}={text}" if own else f"{leaf}={text}"}, suffix))
     for row, suffix in out:
         versus = row.get("versus")
         if suffix is not None and isinstance(versus, (str, list)):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ltbench.config import from_dict
 from ltbench.errors import ConfigError, short_repr
@@ -76,6 +76,9 @@ class TableSpec:
     # LaTeX, never scaled: 'column' (a table in one column), 'page' (a table* across both) or 'auto' (a column
     # when some layout fits one, else the page); ltbench/report/latex.py
     width: str = "auto"
+    # LaTeX notes under the table: 'full', 'short' (the legend, each row note cut to two lines, where the rest is),
+    # 'none', or 'auto' (full when the float fits the page's height, else short); ltbench/report/latex.py
+    notes: Literal["auto", "full", "short", "none"] = "auto"
     differences: str = "table"  # LaTeX: versus differences in a tabular of their own ('table') or under each row ('rows')
     # Holm's correction of the versus comparisons' p-values: over the whole block ('holm'), within each row
     # pair ('holm:row': shot groups, priors) or within each column ('holm:column'); None: uncorrected.

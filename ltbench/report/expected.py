@@ -2,7 +2,8 @@
 
 Expanding a recipe validates every run against the plugins' Config classes, which imports the
 method modules and therefore torch (about 2 s). A table must not pay that each time, so the
-expansion is cached in the results folder (``.ltbench-recipe-<name>.json``), keyed by
+expansion is cached (``.ltbench-recipe-<name>.json`` in the results folder, or where ``store.cache_file``
+says), by whichever command expanded the recipe (``load_and_remember``), keyed by
 ``expansion.expansion_signature``: the recipe file's path and bytes, the overrides, the results folder,
 $LTBENCH_PLUGIN_PATH and the size and mtime of every Python file of ltbench, the built-in methods, the
 recipe's plugin folders and the $LTBENCH_PLUGIN_PATH folders: editing any of them expands it again. A
@@ -21,7 +22,7 @@ from typing import Any
 
 from ltbench.results import caches, identity, store
 from ltbench.errors import ConfigError, LtbenchError
-from ltbench.recipe.expansion import expansion_signature, read_recipe
+from ltbench.recipe.expansion import expansion_signature, read_recipe, save_runs
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, load_recipe, no_results_message, results_elsewhere
 from ltbench.results.runspec import RunSpec
@@ -127,16 +128,36 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     if expected is not None:
         tables = parse_tables(raw.get("tables"), f"{path}: tables")
         return RecipeRuns(name, path, root, expected, tables, list(dict.fromkeys(e["seed"] for e in expected)))
+    recipe = load_and_remember(path, overrides, results, (recipe_file, signature))
+    expected = expected_of(recipe.runs, recipe.posthoc)
+    seeds = list(dict.fromkeys(e["seed"] for e in expected))
+    return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
+
+
+def load_and_remember(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                      before: tuple | None = None) -> Recipe:
+    """load_recipe, the check that every declared table can be built from its runs, then the expansion kept
+    for both ``status`` (recipe/expansion.py) and tables (this module's cache): whichever command expanded a
+    recipe (run, --dry-run, status, table, report), the next of any of them needs no torch. ``before``:
+    (recipe file, signature) already taken; the signature is always taken before expanding, so a file edited
+    meanwhile makes the caches miss."""
+    path = Path(path)
+    if before is None:
+        try:
+            recipe_file = read_recipe(path, overrides, results)
+            before = recipe_file, expansion_signature(recipe_file, overrides)
+        except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
+            before = None
     recipe = load_recipe(path, list(overrides), results_dir=results)
     check_recipe_tables(recipe)
-    expected, rows = expected_rows(recipe.runs, recipe.posthoc)
-    seeds = list(dict.fromkeys(e["seed"] for e in expected))
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
-    # any file this cache watches: such a recipe is expanded every time, never read from or written to the cache.
-    volatile = any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES)
-    if root.is_dir() and not volatile:  # also with --no-cache: a damaged cache is replaced by a good one
-        _save_expected(cache_path, signature, expected, rows)
-    return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
+    # any file these caches watch: such a recipe is expanded every time, never cached.
+    if before is not None and not any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES):
+        recipe_file, signature = before
+        save_runs(recipe_file, list(overrides), signature, recipe)
+        expected, rows = expected_rows(recipe.runs, recipe.posthoc)
+        _save_expected(_cache_path(recipe_file.root, recipe_file.name, list(overrides)), signature, expected, rows)
+    return recipe
 
 
 def check_tables(tables_by_name: dict, runs: list[RunSpec], where: str, posthoc: list[dict] = ()) -> None:

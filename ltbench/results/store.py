@@ -510,23 +510,55 @@ def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
     return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]
 
 
-# The caches ltbench keeps beside a results folder (table index, recipe expansions) live in the folder
-# itself, or under $LTBENCH_CACHE_DIR.
-CACHE_DIR_ENV = "LTBENCH_CACHE_DIR"  # set: the table caches live there, not in the results folder
+# The caches ltbench keeps for a results folder (table index, recipe expansions) live in the folder itself
+# when ltbench may write there, else in a per-user cache folder (cache_file).
+CACHE_DIR_ENV = "LTBENCH_CACHE_DIR"  # set: every cache lives there, never in a results folder
+SOURCE_TREE = Path(__file__).resolve().parents[2]  # the folder holding the ltbench package (a checkout's root)
 
 
 def cache_file(root: Path, name: str) -> Path:
-    """Where a results folder's cache file ``name`` lives: in the folder itself, or, with
-    $LTBENCH_CACHE_DIR set, in a subfolder of it named after the folder's absolute path. The tests set
-    it, so reading docs/reference-results never writes into the source tree; so can a user whose results
-    folder is shared or read-only."""
-    elsewhere = os.environ.get(CACHE_DIR_ENV)
-    if not elsewhere:
-        return Path(root) / name
-    key = hashlib.sha1(os.fspath(Path(root).resolve()).encode()).hexdigest()[:16]
-    folder = Path(elsewhere) / key
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass  # unwritable: the cache is skipped when saved, tables still work
+    """Where a results folder's cache file ``name`` lives: in the folder itself when it exists, is writable
+    and is not part of the source tree (inside the checkout only its ``results/`` folder qualifies); else in
+    the user's cache folder (``$XDG_CACHE_HOME/ltbench``, ``~/.cache/ltbench``), in a subfolder named after the
+    folder's absolute path. Why: ``ltbench table docs/reference-results/x`` must never write into the docs, a
+    shared or read-only results folder must still get a cache, and a recipe never run yet (no folder) is
+    cached too, so its second ``status`` needs no torch. With $LTBENCH_CACHE_DIR set (the tests set it) every
+    cache lives there."""
+    root = Path(root)
+    if not os.environ.get(CACHE_DIR_ENV) and _caches_beside(root):
+        beside = root / name
+        # A recipe cached before its first launch made the folder keeps its cache where it was made.
+        if beside.exists() or not _in_cache_dir(user_cache_dir(), root, name, make=False).exists():
+            return beside
+    return _in_cache_dir(cache_home(), root, name)
+
+
+def _in_cache_dir(home: Path, root: Path, name: str, make: bool = True) -> Path:
+    folder = home / hashlib.sha1(os.fspath(root.resolve()).encode()).hexdigest()[:16]
+    if make:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # unwritable: the cache is skipped when saved, tables still work
     return folder / name
+
+
+def _caches_beside(root: Path) -> bool:
+    resolved = root.resolve()
+    in_source = resolved.is_relative_to(SOURCE_TREE) and not resolved.is_relative_to(SOURCE_TREE / "results")
+    return not in_source and resolved.is_dir() and os.access(resolved, os.W_OK)
+
+
+def cache_home() -> Path:
+    """Where caches that belong to no results folder live (``ltbench list``'s): $LTBENCH_CACHE_DIR, else the
+    user's cache folder."""
+    return Path(os.environ.get(CACHE_DIR_ENV) or user_cache_dir())
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache folder: ``$XDG_CACHE_HOME/ltbench``, else ``~/.cache/ltbench`` (a temporary folder
+    of the user's when there is no home)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):
+        base = os.path.join(tempfile.gettempdir(), f"ltbench-cache-{os.getuid()}")
+    return Path(base) / "ltbench"
