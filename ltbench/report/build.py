@@ -142,8 +142,8 @@ def fill_row(table: Table, row: Row) -> None:
 
 
 def stale_notes(unit) -> list[str]:
-    """'seed(s) 0, 1 stale: ...': finished results (counted) whose plugin code has changed since they were
-    made (identity.changed_code), one note per set of changed modules."""
+    """'seed(s) 0, 1 stale: ...': finished results (counted) made by code that has changed since
+    (identity.code_state: a module, an installed version, a data file), one note per set of changes."""
     by_modules: dict[str, list[str]] = {}
     for seed, modules in sorted(unit.stale.items(), key=lambda item: str(item[0])):
         more = f" and {len(modules) - 4} more" if len(modules) > 4 else ""
