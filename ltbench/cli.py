@@ -319,7 +319,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_positive_int, help="local launcher: worker processes (>= 1)")
     p.add_argument("--rerun-failed", action="store_true", help="run again the runs whose status is failed")
     p.add_argument("--rerun-stale", action="store_true",
-                   help="run again (from scratch) finished runs whose plugin code has changed since")
+                   help="run again (from scratch) finished runs made by code that has changed since (status says which)")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
     p.add_argument("--rebuild-checkpoints", action="store_true",
                    help="train again finished runs whose final checkpoint.pt is missing or unusable (stage 2 needs it)")
@@ -336,7 +336,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="feature cache precision")
     p.add_argument("--rerun-failed", action="store_true", help="fit again the stage-2 settings that failed")
     p.add_argument("--rerun-stale", action="store_true",
-                   help="fit again the stage-2 results whose stage-2 plugin code has changed since")
+                   help="fit again the stage-2 results made by code that has changed since")
     p.set_defaults(func=cmd_posthoc)
 
     _add_list_command(sub, common)

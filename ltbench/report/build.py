@@ -142,8 +142,8 @@ def fill_row(table: Table, row: Row) -> None:
 
 
 def stale_notes(unit) -> list[str]:
-    """'seed(s) 0, 1 stale: ...': finished results (counted) whose plugin code has changed since they were
-    made (identity.changed_code), one note per set of changed modules."""
+    """'seed(s) 0, 1 stale: ...': finished results (counted) made by code that has changed since
+    (identity.code_state: a module, an installed version, a data file), one note per set of changes."""
     by_modules: dict[str, list[str]] = {}
     for seed, modules in sorted(unit.stale.items(), key=lambda item: str(item[0])):
         more = f" and {len(modules) - 4} more" if len(modules) > 4 else ""
@@ -164,48 +164,46 @@ def code_unknown_notes(unit) -> list[str]:
 
 
 def numerics_notes(unit) -> list[str]:
-    """A note when the seeds of one row were made under different numerics (identity.numerics_difference):
-    'seeds made under different numerics (threads): seed 0: CPU ..., 2 threads; seeds 1, 2: ..., 1 thread'."""
-    classes: dict[str, list] = {}
-    examples: dict[str, dict] = {}
-    for seed, rec in sorted(unit.runs.items(), key=lambda item: str(item[0])):
-        numerics = rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
-        text = identity.numerics_text(numerics)
-        classes.setdefault(text, []).append(str(seed))
-        examples.setdefault(text, numerics)
+    """A note when the seeds of one row were made under different numerics (identity.numerics_classes, the
+    borrowing rule's comparison): 'seeds made under different numerics (threads): seed 0: CPU ..., 2 threads;
+    seeds 1, 2: ..., 1 thread'."""
+    seeds = sorted(unit.runs, key=str)
+    classes, differ, unknown = identity.numerics_classes([_numerics(unit.runs[s]) for s in seeds])
     if len(classes) < 2:
         return []
-    texts = list(examples)
-    differ = sorted({f for i, a in enumerate(texts) for b in texts[i + 1:]
-                     for f in identity.numerics_difference(examples[a], examples[b])[0]})
-    listing = "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}: {text}" for text, seeds in classes.items())
+    listing = "; ".join(f"seed{'s' if len(m) > 1 else ''} {', '.join(str(seeds[i]) for i in m)}: {text}"
+                        for text, m in classes)
     if differ:
         return [f"seeds made under different numerics ({', '.join(differ)}): {listing}"]
-    return [f"seeds whose numerics cannot be compared fully: {listing}"]
+    return [f"seeds whose numerics cannot be compared fully ({', '.join(unknown)} not recorded for some): {listing}"]
+
+
+def _numerics(rec: dict) -> dict:
+    return rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
 
 
 def table_numerics_note(table: Table) -> str | None:
-    """The numerics of every run a table shows, said once: 'numerics: CPU ..., 1 thread (all 12 results)',
-    or each one with the rows made under it, so rows made under different numerics are never read as
-    like for like without saying so."""
-    by_text: dict[str, list[str]] = {}
-    count: dict[str, int] = {}
+    """The numerics of every run a table shows, said once: 'numerics of every result shown: CPU ..., 1 thread
+    (12 results)', or each class (identity.numerics_classes) with the rows made under it and every field
+    that differs between classes, so rows made under different numerics are never read as like for like."""
+    recs, labels = [], []
     for row in table.rows:
         for unit in row.units.values():
             for rec in unit.runs.values():
-                text = identity.numerics_text(rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {})
-                count[text] = count.get(text, 0) + 1
-                if row.label not in by_text.setdefault(text, []):
-                    by_text[text].append(row.label)
-    if not count:
+                recs.append(_numerics(rec))
+                labels.append(row.label)
+    if not recs:
         return None
-    if len(count) == 1:
-        (text, n), = count.items()
-        return f"numerics of every result shown: {text} ({n} result{'s' if n > 1 else ''})"
-    parts = [f"{text}: {count[text]} result(s), rows {', '.join(repr(label) for label in labels)}"
-             for text, labels in by_text.items()]
-    return "results made under different numerics (compare across them only through means and spreads): " \
-        + "; ".join(parts)
+    classes, differ, unknown = identity.numerics_classes(recs)
+    if len(classes) == 1:
+        (text, members), = classes
+        return f"numerics of every result shown: {text} ({len(members)} result{'s' if len(members) > 1 else ''})"
+    parts = [f"{text}: {len(members)} result(s), rows "
+             + ", ".join(repr(label) for label in dict.fromkeys(labels[i] for i in members))
+             for text, members in classes]
+    fields = "; ".join(filter(None, [", ".join(differ), unknown and f"not recorded for some: {', '.join(unknown)}"]))
+    return f"results made under different numerics ({fields}; compare across them only through means and " \
+        "spreads): " + "; ".join(parts)
 
 
 def _note_missing_without_recipe(table: Table, seeds: list) -> None:

@@ -553,9 +553,8 @@ def _difference_note(mine: dict, folder: str, other: dict, where: str) -> str:
     """'fmnist_augment_on/ holds another result of this run id, made under other numerics: threads 1 against
     2 (All 68.86 against 70.06 here, the run's main prediction): not used'."""
     theirs, ours = _numerics(other), _numerics(mine)
-    differ, _ = identity.numerics_difference(theirs, ours)
-    how = ("other numerics: " + ", ".join(f"{f} {theirs[f]} against {ours[f]}" for f in differ)) if differ \
-        else "numerics that cannot be compared fully"
+    contrast = identity.numerics_contrast(theirs, ours)
+    how = f"other numerics: {contrast}" if contrast else "numerics that cannot be compared fully"
     a, b = (other.get("metrics") or {}).get("all"), (mine.get("metrics") or {}).get("all")
     # the run's main prediction: a row reading another head of the run (e.g. 'sum_da_none') shows other numbers
     numbers = (f" (All {100 * a:.2f} against {100 * b:.2f} {where}, the run's main prediction)"

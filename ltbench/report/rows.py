@@ -22,7 +22,7 @@ from typing import Any
 
 from ltbench.config import value_text
 from ltbench.errors import ConfigError
-from ltbench.results.identity import DATA_IDENTITY, numerics_difference
+from ltbench.results.identity import DATA_IDENTITY, numerics_contrast
 from ltbench.results.store import OLDER
 from ltbench.priors import prior_order
 from ltbench.recipe.tables import ALL_PRIORS, TEMPLATE_FIELD, TableSpec, column_metric, versus_targets
@@ -254,12 +254,11 @@ def duplicate_note(rec: dict, kept: dict, run_id: str, kept_name: str) -> str:
     """A second result of one run id in the results read: a copy (counted once), or, when its numerics or its
     numbers differ, another result that is named and not counted (identity.numerics_difference)."""
     mine, theirs = rec.get("numerics") or {}, kept.get("numerics") or {}
-    differ = numerics_difference(mine, theirs)[0] if isinstance(mine, dict) and isinstance(theirs, dict) else []
+    contrast = numerics_contrast(mine, theirs) if isinstance(mine, dict) and isinstance(theirs, dict) else ""
     same_numbers = (rec.get("metrics") or {}).get("all") == (kept.get("metrics") or {}).get("all")
-    if not differ and same_numbers:
+    if not contrast and same_numbers:
         return f"{_name(rec)} is a copy of run {run_id} ({kept_name}): counted once"
-    how = f"other numerics ({', '.join(f'{f} {mine[f]} against {theirs[f]}' for f in differ)})" if differ \
-        else "other numbers"
+    how = f"other numerics ({contrast})" if contrast else "other numbers"
     return f"{_name(rec)} is another result of run {run_id}, made under {how}: not counted ({kept_name} is)"
 
 

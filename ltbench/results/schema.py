@@ -152,8 +152,9 @@ def _header_problem(obj: dict) -> str:
 
 def code_problem(obj: dict) -> str:
     """``code``: module -> {normalized, path, sha256} (results/code.code_record; older records {path, sha256}),
-    what status, run and tables compare with the files now (the stale rule, identity.code_state). Every
-    field is optional (a record without a hash is 'code unknown'), but each present one is a string."""
+    'data:<path>' -> {sha256}, 'distribution:<name>' -> {version} (provenance.modules_code): what status, run
+    and tables compare with this machine now (the stale rule, identity.code_state). Every field is optional
+    (a record without a hash is 'code unknown'), but each present one is a string."""
     code = obj.get("code")
     if code is None:
         return ""
@@ -161,7 +162,7 @@ def code_problem(obj: dict) -> str:
         return f"code is {_shown(code)}, expected an object of module -> {{normalized, path, sha256}}"
     for module, entry in code.items():
         if not (isinstance(entry, dict) and entry
-                and all(entry.get(k) is None or isinstance(entry[k], str) for k in ("normalized", "path", "sha256"))):
+                and all(entry.get(k) is None or isinstance(entry[k], str) for k in ("normalized", "path", "sha256", "version"))):
             return f"code.{str(module)[:60]} is {_shown(entry)}, expected {{normalized, path, sha256}} strings"
     return ""
 
