@@ -50,6 +50,8 @@ def lade_regulariser(logits: torch.Tensor, labels: torch.Tensor, prior: torch.Te
 
 @dataclass
 class LADEConfig:
+
+    search_space = {"alpha": {"log_uniform": [0.02, 0.5]}, "remine_lambda": {"log_uniform": [0.005, 1.0]}}  # official values inside (docs/methods.md)
     alpha: float = 0.1
     """Weight of LADER (the official config files' RouteWeightLoss weight; README: 0.1 CIFAR-100, 0.05 ImageNet-LT)."""
     remine_lambda: float = 0.1

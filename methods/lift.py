@@ -35,6 +35,8 @@ from .la import log_prior_adjustment
 
 @dataclass
 class LIFTConfig:
+
+    search_space = {"tau": {"uniform": [0.5, 2.0]}}  # around LIFT's 1 (docs/methods.md)
     s: float = 25.0  # cosine scale (LIFT's default 'scale')
     tau: float = 1.0  # logit-adjustment temperature
     init: Literal["text", "random"] = "text"  # text: from the backbone's text tower (CLIP)

@@ -36,6 +36,8 @@ from ._vmf import OnlineClassMeans, log_cp, sra_kappa
 
 @dataclass
 class ProCoConfig:
+
+    search_space = {"alpha": {"uniform": [0.5, 2.0]}, "temperature": {"log_uniform": [0.05, 0.2]}}  # around the official 1.0, 0.1 (docs/methods.md)
     alpha: float = 1.0
     """Weight of the ProCo loss: L = LA-CE + alpha * ProCo (official --alpha, 1.0)."""
     temperature: float = 0.1

@@ -43,6 +43,8 @@ from ._twobranch import classifier_head
 
 @dataclass
 class SADEConfig:
+
+    search_space = {"tau": {"uniform": [1.0, 3.0]}}  # around the official 2 (docs/methods.md)
     num_experts: int = 3
     """SADE's three experts (forward, uniform, backward); the loss is defined for exactly three."""
     expert_stages: int = 3
