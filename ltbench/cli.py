@@ -177,6 +177,10 @@ def cmd_table(args) -> int:
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select,
                           correction=None if args.correction == "none" else args.correction)
+    if args.trials:
+        from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
+        print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
+        return 0
     print(report.render_all(built, args.format))
     return 0
 
@@ -385,6 +389,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="Holm's correction of the versus p-values: over the whole block, within each row pair "
                         "(shot groups, priors) or within each column (default: the table's 'correction:', else none)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
+    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation and test All, "
+                   "device-hours, which one each seed chose) instead of the table")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true",

@@ -30,8 +30,6 @@ UNIT_SPACE = "z"  # the feature space BAPE exposes to stage 2 (Method.feature_sp
 
 @dataclass
 class BAPEConfig:
-
-    search_space = {"alpha_hat": {"log_uniform": [10.0, 40.0]}, "beta_hat": {"log_uniform": [0.3, 8.0]}}  # the paper's per-dataset values inside (docs/methods.md)
     aux: dict[str, Any] = field(default_factory=lambda: {"name": "la"})
     """Auxiliary method trained beside BAPE: any registered method with its own hyper-parameters,
     e.g. {name: la, tau: 1.0}. Its defaults are filled in at validation (so they are part of the run id)."""
@@ -107,6 +105,7 @@ class BAPE(Method):
     """Explicit vMF Bayes classifier (MAP-estimated) on a projection head, plus an auxiliary method (docs/bape.md)."""
 
     Config = BAPEConfig
+    search_space = {"alpha_hat": {"log_uniform": [10.0, 40.0]}, "beta_hat": {"log_uniform": [0.3, 8.0]}}  # the paper's per-dataset values inside (docs/methods.md)
 
     def __init__(self, cfg: BAPEConfig, ctx):
         super().__init__(cfg, ctx)

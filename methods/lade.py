@@ -50,8 +50,6 @@ def lade_regulariser(logits: torch.Tensor, labels: torch.Tensor, prior: torch.Te
 
 @dataclass
 class LADEConfig:
-
-    search_space = {"alpha": {"log_uniform": [0.02, 0.5]}, "remine_lambda": {"log_uniform": [0.005, 1.0]}}  # official values inside (docs/methods.md)
     alpha: float = 0.1
     """Weight of LADER (the official config files' RouteWeightLoss weight; README: 0.1 CIFAR-100, 0.05 ImageNet-LT)."""
     remine_lambda: float = 0.1
@@ -70,6 +68,7 @@ class LADE(Method):
     """LADE-CE + α·LADER on a linear head; predicts z + log(K·p_t) (module doc)."""
 
     Config = LADEConfig
+    search_space = {"alpha": {"log_uniform": [0.02, 0.5]}, "remine_lambda": {"log_uniform": [0.005, 1.0]}}  # official values inside (docs/methods.md)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

@@ -35,8 +35,6 @@ from .la import log_prior_adjustment
 
 @dataclass
 class LIFTConfig:
-
-    search_space = {"tau": {"uniform": [0.5, 2.0]}}  # around LIFT's 1 (docs/methods.md)
     s: float = 25.0  # cosine scale (LIFT's default 'scale')
     tau: float = 1.0  # logit-adjustment temperature
     init: Literal["text", "random"] = "text"  # text: from the backbone's text tower (CLIP)
@@ -85,6 +83,7 @@ class LIFT(Method):
     """Text-initialised cosine classifier + logit-adjusted loss (module docstring)."""
 
     Config = LIFTConfig
+    search_space = {"tau": {"uniform": [0.5, 2.0]}}  # around LIFT's 1 (docs/methods.md)
 
     def __init__(self, cfg: LIFTConfig, ctx):
         super().__init__(cfg, ctx)

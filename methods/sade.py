@@ -43,8 +43,6 @@ from ._twobranch import classifier_head
 
 @dataclass
 class SADEConfig:
-
-    search_space = {"tau": {"uniform": [1.0, 3.0]}}  # around the official 2 (docs/methods.md)
     num_experts: int = 3
     """SADE's three experts (forward, uniform, backward); the loss is defined for exactly three."""
     expert_stages: int = 3
@@ -170,6 +168,7 @@ class SADE(Method):
     """Three experts on a shared trunk with forward/uniform/inverse prior losses; test-time aggregation."""
 
     Config = SADEConfig
+    search_space = {"tau": {"uniform": [1.0, 3.0]}}  # around the official 2 (docs/methods.md)
 
     @classmethod
     def build_model(cls, cfg: SADEConfig, backbone: nn.Module) -> nn.Module:

@@ -22,6 +22,7 @@ def test_every_method_space_names_its_own_options_and_valid_distributions(name):
     cls = METHODS.get(name)
     space = search.method_space(cls, name)  # parses every distribution (ConfigError otherwise)
     search.check_space_options(space, cls.Config, name, "search_space")
+    assert "search_space" not in vars(cls.Config), "declare the space on the method class, beside Config"
     if name == "zero_shot":  # trains nothing (optim.epochs 0) and needs a text tower: nothing to tune
         assert not space
         return
@@ -127,3 +128,13 @@ def test_null_removes_a_key_and_the_recipe_value_then_stays(write_recipe):
     recipe = load_recipe(tuned(write_recipe, search={**SEARCH, "space": {"optim.lr": None}}))
     assert {r.config["optim"]["lr"] for r in recipe.runs} == {0.05}
     assert "optim.lr" not in recipe.runs[0].grid["search"]["space"]
+
+
+def test_a_search_space_is_left_out_of_the_code_hash_like_a_docstring():
+    from ltbench.results.code import normalized_hash
+
+    plain = b"class M:\n    Config = int\n\n    def f(self):\n        return 1\n"
+    spaced = b"class M:\n    Config = int\n    search_space = {'tau': {'uniform': [0.5, 2.0]}}\n\n    def f(self):\n        return 1\n"
+    assert normalized_hash(plain) == normalized_hash(spaced)
+    assert normalized_hash(plain) != normalized_hash(plain.replace(b"return 1", b"return 2"))
+    assert normalized_hash(b"search_space = 1\n") != normalized_hash(b"\n")  # only a class's declaration
