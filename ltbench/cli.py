@@ -186,6 +186,10 @@ def cmd_table(args) -> int:
                           overrides=args.overrides, digits=args.digits, select=args.select,
                           correction=None if args.correction == "none" else args.correction,
                           where=parse_where(args.where), notes=args.notes)
+    if args.trials:
+        from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
+        print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
+        return 0
     print(report.render_all(built, args.format))
     return 0
 
@@ -404,6 +408,8 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--notes", choices=["auto", "full", "short", "none"],
                    help="LaTeX notes under the table (default: the table's 'notes:', auto: full while the float fits "
                         "the page's height, else short: the legend and each row note cut to two lines)")
+    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation and test All, "
+                   "device-hours, which one each seed chose) instead of the table")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true",

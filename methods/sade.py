@@ -166,6 +166,7 @@ class SADE(Method):
     """Three experts on a shared trunk with forward/uniform/inverse prior losses; test-time aggregation."""
 
     Config = SADEConfig
+    search_space = {"tau": {"uniform": [1.0, 3.0]}}  # around the official 2 (docs/methods.md)
 
     @classmethod
     def build_model(cls, cfg: SADEConfig, backbone: nn.Module) -> nn.Module:

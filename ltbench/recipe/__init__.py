@@ -28,6 +28,7 @@ from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
+from ltbench.recipe.trials import check_space_used, parse_search, plan_lines, trial_configs
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import DEFAULT_SAMPLER, resolve_sampler
 
@@ -99,6 +100,7 @@ class RecipeConfig:
     tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench/recipe/tables.py)
     posthoc: Any = None  # stage-2 settings over the finished runs (ltbench.posthoc.expand_posthoc)
     sampler: dict[str, Any] = field(default_factory=dict)  # training sampler {name, **options} (ltbench/samplers/)
+    search: Any = None  # random search over each method's space (ltbench/recipe/trials.py, docs/tuning.md)
 
     def validate(self) -> None:
         if self.name is not None:
@@ -126,6 +128,7 @@ class Recipe:
     overrides: list = field(default_factory=list)  # the overrides as typed (what `ltbench table` is given too)
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
     where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
+    search: list = field(default_factory=list)  # what --dry-run says of the search (trials.plan_lines)
 
     @property
     def root(self) -> Path:
@@ -725,8 +728,11 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     launcher = from_dict(LauncherConfig, top.launcher, "launcher")
     out_dir = results_root(top.results_dir, results_dir)
     points = _grid_points(top.grid, "")
-    if len(points) * len(top.seeds) > MAX_RUNS:
-        raise ConfigError(f"grid x seeds: {len(points)} x {len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
+    found = parse_search(top.search)
+    trials = found.config.trials if found else 1
+    if len(points) * trials * len(top.seeds) > MAX_RUNS:
+        raise ConfigError(f"grid x {'search.trials x ' if found else ''}seeds: {len(points)} x "
+                          f"{f'{trials} x ' if found else ''}{len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
                           f"(split it into several recipes)")
     try:
         registry.add_plugin_paths(plugins)
@@ -739,19 +745,23 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
         apply_run_overrides(cfg, list(run_overrides), used)
-        for seed in top.seeds:
-            config = _run_config(cfg, seed, identities)
-            try:
-                run_id = identity.run_id(config)
-            except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
-                raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
-                                  f"remove NaN and infinite values") from None
-            if run_id in seen:
-                continue
-            seen.add(run_id)
-            runs.append(RunSpec(recipe=name, run_id=run_id, config=config, grid=point,
-                                plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
+        for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
+            for seed in top.seeds:
+                config = _trial_config(trial_cfg, seed, identities, trial)
+                try:
+                    run_id = identity.run_id(config)
+                except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
+                    raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
+                                      f"remove NaN and infinite values") from None
+                if run_id in seen:
+                    continue
+                seen.add(run_id)
+                runs.append(RunSpec(recipe=name, run_id=run_id, config=config,
+                                    grid=point if trial is None else {**point, "search": trial},
+                                    plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
     check_overrides_used(list(run_overrides), used, runs)
+    if found:
+        check_space_used(found, [spec.config["method"]["name"] for spec in runs], "search")
     posthoc = expand_posthoc(top.posthoc, "posthoc")
     if posthoc and any(spec.config["eval"]["select"] == "best_val" for spec in runs):
         raise ConfigError("posthoc: stage 2 fits each run's final checkpoint, but eval.select: best_val reports an "
@@ -760,7 +770,24 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     # Whether each declared table can be built from these runs is checked by the caller
     # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
     return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
-                  [ov.key for ov in run_overrides])
+                  [ov.key for ov in run_overrides], search=plan_lines(found))
+
+
+def _trial_config(cfg: dict, seed: int, identities: dict, trial: dict | None) -> dict:
+    """``_run_config`` of one trial: its errors name the trial (a draw a plugin refuses), and a search, which
+    selects on validation, needs a validation split."""
+    if trial is None:
+        return _run_config(cfg, seed, identities)
+    where = f"search: trial {trial['trial']} of method {cfg['method']['name']}"
+    try:
+        config = _run_config(cfg, seed, identities)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not declares_validation(config["data"]):
+        raise ConfigError(f"search: the trials are selected on the validation split, and data "
+                          f"'{config['data']['name']}' has none; set data.val_per_class (e.g. 20) or data.val_split "
+                          f"(e.g. val for ImageNet-LT); docs/tuning.md")
+    return config
 
 
 def expand_posthoc(entries: Any, where: str) -> list[dict]:

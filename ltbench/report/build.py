@@ -13,6 +13,7 @@ from ltbench.report.rows import (SELECTION_TEXT, Cell, Row, Table, Unit, group_v
 from ltbench.recipe.tables import TableSpec
 from ltbench.results import identity
 from ltbench.report.significance_marks import compare_rows, mark_similar
+from ltbench.report.tuned import TUNED_MARK, budget_caption, chosen_note, collapse_trials
 
 
 def never_run_hint(unit: Unit) -> str:
@@ -26,6 +27,7 @@ def never_run_hint(unit: Unit) -> str:
 def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,
                 where: str = "tables", test: str | None = "welch", correction: str | None = None) -> Table:
     units, notes = gather_units(records, expected)
+    units = collapse_trials(units)
     if spec.where:
         before = len(units)
         units = [u for u in units if matches_selector(u.flat, spec.where)]
@@ -51,6 +53,10 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
         for r in rows:
             if switch not in r.marks and r.units:
                 r.marks[switch] = bool(next(iter(r.units.values())).flat.get(key))
+    spec, mixed = budget_caption(spec, rows)
+    for r in rows:
+        if mixed and any(u.trials for u in r.units.values()):
+            r.label += TUNED_MARK
     table = Table(name, spec, expand_columns(spec, units), pivot, groups, rows, notes,
                   expected_seeds=expected is not None)
     for row in rows:
@@ -119,7 +125,10 @@ def fill_row(table: Table, row: Row) -> None:
         for seed in sorted(unit.elsewhere, key=str):
             for text in unit.elsewhere[seed]:
                 notes.setdefault(f"seed {seed}: {text}", []).append(where)
-        if unit.chosen:
+        if unit.trials:
+            for text in [chosen_note(unit)] if chosen_note(unit) else []:
+                notes.setdefault(text, []).append(where)
+        elif unit.chosen:
             picks = "; ".join(f"seed {s}: {c}" for s, c in sorted(unit.chosen.items(), key=lambda x: str(x[0])))
             notes.setdefault(f"{SELECTION_TEXT[table.spec.select]}: {picks}", []).append(where)
         for source in sorted(set(unit.borrowed.values())):  # 'folder' or 'folder: why this one'

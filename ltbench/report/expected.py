@@ -26,13 +26,14 @@ from ltbench.recipe.expansion import expansion_signature, read_recipe, save_runs
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, load_recipe, no_results_message, results_elsewhere
 from ltbench.results.runspec import RunSpec
+from ltbench.search import trial_problem
 from ltbench.report import index
 from ltbench.report.index import cache_file, config_key
 from ltbench.report.build import build_table
 from ltbench.report.rows import flatten
 from ltbench.recipe.tables import TableSpec, parse_tables
 
-CACHE_VERSION = 3  # 3: rows hold configurations, so every cached run id and row key is checked
+CACHE_VERSION = 4  # 3: rows hold configurations, so every cached run id and row key is checked; 4: trials
 
 
 @dataclass
@@ -60,7 +61,8 @@ def expected_rows(runs: list[RunSpec], posthoc: list[dict] = ()) -> tuple[list[d
         key, row_identity = config_key({**spec.config, "posthoc": stage2[0]} if stage2 else spec.config)
         if key not in rows:
             rows[key] = row_identity
-        out.append({"run_id": run_id, "key": key, "seed": spec.seed, "flat": flatten(rows[key])})
+        out.append({"run_id": run_id, "key": key, "seed": spec.seed, "flat": flatten(rows[key]),
+                    "search": None if stage2 else (spec.grid or {}).get("search")})
     return out, rows
 
 
@@ -79,8 +81,9 @@ def expansion_cache_problem(cached: Any) -> str:
         return "expected"
     seen, ids = set(), {}
     for entry in expected:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], str) and entry[1] in rows
-                and isinstance(entry[2], int) and not isinstance(entry[2], bool) and entry[0] not in seen):
+        if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[1], str) and entry[1] in rows
+                and isinstance(entry[2], int) and not isinstance(entry[2], bool) and entry[0] not in seen
+                and (entry[3] is None or not trial_problem(entry[3]))):
             return f"expected entry {str(entry)[:80]} is malformed or repeated"
         seen.add(entry[0])
         ids_of = ids.get(entry[1]) or ids.setdefault(entry[1], caches.SeededIds(rows[entry[1]]))
@@ -102,14 +105,14 @@ def _cached_expected(cache_path: Path, signature: str) -> list[dict] | None:
             or cached.get("signature") != signature or expansion_cache_problem(cached):
         return None
     flats = {key: flatten(row) for key, row in cached["rows"].items()}
-    return [{"run_id": r, "key": k, "seed": s, "flat": flats[k]} for r, k, s in cached["expected"]]
+    return [{"run_id": r, "key": k, "seed": s, "flat": flats[k], "search": t} for r, k, s, t in cached["expected"]]
 
 
 def _save_expected(cache_path: Path, signature: str, expected: list[dict], rows: dict) -> None:
     """Keep an expansion for the next table (best effort: caches.write_cache)."""
     try:
         payload = json.dumps({"version": CACHE_VERSION, "signature": signature, "rows": rows,
-                              "expected": [[e["run_id"], e["key"], e["seed"]] for e in expected]}).encode()
+                              "expected": [[e["run_id"], e["key"], e["seed"], e["search"]] for e in expected]}).encode()
     except (TypeError, ValueError):
         return
     caches.write_cache(cache_path, payload)

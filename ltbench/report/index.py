@@ -29,7 +29,7 @@ from ltbench.results import caches, identity, safe_read, schema, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 7  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
+INDEX_VERSION = 8  # 8: device_seconds; 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
@@ -83,6 +83,9 @@ def summarize_result(data: dict, run_dir_name: str) -> dict:
     for k in ("device", "wall_seconds", "started", "ended", "world_size"):
         if data.get(k) is not None:
             rec["prov"][k] = data[k]
+    seconds, world = data.get("train_seconds_this_session"), data.get("world_size") or 1
+    if isinstance(seconds, (int, float)) and isinstance(world, int):  # the cost (report/tuned.py): device-seconds
+        rec["prov"]["device_seconds"] = float(seconds) * world        # of the run's last session
     return rec
 
 

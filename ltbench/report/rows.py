@@ -25,6 +25,7 @@ from ltbench.errors import ConfigError
 from ltbench.results.identity import DATA_IDENTITY, numerics_contrast
 from ltbench.results.store import OLDER
 from ltbench.priors import prior_order
+from ltbench.search import trial_problem
 from ltbench.recipe.tables import ALL_PRIORS, TEMPLATE_FIELD, TableSpec, column_metric, versus_targets
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
 
@@ -166,6 +167,8 @@ class Unit:
     code_unknown: dict[int, str] = field(default_factory=dict)  # seed -> why its result's code cannot be checked
     elsewhere: dict[int, list] = field(default_factory=dict)  # seed -> notes on other results of its run id
     chosen: dict[int, str] = field(default_factory=dict)  # seed -> the setting a selected row took (select:)
+    search: dict | None = None  # a trial's record (grid['search']); a tuned unit's: the same less the trial
+    trials: list = field(default_factory=list)  # a tuned unit: the trial units it selected among (report/tuned.py)
 
 
 @dataclass
@@ -209,7 +212,7 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
     notes: list[str] = []
     if expected is not None:
         for i, e in enumerate(expected):
-            u = units.setdefault(e["key"], Unit(e["key"], e["flat"], i, expected=[]))
+            u = units.setdefault(e["key"], Unit(e["key"], e["flat"], i, expected=[], search=e.get("search")))
             if e["seed"] not in u.expected:
                 u.expected.append(e["seed"])
             by_run[e["run_id"]] = (e["key"], e["seed"])
@@ -228,7 +231,8 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
         elif "key" in rec:
             key, seed = rec["key"], rec.get("seed")
             if key not in units:
-                units[key] = Unit(key, flatten(rec["config"]), len(units))
+                trial = (rec.get("grid") or {}).get("search")
+                units[key] = Unit(key, flatten(rec["config"]), len(units), search=None if trial_problem(trial) else trial)
         else:
             notes.append(f"{_name(rec)}: {rec.get('note', 'unreadable run folder')}; left out")
             continue

@@ -50,14 +50,27 @@ def is_excluded(module: str) -> bool:
     return any(module == e or module.startswith(e + ".") for e in EXCLUDED)
 
 
+# Class attributes that declare how a method is tuned, never what it computes (ltbench/search.py): a method's
+# search space changing leaves its finished runs current, as a docstring does.
+DECLARATIONS = ("search_space",)
+
+
 def _strip_strings(tree: ast.AST) -> ast.AST:
-    """Remove docstrings and every other statement that is a bare string constant (it executes nothing)."""
+    """Remove docstrings, every other statement that is a bare string constant (it executes nothing), and a
+    class's ``DECLARATIONS``."""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list):
             node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                                 and isinstance(s.value.value, str))]
+                                                 and isinstance(s.value.value, str))
+                         and not (isinstance(node, ast.ClassDef) and _declares(s))]
     return tree
+
+
+def _declares(statement: ast.stmt) -> bool:
+    targets = statement.targets if isinstance(statement, ast.Assign) else \
+        [statement.target] if isinstance(statement, ast.AnnAssign) else []
+    return len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id in DECLARATIONS
 
 
 def canonical_dump(node) -> str:

@@ -98,6 +98,8 @@ def print_plan(recipe: Recipe) -> int:
     checks_before_any_run(recipe)
     lines = run_lines(recipe.runs, recipe.override_keys)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
+    for text in recipe.search:
+        print(text)
     for spec, line in zip(recipe.runs, lines):
         status = store.run_status(Path(spec.run_dir))
         print(f"  {spec.run_id}  {status:<{store.STATUS_WIDTH}} {line}")
