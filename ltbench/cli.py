@@ -20,12 +20,13 @@ MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; e
 
 def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None):
     """recipe.load_recipe, then the check that every declared table can be built from its runs (which
-    needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run."""
-    from ltbench.recipe import load_recipe  # lazy: keeps --help fast
-    from ltbench.report.expected import check_recipe_tables  # lazy: keeps --help fast
+    needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run. The
+    expansion is kept for the next status and table (report.expected.load_and_remember)."""
+    from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
+    from ltbench.results import store  # lazy: keeps --help fast
 
-    recipe = load_recipe(path, overrides, results_dir=results)
-    check_recipe_tables(recipe)
+    recipe = load_and_remember(path, overrides, results)
+    store.guard_writes_under(recipe.root)  # nothing written through a symlinked folder out of it (docs/trust.md)
     return recipe
 
 
@@ -41,7 +42,10 @@ def _recipe_root(path: str, results: str | None) -> Path:
 
 def cmd_run(args) -> int:
     from ltbench.run import launch  # lazy: keeps --help fast
+    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
+    recipe.where = parse_where(args.where)
+    recipe.runs = runs_where(recipe.runs, recipe.where)
     if args.launcher:
         recipe.launcher.name = args.launcher
     if args.jobs:
@@ -82,25 +86,26 @@ def cmd_posthoc(args) -> int:
 def cmd_list(args) -> int:
     """Each registered plugin of a kind: what it is and where it comes from; with ``--options`` every
     option of its Config (type, default, one line of doc), read from the dataclass (config.describe_options)."""
-    from ltbench import registry  # lazy: keeps --help fast
-    from ltbench.config import describe_options  # lazy: keeps --help fast
+    from ltbench.config import OptionDoc  # lazy: keeps --help fast
+    from ltbench.recipe.expansion import plugin_listing  # lazy: keeps --help fast
 
-    registry.add_plugin_paths(args.plugins or [])
-    reg = registry.REGISTRIES[args.kind]
-    entries = reg.entries()
+    entries = plugin_listing(args.plugins or [])[args.kind]
     if args.names:
+        known = {e["name"] for e in entries}
         for name in args.names:
-            if name not in reg:
-                raise LtbenchError(f"ltbench list {args.kind}: {reg.unknown_message(name)}")
-        entries = [e for e in entries if e.name in args.names]
-    width = max((len(e.name) for e in entries), default=4)
+            if name not in known:  # the registry's words (did you mean, where it searched): discovery, rarely
+                from ltbench import registry  # lazy: keeps list free of torch (only an unknown name pays for discovery)
+
+                registry.add_plugin_paths(args.plugins or [])
+                raise LtbenchError(f"ltbench list {args.kind}: {registry.REGISTRIES[args.kind].unknown_message(name)}")
+        entries = [e for e in entries if e["name"] in args.names]
+    width = max((len(e["name"]) for e in entries), default=4)
     for e in entries:  # two lines: what it is (at most LIST_WIDTH characters), then where it comes from
-        doc = (getattr(e.obj, "__doc__", None) or "").strip().splitlines()
-        line = f"{e.name:<{width}}  {doc[0] if doc else ''}".rstrip()
+        line = f"{e['name']:<{width}}  {e['doc']}".rstrip()
         print(line if len(line) <= LIST_WIDTH else line[:LIST_WIDTH - 1] + "…")
-        print(f"{'':<{width}}  from {e.source} ({e.module})")  # a path is never cut
+        print(f"{'':<{width}}  from {e['source']} ({e['module']})")  # a path is never cut
         if args.options:
-            print_options(describe_options(getattr(e.obj, "Config", None) or object), " " * (width + 4))
+            print_options([OptionDoc(*o) for o in e["options"]], " " * (width + 4))
     return 0
 
 
@@ -125,7 +130,9 @@ def cmd_data(args) -> int:
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
     from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
+    from ltbench.train import resources  # lazy: keeps table and status free of torch
 
+    resources.check_data(distinct_data(recipe.runs), recipe.launcher, str(args.recipe))  # before any allocation
     reports = []
     for spec in distinct_data(recipe.runs):
         data = engine.load_data(spec.config)
@@ -173,10 +180,16 @@ def cmd_table(args) -> int:
 
     heads = [h.strip() for h in args.heads.split(",") if h.strip()] if args.heads else None
     test = None if args.test == "none" else args.test
+    from ltbench.recipe.expansion import parse_where  # lazy: keeps --help fast
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select,
-                          correction=None if args.correction == "none" else args.correction)
+                          correction=None if args.correction == "none" else args.correction,
+                          where=parse_where(args.where), notes=args.notes)
+    if args.trials:
+        from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
+        print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
+        return 0
     print(report.render_all(built, args.format))
     return 0
 
@@ -230,17 +243,19 @@ def cmd_check(args) -> int:
 
 def cmd_status(args) -> int:
     from ltbench.run import run_status_view  # lazy: keeps --help fast
+    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         root, runs, keys = _status_runs(p, args.overrides, args.results)
+        runs = runs_where(runs, parse_where(args.where))
         if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
             from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
 
             print(no_results_message(p, read_recipe_file(p, args.overrides)[0], Path(root), args.results))
         return run_status_view.print_status(root, runs, keys)
-    if args.overrides:
-        raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
+    if args.overrides or args.where:
+        raise LtbenchError(f"{p}: {'overrides' if args.overrides else '--where'} need a recipe file, not a results folder")
     return run_status_view.print_status(_recipe_root(args.path, args.results))
 
 
@@ -249,18 +264,17 @@ def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple
     the expansion depends on changed (no torch; ltbench/recipe/expansion.py), else expanded (plugins, torch) and
     cached for the next time."""
     from ltbench.recipe import expansion  # lazy: keeps --help fast
+    from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
 
     try:
         recipe_file = expansion.read_recipe(path, overrides, results)
-        signature = expansion.expansion_signature(recipe_file, overrides)
-        hit = expansion.cached_runs(recipe_file, overrides, signature)
-    except LtbenchError:  # a broken recipe file: load_checked_recipe reports it, in its words
-        recipe_file = hit = None
+        before = recipe_file, expansion.expansion_signature(recipe_file, overrides)
+        hit = expansion.cached_runs(recipe_file, overrides, before[1])
+    except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
+        before = hit = None
     if hit is not None:
-        return recipe_file.root, *hit
-    recipe = load_checked_recipe(path, overrides, results)
-    if recipe_file is not None:
-        expansion.save_runs(recipe_file, overrides, signature, recipe)
+        return before[0].root, *hit
+    recipe = load_and_remember(path, overrides, results, before)  # and cached for the next status and table
     return recipe.root, recipe.runs, recipe.override_keys
 
 
@@ -298,6 +312,9 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="a recipe file (YAML): datasets, methods, grid and seeds, e.g. recipes/quickstart.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where data.imb_factor=10,100 --where seed=0")
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
     p.add_argument("--launcher", choices=["local", "slurm", "debug"],
                    help="where the runs execute (default: the recipe's launcher:, else local): local = this machine "
@@ -306,7 +323,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=_positive_int, help="local launcher: worker processes (>= 1)")
     p.add_argument("--rerun-failed", action="store_true", help="run again the runs whose status is failed")
     p.add_argument("--rerun-stale", action="store_true",
-                   help="run again (from scratch) finished runs whose plugin code has changed since")
+                   help="run again (from scratch) finished runs made by code that has changed since (status says which)")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
     p.add_argument("--rebuild-checkpoints", action="store_true",
                    help="train again finished runs whose final checkpoint.pt is missing or unusable (stage 2 needs it)")
@@ -323,7 +340,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="feature cache precision")
     p.add_argument("--rerun-failed", action="store_true", help="fit again the stage-2 settings that failed")
     p.add_argument("--rerun-stale", action="store_true",
-                   help="fit again the stage-2 results whose stage-2 plugin code has changed since")
+                   help="fit again the stage-2 results made by code that has changed since")
     p.set_defaults(func=cmd_posthoc)
 
     _add_list_command(sub, common)
@@ -338,6 +355,9 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where data.imb_factor=10,100 --where seed=0")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("migrate", parents=[common],
@@ -385,11 +405,19 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
                    help="Holm's correction of the versus p-values: over the whole block, within each row pair "
                         "(shot groups, priors) or within each column (default: the table's 'correction:', else none)")
     p.add_argument("--published", action="store_true", help="add matching published results (dagger rows, delta)")
+    p.add_argument("--notes", choices=["auto", "full", "short", "none"],
+                   help="LaTeX notes under the table (default: the table's 'notes:', auto: full while the float fits "
+                        "the page's height, else short: the legend and each row note cut to two lines)")
+    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation and test All, "
+                   "device-hours, which one each seed chose) instead of the table")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true",
                    help="read every result.json again and rewrite the index and expansion caches")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where data.imb_factor=10,100 --where seed=0")
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md, report.html")

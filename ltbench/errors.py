@@ -11,9 +11,22 @@ _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 8
 _repr.maxlevel = 3
 
 
+def is_control(ch: str) -> bool:
+    """A C0 or C1 control character or DEL (ESC, BEL, CR, NUL, a newline...): never printed as it is."""
+    return ord(ch) < 32 or 127 <= ord(ch) < 160
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character a space: what a terminal, a markdown cell or a CSV cell may show
+    (an ESC sequence would move the cursor or recolour the screen, a newline would add a forged row)."""
+    text = str(text)
+    return "".join(" " if is_control(ch) else ch for ch in text) if any(map(is_control, text)) else text
+
+
 def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
-    """``text`` on one line, cut to about ``limit`` characters (with a marker saying so)."""
-    text = " ".join(str(text).split("\n"))
+    """``text`` on one line (control characters are spaces), cut to about ``limit`` characters (with a marker
+    saying so)."""
+    text = one_line(text)
     return text if len(text) <= limit else text[: limit - 14] + "... (truncated)"
 
 

@@ -67,6 +67,10 @@ class Method(nn.Module):
     # The training sampler the method needs, as a recipe would write it (e.g. {"name": "class_balanced"}),
     # or None: the recipe's `sampler:` section decides (default uniform). A recipe naming another is refused.
     sampler: ClassVar[dict | None] = None
+    # How a ``search:`` section tunes the method by default: option name -> distribution (ltbench/search.py),
+    # from its paper's or official code's range, stated with the source in docs/methods.md. Not part of the
+    # computation: changing it leaves finished runs current (results/code.py DECLARATIONS).
+    search_space: ClassVar[dict] = {}
 
     def __init__(self, cfg: Any, ctx: MethodContext):
         super().__init__()

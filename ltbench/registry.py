@@ -35,7 +35,11 @@ from ltbench.errors import LtbenchError, short_repr, shorten
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
 CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones", "ltbench.pretrained.registered",
                 "ltbench.samplers.uniform", "ltbench.samplers.class_balanced", "ltbench.samplers.square_root",
-                "ltbench.samplers.progressive", "ltbench.data.transforms", "ltbench.data.batch_augment")
+                "ltbench.samplers.progressive")
+# The augmentation pipelines import torchvision (3 s, most of it torch._dynamo through torchvision.ops), so
+# they are imported only when a pipeline is looked up (a worker building its views, a recipe naming a view
+# that is no dataset alias), never by a command that only validates or lists (status, table, list).
+PIPELINE_MODULES = ("ltbench.data.transforms", "ltbench.data.batch_augment")
 
 
 class RegistryError(LtbenchError):
@@ -66,12 +70,14 @@ def _source(label: str) -> Iterator[None]:
 class Registry:
     """A name -> object table filled by the ``@REGISTRY.register(name)`` decorator."""
 
-    def __init__(self, kind: str, group: str | None, hint_cutoff: float = 0.6):
+    def __init__(self, kind: str, group: str | None, hint_cutoff: float = 0.6, core: tuple[str, ...] = ()):
         self.kind = kind  # "method", "dataset", "backbone", "posthoc method"
         self.group = group  # entry-point group; None: the core's own table, never extended by plugins (no discovery)
         # How alike a known name must be to be suggested (difflib's ratio); a registry of a few names
         # unlike each other suggests the closest one whatever was typed (0.0).
         self.hint_cutoff = hint_cutoff
+        self.core = core  # core modules that fill this registry alone, imported on its first lookup
+        self._core_imported = False
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str) -> Callable[[Any], Any]:
@@ -118,6 +124,11 @@ class Registry:
     def _discover(self) -> None:
         if self.group is not None:  # a core-only table needs no plugin import (no torch)
             discover()
+        if self.core and not self._core_imported:
+            self._core_imported = True
+            with _source("ltbench core"):
+                for module in self.core:
+                    importlib.import_module(module)
 
     def unknown_message(self, name: str, also: Iterable[str] = ()) -> str:
         """'unknown <kind> NAME. Did you mean ...? Known: ...'; ``also``: other names the caller accepts
@@ -229,8 +240,8 @@ REGISTRIES = {"methods": METHODS, "datasets": DATASETS, "backbones": BACKBONES, 
 # Augmentation pipelines by name (ltbench/data/transforms.py: ImageSpec -> per-image transform) and their
 # batched counterparts under the same names (ltbench/data/batch_augment.py, train.augment_on=batch).
 # Methods ask for them through their views; not a plugin kind of their own in 'ltbench list'/'check'.
-PIPELINES = Registry("augmentation pipeline", "ltbench.pipelines")
-BATCH_PIPELINES = Registry("batched augmentation pipeline", "ltbench.batch_pipelines")
+PIPELINES = Registry("augmentation pipeline", "ltbench.pipelines", core=PIPELINE_MODULES)
+BATCH_PIPELINES = Registry("batched augmentation pipeline", "ltbench.batch_pipelines", core=PIPELINE_MODULES)
 DISCOVERED = (*REGISTRIES.values(), PIPELINES, BATCH_PIPELINES)  # every registry entry points can fill
 
 # --------------------------------------------------------------------------------------------
@@ -363,6 +374,6 @@ def searched_locations() -> str:
     eps = "; ".join(_entry_point_labels) or "none installed"
     folders = ", ".join(str(p) for p in _plugin_paths) or "none"
     return (
-        f"core modules ({', '.join(CORE_MODULES)}); entry points: {eps}; plugin folders: {folders} "
+        f"core modules ({', '.join(CORE_MODULES + PIPELINE_MODULES)}); entry points: {eps}; plugin folders: {folders} "
         f"(add one with the recipe key 'plugins:' or ${PLUGIN_PATH_ENV})"
     )

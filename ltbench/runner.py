@@ -62,7 +62,8 @@ def prepare_run_dir(spec: RunSpec | dict) -> Path:
     spec = RunSpec.coerce(spec)
     plain = {"schema_version": schema.SCHEMA_VERSION, **spec.to_dict()}
     run_dir = Path(spec.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    store.guard_writes_under(run_dir.parent)  # a worker's writes (checkpoints, records) stay in the results folder
+    store.make_dirs(run_dir)
     try:
         same = safe_read.load_json(run_dir / store.SPEC) == plain
     except safe_read.UnusableFile:  # missing, damaged, a FIFO...: written again (atomic rename replaces it)
@@ -204,7 +205,7 @@ def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: b
             record.failed(result, exc, traceback.format_exc())
             if writes_files:
                 store.atomic_write_bytes(run_dir / store.TRACEBACK, result["traceback"].encode())
-                result["traceback_file"] = str(run_dir / store.TRACEBACK)
+                result["traceback_file"] = store.TRACEBACK  # in the run's folder (a record holds no machine path)
     finally:
         distributed.shutdown()
 
@@ -233,7 +234,7 @@ def failure_line(run_dir: Path) -> str:
         return f"the worker ended without a result; see {run_dir / 'worker.log'}"
     error = str(result.get("error") or "?").strip()
     where = result.get("traceback_file")
-    return error + (f" (traceback: {where})" if where else "")
+    return error + (f" (traceback: {run_dir / where})" if where else "")
 
 
 def main(argv: list[str] | None = None) -> int:

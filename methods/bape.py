@@ -105,6 +105,7 @@ class BAPE(Method):
     """Explicit vMF Bayes classifier (MAP-estimated) on a projection head, plus an auxiliary method (docs/bape.md)."""
 
     Config = BAPEConfig
+    search_space = {"alpha_hat": {"log_uniform": [10.0, 40.0]}, "beta_hat": {"log_uniform": [0.3, 8.0]}}  # the paper's per-dataset values inside (docs/methods.md)
 
     def __init__(self, cfg: BAPEConfig, ctx):
         super().__init__(cfg, ctx)

@@ -98,6 +98,7 @@ class BCL(Method):
     """Logit-adjusted classifier + balanced contrastive loss with class centres (module doc)."""
 
     Config = BCLConfig
+    search_space = {"beta": {"uniform": [0.1, 0.6]}, "temperature": {"log_uniform": [0.05, 0.2]}}  # around the official 0.35, 0.07 (docs/methods.md)
 
     def __init__(self, cfg: BCLConfig, ctx):
         super().__init__(cfg, ctx)

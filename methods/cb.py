@@ -76,6 +76,7 @@ class ClassBalanced(Method):
     """Class-balanced softmax / sigmoid / focal loss on a linear head; predicts z + log(K·p_t) (module doc)."""
 
     Config = CBConfig
+    search_space = {"beta": {"choice": [0.9, 0.99, 0.999, 0.9999]}}  # the paper's grid (docs/methods.md)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

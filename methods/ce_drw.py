@@ -42,6 +42,7 @@ class CrossEntropyDRW(Method):
     """CE on a linear head (Kaiming-normal weight), class weights switched on at ``drw_epoch``."""
 
     Config = CEDRWConfig
+    search_space = {"beta": {"choice": [0.99, 0.999, 0.9999]}}  # around LDAM-DRW's 0.9999 (docs/methods.md)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

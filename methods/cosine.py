@@ -44,6 +44,7 @@ class CosineClassifier(Method):
     """CE on s·cos; predicts s·cos, or its post-hoc logit-adjusted form when posthoc_tau > 0."""
 
     Config = CosineConfig
+    search_space = {"s": {"uniform": [10.0, 40.0]}}  # around the usual 30 (docs/methods.md)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

@@ -137,6 +137,8 @@ class _ScaledCosine(nn.Module):
 class LogitAdjustedLoss(_LinearHeadMethod):
     """Logit-adjusted loss CE(z + τ·log π, y). Predicts z + log(K·p_t): z is already balanced (see module doc)."""
 
+    search_space = {"tau": {"uniform": [0.5, 2.0]}}  # around the paper's tau = 1 (docs/methods.md)
+
     def loss(self, features, labels, *, epoch):
         return self.view_loss(features, labels, self.adjustment())
 
@@ -151,6 +153,8 @@ class PostHocLogitAdjustment(_LinearHeadMethod):
 
     ``head_predictions`` also reports the unadjusted ERM logits ('erm') of the same model.
     """
+
+    search_space = {"tau": {"uniform": [0.5, 2.0]}}  # around the paper's tau = 1 (docs/methods.md)
 
     def loss(self, features, labels, *, epoch):
         return self.view_loss(features, labels, None)

@@ -68,6 +68,7 @@ class LADE(Method):
     """LADE-CE + α·LADER on a linear head; predicts z + log(K·p_t) (module doc)."""
 
     Config = LADEConfig
+    search_space = {"alpha": {"log_uniform": [0.02, 0.5]}, "remine_lambda": {"log_uniform": [0.005, 1.0]}}  # official values inside (docs/methods.md)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

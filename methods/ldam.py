@@ -65,6 +65,7 @@ class LDAM(Method):
     """LDAM loss on a cosine classifier; predicts s·cos + log(K·p_t) (module doc)."""
 
     Config = LDAMConfig
+    search_space = {"max_m": {"uniform": [0.1, 0.7]}}  # around the paper's 0.5 (docs/methods.md)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

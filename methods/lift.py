@@ -83,6 +83,7 @@ class LIFT(Method):
     """Text-initialised cosine classifier + logit-adjusted loss (module docstring)."""
 
     Config = LIFTConfig
+    search_space = {"tau": {"uniform": [0.5, 2.0]}}  # around LIFT's 1 (docs/methods.md)
 
     def __init__(self, cfg: LIFTConfig, ctx):
         super().__init__(cfg, ctx)

@@ -101,6 +101,7 @@ class ProCo(Method):
     """Logit-adjusted classifier + ProCo's closed-form vMF contrastive loss (module doc)."""
 
     Config = ProCoConfig
+    search_space = {"alpha": {"uniform": [0.5, 2.0]}, "temperature": {"log_uniform": [0.05, 0.2]}}  # around the official 1.0, 0.1 (docs/methods.md)
 
     def __init__(self, cfg: ProCoConfig, ctx):
         super().__init__(cfg, ctx)

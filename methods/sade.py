@@ -29,10 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from PIL import ImageFilter
-from torchvision.transforms import v2
 
 from ltbench.config import check_range, check_views
-from ltbench.data import batch_augment as B
 from ltbench.data.base import ImageSpec
 from ltbench.experts import MultiExpert, split_experts
 from ltbench.method import Method
@@ -168,6 +166,7 @@ class SADE(Method):
     """Three experts on a shared trunk with forward/uniform/inverse prior losses; test-time aggregation."""
 
     Config = SADEConfig
+    search_space = {"tau": {"uniform": [1.0, 3.0]}}  # around the official 2 (docs/methods.md)
 
     @classmethod
     def build_model(cls, cfg: SADEConfig, backbone: nn.Module) -> nn.Module:
@@ -276,6 +275,8 @@ def sade_test_time(spec: ImageSpec):
     (small) or 0.5 (large), flip, normalise. Done on PIL images, as the official torchvision pipeline is, so
     a draw gives the official pixels (tests/test_contrastive_experts.py); one-channel images get brightness
     and contrast jitter only."""
+    from torchvision.transforms import v2  # lazy: keeps status and list free of torchvision
+
     large = spec.kind == "large"
     crop = v2.RandomResizedCrop(spec.size, scale=(0.2, 1.0)) if large else v2.RandomCrop(spec.size, padding=4)
     if spec.channels == 1:
@@ -293,6 +294,8 @@ def sade_train(spec: ImageSpec):
     """SADE's official training view (``data_loader/cifar_data_loaders.py``): small images random crop with
     padding 4, flip, random rotation up to 15 degrees, on PIL images as officially; large images are the
     official ImageNet-LT view, the same as ltbench's ``imagenet_train`` (random resized crop, flip, jitter)."""
+    from torchvision.transforms import v2  # lazy: keeps status and list free of torchvision
+
     if spec.kind == "large":
         return PIPELINES.get("imagenet_train")(spec)
     return PILPipeline(v2.Compose([v2.ToPILImage(), v2.RandomCrop(spec.size, padding=4), v2.RandomHorizontalFlip(),
@@ -306,6 +309,8 @@ def sade_train(spec: ImageSpec):
 def _rotation(degrees: float) -> B.Step:
     """v2.RandomRotation(degrees) per sample: angle uniform in [-degrees, degrees], nearest, zero fill; the
     inverse matrix torchvision's rotate builds (about the centre), as a per-sample warp (no host sync)."""
+    from ltbench.data import batch_augment as B  # lazy: keeps status and list free of torchvision
+
     def step(b) -> None:
         x = b.images
         angle = b.rng.uniform("rotate", -degrees, degrees)
@@ -339,6 +344,8 @@ def _gaussian_blur(p: float, sigma: tuple[float, float] = (0.1, 2.0)) -> B.Step:
     """With probability p per sample, a Gaussian blur of σ ~ U(0.1, 2) (``_blur``): what PIL's
     GaussianBlur(radius=σ) in the per-image view approximates by box blurs (on random 32 x 32 images the two
     differ by about one grey level on average, at most 32 at σ 2)."""
+    from ltbench.data import batch_augment as B  # lazy: keeps status and list free of torchvision
+
 
     def step(b) -> None:
         applied, s = b.rng.chance("blur.apply", p), b.rng.uniform("blur.sigma", *sigma)
@@ -352,6 +359,10 @@ def _gaussian_blur(p: float, sigma: tuple[float, float] = (0.1, 2.0)) -> B.Step:
 def sade_test_time_batch(spec: ImageSpec):
     """``sade_test_time`` on a whole batch: the same steps and distributions (docs/performance.md: batched
     views are the same augmentation, not the same random numbers)."""
+    from torchvision.transforms import v2  # lazy: keeps status and list free of torchvision
+
+    from ltbench.data import batch_augment as B  # lazy: keeps status and list free of torchvision
+
     large = spec.kind == "large"
     crop = B.random_resized_crop(spec.size, (0.2, 1.0)) if large else B.random_crop(spec.size, 4)
     if spec.channels == 1:
@@ -366,6 +377,8 @@ def sade_test_time_batch(spec: ImageSpec):
 def sade_train_batch(spec: ImageSpec):
     """``sade_train`` on a whole batch: crop with padding 4, flip, rotation up to 15 degrees (large images:
     ``imagenet_train``'s batch pipeline)."""
+    from ltbench.data import batch_augment as B  # lazy: keeps status and list free of torchvision
+
     if spec.kind == "large":
         return BATCH_PIPELINES.get("imagenet_train")(spec)
     return B.BatchPipeline([B.random_crop(spec.size, 4), B.horizontal_flip(), _rotation(15)], spec)

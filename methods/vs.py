@@ -62,6 +62,7 @@ class VectorScaling(Method):
     """CE_w(z/Δ + ι, y) on a linear head; predicts z + log(K·p_t) (module doc)."""
 
     Config = VSConfig
+    search_space = {"gamma": {"uniform": [0.05, 0.4]}, "tau": {"uniform": [0.5, 1.5]}}  # official defaults and README (docs/methods.md)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

@@ -19,7 +19,9 @@ def fake_metrics(config: dict, seed: int) -> dict:
     base += (seed - 1) * 0.004 + (0.003 if seed == 2 and m["name"] == "la" else 0.0)
     groups = {"many": base + 0.2, "medium": base, "few": base - 0.25, "all": base}
     priors = {p: {"all": base + (0.1 - 0.05 * i)} for i, p in enumerate(PRIORS)}
-    return {**{k: round(v, 4) for k, v in groups.items()}, "per_class": [base + 0.2, base + 0.1, base, base - 0.25],
+    groups = {k: round(v, 4) for k, v in groups.items()}
+    per_class = [groups["many"], groups["many"], groups["medium"], groups["few"]]  # agrees with the groups
+    return {**groups, "per_class": per_class,
             "groups": {"many_threshold": 10, "few_threshold": 4}, "target_priors": priors,
             "heads": {"aux": {g: round(v - 0.01, 4) for g, v in groups.items()}}}
 

@@ -80,7 +80,7 @@ LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder 
     1: ("ltbench.data", "ltbench.samplers", "ltbench.method", "ltbench.posthoc", "ltbench.backbones",
         "ltbench.experts", "ltbench.evaluation", "ltbench.pretrained"),
     0: ("ltbench", "ltbench.results", "ltbench.registry", "ltbench.config", "ltbench.errors", "ltbench.priors",
-        "ltbench.seeding"),
+        "ltbench.seeding", "ltbench.search"),
 }
 PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; every module in the folder
 
@@ -89,7 +89,7 @@ TORCH_FREE = ("ltbench.report", "ltbench.recipe.tables", "ltbench.results.store"
               "ltbench.evaluation", "ltbench.results.predictions", "ltbench.recipe", "ltbench.train.selection", "ltbench.results.record",
               "ltbench.results.runspec", "ltbench.results.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
               "ltbench.train.loggers", "ltbench.train.heartbeat", "ltbench.run.progress", "ltbench.run.screen", "ltbench.results.safe_read", "ltbench.run.runlines", "ltbench.run.run_status_view",
-              "ltbench.recipe.expansion")
+              "ltbench.recipe.expansion", "ltbench.search")
 
 
 def all_modules() -> dict[str, Path]:

@@ -411,7 +411,7 @@ def test_sade_cifar_network_is_the_official_reduced_network():
         ours = torch.stack(sade.expert_logits(net.eval()(x)), 1)
         theirs = official.eval()(x)
     assert (ours - theirs).abs().max() < 2e-5  # measured 3.8e-6 on logits up to 13
-    full = METHODS.get("sade").build_model(from_dict(METHODS.get("sade").Config, {}, "m"),
+    full = METHODS.get("sade").build_model(from_dict(METHODS.get("sade").Config, {"expert_width": 1.0}, "m"),
                                            BACKBONES.get("resnet32")(None, in_channels=3))
     assert sum(p.numel() for p in full.parameters()) + 3 * 64 * 100 == 1_362_064  # expert_width 1.0: full widths
 
@@ -496,17 +496,17 @@ def test_test_time_views_are_redrawn_per_epoch_with_seeds_from_seed_source_epoch
     assert SeededSamples({"test:adapt": list(range(10))}, seed=4).eval_keys("test:adapt", 4, epoch=1) != later
 
 
-def test_sade_recipes_get_the_official_width_and_recorded_runs_keep_their_ids():
+def test_sade_recipes_get_the_official_width_and_recorded_runs_say_theirs():
     """expert_width was added after SADE results were recorded, with a new default: a recipe that leaves it
-    out gets 0.75 written into the run's configuration; 1.0 (what the recorded runs did) stays out of it, so
-    their ids hold, and a configuration without the key builds the full-width network it ran."""
+    out gets 0.75 written into the run's configuration; the recorded runs say 1.0 (their migration wrote
+    it), the recipe that made them pins it, and 1.0 builds the full-width network they ran."""
     from pathlib import Path
 
     from ltbench.method import build_method_model, resolved_method_spec
     from ltbench.recipe import load_recipe
 
     default, full = resolved_method_spec({"name": "sade"}), resolved_method_spec({"name": "sade", "expert_width": 1.0})
-    assert default["expert_width"] == 0.75 and "expert_width" not in full
+    assert default["expert_width"] == 0.75 and full["expert_width"] == 1.0
     assert resolved_method_spec(default) == default  # resolving a resolved configuration changes nothing
     widths = {w: build_method_model(spec, BACKBONES.get("resnet8")(None, in_channels=1)).expert_dim
               for w, spec in ((0.75, default), (1.0, full))}

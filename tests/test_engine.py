@@ -395,28 +395,24 @@ def test_the_feeder_issues_a_batch_ahead_with_streams_as_no_ops_on_the_cpu():
 
 def test_batched_runs_carry_their_augmentation_scheme_in_the_id(write_recipe):
     """Batched runs made before a change of the batched scheme's random draws or ops never share an id with
-    runs made after it; worker runs keep theirs, and the committed batch results (scheme 1, recorded without
-    the field) keep their recorded ids but cannot be resumed by this code."""
-    from ltbench.config import BATCH_AUGMENT_SCHEME
+    runs made after it; worker runs say they have none; the committed batch results say scheme 1 (their
+    migration wrote it) and this code refuses to train that scheme."""
+    from ltbench.config import BATCH_AUGMENT_SCHEME, TrainConfig, from_dict
     from ltbench.errors import ConfigError
     from ltbench.recipe import load_recipe
     from ltbench.results import identity
-    from ltbench.results.runspec import RunSpec
-    from ltbench.train.engine import check_batch_scheme
 
     batch = load_recipe(write_recipe("b", extra={"train": {"augment_on": "batch"}})).runs[0]
     worker = load_recipe(write_recipe("w")).runs[0]
     assert batch.config["train"]["augment_scheme"] == BATCH_AUGMENT_SCHEME >= 2
-    assert "augment_scheme" not in worker.config["train"]
+    assert worker.config["train"]["augment_scheme"] is None
     folder = ROOT / "docs/reference-results/fmnist_augment_on"
-    committed = [json.loads(p.read_text()) for p in folder.rglob(store.RESULT)]
-    old_batch = [r for r in committed if r["config"]["train"].get("augment_on") == "batch"
-                 and "augment_scheme" not in r["config"]["train"]]
-    assert len(old_batch) == 6  # issue 20's check, made before the scheme had a version
+    committed = [json.loads(p.read_text()) for p in folder.glob(f"*/{store.RESULT}")]
+    batched = [r for r in committed if r["config"]["train"]["augment_on"] == "batch"]
+    old_batch = [r for r in batched if r["config"]["train"]["augment_scheme"] == 1]  # issue 20's, before versions
+    assert len(old_batch) == 6 and len(batched) == 12
     for r in old_batch:
-        assert identity.run_id(r["config"]) == r["run_id"]
         now = {**r["config"], "train": {**r["config"]["train"], "augment_scheme": BATCH_AUGMENT_SCHEME}}
-        assert identity.run_id(now) != r["run_id"]
-        with pytest.raises(ConfigError, match="made with batched augmentation scheme 1, this ltbench implements"):
-            check_batch_scheme(RunSpec.coerce({"config": r["config"], "run_id": r["run_id"], "recipe": "x"}))
-    check_batch_scheme(batch)  # the current scheme trains
+        assert identity.run_id(now) != r["run_id"] == identity.run_id(r["config"])
+        with pytest.raises(ConfigError, match="implements batched scheme 2 only"):
+            from_dict(TrainConfig, r["config"]["train"], "train")

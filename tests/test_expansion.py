@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from cachekit import read_json_cache, write_json_cache
 from conftest import ROOT, caches_in_the_results_folder, run_cli
 
 NO_TORCH = "import sys; sys.modules['torch'] = None; from ltbench.cli import main; raise SystemExit(main(sys.argv[1:]))"
@@ -72,9 +73,9 @@ def test_a_forged_or_damaged_runs_cache_is_not_used(write_recipe, tmp_path):
         runs, keys = expansion.cached_runs(recipe_file, [], signature)
         assert [r.run_dir for r in runs] == [r.run_dir for r in recipe.runs] and keys == []
         assert expansion.cached_runs(recipe_file, [], "another signature") is None
-        saved = json.loads(cache.read_text())
+        saved = read_json_cache(cache)
         saved["runs"][0]["run_dir"] = str(tmp_path / "elsewhere")  # a run folder outside the recipe's results
-        cache.write_text(json.dumps(saved))
+        write_json_cache(cache, saved)  # sealed again: the entry check refuses it
         assert expansion.cached_runs(recipe_file, [], signature) is None
         cache.write_text("{not json")
         assert expansion.cached_runs(recipe_file, [], signature) is None
@@ -103,3 +104,30 @@ def test_the_table_cache_sees_a_change_in_a_plugin_path_folder(write_recipe, tmp
         (folder / "defaults.py").write_text("TAU = 2.0\n")
         expected.recipe_runs(path)
         assert len(expansions) == 2
+
+
+NO_TORCH_AT_ALL = ("import sys; sys.modules['torch'] = sys.modules['torchvision'] = None; from ltbench.cli import main; "
+                   "code = main(sys.argv[1:]); assert 'torch' not in sys.modules or sys.modules['torch'] is None; "
+                   "raise SystemExit(code)")
+
+
+@pytest.mark.slow  # one ltbench process imports torch (the launch), four do not
+def test_after_any_expansion_status_table_and_list_of_a_recipe_import_no_torch(write_recipe, tmp_path):
+    """Issue 40: whichever command expanded a recipe (here ``run --dry-run``, before the results folder
+    exists), ``status``, ``table`` and ``list`` then answer in a process where importing torch or torchvision
+    fails; a recipe never launched is cached in the cache folder, not in a results folder."""
+    recipe = write_recipe("tiny")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "LTBENCH_CACHE_DIR": str(cache)}
+    dry = subprocess.run([sys.executable, "-m", "ltbench", "run", str(recipe), "--dry-run"], capture_output=True,
+                         text=True, cwd=ROOT, env=env, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    assert not (tmp_path / "results").exists()
+    (tmp_path / "results" / "tiny").mkdir(parents=True)  # a launch makes it; the caches stay where they were made
+    for args in (["status", recipe], ["table", recipe], ["list", "methods"], ["list", "datasets", "--options"]):
+        if args[0] == "list":  # discovery once, then the listing from the cache
+            assert run_cli(*args, env={"LTBENCH_CACHE_DIR": str(cache)}).returncode == 0
+        out = subprocess.run([sys.executable, "-c", NO_TORCH_AT_ALL, *map(str, args)], capture_output=True,
+                             text=True, cwd=ROOT, env=env, timeout=120)
+        assert out.returncode == 0, (args, out.stderr)
+        assert ("1 pending" in out.stdout) if args[0] == "status" else ("ce" in out.stdout or "synthetic" in out.stdout)

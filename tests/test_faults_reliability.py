@@ -20,7 +20,8 @@ import pytest
 from ltbench import report
 from ltbench.errors import DiskFullError
 from ltbench.recipe import load_recipe
-from ltbench.results import identity, store
+from ltbench.results import caches, identity, store
+from cachekit import edit_json_cache, edit_keeping_seal, index_parts, write_index
 from reportkit import populate, write_run
 from tests.conftest import ROOT, caches_in_the_results_folder, registries_restored
 
@@ -68,7 +69,7 @@ def _edit_json(path: Path, change) -> None:
 
 def _tables_cache_moves_a_seed(root: Path) -> None:
     (cache,) = root.glob(".ltbench-recipe-*")
-    _edit_json(cache, lambda d: d["expected"][0].__setitem__(2, 2))  # seed 0's run claims seed 2
+    edit_json_cache(cache, lambda d: d["expected"][0].__setitem__(2, 2))  # seed 0's run claims seed 2
 
 
 def _tables_cache_edits_a_row(root: Path) -> None:
@@ -79,20 +80,17 @@ def _tables_cache_edits_a_row(root: Path) -> None:
             next(iter(d["rows"].values()))["optim"]["epochs"] = 7
         else:
             next(iter(d["flats"].values()))["optim.epochs"] = 7
-    _edit_json(cache, edit)
+    edit_json_cache(cache, edit)
 
 
 def _index_gives_a_run_another_runs_id(root: Path) -> None:
     from ltbench.report import index
 
     path = root / index.INDEX_FILE
-    blob = path.read_bytes()
-    n = int.from_bytes(blob[14:22], "little")
-    meta = json.loads(blob[22:22 + n])
+    meta, values = index_parts(path)
     first, second = list(meta["runs"].values())[:2]
     first[1]["run_id"] = second[1]["run_id"]  # one seed counted twice, another missing
-    text = json.dumps(meta).encode()
-    path.write_bytes(index.CACHE_MAGIC + len(text).to_bytes(8, "little") + text + blob[22 + n:])
+    write_index(path, meta, values)
 
 
 @pytest.mark.parametrize("forge", [_tables_cache_moves_a_seed, _tables_cache_edits_a_row, _index_gives_a_run_another_runs_id])
@@ -107,10 +105,52 @@ def test_a_runs_cache_with_an_edited_option_is_expanded_again(fake_tree):
     path, recipe = fake_tree
     clean = cli_main("status", path)
     (cache,) = recipe.root.glob(".ltbench-runs-*")
-    _edit_json(cache, lambda d: d["runs"][0]["config"]["data"].__setitem__("imb_factor", 2.0))
+    edit_json_cache(cache, lambda d: d["runs"][0]["config"]["data"].__setitem__("imb_factor", 2.0))
     assert cli_main("status", path) == clean
-    _edit_json(cache, lambda d: d["runs"][0]["config"]["train"].__setitem__("threads", -3))  # id kept: not hashed
+    edit_json_cache(cache, lambda d: d["runs"][0]["config"]["train"].__setitem__("threads", -3))  # id kept: not hashed
     assert cli_main("status", path) == clean
+
+
+def _foreign_run(d):
+    """A self-consistent entry the recipe never had: seed 31337, lr 0.5, its own id and folder."""
+    spec = json.loads(json.dumps(d["runs"][0]))
+    spec["config"]["seed"], spec["config"]["optim"]["lr"] = 31337, 0.5
+    spec["run_id"] = caches.run_id_of(spec["config"])
+    spec["run_dir"] = str(Path(spec["run_dir"]).parent / spec["run_id"])
+    d["runs"][-1] = spec
+
+
+@pytest.mark.parametrize("edit", ["drop", "swap"])
+def test_a_runs_cache_edited_with_its_seal_kept_is_rebuilt_and_status_agrees_with_run(fake_tree, edit):
+    path, recipe = fake_tree
+    clean = cli_main("status", path)
+    (cache,) = recipe.root.glob(".ltbench-runs-*")
+    edit_keeping_seal(cache, (lambda d: d["runs"].pop()) if edit == "drop" else _foreign_run)
+    rc, out, err = cli_main("status", path)
+    assert (rc, out, err) == clean and "31337" not in out
+    listed = {line.split()[0] for line in out.splitlines()[:-1]}
+    planned = {line.split()[0] for line in cli_main("run", path, "--dry-run")[1].splitlines()[1:]}
+    assert listed == planned == {spec.run_id for spec in recipe.runs}
+
+
+@pytest.mark.parametrize("cache_kind", ["tables", "index"])
+def test_a_table_cache_edited_with_its_seal_kept_is_rebuilt(fake_tree, cache_kind):
+    from ltbench.report import index
+
+    path, recipe = fake_tree
+    clean = report.render(report.tables(path)[0], "markdown")
+    if cache_kind == "tables":
+        (cache,) = recipe.root.glob(".ltbench-recipe-*")
+        edit_keeping_seal(cache, lambda d: d["expected"].pop())  # 'la' shown 2/3, or gone
+    else:
+        cache = recipe.root / index.INDEX_FILE
+        seal = cache.read_bytes().partition(b"\n")[0]
+        meta, values = index_parts(cache)
+        first, second = list(meta["runs"].values())[:2]
+        second[1] = dict(first[1])  # a self-consistent record in another run's place: one seed twice
+        write_index(cache, meta, values)
+        cache.write_bytes(seal + b"\n" + cache.read_bytes().partition(b"\n")[2])
+    assert report.render(report.tables(path)[0], "markdown") == clean
 
 
 def test_cached_run_ids_are_the_ids_identity_gives():
@@ -177,6 +217,56 @@ def test_a_result_damaged_in_any_field_is_named_and_the_healthy_rows_print(fake_
         assert field in out and "damaged" in out or "seed(s) 1" in out, out
     rc, out, _ = cli_main("table", path)
     assert "| ce " in out and "3/3" in out and "2/3" in out  # CE whole, LA counted without its damaged seed
+
+
+def _extras(value):
+    return lambda r: r.__setitem__("method_extras", {"weight_norm": [1.0, 2.0, value, 1.5], "note": "x"})
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda r: (r["data"].__setitem__("class_counts_test", [10, 10, 10, 10]), r["metrics"].__setitem__("all", 0.99)),
+     "metrics.all is 0.99, its per-class accuracies give"),
+    (lambda r: r["metrics"].__setitem__("medium", 0.9), "metrics.medium is 0.9, its classes' accuracies give"),
+    (lambda r: r["data"].__setitem__("class_counts_train", [9, 8, 6, 3]), "but no many-shot class has test images"),
+    (lambda r: r["metrics"].__setitem__("macro", 0.2), "metrics.macro is 0.2"),
+    (_extras(float("nan")), "method_extras.weight_norm holds nan"),
+    (_extras(1e308), "method_extras.weight_norm holds 1e+308"),
+    (_extras(-5.0), "method_extras.weight_norm holds -5.0, expected a number >= 0"),
+])
+def test_a_record_that_contradicts_itself_is_damaged_named_once_and_never_shown(fake_tree, change, reason):
+    from ltbench.report import frames
+
+    path, recipe = fake_tree
+    spec = next(s for s in recipe.runs if s.config["method"]["name"] == "la" and s.seed == 1)
+    for s in recipe.runs:  # every record with healthy extras, so a figure would draw them
+        _edit_json(Path(s.run_dir) / store.RESULT, _extras(2.5))
+    _edit_json(Path(spec.run_dir) / store.RESULT, change)
+    check = store.check_result(Path(spec.run_dir))
+    assert check.state == "unusable" and reason in check.reason, check.reason
+    rc, out, err = cli_main("status", path)
+    assert rc == 0 and out.count(reason) == 1 and "damaged" in out, out
+    rc, out, _ = cli_main("table", path)
+    assert "| ce " in out and "3/3" in out and "2/3" in out  # LA counted without its damaged seed
+    stats = frames.load(path).class_stats
+    assert set(stats["seed"][stats["row"].str.startswith("la")]) == {0, 2}  # never plotted
+
+
+@pytest.mark.parametrize("how", ["owner gone", "stopped by a fault"])
+def test_status_and_table_agree_that_a_stopped_run_is_interrupted(fake_tree, how):
+    import socket
+
+    path, recipe = fake_tree
+    spec = next(s for s in recipe.runs if s.config["method"]["name"] == "ce" and s.seed == 2)
+    (Path(spec.run_dir) / store.RESULT).unlink()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    started = {"pid": int(gone.stdout), "host": socket.gethostname()}
+    if how == "stopped by a fault":
+        started = {"pid": os.getpid(), "host": socket.gethostname(), "interrupted": "EIO: an I/O fault"}
+    (Path(spec.run_dir) / store.STARTED).write_text(json.dumps(started))
+    rc, out, _ = cli_main("status", path)
+    assert f"{spec.run_id}  interrupted" in out, out
+    rc, out, _ = cli_main("table", path)
+    assert "seed 2 interrupted" in out and "still running" not in out, out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -348,9 +438,9 @@ def test_discovery_skips_editor_files_and_walks_no_folder_it_cannot_import(tmp_p
     walked = []
     real_scandir = os.scandir
     monkeypatch.setattr(expansion.os, "scandir", lambda p: walked.append(str(p)) or real_scandir(p))
-    assert not [p for p in expansion.plugin_code_files(folder) if "deep" in p or "#" in p or "~" in p]
+    assert not [p for p in caches.plugin_code_files(folder) if "deep" in p or "#" in p or "~" in p]
     assert str(data) not in walked
-    assert expansion.plugin_code_files(Path("/")) == []  # LTBENCH_PLUGIN_PATH=/: nothing walked
+    assert caches.plugin_code_files(Path("/")) == []  # LTBENCH_PLUGIN_PATH=/: nothing walked
     with registries_restored():
         for args in (["run", path, "--dry-run"], ["status", path], ["table", path]):
             rc, out, err = cli_main(*args)

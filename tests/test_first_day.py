@@ -71,12 +71,12 @@ def test_declared_rows_split_by_a_new_axis_and_versus_follows(tmp_path):
     recipe = load_recipe(path, ["grid.data.imb_factor=[2,6]"])
     check_recipe_tables(recipe)  # without the split: 'rows[0].where matches 2 different configurations'
     rows = recipe.tables["main"].rows
-    assert [(r.label, r.where, r.versus) for r in rows] == [
-        ("CE (imb_factor=2)", {"method.name": "ce", "data.imb_factor": 2}, None),
-        ("CE (imb_factor=6)", {"method.name": "ce", "data.imb_factor": 6}, None),
-        ("LA (imb_factor=2)", {"method.name": "la", "data.imb_factor": 2}, "CE (imb_factor=2)"),
-        ("LA (imb_factor=6)", {"method.name": "la", "data.imb_factor": 6}, "CE (imb_factor=6)"),
-        ("LA rho 6", {"method.name": "la", "data.imb_factor": 6}, "CE (imb_factor=6)")]  # names the key: kept
+    assert [(r.label, r.where, r.versus, r.group) for r in rows] == [  # one row group per value (issue 40)
+        ("CE (imb_factor=2)", {"method.name": "ce", "data.imb_factor": 2}, None, "imb_factor=2"),
+        ("LA (imb_factor=2)", {"method.name": "la", "data.imb_factor": 2}, "CE (imb_factor=2)", "imb_factor=2"),
+        ("CE (imb_factor=6)", {"method.name": "ce", "data.imb_factor": 6}, None, "imb_factor=6"),
+        ("LA (imb_factor=6)", {"method.name": "la", "data.imb_factor": 6}, "CE (imb_factor=6)", "imb_factor=6"),
+        ("LA rho 6", {"method.name": "la", "data.imb_factor": 6}, "CE (imb_factor=6)", "imb_factor=6")]  # names the key
     assert [r.label for r in recipe.tables["pivoted"].rows] == ["CE"]  # the table shows the key already
 
 

@@ -35,3 +35,23 @@ def test_small_tree_loads_as_imagenet_lt(tmp_path):
     assert image.dtype.is_floating_point is False and image.shape[0] == 3 and image.shape[1] >= 8
     shifted, labels = builder.test_set("forward50", data)
     assert len(shifted) == len(labels) and 0 < len(labels) < len(data.test)
+
+
+def test_the_generator_script_helps_without_torch_and_agrees_on_the_full_size():
+    """Issue 40: ``scripts/make_imagenet_lt.py --help`` answers where torch cannot be imported, names every
+    option's default, and its full training size is the tree module's."""
+    import runpy
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ltbench.data.imagenet_tree import FULL_TRAIN
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_imagenet_lt.py"
+    out = subprocess.run([sys.executable, "-c", "import sys, runpy; sys.modules['torch'] = None; "
+                          f"sys.argv = ['make_imagenet_lt.py', '--help']; runpy.run_path({str(script)!r}, run_name='__main__')"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for option in ("--classes", "--train-images", "--val-per-class", "--test-per-class", "--seed", "--scale"):
+        assert option in out.stdout
+    assert runpy.run_path(str(script))["FULL_TRAIN"] == FULL_TRAIN

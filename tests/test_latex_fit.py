@@ -10,6 +10,8 @@ fit must make pdflatex report an overfull box, which is what every other test he
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -35,7 +37,8 @@ def metrics(tau: float, seed: int) -> dict:
     base = 0.55 + 0.02 * tau - 0.004 * (tau - 1.5) ** 2 + 0.012 * (seed - 1) * (1 + (tau > 2))
     groups = {"many": base + 0.2, "medium": base, "few": base - 0.3, "all": base}
     priors = {p: {"all": base + 0.1 - 0.02 * i} for i, p in enumerate(PRIORS)}
-    return {**groups, "per_class": [base] * 4, "groups": {"many_threshold": 10, "few_threshold": 4},
+    per_class = [groups["many"], groups["many"], groups["medium"], groups["few"]]  # classes of 24, 12, 6, 3 images
+    return {**groups, "per_class": per_class, "groups": {"many_threshold": 10, "few_threshold": 4},
             "target_priors": priors}
 
 
@@ -137,3 +140,27 @@ def test_the_width_estimate_is_close_to_pdflatex_and_never_below_it(fit_tables, 
         estimate = estimates(fragment)
         assert real - 1.0 <= estimate <= real * 1.03 + 1.0, (name, estimate, real)
     assert measured[0] <= COLUMN_PT and max(measured) <= TEXT_PT
+
+
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference-results"
+
+
+def test_the_heads_table_of_the_r32_reference_fits_the_page_in_height(tmp_path):
+    """Issue 40: the heads table of recipes/fmnist_schedule_r32.yaml with its reference results (four long row
+    notes, the numerics and detectable-difference notes) ran 74 pt past the page ('Float too large'). Its notes
+    are now budgeted like its width: short in the float, the rest as comments; a caption never sits on the rule."""
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "fmnist_schedule_r32.yaml"
+    (table,) = report.tables(recipe, REFERENCE, name="heads")
+    text = report.render(table, "latex")
+    assert "% notes: short" in text and "\\caption{" in text.split("\\toprule")[0]
+    assert "\\caption{" + text.split("\\caption{")[1].split("\n")[0] + "\n\\par\\medskip" in text
+    assert "% notes left out of the float" in text and "Notes shortened" in text
+    table.spec.notes = "full"
+    full = report.render(table, "latex")
+    assert "more than the page's 550 pt: set notes: short or none" in full
+    table.spec.notes = "none"
+    assert "\\begin{minipage}" not in report.render(table, "latex")
+    needs_pdflatex()
+    log = compile_fragments([text], tmp_path)
+    assert "Float too large" not in log and overfull_boxes(log) == []
+    assert "Float too large" in compile_fragments([full], tmp_path / "full")  # what the budget prevents

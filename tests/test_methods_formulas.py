@@ -154,10 +154,10 @@ def test_loss_views_all_averages_the_loss_over_every_view(name):
         np.testing.assert_allclose(out["logits"].double().numpy(), linear_logits(), **TOL)  # first view's logits
 
 
-def test_loss_views_at_its_default_stays_out_of_the_run_config():
+def test_loss_views_is_explicit_in_the_run_config():
     from ltbench.config import to_dict
 
-    assert "loss_views" not in to_dict(make("la").cfg)  # earlier LA runs keep their run ids
+    assert to_dict(make("la").cfg)["loss_views"] == "first"
     assert to_dict(make("la", loss_views="all").cfg)["loss_views"] == "all"
 
 

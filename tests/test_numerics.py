@@ -133,3 +133,79 @@ def test_records_made_before_numerics_were_recorded_never_match(older):
     assert differ == [] and bool(unknown) is older
     assert "cpu_capability" in unknown if older else not unknown
     assert ("CPU capability not recorded" in identity.numerics_text(read)) is older
+
+
+def test_a_kernel_environment_difference_keeps_results_apart_and_is_named(tmp_path, write_recipe):
+    """Issue 44: MKL_CBWR=COMPATIBLE changed the numbers of tiny runs with no recorded field differing. The
+    kernel environment is recorded now, and one comparison decides borrowing and writes the notes."""
+    cbwr = {**_numerics(1), "kernel_env": {"MKL_CBWR": "COMPATIBLE"}}
+    plain = {**_numerics(1), "kernel_env": {}}
+    assert identity.numerics_difference(cbwr, plain) == (["kernel_env"], [])
+    path = write_recipe("mine", {"seeds": [0, 1, 2]})
+    recipe = load_recipe(path)
+    results = Path(recipe.root).parent
+    _write(recipe.runs[1], results / "mine", plain, 0.61)
+    _write(recipe.runs[2], results / "mine", plain, 0.62)
+    _write(recipe.runs[0], results / "a_first", cbwr, 0.55)  # first in folder order
+    _write(recipe.runs[0], results / "b_second", plain, 0.60)
+    (table,) = report.tables(path, use_cache=False)
+    unit = next(iter(table.rows[0].units.values()))
+    assert unit.runs[0]["borrowed"] == "b_second"
+    notes = " ".join(table.rows[0].notes)
+    assert "a_first/ holds another result of this run id, made under other numerics: kernel environment " \
+           "MKL_CBWR=COMPATIBLE against unset (All 55.00 against 60.00 in b_second/" in notes, notes
+    assert table.notes[-1] == "numerics of every result shown: CPU a test CPU (DEFAULT), 1 thread (3 results)"
+
+
+@pytest.mark.parametrize("field, values, shown", [
+    ("torch", ("2.14.1", "2.13.0"), "torch 2.13.0"),
+    ("channels_last", (False, True), "channels_last on"),
+    ("cpu_id", ("GenuineIntel 6/85/7 flags aaa", "GenuineIntel 6/207/2 flags bbb"), "cpu_id GenuineIntel 6/207/2"),
+    ("kernel_env", ({}, {"ONEDNN_MAX_CPU_ISA": "SSE41"}), "kernel environment ONEDNN_MAX_CPU_ISA=SSE41"),
+])
+def test_every_field_that_differs_is_named_in_the_notes(tmp_path, write_recipe, field, values, shown):
+    """The table note used to print CPU, capability, threads, precision and compile only: a torch version or
+    channels_last difference on one seed read 'numerics of every result shown: ... (3 results)'."""
+    path = write_recipe("r", {"seeds": [0, 1, 2]})
+    recipe = load_recipe(path)
+    for spec, value in zip(recipe.runs, (values[0], values[0], values[1])):
+        _write(spec, Path(recipe.root), {**_numerics(1), field: value}, 0.6)
+    (table,) = report.tables(path, use_cache=False)
+    assert any(n.startswith(f"seeds made under different numerics ({field}): ") and shown in n
+               for n in table.rows[0].notes), table.rows[0].notes
+    table_note = next(n for n in table.notes if "numerics" in n)
+    assert table_note.startswith(f"results made under different numerics ({field};") and shown in table_note
+
+
+def test_the_notes_group_results_exactly_as_the_borrowing_rule_compares_them():
+    """Two results that stand for each other (numerics_difference: nothing differs, nothing unknown) share a
+    class; two in different classes always have a field the notes name; within a class nothing differs."""
+    base = _numerics(1)
+    variants = [base, {**base, "torch": "y"}, {**base, "kernel_env": {}}, {**base, "kernel_env": {"MKL_CBWR": "AVX2"}},
+                {**base, "threads": identity.NOT_RECORDED}, dict(base)]
+    classes, differ, unknown = identity.numerics_classes(variants)
+    together = {i: k for k, (_, members) in enumerate(classes) for i in members}
+    for i, a in enumerate(variants):
+        for j, b in enumerate(variants):
+            d, u = identity.numerics_difference(a, b)
+            if not d and not u:
+                assert together[i] == together[j]
+            if together[i] != together[j]:
+                assert set(d) | set(u) <= set(differ) | set(unknown) and (d or u)
+            else:
+                assert not d and all(a.get(f) == b.get(f) for f in u)
+    assert differ == ["kernel_env", "torch"] and unknown == ["threads"]
+
+
+def test_a_run_records_the_kernel_environment_cpu_identity_and_libraries(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the effective count is recorded as threads, not the variable
+    n = provenance.numerics(torch.device("cpu"), precision="fp32", threads_from="test")
+    assert n["kernel_env"] == {"MKL_CBWR": "COMPATIBLE"}
+    assert set(n) >= set(identity.NUMERICS_FIELDS["cpu"]) - {"threads_per_epoch"}
+    if Path("/proc/cpuinfo").is_file():
+        assert " flags " in n["cpu_id"]
+    assert provenance.kernel_libraries("BLAS_INFO=mkl, x\n Intel(R) oneAPI Math Kernel Library Version 2024.2-Product "
+                                       "Build 1 for Intel(R) 64\n Intel(R) MKL-DNN v3.12.0 (Git Hash 80afa71049cd)") \
+        == {"blas": "mkl 2024.2-Product Build 1", "onednn": "v3.12.0 80afa710"}

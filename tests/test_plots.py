@@ -223,13 +223,14 @@ def test_no_title_in_the_figure_and_captions_are_true_to_n():
         assert figure._suptitle is None and all(not ax.get_title() for ax in figure.axes)
 
 
-def test_nothing_to_draw_is_said_in_the_figure():
+def test_nothing_to_draw_is_said_in_the_caption_not_in_an_axis_label():
     one_epoch = pd.DataFrame({"row": ["ce", "la"], "seed": [0, 0], "epoch": [1, 1], "loss": [2.0, 1.5]})
-    assert "only one epoch logged" in figure_curves(one_epoch).axes[0].get_xlabel()
+    curves = figure_curves(one_epoch)
+    assert "Only one epoch logged" in caption(curves) and "logged" not in curves.axes[0].get_xlabel()
     base = per_class_frame(rows=("la",)).drop(columns="accuracy").assign(stat="weight_norm", value=1.0)
     figure = figure_class_stat(base, "weight_norm", all_rows=["ce", "la", "ldam_drw"])
-    note = figure.axes[0].get_xlabel().replace("\n", " ")
-    assert "record no per-class weight_norm): ce, ldam_drw" in note
+    assert "record no per-class weight_norm): ce, ldam_drw." in caption(figure)
+    assert "not drawn" not in figure.axes[0].get_xlabel()
     assert "kappa" not in caption(figure) and "κ" not in caption(figure)
 
 
@@ -284,3 +285,11 @@ def test_the_font_check_sees_a_small_font(tmp_path):
 def test_an_unknown_size_is_a_clear_error():
     with pytest.raises(LtbenchError, match="figure size 'poster': expected one of column, text"):
         figure_shift(shift_frame(), size="poster")
+
+
+def test_a_shift_figure_without_shifted_priors_says_what_would_produce_them(tmp_path):
+    """Issue 40: 'ltbench plot --kind shift' on runs without target priors names the recipe keys that record them."""
+    from ltbench.report import document, plots
+
+    drawn = document.FIGURES["shift"].draw(plots, pd.DataFrame(), tmp_path / "shift", [], "column")
+    assert drawn.paths == [] and "eval.target_priors" in drawn.reason and "eval.test_sets" in drawn.reason

@@ -151,6 +151,11 @@ def test_extraction_refuses_unfinished_and_foreign_runs(runs, tmp_path):
     torch.save({**state, "epoch": 1, "step": 3}, run_dir / store.CHECKPOINT)
     with pytest.raises(LtbenchError, match="not at the end"):
         features.extract_features(run_dir)
+    record = json.loads((run_dir / store.RESULT).read_text())
+    del record["config"]["optim"]  # V14: once KeyError: optim, an internal error
+    (run_dir / store.RESULT).write_text(json.dumps(record))
+    with pytest.raises(LtbenchError, match="config.optim is missing; stage 2 needs"):
+        features.extract_features(run_dir)
     (run_dir / store.RESULT).unlink()
     with pytest.raises(LtbenchError, match="not finished"):
         features.extract_features(run_dir)

@@ -64,7 +64,7 @@ def test_state_lines_on_a_terminal_are_redrawn_in_place_with_messages_above(tmp_
     board = ProgressBoard(2, tty=True, out=out, total=3, screen=Screen(out, width=80, height=12), clock=lambda: clock[0])
     board.start(0, spec_in(tmp_path), "ce")
     assert screen_of(out) == ["[0] ce seed 1: starting (data, model) ETA ?",
-                              "runs 0/3 finished 1 running 2 queued grid ETA ?"]
+                              "0/3 done · 1 running · 2 queued · grid ETA ?"]
     log_epoch(tmp_path, 1)
     clock[0] += 2.0
     board.poll()
@@ -73,11 +73,11 @@ def test_state_lines_on_a_terminal_are_redrawn_in_place_with_messages_above(tmp_
     # free worker, then 6-14 on this one
     assert screen_of(out) == ["started la seed 0 (def456) in slot 1",
                               "[0] ce seed 1: epoch 1/4 loss 1.5000 812 img/s ETA 0:06",
-                              "runs 0/3 finished 1 running 2 queued grid ETA 0:14"]
+                              "0/3 done · 1 running · 2 queued · grid ETA 0:14"]
     clock[0] += 6.0
     board.finish(0, "finished ce seed 1 (abc123): done")  # 8 s: the 2 queued runs, one on each worker
     assert screen_of(out) == ["started la seed 0 (def456) in slot 1", "finished ce seed 1 (abc123): done",
-                              "runs 1/3 finished 0 running 2 queued grid ETA 0:08"]
+                              "1/3 done · 0 running · 2 queued · grid ETA 0:08"]
     board.close()
     assert screen_of(out) == ["started la seed 0 (def456) in slot 1", "finished ce seed 1 (abc123): done"]
 

@@ -159,21 +159,21 @@ def wait_file(path: Path) -> None:
 
 
 def logical_lines(text: str) -> list[str]:
-    """The screen's lines with those the terminal wrapped (a row filled to the last column) joined again:
-    a message may be longer than the terminal, a state line never is."""
+    """The screen's lines with a message's continuation rows joined again: ltbench breaks a message longer
+    than the terminal between words and indents the rest by two spaces (the terminal itself never wraps one:
+    no row fills the last column); a state line is never longer than the terminal."""
     out: list[str] = []
-    wrapped = False
     for row in text.splitlines():
-        if wrapped:
-            out[-1] += row
+        assert len(row) < COLUMNS, f"a row filled to the last column (wrapped by the terminal): {row!r}"
+        if row.startswith("  ") and out:
+            out[-1] += " " + row.strip()
         else:
             out.append(row)
-        wrapped = len(row) == COLUMNS
     return out
 
 
 def state_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if re.match(r"^\[\d\] |^runs \d", line)]
+    return [line for line in text.splitlines() if re.match(r"^\[\d\] |^\d+/\d+ done", line)]
 
 
 @pytest.mark.slow
@@ -217,7 +217,7 @@ def _drive(term: Terminal, gates: Path, tags: list[str]) -> None:
         wait_file(gates / f"built-{tag}.reached")
     text = term.wait_for(lambda t: len([x for x in state_lines(t) if "starting (data, model)" in x]) == 2,
                          "two slots starting")
-    assert re.search(r"^runs 0/3 finished 2 running 1 queued grid ETA \?$", text, re.M), text
+    assert re.search(r"^0/3 done · 2 running · 1 queued · grid ETA \?$", text, re.M), text
     for tag in tags[:2]:
         (gates / f"built-{tag}.go").touch()
     for tag in tags[:2]:
@@ -225,14 +225,29 @@ def _drive(term: Terminal, gates: Path, tags: list[str]) -> None:
     text = term.wait_for(lambda t: len([x for x in state_lines(t) if " epoch 1/2 " in x]) == 2, "epoch 1/2 twice")
     slot0 = next(x for x in state_lines(text) if x.startswith("[0] "))
     assert "gated (tag=a-long-option" in slot0 and "…" in slot0 and re.search(r"ETA \d+:\d\d$", slot0), slot0
-    assert re.search(r"^runs 0/3 finished .*grid ETA \d+:\d\d$", text, re.M), text  # an estimate once epochs are timed
+    assert re.search(r"^0/3 done .*grid ETA \d+:\d\d$", text, re.M), text  # an estimate once epochs are timed
     (gates / f"epoch2-{tags[0]}.go").touch()
     wait_file(gates / f"predict-{tags[0]}.reached")
     text = term.wait_for(lambda t: any("evaluating test set 1/1" in x for x in state_lines(t)), "evaluating")
     (gates / f"predict-{tags[0]}.go").touch()
     wait_file(gates / f"built-{tags[2]}.reached")
     text = term.wait_for(lambda t: re.search(r"^finished gated .*: done, All \d+\.\d\d %$", "\n".join(logical_lines(t)), re.M)
-                         and re.search(r"^runs 1/3 finished", t, re.M), "a slot ending")
+                         and re.search(r"^1/3 done", t, re.M), "a slot ending")
     term.wait_for(lambda t: any(x.startswith("[0] ") and "starting" in x for x in state_lines(t)),
                   "the freed slot starting the third run")
     os.write(term.master, b"\x03")  # Ctrl-C: SIGINT to the launcher and its workers
+
+
+def test_a_message_above_the_state_lines_is_broken_between_words_to_the_width():
+    """Issue 40: a long line printed above the state lines (the Ctrl-C message, say) never wraps mid-word."""
+    import io
+
+    from ltbench.run.screen import Screen
+
+    out = io.StringIO()
+    screen = Screen(out)
+    screen.size = lambda: (40, 24)
+    screen.message("interrupted: stopping 2 worker(s); every run keeps its last checkpoint and resumes")
+    lines = [line for line in out.getvalue().split("\n") if line.strip()]
+    assert len(lines) > 1 and all(len(line.split("\x1b[J")[-1]) <= 39 for line in lines), lines
+    assert "checkpoint" in out.getvalue() and "checkpo\n" not in out.getvalue()

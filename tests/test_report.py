@@ -14,6 +14,7 @@ import pytest
 
 from ltbench import report
 from ltbench.errors import ConfigError
+from ltbench.results import store
 from ltbench.cli import load_checked_recipe
 from ltbench.recipe import load_recipe
 from reportkit import populate, run_key, write_run

@@ -17,7 +17,8 @@ from ltbench.results.runspec import RunSpec
 from ltbench.train.selection import select_model
 
 SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"
-CONFIG = {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}, "seed": 3}
+CONFIG = {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}, "sampler": {"name": "uniform"},
+          "seed": 3}
 SPEC = {"recipe": "r", "run_id": "abc", "config": CONFIG, "grid": {"method": {"name": "ce"}}, "plugins": ["p"],
         "run_dir": "/x/r/abc"}
 

@@ -178,9 +178,9 @@ def test_ddp_shards_are_disjoint_and_cover_the_epoch(tmp_path, write_recipe, sam
             assert abs(len(b0) - len(b1)) <= 1
 
 
-def test_resolution_keeps_the_default_out_of_the_configuration():
-    assert resolve_sampler(None, None, "ce") is None
-    assert resolve_sampler({"name": "uniform"}, None, "ce") is None  # earlier run ids hold
+def test_resolution_writes_the_default_out():
+    assert resolve_sampler(None, None, "ce") == {"name": "uniform"}
+    assert resolve_sampler({"name": "uniform"}, None, "ce") == {"name": "uniform"}
     assert resolve_sampler({}, {"name": "class_balanced"}, "crt_stage1") == {"name": "class_balanced"}
     from ltbench.errors import ConfigError
 
@@ -249,23 +249,14 @@ def test_cli_lists_samplers_and_refuses_an_unknown_one_with_a_suggestion(write_r
     assert bad_option.returncode == 2 and "sampler.q: unknown key" in bad_option.stderr
 
 
-def test_sampler_is_in_the_run_id_and_the_label_and_the_default_keeps_old_ids(write_recipe):
+def test_sampler_is_in_the_run_id_and_the_label_and_the_default_is_explicit(write_recipe):
     from ltbench.recipe import load_recipe, run_label
 
     plain = load_recipe(write_recipe()).runs[0]
     uniform = load_recipe(write_recipe(extra={"sampler": {"name": "uniform"}})).runs[0]
     balanced = load_recipe(write_recipe(extra={"sampler": {"name": "class_balanced"}})).runs[0]
-    assert "sampler" not in plain.config and plain.run_id == uniform.run_id != balanced.run_id
+    assert plain.config["sampler"] == {"name": "uniform"} and plain.run_id == uniform.run_id != balanced.run_id
     assert run_label(balanced) == "ce (sampler=class_balanced)" and run_label(plain) == "ce"
-
-
-def test_quickstart_ids_are_unchanged():
-    """Run ids made before samplers existed hold: the default sampler is not part of the configuration
-    (these are the ids the main branch gave recipes/quickstart.yaml before this change)."""
-    from ltbench.recipe import load_recipe
-
-    ids = [r.run_id for r in load_recipe(ROOT / "recipes" / "quickstart.yaml").runs]
-    assert ids == ["b772c3f57417", "fcaba61914e2", "c2955543b128", "d26e01af66b7"]
 
 
 @pytest.mark.slow  # three runs of a tiny recipe: ~15 s

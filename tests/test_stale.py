@@ -1,13 +1,17 @@
-"""Stale results: a run records the hash of every plugin module it used; status flags finished runs whose
-code has changed since, and 'ltbench run --rerun-stale' runs them again from scratch."""
+"""Stale results: a run records the hash of every module it executed that is not installed (ltbench, its
+plugins, helper packages), the version of each installed distribution, and the data files its modules name;
+status flags finished runs whose code has changed since, and 'ltbench run --rerun-stale' runs them again."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import sys
 
 import pytest
 
-from ltbench.results import identity, store
+from ltbench.results import code as code_module
+from ltbench.results import identity, provenance, store
 
 PLUGIN = '''
 import torch.nn as nn
@@ -17,6 +21,7 @@ from ltbench.method import Method
 from ltbench.registry import METHODS
 
 from {pkg}._helpers import SCALE
+from stale_helpers import OFFSET  # a package of the user's beside the plugin folder, not installed
 
 
 @METHODS.register("scaled_ce")
@@ -26,7 +31,7 @@ class ScaledCE(Method):
         self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)
 
     def loss(self, features, labels, *, epoch):
-        logits = self.head(features[0]) * SCALE
+        logits = self.head(features[0]) * SCALE + OFFSET
         return {{"loss": F.cross_entropy(logits, labels), "logits": logits.detach()}}
 
     def predict(self, features, *, target_prior=None):
@@ -40,6 +45,8 @@ def test_changed_plugin_code_flags_runs_stale_and_rerun_stale_redoes_them(tmp_pa
     pkg.mkdir()
     (pkg / "scaled.py").write_text(PLUGIN.format(pkg="stale_plugins"))
     (pkg / "_helpers.py").write_text("SCALE = 1.0\n")
+    (tmp_path / "stale_helpers").mkdir()
+    (tmp_path / "stale_helpers" / "__init__.py").write_text("OFFSET = 0.0\n")
     recipe = write_recipe(extra={"plugins": ["./stale_plugins"], "method": {"name": "scaled_ce"},
                                  "optim": {"epochs": 1}})
     assert cli("run", recipe).returncode == 0
@@ -47,7 +54,8 @@ def test_changed_plugin_code_flags_runs_stale_and_rerun_stale_redoes_them(tmp_pa
     code = json.loads(result_path.read_text())["code"]
     # The method's module, the helper module it imports (a private one, never registered), and the
     # built-in dataset and backbone modules.
-    used = {"stale_plugins.scaled", "stale_plugins._helpers", "ltbench.data.synthetic", "ltbench.backbones"}
+    used = {"stale_plugins.scaled", "stale_plugins._helpers", "ltbench.data.synthetic", "ltbench.backbones",
+            "stale_helpers", "distribution:torch"}
     assert used <= set(code)
     assert code["stale_plugins._helpers"]["sha256"] == identity.file_sha256(pkg / "_helpers.py")
 
@@ -69,3 +77,66 @@ def test_changed_plugin_code_flags_runs_stale_and_rerun_stale_redoes_them(tmp_pa
     assert fresh["code"]["stale_plugins._helpers"]["sha256"] == identity.file_sha256(pkg / "_helpers.py")
     assert [r["epoch"] for r in store.read_jsonl(result_path.parent / store.LOG)] == [1]
     assert "1 done" in cli("status", results_dir).stdout
+    (tmp_path / "stale_helpers" / "__init__.py").write_text("OFFSET = 0.5\n")
+    assert "code changed since: stale_helpers" in cli("status", results_dir).stdout
+
+
+def _state(code: dict, plugins=None) -> str:
+    identity._sha_cache.clear(), identity._normalized_cache.clear()
+    return identity.code_state({"code": code, "code_scope": code_module.CODE_SCOPE, "plugins": plugins or {}})
+
+
+def test_a_helper_package_outside_the_plugin_folder_is_hashed_and_its_change_makes_the_run_stale(tmp_path, monkeypatch):
+    """Issue 44: a plugin importing a helper package next to it (on sys.path, not installed) changed the loss
+    and the run stayed 'done': only ltbench and the plugin folders were followed."""
+    (tmp_path / "plug44").mkdir()
+    (tmp_path / "plug44" / "__init__.py").write_text("")
+    (tmp_path / "plug44" / "loss.py").write_text("from helper44.scale import SCALE\n")
+    (tmp_path / "helper44").mkdir()
+    (tmp_path / "helper44" / "__init__.py").write_text("")
+    (tmp_path / "helper44" / "scale.py").write_text("SCALE = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    recorded = provenance.modules_code(["plug44.loss"])
+    assert {"plug44.loss", "helper44", "helper44.scale"} <= set(recorded)
+    plugins = {"x": identity.PLUGIN_FOLDER_SOURCE + str(tmp_path / "plug44")}
+    assert _state(recorded, plugins).status == "done"
+    (tmp_path / "helper44" / "scale.py").write_text("SCALE = 2.0\n")
+    assert _state(recorded, plugins).changed == ("helper44.scale",)
+    # status in a process where the helper is not on sys.path finds it next to the run's plugin folder
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    for name in ("helper44", "helper44.scale", "plug44", "plug44.loss"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert _state(recorded, plugins).changed == ("helper44.scale",)
+
+
+def test_installed_distributions_are_recorded_by_version_and_a_new_version_makes_the_run_stale(monkeypatch):
+    recorded = provenance.modules_code([code_module.TRAINING_ROOT])
+    assert recorded["distribution:torch"] == {"version": importlib.metadata.version("torch")}
+    assert not any(m.split(".")[0] in ("torch", "numpy") for m in recorded)  # installed: never read or hashed
+    assert _state(recorded).status == "done"
+    monkeypatch.setitem(identity._versions, "torch", "0.0.1")
+    state = _state(recorded)
+    assert state.status == "stale" and state.changed == ("distribution:torch",)
+    monkeypatch.setitem(identity._versions, "torch", None)  # uninstalled: cannot be checked, never 'done'
+    assert _state(recorded).status == identity.CODE_UNKNOWN
+
+
+def test_data_files_a_module_names_are_hashed_and_their_change_makes_the_run_stale(tmp_path, monkeypatch):
+    """The CLIP class-name and prompt lists decide the text classifier: a run that builds one records them."""
+    recorded = provenance.modules_code(["ltbench.pretrained.prompts"])
+    assert {"data:ltbench/pretrained/classnames/places_lt.txt",
+            "data:ltbench/pretrained/classnames/templates_photo.txt"} <= set(recorded)
+    # the same rule on a copy that can be edited: a plugin reading prompt files from a folder next to it
+    (tmp_path / "text44").mkdir()
+    (tmp_path / "text44" / "__init__.py").write_text("")
+    (tmp_path / "text44" / "prompts.py").write_text(
+        "from pathlib import Path\nFOLDER = Path(__file__).with_name('lists')\n")
+    (tmp_path / "text44" / "lists").mkdir()
+    (tmp_path / "text44" / "lists" / "photo.txt").write_text("a photo of a {}.\n")
+    (tmp_path / "text44" / "README.md").write_text("not named by the code: not recorded\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    recorded = provenance.modules_code(["text44.prompts"])
+    assert [k for k in recorded if k.startswith("data:")] == ["data:text44/lists/photo.txt"]
+    assert _state(recorded).status == "done"
+    (tmp_path / "text44" / "lists" / "photo.txt").write_text("a blurry photo of a {}.\n")
+    assert _state(recorded).changed == ("data:text44/lists/photo.txt",)

@@ -19,7 +19,7 @@ from ltbench.errors import DiskFullError
 from tests.conftest import ROOT
 
 GOOD = {
-    "status": "done", "run_id": "abc", "seed": 0,
+    "schema_version": 2, "status": "done", "run_id": "abc", "seed": 0,
     "config": {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}},
     "metrics": {"all": 0.5, "many": 0.75, "medium": None, "few": 0.25, "per_class": [0.75, None, 0.25]},
 }

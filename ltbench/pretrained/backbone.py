@@ -99,6 +99,32 @@ class PretrainedViT(nn.Module):
         return weights_mod.weights_identity(weights_mod.find_weights(cfg.weights, cls.source))
 
     @classmethod
+    def check_weights(cls, cfg: PretrainedConfig) -> None:
+        """Before the first run (``launch.checks_before_any_run``): the weights file is readable without running
+        code, its keys and shapes fit this configuration's model (built on the meta device: no memory), and its
+        values are finite; else one line naming the file and what is wrong (exit 2), before any worker starts."""
+        path = weights_mod.find_weights(cfg.weights, cls.source)
+        probe = cls.__new__(cls)
+        nn.Module.__init__(probe)
+        probe.cfg = cfg
+        with torch.device("meta"):
+            probe.model = probe.build(cfg)[0]
+        state = probe.weights_state(path)
+        # Google's .npz names its arrays in its own layout: timm's converter checks them when a run loads them
+        problem = "" if str(path).endswith(".npz") else weights_mod.fit_problem(probe.model, state)
+        if problem:
+            raise weights_mod.WeightsFileError(path, f"these weights do not fit backbone {cls.source.backbone} "
+                                                     f"({problem}); check the backbone's shape options")
+        bad = weights_mod.non_finite(state)
+        if bad:
+            raise weights_mod.WeightsFileError(path, f"'{bad}' holds NaN or infinite values (a damaged or diverged "
+                                                     f"file)")
+
+    def weights_state(self, path) -> dict:
+        """The file's tensors as the model's state dict names them (what ``load`` loads)."""
+        raise NotImplementedError
+
+    @classmethod
     def check_run_config(cls, config: dict) -> None:
         """A features-only mode (``frozen``) trains no epoch (optim.epochs 0); every other mode trains (epochs
         >= 1), so no two tune names describe one computation."""

@@ -13,13 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from ltbench.errors import ConfigError
 from ltbench.pretrained.backbone import PretrainedConfig, PretrainedViT, Preprocess
 from ltbench.pretrained.trunks import OpenClipTrunk
-from ltbench.pretrained.weights import WeightSource, read_state_dict
+from ltbench.pretrained.weights import WeightSource, load_exactly, read_state_dict
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI's clip/clip.py _transform
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -81,10 +79,14 @@ class ClipViT(PretrainedViT):
         preprocess = Preprocess(a.image_size, OPENAI_MEAN, OPENAI_STD, "bicubic", 1.0)
         return model, OpenClipTrunk(model.visual), preprocess
 
-    def load(self, path) -> None:
+    def weights_state(self, path) -> dict:
         state = read_state_dict(path)
         for key in ("input_resolution", "context_length", "vocab_size"):  # OpenAI's archives hold these
             state.pop(key, None)
+        return state
+
+    def load(self, path) -> None:
+        state = self.weights_state(path)
         load_exactly(self.model, {k: v.float() for k, v in state.items()}, path, self.source.backbone)
 
     # -- the text side (zero-shot, text-initialised classifiers) -------------------------------
@@ -135,21 +137,3 @@ class ClipViTB16(ClipViT):
 
     def arch(self) -> ClipArch:
         return VIT_B16
-
-
-def load_exactly(model: nn.Module, state: dict, path, backbone: str, ignore: tuple[str, ...] = ()) -> None:
-    """load_state_dict, strict, with one line naming the first key that does not fit (a wrong file, or
-    a file of another architecture), instead of PyTorch's page of mismatches."""
-    own = model.state_dict()
-    state = {k: v for k, v in state.items() if not k.startswith(ignore)}
-    missing = sorted(set(own) - set(state))
-    extra = sorted(set(state) - set(own))
-    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
-    if missing or extra or wrong:
-        key = (wrong or missing or extra)[0]
-        what = (f"'{key}' has shape {tuple(state[key].shape)}, the model {tuple(own[key].shape)}" if wrong else
-                f"'{key}' is missing" if missing else f"'{key}' is not a parameter of the model")
-        raise ConfigError(f"{path}: these weights do not fit backbone {backbone} ({what}; {len(missing)} missing, "
-                          f"{len(extra)} unexpected, {len(wrong)} of another shape); check backbone.weights and "
-                          f"the backbone's shape options")
-    model.load_state_dict(state)

@@ -13,6 +13,7 @@ import torch.nn as nn
 from ltbench import pretrained
 from ltbench.backbones import Backbone
 from ltbench.registry import BACKBONES
+from ltbench.results.identity import BACKBONE_IDENTITY
 
 
 # Pretrained foundation backbones (ltbench/pretrained/, docs/foundation.md). Weights come from
@@ -57,6 +58,19 @@ def backbone_identity(spec: dict) -> str | None:
     ('sha256:...'), None for backbones built from scratch. Asked when a recipe is loaded."""
     ask = getattr(BACKBONES.get(spec["name"]), "weights_identity", None)
     return ask(BACKBONES.config(spec, "backbone")) if callable(ask) else None
+
+
+def check_weights(configs: list[dict]) -> None:
+    """Each distinct weights file of these run configurations checked once (``check_weights`` of its backbone:
+    readable, fitting, finite), before the first run; a backbone without a weights file has nothing to check."""
+    seen = set()
+    for config in configs:
+        weights = config.get(BACKBONE_IDENTITY)
+        ask = getattr(BACKBONES.get(config["backbone"]["name"]), "check_weights", None)
+        key = (weights, repr(sorted((k, str(v)) for k, v in config["backbone"].items())))
+        if weights and callable(ask) and key not in seen:
+            seen.add(key)
+            ask(BACKBONES.config(config["backbone"], "backbone"))
 
 
 def parameter_counts(backbone: nn.Module, method: nn.Module) -> dict:

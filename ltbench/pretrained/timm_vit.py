@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ltbench.pretrained.backbone import PretrainedConfig, PretrainedViT, Preprocess
-from ltbench.pretrained.clip import load_exactly
 from ltbench.pretrained.trunks import TimmTrunk
-from ltbench.pretrained.weights import WeightSource, read_state_dict
+from ltbench.pretrained.weights import WeightSource, load_exactly, npz_arrays, read_state_dict
 
 HALF = (0.5, 0.5, 0.5)
 HEAD_KEYS = ("head.", "fc_norm.", "pre_logits.")  # classifier parts of a checkpoint: not features
@@ -67,10 +66,15 @@ class TimmViT(PretrainedViT):
 
             _load_weights(self.model, str(path))
             return
+        load_exactly(self.model, self.weights_state(path), path, self.source.backbone, ignore=HEAD_KEYS)
+
+    def weights_state(self, path) -> dict:
+        if str(path).endswith(".npz"):  # Google's layout: timm's converter checks its keys when it loads
+            return npz_arrays(path)
         from timm.models.vision_transformer import checkpoint_filter_fn  # lazy: keeps discovery free of timm
 
         state = checkpoint_filter_fn(read_state_dict(path), self.model)
-        load_exactly(self.model, state, path, self.source.backbone, ignore=HEAD_KEYS)
+        return {k: v for k, v in state.items() if not k.startswith(HEAD_KEYS)}
 
 
 class ViTB16In21k(TimmViT):

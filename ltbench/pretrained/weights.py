@@ -8,8 +8,8 @@ Identity: the sha256 of the weights file enters the run's configuration as ``bac
 (ltbench/results/identity.py), so results of different weights never share a run id or a table row,
 while the path itself is an execution setting (moving the file changes nothing).
 
-Formats read (``read_state_dict``): OpenAI's TorchScript ``.pt`` archives (as OpenAI's ``clip`` package
-downloads them), pickled state dicts (``.pt``/``.pth``/``.bin``, open_clip's and timm's, optionally
+Formats read (``read_state_dict``), none of them by running code from the file: OpenAI's TorchScript ``.pt``
+archives (as OpenAI's ``clip`` package downloads them; read as data, ltbench/pretrained/scripted.py), pickled state dicts (``.pt``/``.pth``/``.bin``, open_clip's and timm's, optionally
 wrapped in ``{'state_dict': ...}`` or ``{'model': ...}`` and with DataParallel's ``module.`` prefix, read
 with ``weights_only=True``), safetensors, and Google's ViT ``.npz`` (through timm's own reader, by the
 backbone that knows the layout).
@@ -17,15 +17,20 @@ backbone that knows the layout).
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from ltbench.errors import CorruptFileError, DataMissingError
-from ltbench.results import identity, safe_read
+from ltbench.errors import ConfigError, DataMissingError, LtbenchError, shorten
+from ltbench.pretrained import scripted
+from ltbench.results import caches, safe_read
+from ltbench.results.store import CACHE_DIR_ENV
 
 
 @dataclass(frozen=True)
@@ -79,41 +84,128 @@ def find_weights(weights: str | None, source: WeightSource) -> Path:
         f"and give its path as backbone.weights (weights are never downloaded)")
 
 
+MAX_WEIGHTS_ENV = "LTBENCH_MAX_WEIGHTS_GB"  # set: a larger (or smaller) bound on a weights file, in GB
+MAX_WEIGHTS_GB = 16.0  # ViT-G/14 in float32 is ~7.5 GB; a file past this is refused, not hashed for minutes
+SHOW_PROGRESS_BYTES = 512 * safe_read.MiB  # hashing a larger file says how far it is
+SHA_CACHE_FILE = "weights-sha256.json"
+
+
+class WeightsFileError(LtbenchError):
+    """A weights file that cannot be used: one line naming the file and what is wrong with it (exit 2)."""
+
+    def __init__(self, path, what: str):
+        super().__init__(f"{path}: {what}; check backbone.weights")
+
+
+def size_limit_gb() -> float:
+    raw = os.environ.get(MAX_WEIGHTS_ENV, "")
+    try:
+        return float(raw) if raw else MAX_WEIGHTS_GB
+    except ValueError:
+        raise ConfigError(f"${MAX_WEIGHTS_ENV}={raw[:40]!r}: expected a number of GB") from None
+
+
+def checked_stat(path: Path) -> os.stat_result:
+    """The file's stat, when it is a regular file within the size bound; WeightsFileError otherwise."""
+    problem = safe_read.regular_file_problem(path)
+    if problem:
+        raise WeightsFileError(path, f"it {problem}")
+    st = os.stat(path)
+    if st.st_size > size_limit_gb() * 1e9:
+        raise WeightsFileError(path, f"it is {st.st_size / 1e9:.1f} GB, over the {size_limit_gb():g} GB bound on a "
+                                     f"weights file (set ${MAX_WEIGHTS_ENV} to allow it)")
+    if st.st_size == 0:
+        raise WeightsFileError(path, "it is empty")
+    return st
+
+
 def weights_identity(path: Path) -> str:
-    """'sha256:<hex>' of the weights file (cached per path, size and mtime within a process)."""
-    digest = identity.file_sha256(path)
-    if digest is None:
-        raise CorruptFileError(path, "cannot be read (not a regular file, or no permission)")
+    """'sha256:<hex>' of the weights file. Computed once per file: kept in ``weights-sha256.json`` of the cache
+    folder keyed by (real path, size, mtime, inode, device), so a status of a CLIP grid does not read 600 MB per
+    call; a file over ``SHOW_PROGRESS_BYTES`` says how far the hashing is on stderr."""
+    st = checked_stat(path)
+    key = [os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+    cache = _sha_cache()
+    entry = cache.get(key[0])
+    if isinstance(entry, dict) and entry.get("stat") == key[1:] and isinstance(entry.get("sha256"), str) \
+            and len(entry["sha256"]) == 64:
+        return f"sha256:{entry['sha256']}"
+    show = _Progress(path) if st.st_size > SHOW_PROGRESS_BYTES else None
+    try:
+        digest = safe_read.sha256_of(path, show)
+    except safe_read.UnusableFile as exc:
+        raise WeightsFileError(path, f"it {exc.reason}") from None
+    finally:
+        if show:
+            show.end()
+    cache[key[0]] = {"stat": key[1:], "sha256": digest}
+    caches.write_cache(_sha_cache_path(), json.dumps(dict(list(cache.items())[-1000:])).encode())
     return f"sha256:{digest}"
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a weights file, by name (see the module docstring for the formats)."""
-    problem = safe_read.regular_file_problem(path)
-    if problem:
-        raise CorruptFileError(path, f"is unusable: it {problem}")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file  # a dependency of timm and open_clip
+def _sha_cache_path() -> Path:
+    folder = os.environ.get(CACHE_DIR_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "ltbench"
+    return Path(folder) / SHA_CACHE_FILE
 
-        return load_file(str(path))
+
+def _sha_cache() -> dict:
+    data = caches.read_cache(_sha_cache_path())
+    return data if isinstance(data, dict) else {}
+
+
+class _Progress:
+    """'sha256 of FILE: 40% of 3.2 GB' on stderr: in place on a terminal, every 25% otherwise."""
+
+    def __init__(self, path: Path):
+        self.path, self.shown, self.tty = path, -1, sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        percent = 100 * done // max(total, 1)
+        step = 1 if self.tty else 25
+        if percent // step != self.shown // step:
+            self.shown = percent
+            end = "\r" if self.tty else "\n"
+            print(f"ltbench: sha256 of {self.path} (once per file): {percent}% of {total / 1e9:.1f} GB",
+                  end=end, file=sys.stderr, flush=True)
+
+    def end(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a weights file, by name (see the module docstring for the formats); nothing in the file
+    is executed. WeightsFileError naming the file when it cannot be read as weights."""
+    checked_stat(path)
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError  # a dependency of timm and open_clip
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise WeightsFileError(path, f"it is not a readable safetensors file ({shorten(str(exc), 120)})") from None
+    if scripted.is_torchscript(path):  # OpenAI's CLIP files: read as data (ltbench/pretrained/scripted.py)
+        try:
+            return _unwrap(scripted.read_torchscript(path), path)
+        except scripted.ArchiveError as exc:
+            raise WeightsFileError(path, f"TorchScript archive: {exc}") from None
     try:
-        with warnings.catch_warnings():  # "looks like a TorchScript archive": handled below
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # OpenAI's archives are TorchScript; anything else unreadable is damaged
-        state = _torchscript_state(path, exc)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a file that is not its format
+        raise WeightsFileError(path, f"it is not a weights file torch reads without running code "
+                                     f"({type(exc).__name__}: {shorten(str(exc), 120)})") from None
     return _unwrap(state, path)
 
 
-def _torchscript_state(path: Path, first: Exception) -> dict:
-    """OpenAI's CLIP .pt files are TorchScript archives: their parameters, without running their code."""
-    try:
-        with warnings.catch_warnings():  # torch deprecates TorchScript; OpenAI's files are TorchScript
-            warnings.simplefilter("ignore")
-            return dict(torch.jit.load(str(path), map_location="cpu").state_dict())
-    except Exception:
-        raise CorruptFileError(path, f"is neither a state dict nor a TorchScript archive ({type(first).__name__}: "
-                                     f"{str(first)[:120]})") from None
+def non_finite(state: dict[str, torch.Tensor]) -> str:
+    """The first floating tensor holding NaN or infinity ('' when none): such weights never train."""
+    for key, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return key
+    return ""
 
 
 def _unwrap(state, path: Path) -> dict[str, torch.Tensor]:
@@ -122,7 +214,45 @@ def _unwrap(state, path: Path) -> dict[str, torch.Tensor]:
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CorruptFileError(path, "does not hold a mapping of parameter names to tensors")
+        raise WeightsFileError(path, "it does not hold a mapping of parameter names to tensors")
     if state and all(k.startswith("module.") for k in state):
         state = {k[len("module."):]: v for k, v in state.items()}
     return state
+
+
+def npz_arrays(path: Path) -> dict[str, torch.Tensor]:
+    """The arrays of a ``.npz`` weights file (Google's ViT checkpoints), read without pickles."""
+    import numpy as np  # lazy: only Google's checkpoints need it here
+
+    checked_stat(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {k: torch.from_numpy(np.asarray(archive[k])) for k in archive.files}
+    except (OSError, ValueError, EOFError, KeyError) as exc:
+        raise WeightsFileError(path, f"it is not a readable .npz file ({shorten(str(exc), 120)})") from None
+
+
+def load_exactly(model: nn.Module, state: dict, path, backbone: str, ignore: tuple[str, ...] = ()) -> None:
+    """load_state_dict, strict, with one line naming the first keys that do not fit (a wrong file, or a file of
+    another architecture), instead of PyTorch's page of mismatches."""
+    state = {k: v for k, v in state.items() if not k.startswith(ignore)}
+    problem = fit_problem(model, state)
+    if problem:
+        raise ConfigError(f"{path}: these weights do not fit backbone {backbone} ({problem}); check "
+                          f"backbone.weights and the backbone's shape options")
+    model.load_state_dict(state)
+
+
+def fit_problem(model: nn.Module, state: dict) -> str:
+    """'' when ``state`` has exactly the model's keys with its shapes (the model may be on the meta device), else
+    what differs: the first three keys of another shape, missing or unexpected, and how many of each."""
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    extra = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if not (missing or extra or wrong):
+        return ""
+    shown = [f"'{k}' has shape {tuple(state[k].shape)}, the model {tuple(own[k].shape)}" for k in wrong[:3]]
+    shown += [f"'{k}' is missing" for k in missing[:3 - len(shown)]]
+    shown += [f"'{k}' is not a parameter of the model" for k in extra[:3 - len(shown)]]
+    return f"{'; '.join(shown)}; {len(missing)} missing, {len(extra)} unexpected, {len(wrong)} of another shape"

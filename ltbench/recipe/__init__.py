@@ -28,6 +28,7 @@ from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
+from ltbench.recipe.trials import check_space_used, parse_search, plan_lines, trial_configs
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import DEFAULT_SAMPLER, resolve_sampler
 
@@ -99,6 +100,7 @@ class RecipeConfig:
     tables: dict[str, Any] = field(default_factory=dict)  # named tables (ltbench/recipe/tables.py)
     posthoc: Any = None  # stage-2 settings over the finished runs (ltbench.posthoc.expand_posthoc)
     sampler: dict[str, Any] = field(default_factory=dict)  # training sampler {name, **options} (ltbench/samplers/)
+    search: Any = None  # random search over each method's space (ltbench/recipe/trials.py, docs/tuning.md)
 
     def validate(self) -> None:
         if self.name is not None:
@@ -125,6 +127,8 @@ class Recipe:
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
     overrides: list = field(default_factory=list)  # the overrides as typed (what `ltbench table` is given too)
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
+    where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
+    search: list = field(default_factory=list)  # what --dry-run says of the search (trials.plan_lines)
 
     @property
     def root(self) -> Path:
@@ -248,6 +252,7 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     }
     _check_view_names(method_resolved, mwhere)
     _plugin_run_checks(config, where)
+    _epoch_options_check(config, where)
     config["sampler"] = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
                                          method["name"], join_path(where, "sampler"))
     if config["eval"]["select"] == "best_val" and not declares_validation(config["data"]):
@@ -262,6 +267,28 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
         except ValueError as exc:
             raise ConfigError(f"{join_path(where, 'eval.test_sets')}[{i}]: {exc} (dataset {config['data']['name']})") from None
     return config
+
+
+def _epoch_options_check(config: dict, where: str) -> None:
+    """An option that cannot act is refused, not ignored. The plugins' convention: ``<x>_epoch`` is the 0-indexed
+    epoch at which ``<x>`` starts (LDAM-DRW's ``drw_epoch``), and a boolean ``<x>`` switches it on. So, for any
+    method or sampler: ``<x>_epoch`` at or past ``optim.epochs`` never comes (DRW would never start), and
+    ``<x>_epoch`` set while ``<x>`` is false does nothing."""
+    epochs = config["optim"]["epochs"]
+    for section in ("method", "sampler"):
+        options = config.get(section) or {}
+        for key, value in options.items():
+            if not (key.endswith("_epoch") and isinstance(value, int) and not isinstance(value, bool)):
+                continue
+            switch = options.get(key[:-len("_epoch")])
+            here = f"{where + ': ' if where else ''}{section}.{key}"
+            if switch is False:
+                raise ConfigError(f"{here}: {value} has no effect, {section}.{key[:-len('_epoch')]} is false; "
+                                  f"remove it or set {section}.{key[:-len('_epoch')]}: true")
+            if value >= epochs:
+                raise ConfigError(f"{here}: {value} is not before the end of the schedule (optim.epochs {epochs}: "
+                                  f"epochs 0-{max(epochs - 1, 0)}), so it never starts; give {key} < {epochs}, or "
+                                  f"leave it out (the method's default share of the schedule)")
 
 
 def _plugin_run_checks(config: dict, where: str) -> None:
@@ -514,20 +541,27 @@ def _related(axis: str, key: Any) -> bool:
 
 
 def _split_rows(rows: list[dict], axis: str, values: list) -> list[dict]:
-    """One row per value of ``axis`` for each row that does not name it; ``versus`` of any row that has one
-    value of the axis points at the split row of that value."""
+    """One row per value of ``axis`` for each row that does not name it, each value's rows one row group
+    ('imb_factor=10', inside the row's own group when it has one), so best, second best and ≈ compare rows of one
+    value only; ``versus`` of any row that has one value of the axis points at the split row of that value."""
     leaf = axis.rsplit(".", 1)[-1]
-    split, out = set(), []  # labels that were split; (row, its value's label suffix or None)
+    split, kept, by_value = set(), [], {value_text(v): [] for v in values}  # by_value: (row, label suffix)
     for i, row in enumerate(rows):
         selector = row.get("where") if isinstance(row.get("where"), dict) else {}
         if any(_related(axis, k) for k in selector):
-            out.append((row, f" ({leaf}={value_text(selector[axis])})" if axis in selector else None))
+            named = value_text(selector[axis]) if axis in selector else None
+            (by_value[named] if named in by_value else kept).append((row, f" ({leaf}={named})" if named else None))
             continue
         label = row.get("label") if isinstance(row.get("label"), str) else f"row {i + 1}"
         split.add(label)
         for value in values:
             suffix = f" ({leaf}={value_text(value)})"
-            out.append(({**row, "label": label + suffix, "where": {**selector, axis: value}}, suffix))
+            by_value[value_text(value)].append(({**row, "label": label + suffix, "where": {**selector, axis: value}}, suffix))
+    out = list(kept)
+    for text, pairs in by_value.items():
+        for row, suffix in pairs:
+            own = row.get("group") if isinstance(row.get("group"), str) else None
+            out.append(({**row, "group": f"{own} · {leaf}={text}" if own else f"{leaf}={text}"}, suffix))
     for row, suffix in out:
         versus = row.get("versus")
         if suffix is not None and isinstance(versus, (str, list)):
@@ -694,8 +728,11 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     launcher = from_dict(LauncherConfig, top.launcher, "launcher")
     out_dir = results_root(top.results_dir, results_dir)
     points = _grid_points(top.grid, "")
-    if len(points) * len(top.seeds) > MAX_RUNS:
-        raise ConfigError(f"grid x seeds: {len(points)} x {len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
+    found = parse_search(top.search)
+    trials = found.config.trials if found else 1
+    if len(points) * trials * len(top.seeds) > MAX_RUNS:
+        raise ConfigError(f"grid x {'search.trials x ' if found else ''}seeds: {len(points)} x "
+                          f"{f'{trials} x ' if found else ''}{len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
                           f"(split it into several recipes)")
     try:
         registry.add_plugin_paths(plugins)
@@ -708,19 +745,23 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
         apply_run_overrides(cfg, list(run_overrides), used)
-        for seed in top.seeds:
-            config = _run_config(cfg, seed, identities)
-            try:
-                run_id = identity.run_id(config)
-            except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
-                raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
-                                  f"remove NaN and infinite values") from None
-            if run_id in seen:
-                continue
-            seen.add(run_id)
-            runs.append(RunSpec(recipe=name, run_id=run_id, config=config, grid=point,
-                                plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
+        for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
+            for seed in top.seeds:
+                config = _trial_config(trial_cfg, seed, identities, trial)
+                try:
+                    run_id = identity.run_id(config)
+                except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
+                    raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
+                                      f"remove NaN and infinite values") from None
+                if run_id in seen:
+                    continue
+                seen.add(run_id)
+                runs.append(RunSpec(recipe=name, run_id=run_id, config=config,
+                                    grid=point if trial is None else {**point, "search": trial},
+                                    plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
     check_overrides_used(list(run_overrides), used, runs)
+    if found:
+        check_space_used(found, [spec.config["method"]["name"] for spec in runs], "search")
     posthoc = expand_posthoc(top.posthoc, "posthoc")
     if posthoc and any(spec.config["eval"]["select"] == "best_val" for spec in runs):
         raise ConfigError("posthoc: stage 2 fits each run's final checkpoint, but eval.select: best_val reports an "
@@ -729,7 +770,24 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     # Whether each declared table can be built from these runs is checked by the caller
     # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
     return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
-                  [ov.key for ov in run_overrides])
+                  [ov.key for ov in run_overrides], search=plan_lines(found))
+
+
+def _trial_config(cfg: dict, seed: int, identities: dict, trial: dict | None) -> dict:
+    """``_run_config`` of one trial: its errors name the trial (a draw a plugin refuses), and a search, which
+    selects on validation, needs a validation split."""
+    if trial is None:
+        return _run_config(cfg, seed, identities)
+    where = f"search: trial {trial['trial']} of method {cfg['method']['name']}"
+    try:
+        config = _run_config(cfg, seed, identities)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not declares_validation(config["data"]):
+        raise ConfigError(f"search: the trials are selected on the validation split, and data "
+                          f"'{config['data']['name']}' has none; set data.val_per_class (e.g. 20) or data.val_split "
+                          f"(e.g. val for ImageNet-LT); docs/tuning.md")
+    return config
 
 
 def expand_posthoc(entries: Any, where: str) -> list[dict]:

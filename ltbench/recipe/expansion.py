@@ -1,17 +1,19 @@
-"""A recipe's expanded runs, cached so that ``ltbench status RECIPE`` needs no torch when nothing changed.
+"""What the plugins answered, cached, so that ``status``, ``table`` and ``list`` need no torch when nothing changed.
 
 Expanding a recipe validates every run against the plugins' Config classes, which imports the method
-modules and therefore torch. ``status`` only needs what the expansion produced (each run's id, folder,
-configuration and grid point, and the keys the command line set), so after one expansion it is kept in
-the results folder (``.ltbench-runs-<name>-<overrides hash>.json``, or under $LTBENCH_CACHE_DIR),
-keyed by everything the expansion depends on that a file can show (``expansion_signature``): the
-recipe file's path and bytes, the overrides, the results root, and the size and mtime of every Python
-file of ltbench, the built-in methods, the recipe's plugin folders and the $LTBENCH_PLUGIN_PATH
-folders. Any change there expands the recipe again (with torch), so a stale cache never changes
-what status reports. Not cached: a recipe whose dataset names its data by a digest of its files
-(``identity.DATA_IDENTITY``; the files may change without any of the above), and a recipe whose
-results folder does not exist yet. Not seen: a plugin installed as a package (entry point) and
-upgraded in place; delete the cache file after such an upgrade.
+modules and therefore torch (and listing the plugins imports them too). ``status`` only needs what the
+expansion produced (each run's id, folder, configuration and grid point, and the keys the command line
+set), and ``list`` only the names, docs and options discovery found; so both are kept after one
+expansion or discovery: ``.ltbench-runs-<name>-<overrides hash>.json`` where ``store.cache_file`` puts a
+results folder's caches (the folder itself, or the user's cache folder when it is not writable, is part of
+the source tree or does not exist yet), ``.ltbench-plugins-<hash>.json`` in the user's cache folder. Both are
+keyed by everything they depend on that a file can show (``expansion_signature``, ``listing_signature``):
+the recipe file's path and bytes, the overrides, the results root, and the size and mtime of every Python
+file of ltbench, the built-in methods, the recipe's plugin folders and the $LTBENCH_PLUGIN_PATH folders,
+and the mtime of each site-packages folder (a plugin package installed, upgraded or removed changes it).
+Any change there expands the recipe again (with torch), so a stale cache never changes what a command
+shows. Not cached: a recipe whose dataset names its data by a digest of its files
+(``identity.DATA_IDENTITY``; the files may change without any of the above).
 """
 
 from __future__ import annotations
@@ -24,56 +26,14 @@ from pathlib import Path
 
 from ltbench.results import caches, safe_read, store
 from ltbench.results.identity import FILE_IDENTITIES
-from ltbench.recipe import Recipe, RecipeConfig, read_recipe_file, recipe_name, results_root
+from ltbench.recipe import Recipe, RecipeConfig, parse_yaml, read_recipe_file, recipe_name, results_root
+from ltbench import registry
+from ltbench.config import ConfigError, describe_options, value_text
 from ltbench.registry import PLUGIN_PATH_ENV
 from ltbench.results.runspec import RunSpec
 
 RUNS_CACHE_VERSION = 1
 SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status reads of a run spec
-
-
-def code_signature(plugin_dirs: list[str]) -> str:
-    """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
-    given plugin folders. Only what discovery can import is walked (``plugin_code_files``): a plugin
-    folder that is no package name (``/``, say) is refused by discovery and never walked here."""
-    core = Path(__file__).resolve().parents[1]  # ltbench/
-    roots = [core, core.parent / "methods"]
-    roots += [Path(p) for p in plugin_dirs]
-    h = hashlib.sha1()
-    for root in roots:
-        for path in plugin_code_files(root):
-            try:
-                st = os.stat(path)
-            except OSError:  # gone meanwhile, or unreadable: part of the signature as such
-                h.update(f"{path}:gone;".encode())
-                continue
-            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()
-
-
-def plugin_code_files(root: Path) -> list[str]:
-    """The Python files discovery and their imports can reach in a package folder, sorted: its ``*.py`` files
-    and, recursively, those of its sub-packages (folders named like a module, holding ``__init__.py``);
-    never a symlinked folder, never an editor's file (``.#x.py``, ``#x.py#``: not module names). Empty for a
-    folder that is not a package name (discovery refuses it): ``$LTBENCH_PLUGIN_PATH=/`` walks nothing, and
-    a folder of data beside the plugins is never walked."""
-    root = Path(root)
-    if not root.name.isidentifier() or not root.is_dir():
-        return []
-    out, stack = [], [str(root)]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            continue
-        for e in entries:
-            stem = e.name[:-3] if e.name.endswith(".py") else None
-            if stem is not None and stem.isidentifier() and not e.is_dir(follow_symlinks=False):
-                out.append(e.path)
-            elif e.name.isidentifier() and e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, "__init__.py")):
-                stack.append(e.path)
-    return sorted(out)
 
 
 def env_plugin_dirs() -> list[str]:
@@ -108,7 +68,7 @@ def expansion_signature(recipe: RecipeFile, overrides: list[str]) -> str:
     h = hashlib.sha1(recipe.path.read_bytes())
     h.update(json.dumps([str(recipe.path.resolve()), str(recipe.root), list(overrides),
                          os.environ.get(PLUGIN_PATH_ENV, "")]).encode())
-    h.update(code_signature(recipe.plugin_dirs + env_plugin_dirs()).encode())
+    h.update(caches.code_signature(recipe.plugin_dirs + env_plugin_dirs()).encode())
     return h.hexdigest()
 
 
@@ -148,10 +108,7 @@ def cached_runs(recipe: RecipeFile, overrides: list[str], signature: str) -> tup
     """(run specs, override keys) of the recipe's last expansion when nothing it depends on changed since
     (``signature``: expansion_signature, taken before); None otherwise (then the caller expands the
     recipe, and saves it with ``save_runs``)."""
-    try:
-        cached = safe_read.load_json(_runs_cache_path(recipe, overrides))
-    except safe_read.UnusableFile:
-        return None
+    cached = caches.read_cache(_runs_cache_path(recipe, overrides))
     if not isinstance(cached, dict) or cached.get("version") != RUNS_CACHE_VERSION \
             or cached.get("signature") != signature \
             or runs_cache_problem(cached, recipe.root, recipe.name):
@@ -162,7 +119,7 @@ def cached_runs(recipe: RecipeFile, overrides: list[str], signature: str) -> tup
 def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, recipe: Recipe) -> None:
     """Keep an expansion for the next status (best effort, caches.write_cache: an unwritable folder only
     costs the next one torch). ``signature`` was taken before expanding, so a file edited meanwhile makes the cache miss."""
-    if recipe.root != recipe_file.root or not recipe.root.is_dir() \
+    if recipe.root != recipe_file.root \
             or any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES):
         return
     payload = {"version": RUNS_CACHE_VERSION, "signature": signature,
@@ -173,3 +130,160 @@ def save_runs(recipe_file: RecipeFile, overrides: list[str], signature: str, rec
     except (TypeError, ValueError):
         return
     caches.write_cache(_runs_cache_path(recipe_file, overrides), data)
+
+
+# ------------------------------------------------------------------------------------------------
+# ``ltbench list``: what discovery found, by kind
+
+LISTING_VERSION = 1
+
+
+def plugin_listing(plugin_dirs: list[str]) -> dict[str, list[dict]]:
+    """Every registered plugin of every kind (``registry.REGISTRIES``), as ``ltbench list`` shows it: name, the
+    first line of its docstring, where it comes from, its module and its options (``config.describe_options``).
+    From the cache when no file discovery depends on changed (``listing_signature``), else discovered
+    (imports the plugins, hence torch) and cached. The cache holds text only, and is shown as text."""
+    dirs = [str(Path(p).expanduser().resolve()) for p in plugin_dirs]
+    signature = listing_signature(dirs)
+    tag = hashlib.sha1(json.dumps(dirs).encode()).hexdigest()[:8]
+    path = store.cache_home() / f".ltbench-plugins-{tag}.json"
+    try:
+        cached = safe_read.load_json(path)
+    except safe_read.UnusableFile:
+        cached = None
+    if isinstance(cached, dict) and cached.get("version") == LISTING_VERSION \
+            and cached.get("signature") == signature and not listing_problem(cached.get("kinds")):
+        return cached["kinds"]
+    kinds = discovered_listing(dirs)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # the write below fails and says so once: the listing is shown all the same
+    caches.write_cache(path, json.dumps({"version": LISTING_VERSION, "signature": signature,
+                                         "kinds": kinds}).encode())
+    return kinds
+
+
+def listing_signature(plugin_dirs: list[str]) -> str:
+    h = hashlib.sha1(json.dumps([plugin_dirs, os.environ.get(PLUGIN_PATH_ENV, "")]).encode())
+    h.update(caches.code_signature(plugin_dirs + env_plugin_dirs()).encode())
+    return h.hexdigest()
+
+
+def discovered_listing(plugin_dirs: list[str]) -> dict[str, list[dict]]:
+    registry.add_plugin_paths(plugin_dirs)
+    kinds = {}
+    for kind, reg in registry.REGISTRIES.items():
+        kinds[kind] = []
+        for e in reg.entries():
+            doc = (getattr(e.obj, "__doc__", None) or "").strip().splitlines()
+            options = describe_options(getattr(e.obj, "Config", None) or object)
+            kinds[kind].append({"name": e.name, "doc": doc[0] if doc else "", "source": e.source, "module": e.module,
+                                "options": [[o.name, o.type, o.default, o.doc] for o in options]})
+    return kinds
+
+
+def listing_problem(kinds: object) -> str:
+    """'' when a listing cache holds text where text is expected (it is only ever printed), else what is wrong."""
+    if not isinstance(kinds, dict):
+        return "kinds"
+    for entries in kinds.values():
+        if not isinstance(entries, list):
+            return "entries"
+        for e in entries:
+            if not (isinstance(e, dict) and all(isinstance(e.get(k), str) for k in ("name", "doc", "source", "module"))
+                    and isinstance(e.get("options"), list)
+                    and all(isinstance(o, list) and len(o) == 4 and all(isinstance(x, str) for x in o)
+                            for o in e["options"])):
+                return "an entry is malformed"
+    return ""
+
+
+# ------------------------------------------------------------------------------------------------
+# The memory estimates of ``run`` and ``--dry-run`` (ltbench/train/resources.py)
+
+ESTIMATES_VERSION = 1
+ESTIMATE_FIELDS = 5  # data, model, step (bytes), batch, views: resources.Estimate
+
+
+def cached_estimates(plugin_dirs: list[str]) -> tuple[str, dict]:
+    """(signature, {configuration key: the five numbers of its estimate, or None}) kept from earlier launches,
+    when no Python file they depend on changed. Why: an estimate builds the model on the meta device, where
+    torch runs its initialisers through ``torch._dynamo`` (3.5 s to import), on every ``--dry-run``. An
+    estimate depends only on the configuration and the code, never on the machine (the bounds are taken anew)."""
+    signature = caches.code_signature(list(plugin_dirs) + env_plugin_dirs())
+    try:
+        cached = safe_read.load_json(store.cache_home() / ".ltbench-estimates.json")
+    except safe_read.UnusableFile:
+        return signature, {}
+    good = isinstance(cached, dict) and cached.get("version") == ESTIMATES_VERSION \
+        and cached.get("signature") == signature and isinstance(cached.get("estimates"), dict) \
+        and all(v is None or (isinstance(v, list) and len(v) == ESTIMATE_FIELDS
+                              and all(type(x) is int and x >= 0 for x in v)) for v in cached["estimates"].values())
+    return signature, (cached["estimates"] if good else {})
+
+
+def save_estimates(signature: str, estimates: dict) -> None:
+    folder = store.cache_home()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # the write below fails and says so once
+    caches.write_cache(folder / ".ltbench-estimates.json", json.dumps(
+        {"version": ESTIMATES_VERSION, "signature": signature, "estimates": estimates}).encode())
+
+
+# ------------------------------------------------------------------------------------------------
+# --where KEY=VALUE[,VALUE]: part of a recipe's grid, for run, --dry-run, status and tables
+
+_ABSENT = object()
+
+
+def parse_where(items: list[str] | None) -> dict[str, list]:
+    """``--where`` options as {dotted key: [values]} (values read as YAML scalars: 100, 0.1, true, ce); a key
+    given twice takes the values of both."""
+    out: dict[str, list] = {}
+    for item in items or []:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not values.strip():
+            raise ConfigError(f"--where {item}: expected KEY=VALUE[,VALUE] (e.g. --where data.imb_factor=10,100)")
+        out.setdefault(key, []).extend(parse_yaml(v.strip(), f"--where {key}") for v in values.split(","))
+    return out
+
+
+def where_value(config: dict, key: str) -> object:
+    """The value at a dotted key of a run's configuration (``seed`` included; a flattened one too), or _ABSENT."""
+    if key in config:
+        return config[key]
+    node: object = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def select_where(configs: list[dict], where: dict[str, list]) -> list[bool]:
+    """Which configurations ``where`` keeps: each key at one of its values (compared as config.value_text
+    spells them: 100 and 100.0 are one value). A key that no configuration has, or a selection that keeps
+    none, is refused naming the values the runs have: what the user typed takes effect or is refused."""
+    for key, wanted in where.items():
+        present = [where_value(c, key) for c in configs]
+        have = sorted({value_text(v) for v in present if v is not _ABSENT})
+        if not have:
+            raise ConfigError(f"--where {key}: no run of this recipe has this key; a key is a dotted path into a "
+                              f"run's configuration (method.name, data.imb_factor, optim.lr, seed)")
+        if not {value_text(v) for v in wanted} & set(have):
+            raise ConfigError(f"--where {key}={','.join(value_text(v) for v in wanted)}: no run has this value; "
+                              f"the runs have {key} = {', '.join(have[:20])}")
+    keep = [all(value_text(where_value(c, k)) in {value_text(v) for v in values} for k, values in where.items())
+            for c in configs]
+    if where and not any(keep):
+        raise ConfigError(f"--where {' '.join(f'{k}={values}' for k, values in where.items())}: no run has all of these "
+                          f"values at once")
+    return keep
+
+
+def runs_where(runs: list[RunSpec], where: dict[str, list]) -> list[RunSpec]:
+    return [r for r, kept in zip(runs, select_where([r.config for r in runs], where)) if kept] if where else runs

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ltbench.config import from_dict
 from ltbench.errors import ConfigError, short_repr
@@ -76,6 +76,9 @@ class TableSpec:
     # LaTeX, never scaled: 'column' (a table in one column), 'page' (a table* across both) or 'auto' (a column
     # when some layout fits one, else the page); ltbench/report/latex.py
     width: str = "auto"
+    # LaTeX notes under the table: 'full', 'short' (the legend, each row note cut to two lines, where the rest is),
+    # 'none', or 'auto' (full when the float fits the page's height, else short); ltbench/report/latex.py
+    notes: Literal["auto", "full", "short", "none"] = "auto"
     differences: str = "table"  # LaTeX: versus differences in a tabular of their own ('table') or under each row ('rows')
     # Holm's correction of the versus comparisons' p-values: over the whole block ('holm'), within each row
     # pair ('holm:row': shot groups, priors) or within each column ('holm:column'); None: uncorrected.
@@ -278,8 +281,28 @@ def parse_tables(raw: Any, where: str = "tables") -> dict[str, TableSpec]:
     for name, table in raw.items():
         if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", name):
             raise ConfigError(f"{where}: table name {name!r} must be letters, digits, '_', '-', '.'")
+        check_no_control(table, f"{where}.{name}")
         out[name] = parse_table(name, table, f"{where}.{name}")
     return out
+
+
+def check_no_control(value: Any, where: str) -> None:
+    """Every text of a table (captions, labels, headers, group titles, selectors) on one line of printable
+    characters: a control character (ESC, BEL, CR, NUL, a newline) could forge a markdown row, move a terminal's
+    cursor or break pdflatex, so it is refused here, naming the field, instead of being printed."""
+    stack = [(value, where)]
+    while stack:
+        node, here = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                check_no_control(key, here) if isinstance(key, str) else None
+                stack.append((child, f"{here}.{key}"))
+        elif isinstance(node, list):
+            stack += [(child, f"{here}[{i}]") for i, child in enumerate(node)]
+        elif isinstance(node, str) and any(ord(c) < 32 or 127 <= ord(c) < 160 for c in node):
+            bad = next(c for c in node if ord(c) < 32 or 127 <= ord(c) < 160)
+            raise ConfigError(f"{here}: {short_repr(node, 80)} holds the control character U+{ord(bad):04X}; "
+                              f"write it as one line of printable text")
 
 
 def default_table(heads: list[str] | None = None) -> TableSpec:

@@ -20,9 +20,11 @@ Python API::
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ltbench.errors import LtbenchError
+from ltbench.recipe.expansion import select_where
 from ltbench.recipe.tables import default_table
 from ltbench.report import index
 from ltbench.report.build import build_table
@@ -55,9 +57,12 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
            test: str | None = "welch", use_cache: bool = True, published: bool | None = None,
            overrides: list[str] = (), digits: int | None = None, select: str | None = None,
-           correction: str | None = None) -> list:
-    """The declared tables of a recipe (or the one named), or the default table."""
+           correction: str | None = None, where: dict | None = None, notes: str | None = None) -> list:
+    """The declared tables of a recipe (or the one named), or the default table; ``where``: only the runs
+    of the recipe with these values (``ltbench table --where``, recipe/expansion.select_where)."""
     records, recipe, _ = source(path, results, use_cache, overrides)
+    if where:
+        records, recipe = _only_where(path, records, recipe, where)
     declared = dict(recipe.tables) if recipe is not None else {}
     if name is not None and name not in declared:
         known = ", ".join(declared) or "none declared"
@@ -80,6 +85,8 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
             spec.digits = digits
         if select is not None:  # ltbench table --select val|test
             spec.select = select
+        if notes is not None:  # ltbench table --notes: the LaTeX notes (latex.notes_text)
+            spec.notes = notes
         recs, exp = records, expected
         if spec.include and recipe is not None:  # e.g. CIFAR-10-LT beside CIFAR-100-LT in one table
             recs, exp = list(records), list(expected)
@@ -92,7 +99,47 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
         if spec.published:
             add_published(table)
         out.append(table)
+    if recipe is not None and out and specs is declared:  # every declared table built: what none of them shows
+        _note_runs_in_no_table(out, records, recipe)
     return out
+
+
+def _only_where(path, records: list[dict], recipe, where: dict) -> tuple[list[dict], object]:
+    """The recipe's expected runs that ``where`` keeps, and the records less those of the runs it leaves out
+    (they are runs of this recipe, not foreign folders)."""
+    if recipe is None:
+        raise LtbenchError(f"{path}: --where selects among a recipe's runs; give the recipe file")
+    keep = select_where([{**e["flat"], "seed": e["seed"]} for e in recipe.expected], where)
+    dropped = {e["run_id"] for e, kept in zip(recipe.expected, keep) if not kept}
+    expected = [e for e, kept in zip(recipe.expected, keep) if kept]
+    records = [r for r in records if _run_id(r) not in dropped]
+    return records, dataclasses.replace(recipe, expected=expected, seeds=list(dict.fromkeys(e["seed"] for e in expected)))
+
+
+def _run_id(rec: dict) -> str:
+    return rec.get("run_id") or rec["dir"].rstrip("/").rsplit("/", 1)[-1]
+
+
+def _note_runs_in_no_table(built: list, records: list[dict], recipe) -> None:
+    """Finished runs in the recipe's folder that no table shows (its ``where:`` selects 90 epochs, the runs were
+    made with optim.epochs=2 from the command line...) are counted on the last table, with the command that
+    shows them, so that 'never run' on a declared row is never all the user sees."""
+    shown = {key for t in built for row in t.rows for u in row.units.values()  # a 'select:' unit names its settings
+             for key in (u.key.split(":", 1)[1].split(",") if u.key.startswith("select:") else [u.key])}
+    hidden = {_run_id(r) for r in records if r.get("status") == "done" and r.get("key") and r["key"] not in shown
+              and "+" not in _run_id(r)}  # trained runs: a stage-2 sweep's settings are there to be chosen among
+    if hidden:
+        folder = _shown_path(recipe.root)
+        built[-1].notes.append(f"{len(hidden)} finished run(s) in {folder} are in none of these tables (other settings "
+                               f"than they select, e.g. command-line overrides): 'ltbench table {folder}' shows them")
+
+
+def _shown_path(path) -> str:
+    """A folder as a command line would name it: relative to the working directory when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
 
 
 def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
@@ -122,4 +169,4 @@ def recipe_tables_text(recipe) -> str | None:
     tables, else the default one. For the end of ``ltbench run``; None before any run is done."""
     if not Path(recipe.root).is_dir() or not any(r["status"] == "done" for r in index.scan(recipe.root)):
         return None
-    return render_all(tables(recipe.path, recipe.results_arg, overrides=list(recipe.overrides)))
+    return render_all(tables(recipe.path, recipe.results_arg, overrides=list(recipe.overrides), where=recipe.where))

@@ -13,6 +13,7 @@ from ltbench.report.rows import (SELECTION_TEXT, Cell, Row, Table, Unit, group_v
 from ltbench.recipe.tables import TableSpec
 from ltbench.results import identity
 from ltbench.report.significance_marks import compare_rows, mark_similar
+from ltbench.report.tuned import TUNED_MARK, budget_caption, chosen_note, collapse_trials
 
 
 def never_run_hint(unit: Unit) -> str:
@@ -26,6 +27,7 @@ def never_run_hint(unit: Unit) -> str:
 def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[dict] | None = None,
                 where: str = "tables", test: str | None = "welch", correction: str | None = None) -> Table:
     units, notes = gather_units(records, expected)
+    units = collapse_trials(units)
     if spec.where:
         before = len(units)
         units = [u for u in units if matches_selector(u.flat, spec.where)]
@@ -51,6 +53,10 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
         for r in rows:
             if switch not in r.marks and r.units:
                 r.marks[switch] = bool(next(iter(r.units.values())).flat.get(key))
+    spec, mixed = budget_caption(spec, rows)
+    for r in rows:
+        if mixed and any(u.trials for u in r.units.values()):
+            r.label += TUNED_MARK
     table = Table(name, spec, expand_columns(spec, units), pivot, groups, rows, notes,
                   expected_seeds=expected is not None)
     for row in rows:
@@ -119,7 +125,10 @@ def fill_row(table: Table, row: Row) -> None:
         for seed in sorted(unit.elsewhere, key=str):
             for text in unit.elsewhere[seed]:
                 notes.setdefault(f"seed {seed}: {text}", []).append(where)
-        if unit.chosen:
+        if unit.trials:
+            for text in [chosen_note(unit)] if chosen_note(unit) else []:
+                notes.setdefault(text, []).append(where)
+        elif unit.chosen:
             picks = "; ".join(f"seed {s}: {c}" for s, c in sorted(unit.chosen.items(), key=lambda x: str(x[0])))
             notes.setdefault(f"{SELECTION_TEXT[table.spec.select]}: {picks}", []).append(where)
         for source in sorted(set(unit.borrowed.values())):  # 'folder' or 'folder: why this one'
@@ -142,8 +151,8 @@ def fill_row(table: Table, row: Row) -> None:
 
 
 def stale_notes(unit) -> list[str]:
-    """'seed(s) 0, 1 stale: ...': finished results (counted) whose plugin code has changed since they were
-    made (identity.changed_code), one note per set of changed modules."""
+    """'seed(s) 0, 1 stale: ...': finished results (counted) made by code that has changed since
+    (identity.code_state: a module, an installed version, a data file), one note per set of changes."""
     by_modules: dict[str, list[str]] = {}
     for seed, modules in sorted(unit.stale.items(), key=lambda item: str(item[0])):
         more = f" and {len(modules) - 4} more" if len(modules) > 4 else ""
@@ -164,24 +173,22 @@ def code_unknown_notes(unit) -> list[str]:
 
 
 def numerics_notes(unit) -> list[str]:
-    """A note when the seeds of one row were made under different numerics (identity.numerics_difference):
-    'seeds made under different numerics (threads): seed 0: CPU ..., 2 threads; seeds 1, 2: ..., 1 thread'."""
-    classes: dict[str, list] = {}
-    examples: dict[str, dict] = {}
-    for seed, rec in sorted(unit.runs.items(), key=lambda item: str(item[0])):
-        numerics = rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
-        text = _numerics_text(numerics)
-        classes.setdefault(text, []).append(str(seed))
-        examples.setdefault(text, numerics)
+    """A note when the seeds of one row were made under different numerics (identity.numerics_classes, the
+    borrowing rule's comparison): 'seeds made under different numerics (threads): seed 0: CPU ..., 2 threads;
+    seeds 1, 2: ..., 1 thread'."""
+    seeds = sorted(unit.runs, key=str)
+    classes, differ, unknown = identity.numerics_classes([_numerics(unit.runs[s]) for s in seeds])
     if len(classes) < 2:
         return []
-    texts = list(examples)
-    differ = sorted({f for i, a in enumerate(texts) for b in texts[i + 1:]
-                     for f in identity.numerics_difference(examples[a], examples[b])[0]})
-    listing = "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}: {text}" for text, seeds in classes.items())
+    listing = "; ".join(f"seed{'s' if len(m) > 1 else ''} {', '.join(str(seeds[i]) for i in m)}: {text}"
+                        for text, m in classes)
     if differ:
         return [f"seeds made under different numerics ({', '.join(differ)}): {listing}"]
-    return [f"seeds whose numerics cannot be compared fully: {listing}"]
+    return [f"seeds whose numerics cannot be compared fully ({', '.join(unknown)} not recorded for some): {listing}"]
+
+
+def _numerics(rec: dict) -> dict:
+    return rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
 
 
 _NUMERICS_TEXTS: dict[str, str] = {}
@@ -197,26 +204,27 @@ def _numerics_text(numerics: dict) -> str:
 
 
 def table_numerics_note(table: Table) -> str | None:
-    """The numerics of every run a table shows, said once: 'numerics: CPU ..., 1 thread (all 12 results)',
-    or each one with the rows made under it, so rows made under different numerics are never read as
-    like for like without saying so."""
-    by_text: dict[str, dict[str, None]] = {}  # text -> the labels of its rows, in order (a dict: 1,000 rows stay fast)
-    count: dict[str, int] = {}
+    """The numerics of every run a table shows, said once: 'numerics of every result shown: CPU ..., 1 thread
+    (12 results)', or each class (identity.numerics_classes) with the rows made under it and every field
+    that differs between classes, so rows made under different numerics are never read as like for like."""
+    recs, labels = [], []
     for row in table.rows:
         for unit in row.units.values():
             for rec in unit.runs.values():
-                text = _numerics_text(rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {})
-                count[text] = count.get(text, 0) + 1
-                by_text.setdefault(text, {})[row.label] = None
-    if not count:
+                recs.append(_numerics(rec))
+                labels.append(row.label)
+    if not recs:
         return None
-    if len(count) == 1:
-        (text, n), = count.items()
-        return f"numerics of every result shown: {text} ({n} result{'s' if n > 1 else ''})"
-    parts = [f"{text}: {count[text]} result(s), rows {', '.join(repr(label) for label in labels)}"
-             for text, labels in by_text.items()]
-    return "results made under different numerics (compare across them only through means and spreads): " \
-        + "; ".join(parts)
+    classes, differ, unknown = identity.numerics_classes(recs)
+    if len(classes) == 1:
+        (text, members), = classes
+        return f"numerics of every result shown: {text} ({len(members)} result{'s' if len(members) > 1 else ''})"
+    parts = [f"{text}: {len(members)} result(s), rows "
+             + ", ".join(repr(label) for label in dict.fromkeys(labels[i] for i in members))
+             for text, members in classes]
+    fields = "; ".join(filter(None, [", ".join(differ), unknown and f"not recorded for some: {', '.join(unknown)}"]))
+    return f"results made under different numerics ({fields}; compare across them only through means and " \
+        "spreads): " + "; ".join(parts)
 
 
 def _note_missing_without_recipe(table: Table, seeds: list) -> None:

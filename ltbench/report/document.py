@@ -41,13 +41,14 @@ class Drawn:
     captions: dict[str, str] = field(default_factory=dict)
 
 
-def _one_figure(function: str, **options):
-    """A kind drawn by one ``plots.figure_*`` function into ``out_base``; an empty frame is said, not drawn."""
+def _one_figure(function: str, needs: str = "", **options):
+    """A kind drawn by one ``plots.figure_*`` function into ``out_base``; an empty frame is said, not drawn,
+    with what would produce its data (``needs``)."""
 
     def draw(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
         if df.empty:
-            return Drawn([], f"no data for the {out_base.name} figure in these runs")
-        out_base.parent.mkdir(parents=True, exist_ok=True)
+            return Drawn([], f"no data for the {out_base.name} figure in these runs" + (f": {needs}" if needs else ""))
+        store.make_dirs(out_base.parent)
         figure = getattr(plots, function)(df, size=size, **options)
         paths = plots.save_figure(figure, str(out_base))
         return Drawn([str(p) for p in paths], None, {out_base.name: plots.caption(figure)})
@@ -58,7 +59,7 @@ def _one_figure(function: str, **options):
 def _class_stats(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
     """One figure per recorded per-class statistic the plots draw by default (``plots.DRAWN_CLASS_STATS``),
     each file named by it beside ``out_base``."""
-    out_base.parent.mkdir(parents=True, exist_ok=True)
+    store.make_dirs(out_base.parent)
     paths, reason, captions = plots.plot_class_stats(df, out_base.parent, all_rows, size=size)
     return Drawn([str(p) for p in paths], reason, captions)
 
@@ -67,7 +68,10 @@ FIGURES = {  # kind -> FigureKind; looked up by ``figure_kind`` (one rule, did-y
     "per_class": FigureKind("per_class", _one_figure("figure_per_class"), "per-class accuracy against training count"),
     "class_stats": FigureKind("class_stats", _class_stats, "per-class statistics the runs record (a vMF "
                               "concentration κ, classifier weight norms) against training count"),
-    "shift": FigureKind("shift", _one_figure("figure_shift"), "accuracy from forward through uniform to backward test priors"),
+    "shift": FigureKind("shift", _one_figure("figure_shift", needs=(
+        "it needs accuracies under shifted test priors, which runs record when their recipe sets "
+        "eval.target_priors (e.g. [forward50, forward10, uniform, backward10, backward50]) or eval.test_sets; "
+        "they are part of the run id, so 'ltbench run' then trains those runs (docs/recipes.md)")), "accuracy from forward through uniform to backward test priors"),
     "curves": FigureKind("curves", _one_figure("figure_curves", y="loss"), "training loss per epoch"),
 }
 # Earlier names of a kind, still accepted: 'kappa' drew the class statistics before it was named for
@@ -130,23 +134,36 @@ def write_report(recipe_path, results=None, test: str | None = "welch", override
         raise report.LtbenchError(f"{recipe_path}: 'ltbench report' needs a recipe file")
     out = store.ensure_writable(Path(root) / "report")
     built = report.tables(recipe_path, results, test=test, overrides=overrides, use_cache=use_cache)
-    md = [f"# Report: {recipe.name}", "", f"Recipe `{recipe_path}`; results in `{root}`.", "", "## Tables", ""]
+    where = f"results in `{Path(root).name}/`, the folder that holds this report"  # no machine's absolute path
+    md = [f"# Report: {recipe.name}", "", f"Recipe `{shown_path(recipe_path)}`; {where}.", "", "## Tables", ""]
     md += _write_tables(built, out, recipe_path, overrides)
     frames = report.load(recipe_path, results, overrides=overrides)
     lines, shown = _draw_figures(frames, out, recipe_path, size)
     provenance = provenance_summary(records)
     md += ["## Figures", "", *lines, "## Provenance", "", *provenance, ""]
     _write(out / "report.md", "\n".join(md))
-    intro = f"Recipe {recipe_path}; results in {root}. Tables, figures and notes as in report.md; click a " \
+    intro = f"Recipe {shown_path(recipe_path)}; {where.replace('`', '')}. Tables, figures and notes as in report.md; click a " \
             f"column header to sort."
     _write(out / "report.html", report_html(f"Report: {recipe.name}", intro, built, shown, frames["runs"],
                                             provenance))
     return out
 
 
+def shown_path(path) -> str:
+    """A recipe path as a report shows it: as given when relative, else relative to the working directory when
+    inside it, else its file name (a report is shared; the machine's absolute paths are not its business)."""
+    p = Path(path)
+    if not p.is_absolute():
+        return str(p)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return p.name
+
+
 def _write_tables(built: list, out: Path, recipe_path, overrides) -> list[str]:
     """Each table as .md, .tex and .csv, all of them in tables_document.tex; returns report.md's lines."""
-    command = "ltbench table " + " ".join(shlex.quote(str(a)) for a in [recipe_path, *overrides])
+    command = "ltbench table " + " ".join(shlex.quote(str(a)) for a in [shown_path(recipe_path), *overrides])
     md, fragments = [], []
     for t in built:
         for fmt, ext in (("markdown", "md"), ("latex", "tex"), ("csv", "csv")):
@@ -168,7 +185,7 @@ def _draw_figures(frames, out: Path, recipe_path, size: str) -> tuple[list[str],
             md += [f"**{kind}**: not drawn: {drawn.reason}.", ""]
             shown.append(FigureShown(kind, None, drawn.reason or "nothing to draw"))
             continue
-        md += [f"**{kind}**: {figure.what} (`ltbench plot {recipe_path} --kind {kind} --size {size}`)", ""]
+        md += [f"**{kind}**: {figure.what} (`ltbench plot {shown_path(recipe_path)} --kind {kind} --size {size}`)", ""]
         for path in png:
             text = drawn.captions.get(path.stem, "")
             md += [f"![{kind}](figures/{path.name})", "", f"*{path.stem}*: {text}", ""]

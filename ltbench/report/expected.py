@@ -2,7 +2,8 @@
 
 Expanding a recipe validates every run against the plugins' Config classes, which imports the
 method modules and therefore torch (about 2 s). A table must not pay that each time, so the
-expansion is cached in the results folder (``.ltbench-recipe-<name>.json``), keyed by
+expansion is cached (``.ltbench-recipe-<name>.json`` in the results folder, or where ``store.cache_file``
+says), by whichever command expanded the recipe (``load_and_remember``), keyed by
 ``expansion.expansion_signature``: the recipe file's path and bytes, the overrides, the results folder,
 $LTBENCH_PLUGIN_PATH and the size and mtime of every Python file of ltbench, the built-in methods, the
 recipe's plugin folders and the $LTBENCH_PLUGIN_PATH folders: editing any of them expands it again. A
@@ -19,19 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import caches, identity, safe_read
+from ltbench.results import caches, identity, store
 from ltbench.errors import ConfigError, LtbenchError
-from ltbench.recipe.expansion import expansion_signature, read_recipe
+from ltbench.recipe.expansion import expansion_signature, read_recipe, save_runs
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, load_recipe, no_results_message, results_elsewhere
 from ltbench.results.runspec import RunSpec
+from ltbench.search import trial_problem
 from ltbench.report import index
 from ltbench.report.index import cache_file, config_key
 from ltbench.report.build import build_table
 from ltbench.report.rows import flatten
 from ltbench.recipe.tables import TableSpec, parse_tables
 
-CACHE_VERSION = 3  # 3: rows hold configurations, so every cached run id and row key is checked
+CACHE_VERSION = 4  # 3: rows hold configurations, so every cached run id and row key is checked; 4: trials
 
 
 @dataclass
@@ -59,7 +61,8 @@ def expected_rows(runs: list[RunSpec], posthoc: list[dict] = ()) -> tuple[list[d
         key, row_identity = config_key({**spec.config, "posthoc": stage2[0]} if stage2 else spec.config)
         if key not in rows:
             rows[key] = row_identity
-        out.append({"run_id": run_id, "key": key, "seed": spec.seed, "flat": flatten(rows[key])})
+        out.append({"run_id": run_id, "key": key, "seed": spec.seed, "flat": flatten(rows[key]),
+                    "search": None if stage2 else (spec.grid or {}).get("search")})
     return out, rows
 
 
@@ -78,8 +81,9 @@ def expansion_cache_problem(cached: Any) -> str:
         return "expected"
     seen, ids = set(), {}
     for entry in expected:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], str) and entry[1] in rows
-                and isinstance(entry[2], int) and not isinstance(entry[2], bool) and entry[0] not in seen):
+        if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[1], str) and entry[1] in rows
+                and isinstance(entry[2], int) and not isinstance(entry[2], bool) and entry[0] not in seen
+                and (entry[3] is None or not trial_problem(entry[3]))):
             return f"expected entry {str(entry)[:80]} is malformed or repeated"
         seen.add(entry[0])
         ids_of = ids.get(entry[1]) or ids.setdefault(entry[1], caches.SeededIds(rows[entry[1]]))
@@ -96,22 +100,19 @@ def _cache_path(root: Path, name: str, overrides: list[str]) -> Path:
 
 def _cached_expected(cache_path: Path, signature: str) -> list[dict] | None:
     """The expected runs of the cache, when it is current (``signature``) and passes its check; else None."""
-    try:
-        cached = safe_read.load_json(cache_path)
-    except safe_read.UnusableFile:
-        return None  # missing or damaged: expanded again and rewritten
+    cached = caches.read_cache(cache_path)  # None: missing, damaged or edited; expanded again and rewritten
     if not isinstance(cached, dict) or cached.get("version") != CACHE_VERSION \
             or cached.get("signature") != signature or expansion_cache_problem(cached):
         return None
     flats = {key: flatten(row) for key, row in cached["rows"].items()}
-    return [{"run_id": r, "key": k, "seed": s, "flat": flats[k]} for r, k, s in cached["expected"]]
+    return [{"run_id": r, "key": k, "seed": s, "flat": flats[k], "search": t} for r, k, s, t in cached["expected"]]
 
 
 def _save_expected(cache_path: Path, signature: str, expected: list[dict], rows: dict) -> None:
     """Keep an expansion for the next table (best effort: caches.write_cache)."""
     try:
         payload = json.dumps({"version": CACHE_VERSION, "signature": signature, "rows": rows,
-                              "expected": [[e["run_id"], e["key"], e["seed"]] for e in expected]}).encode()
+                              "expected": [[e["run_id"], e["key"], e["seed"], e["search"]] for e in expected]}).encode()
     except (TypeError, ValueError):
         return
     caches.write_cache(cache_path, payload)
@@ -130,16 +131,36 @@ def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: 
     if expected is not None:
         tables = parse_tables(raw.get("tables"), f"{path}: tables")
         return RecipeRuns(name, path, root, expected, tables, list(dict.fromkeys(e["seed"] for e in expected)))
+    recipe = load_and_remember(path, overrides, results, (recipe_file, signature))
+    expected = expected_of(recipe.runs, recipe.posthoc)
+    seeds = list(dict.fromkeys(e["seed"] for e in expected))
+    return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
+
+
+def load_and_remember(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                      before: tuple | None = None) -> Recipe:
+    """load_recipe, the check that every declared table can be built from its runs, then the expansion kept
+    for both ``status`` (recipe/expansion.py) and tables (this module's cache): whichever command expanded a
+    recipe (run, --dry-run, status, table, report), the next of any of them needs no torch. ``before``:
+    (recipe file, signature) already taken; the signature is always taken before expanding, so a file edited
+    meanwhile makes the caches miss."""
+    path = Path(path)
+    if before is None:
+        try:
+            recipe_file = read_recipe(path, overrides, results)
+            before = recipe_file, expansion_signature(recipe_file, overrides)
+        except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
+            before = None
     recipe = load_recipe(path, list(overrides), results_dir=results)
     check_recipe_tables(recipe)
-    expected, rows = expected_rows(recipe.runs, recipe.posthoc)
-    seeds = list(dict.fromkeys(e["seed"] for e in expected))
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
-    # any file this cache watches: such a recipe is expanded every time, never read from or written to the cache.
-    volatile = any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES)
-    if root.is_dir() and not volatile:  # also with --no-cache: a damaged cache is replaced by a good one
-        _save_expected(cache_path, signature, expected, rows)
-    return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
+    # any file these caches watch: such a recipe is expanded every time, never cached.
+    if before is not None and not any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES):
+        recipe_file, signature = before
+        save_runs(recipe_file, list(overrides), signature, recipe)
+        expected, rows = expected_rows(recipe.runs, recipe.posthoc)
+        _save_expected(_cache_path(recipe_file.root, recipe_file.name, list(overrides)), signature, expected, rows)
+    return recipe
 
 
 def check_tables(tables_by_name: dict, runs: list[RunSpec], where: str, posthoc: list[dict] = ()) -> None:
@@ -164,10 +185,13 @@ def check_recipe_tables(recipe: Recipe) -> None:
 
 
 def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file."""
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file. Writes under the root are
+    guarded from here on (``store.guard_writes_under``): a report, a figure or a cache never goes through a
+    symlinked folder out of it."""
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
         recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
+        store.guard_writes_under(recipe.root)
         records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
         records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
         if not records and not recipe.root.is_dir():  # launched from elsewhere? say where it looked
@@ -179,4 +203,5 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
         raise LtbenchError(f"{p}: overrides ({overrides[0]}, ...) need a recipe file, not a results folder")
     if not p.is_dir():
         raise LtbenchError(f"{p}: no such results directory or recipe file")
+    store.guard_writes_under(p)
     return index.scan(p, use_cache), None, p

@@ -17,6 +17,7 @@ from ltbench.config import value_text
 from ltbench.report.rows import Row, Table
 from ltbench.report.table_text import (LATEX_PACKAGES, SIMILAR_MARK, comparison_n, delta_text, footnotes,
                                        has_delta, label_text, legend, number, p_text)
+from ltbench.errors import one_line
 
 
 
@@ -102,18 +103,27 @@ def comparison_rows(table: Table) -> list[list[str]]:
     return lines
 
 
-def _markdown_comparisons(table: Table) -> str:
+def markdown_text(text: str) -> str:
+    """A text in a markdown table or note: one line (control characters and newlines are spaces) and every '|'
+    escaped, so a label can neither end its cell nor add a row."""
+    return one_line(text).replace("\\", "\\\\").replace("|", "\\|")
+
+
+def _markdown_table(lines: list[list[str]], headers: list[str]) -> str:
     from tabulate import tabulate
 
+    return tabulate([[markdown_text(c) for c in line] for line in lines], headers=[markdown_text(h) for h in headers],
+                    tablefmt="github", disable_numparse=True)
+
+
+def _markdown_comparisons(table: Table) -> str:
     if not table.comparisons:
         return ""
     headers = ["Difference (points)"] + _header_cells(table)
-    return "\n\n" + tabulate(comparison_rows(table), headers=headers, tablefmt="github", disable_numparse=True)
+    return "\n\n" + _markdown_table(comparison_rows(table), headers)
 
 
 def to_markdown(table: Table) -> str:
-    from tabulate import tabulate
-
     marks, notes = footnotes(table)
     headers = ["Method"] + list(table.spec.switches) + _header_cells(table) + ["n"]
     lines, current = [], object()
@@ -125,10 +135,30 @@ def to_markdown(table: Table) -> str:
             current = row.group
         lines.append([_label(table, i, row, marks)] + [switch_text(row, s) for s in table.spec.switches]
                      + body_cells(table, row) + ["" if row.published else n_text(table, row)])
-    text = tabulate(lines, headers=headers, tablefmt="github", disable_numparse=True) + _markdown_comparisons(table)
-    tail = [legend(table)] + notes + [f"Note: {n}" for n in table.notes]
-    caption = f"**{table.spec.caption}**\n\n" if table.spec.caption else ""
+    text = _markdown_table(lines, headers) + _markdown_comparisons(table)
+    tail = [markdown_text(t) for t in [legend(table)] + notes + [f"Note: {n}" for n in table.notes]]
+    caption = f"**{markdown_text(table.spec.caption)}**\n\n" if table.spec.caption else ""
     return caption + text + "\n\n" + "\n".join(tail)
+
+
+#: CSV columns that hold numbers ltbench formats; every other column is text, neutralised by ``csv_text``.
+CSV_NUMBERS = {"mean", "std", "n", "expected", "values", "best", "second_best", "not_different_from_best", "delta",
+               "versus_difference", "versus_p"}
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection rule
+
+
+def csv_text(text) -> str:
+    """A text cell as a spreadsheet may open it: one line, and a leading quote when it starts as a formula would
+    (OWASP's rule: =, +, -, @, tab, CR). Numbers ltbench formats (``CSV_NUMBERS``) are written as they are, so
+    a difference of -1.25 stays a number."""
+    text = str(text)
+    text = "'" + text if text.startswith(FORMULA_START) else text
+    return one_line(text)
+
+
+class _CsvWriter(csv.DictWriter):
+    def writerow(self, row: dict):
+        return super().writerow({k: (v if k in CSV_NUMBERS else csv_text(v)) for k, v in row.items()})
 
 
 CSV_FIELDS = ["table", "row", "row_group", "column_group", "column", "mean", "std", "n", "expected", "seeds",
@@ -140,7 +170,7 @@ def to_csv(table: Table) -> str:
     """Tidy: one line per cell (mean, std, n, seeds, per-seed values), one per compared cell (versus,
     difference, p), then one line per table note."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
+    w = _CsvWriter(buf, CSV_FIELDS, lineterminator="\n")
     w.writeheader()
     d = table.spec.digits + 2
     for row in table.rows:

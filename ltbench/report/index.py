@@ -31,7 +31,7 @@ from ltbench.results import caches, identity, safe_read, schema, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 7  # 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
+INDEX_VERSION = 8  # 8: device_seconds; 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
@@ -85,6 +85,9 @@ def summarize_result(data: dict, run_dir_name: str) -> dict:
     for k in ("device", "wall_seconds", "started", "ended", "world_size"):
         if data.get(k) is not None:
             rec["prov"][k] = data[k]
+    seconds, world = data.get("train_seconds_this_session"), data.get("world_size") or 1
+    if isinstance(seconds, (int, float)) and isinstance(world, int):  # the cost (report/tuned.py): device-seconds
+        rec["prov"]["device_seconds"] = float(seconds) * world        # of the run's last session
     return rec
 
 
@@ -122,12 +125,12 @@ def _identity_from_spec(run_dir: Path) -> dict:
 
 
 def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
-    """A run folder without result.json: running, pending, or damaged (empty / no spec.json)."""
+    """A run folder without result.json: running, interrupted, pending, or damaged (empty / no spec.json)."""
     if not names:
         return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
     if store.RESULT in names:  # there, but no regular file (a FIFO, a device, a symlink loop): damaged, named
         return read_result_file(run_dir / store.RESULT)
-    status = "running" if store.STARTED in names else "pending"
+    status = store.unfinished_state(run_dir)[0] if store.STARTED in names else "pending"  # status's own rule
     rec = {"status": status, "run_id": run_dir.name}
     if store.SPEC not in names:
         rec["note"] = "no spec.json (the launch never completed, or it was deleted)"
@@ -255,10 +258,9 @@ def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
     """(json part, metric column index, float64 matrix) of the cache file, or empty ones when it is missing
     or unusable (``cache_problem``: the cache is then rebuilt from the result files and rewritten)."""
     empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "codes": {}, "metrics": [], "unusable": False}
-    try:
-        blob = safe_read.read_bytes(path, MAX_CACHE_BYTES)
-    except safe_read.UnusableFile as exc:
-        return {**empty, "unusable": exc.reason != "is missing" or os.path.lexists(path)}, {}, None
+    blob = caches.read_cache_bytes(path, MAX_CACHE_BYTES)  # None: missing, or its seal is not its content's
+    if blob is None:
+        return {**empty, "unusable": os.path.lexists(path)}, {}, None
     try:
         if not blob.startswith(CACHE_MAGIC):
             raise ValueError("not an index cache")
@@ -560,9 +562,8 @@ def _difference_note(mine: dict, folder: str, other: dict, where: str) -> str:
     """'fmnist_augment_on/ holds another result of this run id, made under other numerics: threads 1 against
     2 (All 68.86 against 70.06 here, the run's main prediction): not used'."""
     theirs, ours = _numerics(other), _numerics(mine)
-    differ, _ = identity.numerics_difference(theirs, ours)
-    how = ("other numerics: " + ", ".join(f"{f} {theirs[f]} against {ours[f]}" for f in differ)) if differ \
-        else "numerics that cannot be compared fully"
+    contrast = identity.numerics_contrast(theirs, ours)
+    how = f"other numerics: {contrast}" if contrast else "numerics that cannot be compared fully"
     a, b = (other.get("metrics") or {}).get("all"), (mine.get("metrics") or {}).get("all")
     # the run's main prediction: a row reading another head of the run (e.g. 'sum_da_none') shows other numbers
     numbers = (f" (All {100 * a:.2f} against {100 * b:.2f} {where}, the run's main prediction)"

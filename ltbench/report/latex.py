@@ -39,6 +39,8 @@ from ltbench.report.rows import Row, Table
 
 COLUMN_PT = 229.5  # \columnwidth of \documentclass[twocolumn]{article} at 10 pt (letter paper: 229.9 pt)
 TEXT_PT = 469.0  # its \textwidth (469.75 pt)
+TEXT_HEIGHT_PT = 550.0  # its \textheight: a float taller than this is "Float too large" and runs off the page
+HEIGHT_SAFETY_PT = 30.0  # the height estimate counts lines, not glue: keep a margin
 WIDTHS = {"column": ("table", r"\columnwidth", COLUMN_PT), "page": ("table*", r"\textwidth", TEXT_PT)}
 THIN = 1.54  # \, at 9 pt (a sixth of the math quad)
 SAFETY_PT = 1.5  # the estimate is within about 1 pt of pdflatex's width (tests/test_latex_fit.py): keep 1.5 in hand
@@ -505,25 +507,94 @@ def _latex_notes(table: Table, choice: Choice) -> list[str]:
 
 def to_latex(table: Table) -> str:
     """booktabs only (no vertical rules), unscaled: a ``table`` or ``table*`` in the first layout that fits,
-    the notes under it in a minipage of the line width, in type smaller than the table's."""
+    the notes under it in a minipage of the line width, in type smaller than the table's. The notes are
+    budgeted like the width: ``notes: auto`` keeps them whole while the float fits the page's height, else
+    writes them short (``notes_text``); what is left out stays in the file as comment lines."""
     marks, _ = footnotes(table)
     choice = choose(table, marks)
     env, line_width, target = WIDTHS[choice.width]
     verdict = "fits" if choice.fits else "does NOT fit"
     advice = "" if choice.fits else (" (width: page, or fewer columns)" if choice.width == "column"
                                      else " (split it into narrower tables)")
+    full = _latex_notes(table, choice)
+    level = table.spec.notes
+    if level == "auto":
+        level = "full" if float_height(table, choice, full, target) <= TEXT_HEIGHT_PT - HEIGHT_SAFETY_PT else "short"
+    notes = notes_text(full, level, target)
+    height = float_height(table, choice, notes, target)
+    tall = "" if height <= TEXT_HEIGHT_PT - HEIGHT_SAFETY_PT else \
+        f"; about {height:.0f} pt tall, more than the page's {TEXT_HEIGHT_PT:g} pt: set notes: short or none"
     out = [f"% ltbench table '{table.name}'; needs {LATEX_PACKAGES}",
            f"% {verdict} {line_width} ({target:g} pt in a two-column article){advice}: about "
            f"{choice.estimate:.0f} pt wide; {choice.layout.describe()}",
+           f"% notes: {level} (about {height:.0f} pt tall with them, {TEXT_HEIGHT_PT:g} pt the page){tall}",
            rf"\begin{{{env}}}[t]", r"\centering"]
     if table.spec.caption:
-        out.append(rf"\caption{{{latex_escape(table.spec.caption)}}}")
+        out += [rf"\caption{{{latex_escape(table.spec.caption)}}}", r"\par\medskip"]  # a gap above the top rule
     if table.spec.label:
         out.append(rf"\label{{{table.spec.label}}}")
     out.append(rf"\small\setlength{{\tabcolsep}}{{{choice.layout.sep:g}pt}}")
     for k, tabular in enumerate(choice.tabulars):
         out += ([r"\par\medskip"] if k else []) + tabular.latex()
-    out += [r"\par\smallskip", r"\begin{minipage}{\linewidth}\footnotesize\raggedright"]
-    out += [latex_escape(line) + r"\par" for line in _latex_notes(table, choice)]
-    out += [r"\end{minipage}", rf"\end{{{env}}}"]
+    if notes:
+        out += [r"\par\smallskip", r"\begin{minipage}{\linewidth}\footnotesize\raggedright"]
+        out += [latex_escape(line) + r"\par" for line in notes]
+        out.append(r"\end{minipage}")
+    out.append(rf"\end{{{env}}}")
+    left_out = [line for line in full if line not in notes]
+    if left_out:
+        out += ["% notes left out of the float (notes: full prints them):"] + [f"%   {line}" for line in left_out]
     return "\n".join(out)
+
+
+def notes_text(full: list[str], level: str, width: float) -> list[str]:
+    """The notes a float prints: all ('full'); 'short': the legend, each numbered row note cut to one line,
+    and where the rest is; none at all ('none')."""
+    if level == "full":
+        return full
+    if level == "none":
+        return []
+    legend_line, rest = full[0], full[1:]
+    numbered = [n for n in rest if n.startswith("[")]
+    per_two = 2 * max(20, int(width / (text_width("x") * FOOTNOTE_SCALE)))  # characters of two lines, about
+    short = [n if len(n) <= per_two else n[:per_two - 4].rstrip() + " ..." for n in numbered]
+    if len(short) < len(rest) or short != numbered:
+        short.append("Notes shortened: 'ltbench table' prints them in full.")
+    return [legend_line] + short
+
+
+FOOTNOTE_SCALE = 8.0 / 9.0  # \footnotesize (8 pt) against the 9 pt widths of latex_widths
+SMALL_LEADING_PT, FOOTNOTE_LEADING_PT, CAPTION_LEADING_PT = 11.0, 9.5, 12.0  # \small, \footnotesize, \normalsize
+
+
+def float_height(table: Table, choice: Choice, notes: list[str], width: float) -> float:
+    """The float's height, about: the caption's lines (and the skips around it), every tabular row and rule,
+    and the notes' lines wrapped at ``width``. Lines, not glue: within about 10% of pdflatex."""
+    height = 0.0
+    if table.spec.caption:
+        height += 10.0 + 6.0 + CAPTION_LEADING_PT * _lines(table.spec.caption, width, 10.0 / 9.0)
+    for k, tabular in enumerate(choice.tabulars):
+        height += 6.0 if k else 0.0
+        for line in tabular.latex():
+            if line.rstrip().endswith("]") and "\\\\[" in line or line.rstrip().endswith("\\\\"):
+                extra = re.search(r"\\\\\[(-?[\d.]+)pt\]\s*$", line)
+                height += SMALL_LEADING_PT + (float(extra.group(1)) if extra else 0.0)
+            elif line.startswith((r"\toprule", r"\midrule", r"\bottomrule")):
+                height += 4.0
+            elif line.startswith(r"\cmidrule"):
+                height += 2.0
+    if notes:
+        height += 3.0 + FOOTNOTE_LEADING_PT * sum(_lines(n, width, FOOTNOTE_SCALE) for n in notes)
+    return height
+
+
+def _lines(text: str, width: float, scale: float) -> int:
+    """Lines ``text`` takes in ragged-right type at ``scale`` × 9 pt: words filled greedily."""
+    lines, used, space = 1, 0.0, text_width(" ") * scale
+    for word in text.split():
+        w = text_width(word) * scale
+        if used and used + space + w > width:
+            lines, used = lines + 1, w
+        else:
+            used += (space if used else 0.0) + w
+    return lines

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import io
 import math
-import textwrap
 from functools import wraps
 from pathlib import Path
 from typing import Sequence
@@ -41,7 +40,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from ltbench.errors import LtbenchError
 from ltbench.results.schema import SHOT_GROUPS
 from ltbench.priors import prior_position as position
-from ltbench.results.store import atomic_write_bytes
+from ltbench.results.store import atomic_write_bytes, make_dirs
 
 FORMATS = ("png", "pdf")
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -161,7 +160,7 @@ def _sentence(text: str) -> str:
 
 
 def caption(figure: Figure) -> str:
-    return getattr(figure, "ltbench_caption", "")
+    return " ".join(x for x in [getattr(figure, "ltbench_caption", ""), *getattr(figure, "ltbench_notes", [])] if x)
 
 
 def seeds_phrase(df: pd.DataFrame, banded: bool) -> str:
@@ -171,12 +170,10 @@ def seeds_phrase(df: pd.DataFrame, banded: bool) -> str:
     return "mean over seeds, n per row in the legend" + (", band: ±1 std" if banded else "")
 
 
-def note_in_figure(ax: Axes, text: str) -> None:
-    """Say in the figure itself, under the axis label (never over the data), why something is not drawn;
-    wrapped to the figure's width."""
-    width_chars = int(ax.figure.get_figwidth() * 72 * 0.95 / (0.6 * LABEL_PT))  # the axis label's size
-    note = textwrap.fill(text, width_chars)
-    ax.set_xlabel(ax.get_xlabel() + "\n" + note if ax.get_xlabel() else note)
+def note_in_caption(ax: Axes, text: str) -> None:
+    """Say why something is not drawn in the figure's caption (``caption``), after what it shows: an axis
+    label names its axis, and a sentence set there reads as part of it."""
+    ax.figure.ltbench_notes = [*getattr(ax.figure, "ltbench_notes", []), _sentence(text).rstrip(".") + "."]
 
 
 def _log_axis(ax: Axes, which: str = "x") -> None:
@@ -197,7 +194,7 @@ def save_figure(figure: Figure, out_base: str | Path) -> list[Path]:
     """Write ``out_base``.png and .pdf, each atomically (no half-written figure after a crash). The PDF's
     page is the figure's size (3.3 or 6.9 in wide), so a paper includes it at 100 %."""
     out_base = Path(out_base)
-    out_base.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_base.parent)
     written = []
     for fmt in FORMATS:
         buffer = io.BytesIO()
@@ -356,7 +353,7 @@ def figure_class_stat(df: pd.DataFrame, stat: str = "kappa", all_rows: Sequence[
     ax.set_ylabel(name)
     left_out = [r for r in all_rows if r not in set(chosen["row"])]
     if left_out:
-        note_in_figure(ax, f"not drawn (their runs record no per-class {stat}): {', '.join(left_out)}")
+        note_in_caption(ax, f"not drawn (their runs record no per-class {stat}): {', '.join(left_out)}")
     set_caption(figure, f"{_sentence(name)} per class against the class's number of training images "
                         f"({'both axes log scale' if log_y else 'log scale'}), classes with the same count averaged; "
                         f"{seeds_phrase(chosen, False)}.")
@@ -464,7 +461,7 @@ def figure_curves(df: pd.DataFrame, y: str = "loss", size: str = "column") -> Fi
         first, second = ("top", "bottom") if size == "column" else ("left", "right")
         what += f" ({first}), and {which} accuracy ({second})"
     if numeric["epoch"].nunique() < 2:
-        note_in_figure(axes[0], "only one epoch logged: a curve needs two (the points are that epoch)")
+        note_in_caption(axes[0], "only one epoch logged: a curve needs two (the points are that epoch)")
     set_caption(figure, f"{_sentence(what)}; {seeds_phrase(numeric, banded)}.")
     legend_below(figure, axes[-1])
     return figure

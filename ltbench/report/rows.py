@@ -23,9 +23,10 @@ from typing import Any
 
 from ltbench.config import value_text
 from ltbench.errors import ConfigError
-from ltbench.results.identity import DATA_IDENTITY, numerics_difference
+from ltbench.results.identity import DATA_IDENTITY, numerics_contrast
 from ltbench.results.store import OLDER
 from ltbench.priors import prior_order
+from ltbench.search import trial_problem
 from ltbench.recipe.tables import ALL_PRIORS, TEMPLATE_FIELD, TableSpec, column_metric, versus_targets
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
 
@@ -178,6 +179,8 @@ class Unit:
     code_unknown: dict[int, str] = field(default_factory=dict)  # seed -> why its result's code cannot be checked
     elsewhere: dict[int, list] = field(default_factory=dict)  # seed -> notes on other results of its run id
     chosen: dict[int, str] = field(default_factory=dict)  # seed -> the setting a selected row took (select:)
+    search: dict | None = None  # a trial's record (grid['search']); a tuned unit's: the same less the trial
+    trials: list = field(default_factory=list)  # a tuned unit: the trial units it selected among (report/tuned.py)
 
 
 @dataclass
@@ -221,7 +224,7 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
     notes: list[str] = []
     if expected is not None:
         for i, e in enumerate(expected):
-            u = units.setdefault(e["key"], Unit(e["key"], e["flat"], i, expected=[]))
+            u = units.setdefault(e["key"], Unit(e["key"], e["flat"], i, expected=[], search=e.get("search")))
             if e["seed"] not in u.expected:
                 u.expected.append(e["seed"])
             by_run[e["run_id"]] = (e["key"], e["seed"])
@@ -240,7 +243,8 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
         elif "key" in rec:
             key, seed = rec["key"], rec.get("seed")
             if key not in units:
-                units[key] = Unit(key, flatten(rec["config"]), len(units))
+                trial = (rec.get("grid") or {}).get("search")
+                units[key] = Unit(key, flatten(rec["config"]), len(units), search=None if trial_problem(trial) else trial)
         else:
             notes.append(f"{_name(rec)}: {rec.get('note', 'unreadable run folder')}; left out")
             continue
@@ -266,12 +270,11 @@ def duplicate_note(rec: dict, kept: dict, run_id: str, kept_name: str) -> str:
     """A second result of one run id in the results read: a copy (counted once), or, when its numerics or its
     numbers differ, another result that is named and not counted (identity.numerics_difference)."""
     mine, theirs = rec.get("numerics") or {}, kept.get("numerics") or {}
-    differ = numerics_difference(mine, theirs)[0] if isinstance(mine, dict) and isinstance(theirs, dict) else []
+    contrast = numerics_contrast(mine, theirs) if isinstance(mine, dict) and isinstance(theirs, dict) else ""
     same_numbers = (rec.get("metrics") or {}).get("all") == (kept.get("metrics") or {}).get("all")
-    if not differ and same_numbers:
+    if not contrast and same_numbers:
         return f"{_name(rec)} is a copy of run {run_id} ({kept_name}): counted once"
-    how = f"other numerics ({', '.join(f'{f} {mine[f]} against {theirs[f]}' for f in differ)})" if differ \
-        else "other numbers"
+    how = f"other numerics ({contrast})" if contrast else "other numbers"
     return f"{_name(rec)} is another result of run {run_id}, made under {how}: not counted ({kept_name} is)"
 
 
@@ -312,6 +315,7 @@ def _place(unit: Unit, seed, rec: dict) -> None:
         return
     text = {"failed": f"seed {seed} failed" + (f" ({rec['error']})" if rec.get("error") else ""),
             "running": f"seed {seed} still running", "pending": f"seed {seed} pending",
+            "interrupted": f"seed {seed} interrupted (ltbench run resumes it)",
             "conflict": f"seed {seed}: {rec.get('note')}"}.get(
         status, f"seed {seed} damaged: {rec.get('note', 'unreadable')} ({_name(rec)})")
     unit.problems[seed] = text

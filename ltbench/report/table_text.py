@@ -4,6 +4,7 @@ words from here, so a table says the same thing in each."""
 
 from __future__ import annotations
 
+from ltbench.errors import is_control
 from ltbench.report.rows import Row, Table
 
 LATEX_PACKAGES = r"\usepackage{booktabs}\usepackage{amssymb}\usepackage[table]{xcolor}"
@@ -88,7 +89,8 @@ def comparison_n(comp) -> str:
 
 
 def latex_escape(text: str) -> str:
-    """Plain text as LaTeX that prints the same characters (a symbol TeX's fonts lack becomes '?')."""
+    """Plain text as LaTeX that prints the same characters (a symbol TeX's fonts lack becomes '?'; a control
+    character, which pdflatex refuses, a space)."""
     out = []
     specials = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
@@ -97,7 +99,7 @@ def latex_escape(text: str) -> str:
                 "†": r"$^\dagger$", "Δ": r"$\Delta$", "✓": r"\checkmark", "✗": r"$\times$", "×": r"$\times$",
                 "<": r"\textless{}", ">": r"\textgreater{}", "é": r"\'e"}
     for i, ch in enumerate(text):
-        out.append(specials.get(ch, ch if ord(ch) < 128 else "?"))
+        out.append(specials.get(ch, " " if is_control(ch) else ch if ord(ch) < 128 else "?"))
         if ch == "-" and text[i + 1:i + 2] == "-":  # '--rerun-stale' stays two hyphens, not an en dash
             out.append("{}")
     return "".join(out)

@@ -11,6 +11,15 @@ holds what a command then shows as data (a row's method, a seed, an accuracy). S
   configuration (``identity.row_key``), a configuration validates as a recipe's does (:func:`config_problem`),
   values pass result.json's checks (ltbench/results/schema.py). A cache with an entry that fails is
   discarded and rebuilt from the files it summarises.
+* **Sealed: a pure function of what it caches.** Every cache file is written as ``ltbench-cache sha256:<hex>``
+  and its bytes, the hex being the sha256 of the code version (:func:`code_version`: size and mtime of every
+  Python file of ltbench and the built-in methods) and the bytes; each cache's own key adds what it depends on
+  (a recipe's bytes and path, the overrides, the plugin code: ``recipe/expansion.py``). A file whose digest does
+  not match (an entry dropped, added, swapped or edited in place, however self-consistent) or that was written
+  by other code is rebuilt, never read. What a seal cannot catch: someone with write access who recomputes it,
+  as they could equally write a result.json by hand; the entry checks above still bound what such a file can
+  make a command do (no run folder outside the results folder, no value result.json could not hold).
+  docs/trust.md says the same for users.
 * **Written best effort.** A cache write that fails for any reason (a full disk, which ltbench reports as
   ``DiskFullError``; a file too large; a read-only or foreign folder) is skipped: the command's output is
   the same, and one note on stderr (at most one per process) says why the next call will be slower.
@@ -20,6 +29,8 @@ No torch: status and tables use these on a login node.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -27,7 +38,7 @@ from typing import Any, Callable
 
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig
 from ltbench.errors import LtbenchError, shorten
-from ltbench.results import identity, schema, store
+from ltbench.results import identity, safe_read, schema, store
 
 RUN_ID = re.compile(r"[0-9a-f]{12}")
 STAGE2_RUN_ID = re.compile(r"[0-9a-f]{12}\+[0-9a-f]{12}")
@@ -44,12 +55,58 @@ MAX_SEED = 2**32 - 1  # a recipe's bound (recipe.RecipeConfig.validate)
 _noted: list[str] = []
 
 
+SEAL = b"ltbench-cache sha256:"
+
+
+def code_version() -> str:
+    """What the running ltbench is, for a cache's seal: size and mtime of every Python file of ltbench and the
+    built-in methods (``code_signature``), taken once per process."""
+    if not _code_version:
+        _code_version.append(code_signature([]))
+    return _code_version[0]
+
+
+_code_version: list[str] = []
+
+
+def sealed(data: bytes) -> bytes:
+    """``data`` as a cache file holds it: the seal line (sha256 of the code version and the bytes), then the bytes."""
+    digest = hashlib.sha256(code_version().encode() + b"\n" + data).hexdigest().encode()
+    return SEAL + digest + b"\n" + data
+
+
+def unsealed(blob: bytes) -> bytes | None:
+    """The bytes a cache file seals, or None when its seal is missing or is not theirs under this code."""
+    if not blob.startswith(SEAL):
+        return None
+    digest, newline, data = blob[len(SEAL):].partition(b"\n")
+    return data if newline and sealed(data) == blob else None
+
+
+def read_cache_bytes(path: Path, limit: int = safe_read.MAX_JSON_BYTES) -> bytes | None:
+    """A cache file's bytes when it is a regular file within ``limit`` and its seal is intact; None otherwise
+    (missing, damaged, edited, or written by other code: the caller rebuilds it)."""
+    try:
+        return unsealed(safe_read.read_bytes(path, limit))
+    except safe_read.UnusableFile:
+        return None
+
+
+def read_cache(path: Path, limit: int = safe_read.MAX_JSON_BYTES) -> Any:
+    """A JSON cache file's content (``read_cache_bytes``, then ``safe_read.parse_json``); None when unusable."""
+    data = read_cache_bytes(path, limit)
+    try:
+        return None if data is None else safe_read.parse_json(data, path)
+    except safe_read.UnusableFile:
+        return None
+
+
 def write_cache(path: Path, data: bytes, say: Callable[[str], None] | None = None) -> bool:
     """Write a cache file atomically; False (and one note per process) when the write fails for any reason.
     Why any reason: a cache is never needed, so no failure to keep one may cost the command its output
     (a full disk raises DiskFullError, which is not an OSError; a read-only folder, EFBIG, EACCES are)."""
     try:
-        store.atomic_write_bytes(Path(path), data)
+        store.atomic_write_bytes(Path(path), sealed(data))
         return True
     except (OSError, LtbenchError) as exc:
         if not _noted:
@@ -61,6 +118,64 @@ def write_cache(path: Path, data: bytes, say: Callable[[str], None] | None = Non
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def code_signature(plugin_dirs: list[str]) -> str:
+    """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
+    given plugin folders. Only what discovery can import is walked (``plugin_code_files``): a plugin
+    folder that is no package name (``/``, say) is refused by discovery and never walked here."""
+    core = Path(__file__).resolve().parents[1]  # ltbench/ (this file is ltbench/results/caches.py)
+    roots = [core, core.parent / "methods"]
+    roots += [Path(p) for p in plugin_dirs]
+    h = hashlib.sha1(site_signature().encode())
+    for root in roots:
+        for path in plugin_code_files(root):
+            try:
+                st = os.stat(path)
+            except OSError:  # gone meanwhile, or unreadable: part of the signature as such
+                h.update(f"{path}:gone;".encode())
+                continue
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()
+
+
+def site_signature() -> str:
+    """The mtime of each site-packages folder on sys.path: installing, upgrading or removing a package (a
+    plugin registered by an entry point among them) renames a ``*.dist-info`` folder there, which changes it.
+    Why not read the entry points: that costs 0.2 s, a fifth of what a cached command may take."""
+    out = []
+    for folder in sys.path:
+        if folder.endswith(("site-packages", "dist-packages")):
+            try:
+                out.append(f"{folder}:{os.stat(folder).st_mtime_ns}")
+            except OSError:
+                out.append(f"{folder}:gone")
+    return ";".join(out)
+
+
+def plugin_code_files(root: Path) -> list[str]:
+    """The Python files discovery and their imports can reach in a package folder, sorted: its ``*.py`` files
+    and, recursively, those of its sub-packages (folders named like a module, holding ``__init__.py``);
+    never a symlinked folder, never an editor's file (``.#x.py``, ``#x.py#``: not module names). Empty for a
+    folder that is not a package name (discovery refuses it): ``$LTBENCH_PLUGIN_PATH=/`` walks nothing, and
+    a folder of data beside the plugins is never walked."""
+    root = Path(root)
+    if not root.name.isidentifier() or not root.is_dir():
+        return []
+    out, stack = [], [str(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            stem = e.name[:-3] if e.name.endswith(".py") else None
+            if stem is not None and stem.isidentifier() and not e.is_dir(follow_symlinks=False):
+                out.append(e.path)
+            elif e.name.isidentifier() and e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, "__init__.py")):
+                stack.append(e.path)
+    return sorted(out)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ Python versions (3.13 leaves empty fields out, 3.12 added ``type_params``): a re
 Python is checked under another.
 
 Why a static closure: the modules a run executes are its roots (the training engine, or the stage-2
-driver, and the plugins its configuration names) and, transitively, every module of the harness or of a
-plugin package that they import, function-level imports included. It is read from the source text, never
+driver, and the plugins its configuration names) and, transitively, every module they import that is not
+installed (the harness, a plugin package, a helper package of the user's on ``sys.path``), function-level
+imports included; installed distributions are recorded by their version instead, and data files a module
+names (a string constant naming a file or folder next to it: the CLIP class-name lists) by their bytes. It is read from the source text, never
 from what a process happens to have imported, so the same function gives the same set in a worker and in
 ``ltbench status``. Modules that only
 record, report or launch (``EXCLUDED``) are left out: editing a table's layout never makes a run stale.
@@ -30,9 +32,10 @@ CODE_SCOPE = "computation/1"
 TRAINING_ROOT = "ltbench.train.engine"  # a trained run executes the engine and what it imports
 STAGE2_ROOT = "ltbench.stage2.posthoc_runs"  # a stage-2 fit: the driver, the feature cache and the engine
 # Modules that never change what a run computes: the record and its reading, reports, launchers, the CLI,
-# error texts, where scalars are also logged, the plugin contract check.
+# error texts, where scalars are also logged, the plugin contract check; of installed ones, the two below.
 EXCLUDED = ("ltbench.results", "ltbench.report", "ltbench.run", "ltbench.recipe", "ltbench.cli",
-            "ltbench.__main__", "ltbench.errors", "ltbench.contract", "ltbench.train.loggers")
+            "ltbench.__main__", "ltbench.errors", "ltbench.contract", "ltbench.train.loggers",
+            "tqdm", "submitit")  # a progress bar; the Slurm job environment a distributed run reads its rank from
 
 Reader = Callable[[str], "bytes | None"]  # a path relative to the folder holding the packages -> its bytes
 
@@ -47,14 +50,27 @@ def is_excluded(module: str) -> bool:
     return any(module == e or module.startswith(e + ".") for e in EXCLUDED)
 
 
+# Class attributes that declare how a method is tuned, never what it computes (ltbench/search.py): a method's
+# search space changing leaves its finished runs current, as a docstring does.
+DECLARATIONS = ("search_space",)
+
+
 def _strip_strings(tree: ast.AST) -> ast.AST:
-    """Remove docstrings and every other statement that is a bare string constant (it executes nothing)."""
+    """Remove docstrings, every other statement that is a bare string constant (it executes nothing), and a
+    class's ``DECLARATIONS``."""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list):
             node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                                 and isinstance(s.value.value, str))]
+                                                 and isinstance(s.value.value, str))
+                         and not (isinstance(node, ast.ClassDef) and _declares(s))]
     return tree
+
+
+def _declares(statement: ast.stmt) -> bool:
+    targets = statement.targets if isinstance(statement, ast.Assign) else \
+        [statement.target] if isinstance(statement, ast.AnnAssign) else []
+    return len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id in DECLARATIONS
 
 
 def canonical_dump(node) -> str:
@@ -73,23 +89,36 @@ def canonical_dump(node) -> str:
     return repr(node)
 
 
-_parsed: dict[bytes, tuple] = {}  # sha256 of a source -> (normalised hash, imported names by package): one parse each
+_parsed: dict[bytes, tuple] = {}  # sha256 of a source -> (normalised hash, imports, names by package, file names): one parse each
 
 
 def _parse(source: bytes) -> tuple:
-    """(normalised hash or None, {package: imported names}) of a source, parsed once per process: a stage-2
-    grid records the same modules for each of its hundreds of settings."""
+    """(normalised hash or None, import nodes, {package: imported names}, string constants that may name a
+    file) of a source, parsed once per process: a stage-2 grid records the same modules for each of its
+    hundreds of settings."""
     key = hashlib.sha256(source).digest()
     if key not in _parsed:
         try:
             tree = ast.parse(source)
         except (SyntaxError, ValueError):
-            _parsed[key] = (None, None, {})
+            _parsed[key] = (None, None, {}, frozenset())
             return _parsed[key]
         imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        names = frozenset(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                          and isinstance(node.value, str) and _may_name_a_file(node.value))
         digest = hashlib.sha256(canonical_dump(_strip_strings(tree)).encode()).hexdigest()
-        _parsed[key] = (digest, imports, {})
+        _parsed[key] = (digest, imports, {}, names)
     return _parsed[key]
+
+
+def _may_name_a_file(text: str) -> bool:
+    """'classnames', 'splits/train.txt': a relative path without spaces, parents or newlines."""
+    return 0 < len(text) < 200 and not text.startswith(("/", ".")) and not any(c in text for c in " \n\t\\:*{}")
+
+
+def file_names(source: bytes) -> frozenset[str]:
+    """The string constants of a module that could name a file or folder next to it (``data_files``)."""
+    return _parse(source)[3]
 
 
 def normalized_hash(source: bytes) -> str | None:
@@ -110,7 +139,7 @@ def module_file(module: str, read: Reader) -> tuple[str, bytes] | tuple[None, No
 def imported_modules(source: bytes, module: str, is_package: bool) -> set[str]:
     """Every name a module's source imports, at any depth of the file: 'a.b' for ``import a.b``,
     'pkg.c' and 'pkg.c.d' for ``from .c import d`` (d may be a module)."""
-    _, nodes, by_package = _parse(source)
+    _, nodes, by_package, _ = _parse(source)
     package = module if is_package else module.rpartition(".")[0]
     if nodes is None:
         return set()
@@ -130,17 +159,24 @@ def imported_modules(source: bytes, module: str, is_package: bool) -> set[str]:
     return names
 
 
-def executed_modules(roots: list[str], read: Reader, packages: set[str]) -> dict[str, tuple[str, bytes]]:
-    """{module: (relative path, bytes)}: the roots and, transitively, every module of ``packages`` (top-level
-    names: 'ltbench', 'methods', a plugin folder's) they import, with the packages that contain them (whose
-    ``__init__`` runs first), less ``EXCLUDED``."""
+def executed_modules(roots: list[str], read: Reader, hashed: Callable[[str], bool]
+                     ) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
+    """({module: (relative path, bytes)}, top-level names imported from elsewhere): the roots and,
+    transitively, every module whose top-level package ``hashed`` accepts (ltbench, the plugin folders, any
+    other package that is not installed: ``identity.hashed_package``) that they import, with the packages
+    that contain them (whose ``__init__`` runs first), less ``EXCLUDED``. The second part names what they
+    import from elsewhere (the standard library, installed distributions: recorded by version)."""
     found: dict[str, tuple[str, bytes]] = {}
+    outside: set[str] = set()
     todo, seen = list(roots), set()
     while todo:
         name = todo.pop()
-        if name in seen or name.split(".")[0] not in packages or is_excluded(name):
+        if name in seen or is_excluded(name):
             continue
         seen.add(name)
+        if not hashed(name.split(".")[0]):
+            outside.add(name.split(".")[0])
+            continue
         rel, data = module_file(name, read)
         if rel is None:
             continue
@@ -148,7 +184,7 @@ def executed_modules(roots: list[str], read: Reader, packages: set[str]) -> dict
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]
         todo += sorted(imported_modules(data, name, rel.endswith("__init__.py")))
-    return found
+    return found, outside
 
 
 def code_record(modules: dict[str, tuple[str, bytes]], with_bytes: bool = True) -> dict[str, dict]:

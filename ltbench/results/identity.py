@@ -205,21 +205,126 @@ def code_file(module: str, entry: dict, plugin_dirs: list[str] = ()) -> Path | N
     return base / (entry.get("path") or code.module_path(module)) if base is not None else None
 
 
-def _package_parent(top: str, plugin_dirs: list[str]) -> Path | None:
+def _package_parent(top: str, plugin_dirs: list[str] = ()) -> Path | None:
+    """The folder holding the top-level package or module ``top`` here: a plugin folder's parent, where this
+    process imported it from, a plugin folder's sibling (the registry puts their parent on sys.path), or where
+    Python finds it; None when it is nowhere. Never imports anything."""
     for folder in plugin_dirs:
         if Path(folder).name == top:
             return Path(folder).parent
     loaded = sys.modules.get(top)
-    locations = list(getattr(loaded, "__path__", []) or [])
-    if not locations:
-        import importlib.util  # lazy: only for a package this process has not imported
+    if loaded is not None:
+        locations = list(getattr(loaded, "__path__", []) or [])
+        if locations:
+            return Path(locations[0]).parent
+        if getattr(loaded, "__file__", None):
+            return Path(loaded.__file__).parent
+    for folder in plugin_dirs:
+        parent = Path(folder).parent
+        if (parent / top / "__init__.py").is_file() or (parent / f"{top}.py").is_file():
+            return parent
+    import importlib.util  # lazy: only for a package this process has not imported
+
+    try:
+        spec = importlib.util.find_spec(top)  # finds, does not import, a top-level package
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]).parent
+    return Path(spec.origin).parent if spec.origin and spec.origin.endswith(".py") else None
+
+
+# ------------------------------------------------------------------------------------------------
+# Where a run's code comes from: what is hashed (every module that is not installed), what is recorded by its
+# version (an installed distribution), and the data files a hashed module names. One rule for the record
+# (provenance.modules_code) and the check (code_state).
+
+DISTRIBUTION = "distribution:"  # code record key of an installed distribution: {'version': ...}
+DATA = "data:"  # code record key of a data file a hashed module names: {'sha256': ...}
+
+
+def _install_folders(kinds=("purelib", "platlib")) -> set[Path]:
+    """The folders distributions are installed into (site-packages; with ``kinds`` the standard library's)."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths().get(k) for k in kinds}
+    if "purelib" in kinds:
+        paths |= set(getattr(site, "getsitepackages", lambda: [])()) | {getattr(site, "getusersitepackages", lambda: None)()}
+    return {Path(p).resolve() for p in paths if p}
+
+
+_where: dict[str, str] = {}
+
+
+def package_kind(top: str) -> str:
+    """'hashed' (ltbench, any package outside the installation folders: a plugin or helper package on
+    sys.path, an editable install), 'installed' (under site-packages: recorded by its distribution's version),
+    'stdlib', or 'absent' (not importable here: an optional import that did not run)."""
+    if top not in _where:
+        if top == "ltbench":
+            _where[top] = "hashed"
+        elif top in sys.stdlib_module_names or top in sys.builtin_module_names:
+            _where[top] = "stdlib"
+        else:
+            parent = _package_parent(top)
+            folder = parent.resolve() if parent is not None else None
+            _where[top] = ("absent" if folder is None else "installed" if folder in _install_folders()
+                           else "stdlib" if folder in _install_folders(("stdlib", "platstdlib")) else "hashed")
+    return _where[top]
+
+
+_distributions: dict | None = None
+
+
+def distribution_versions(tops: set[str]) -> dict[str, dict]:
+    """{'distribution:torch': {'version': '2.14.1'}, ...}: the installed distributions that provide these
+    top-level packages (importlib.metadata, read once per process)."""
+    import importlib.metadata
+
+    global _distributions
+    if _distributions is None:
+        _distributions = importlib.metadata.packages_distributions()
+    names = sorted({d for top in tops for d in _distributions.get(top, [])})
+    return {f"{DISTRIBUTION}{name}": {"version": installed_version(name)} for name in names}
+
+
+_versions: dict[str, str | None] = {}
+
+
+def installed_version(name: str) -> str | None:
+    if name not in _versions:
+        import importlib.metadata
 
         try:
-            spec = importlib.util.find_spec(top)  # finds, does not import, a top-level package
-        except (ImportError, ValueError):
-            spec = None
-        locations = list(spec.submodule_search_locations or []) if spec else []
-    return Path(locations[0]).parent if locations else None
+            _versions[name] = importlib.metadata.version(name)
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            _versions[name] = None
+    return _versions[name]
+
+
+def data_files(modules: dict[str, tuple[str, bytes]]) -> dict[str, dict]:
+    """{'data:ltbench/pretrained/classnames/places_lt.txt': {'sha256': ...}}: every file a hashed module
+    names by a string constant (``code.file_names``) next to it, a named folder's files included (not its
+    Python packages, hidden files or caches): the class-name and prompt lists a text classifier is built from,
+    a split list shipped with a plugin."""
+    out = {}
+    for module, (rel, data) in modules.items():
+        base = _package_parent(module.split(".")[0])
+        if base is None:
+            continue
+        folder = (base / rel).parent
+        for name in code.file_names(data):
+            target = folder / name
+            if target.suffix == ".py" or not target.exists() or (target / "__init__.py").exists():
+                continue
+            for path in sorted(target.rglob("*")) if target.is_dir() else [target]:
+                if path.is_file() and not any(part.startswith((".", "__pycache__")) or part.endswith(".pyc")
+                                              for part in path.relative_to(base).parts):
+                    out[f"{DATA}{path.relative_to(base).as_posix()}"] = {"sha256": file_sha256(path)}
+    return out
 
 
 def source_reader(plugin_dirs: list[str] = ()) -> code.Reader:
@@ -270,14 +375,10 @@ def code_state(result: dict) -> CodeState:
     changed, unknown = [], []
     plugin_dirs = recorded_plugin_folders(result.get("plugins"))
     for module, entry in sorted(recorded.items()):
-        if not isinstance(entry, dict) or not entry.get("normalized"):
+        recorded_value, now = _recorded_and_now(module, entry, plugin_dirs)
+        if recorded_value is None or now is None:
             unknown.append(module)
-            continue
-        path = code_file(module, entry, plugin_dirs)
-        now = normalized_file_hash(path) if path is not None else None
-        if now is None:
-            unknown.append(module)
-        elif now != entry["normalized"]:
+        elif now != recorded_value:
             changed.append(module)
     if changed:
         return CodeState("stale", tuple(changed), unknown=tuple(unknown))
@@ -291,6 +392,23 @@ def code_state(result: dict) -> CodeState:
     return CodeState("done")
 
 
+def _recorded_and_now(key: str, entry, plugin_dirs: list[str]) -> tuple[str | None, str | None]:
+    """(what the record says, what this machine says now) of one code entry: a module's normalised hash, a
+    data file's sha256, an installed distribution's version; None where either cannot be told."""
+    if not isinstance(entry, dict):
+        return None, None
+    if key.startswith(DISTRIBUTION):
+        return entry.get("version"), installed_version(key[len(DISTRIBUTION):])
+    if key.startswith(DATA):
+        rel = key[len(DATA):]
+        base = _package_parent(rel.split("/")[0], plugin_dirs)
+        return entry.get("sha256"), file_sha256(base / rel) if base is not None else None
+    if not entry.get("normalized"):
+        return None, None
+    path = code_file(key, entry, plugin_dirs)
+    return entry["normalized"], normalized_file_hash(path) if path is not None else None
+
+
 def changed_code(result: dict) -> tuple[list[str], list[str]]:
     """(modules whose normalised source differs from the record, recorded modules that cannot be checked):
     the pieces of ``code_state`` for callers that list them."""
@@ -301,16 +419,24 @@ def changed_code(result: dict) -> tuple[list[str], list[str]]:
 # ------------------------------------------------------------------------------------------------
 # Numerics: what decides a result's floating-point numbers besides its run id (provenance.numerics).
 # The run id names the computation; execution settings stay out of it so that recorded ids hold. Two
-# results of one run id stand for each other only when their numerics match: same device and model,
-# CPU capability, intra-op threads (on the CPU), versions, precision and kernel choices.
+# results of one run id stand for each other only when their numerics match, and ``numerics_classes`` (the
+# table notes) groups results by the same comparison, so a note never calls two results alike that the
+# borrowing rule keeps apart, nor leaves out a field that differs. docs/results-schema.md says why each is here.
+
+#: Environment variables that choose the kernels MKL, oneDNN, OpenMP or cuBLAS run, or how they round
+#: (docs/results-schema.md, "numerics", with the libraries' documentation). Recorded when set; unset is the
+#: library default. Thread counts are not here: the effective count is recorded as ``threads``.
+KERNEL_ENV = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+              "ONEDNN_CPU_ISA_HINTS", "DNNL_CPU_ISA_HINTS", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
+              "KMP_DETERMINISTIC_REDUCTION", "NVIDIA_TF32_OVERRIDE", "CUBLAS_WORKSPACE_CONFIG")
 
 _COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size",
-           "threads_per_epoch")
+           "threads_per_epoch", "kernel_env", "float32_matmul_precision")
 NUMERICS_FIELDS = {
-    "cpu": _COMMON + ("cpu_model", "cpu_capability", "threads"),
+    "cpu": _COMMON + ("cpu_model", "cpu_id", "cpu_capability", "threads", "blas", "onednn", "mkldnn"),
     # On a GPU the threads only run host-side work: they are recorded, not compared.
     "cuda": _COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
-                       "float32_matmul_precision", "cudnn_benchmark"),
+                       "cudnn_benchmark"),
 }
 NOT_RECORDED = "not recorded"  # a numerics field the record cannot tell (made before it was recorded): never a match
 
@@ -321,11 +447,16 @@ def numerics_of(result: dict) -> dict:
     return dict(recorded) if isinstance(recorded, dict) else {}
 
 
+def _compared(n: dict) -> tuple[str, ...]:
+    return NUMERICS_FIELDS.get(n.get("device"), _COMMON)
+
+
 def numerics_difference(a: dict, b: dict) -> tuple[list[str], list[str]]:
     """(fields known on both sides that differ, fields that matter but one side does not know). They match
     only when both lists are empty; a field absent on both sides (``threads_per_epoch`` of two runs trained
-    in one go) is no difference, one ``NOT_RECORDED`` on either side is unknown."""
-    fields = sorted(set(NUMERICS_FIELDS.get(a.get("device"), _COMMON)) | set(NUMERICS_FIELDS.get(b.get("device"), _COMMON)))
+    in one go) is no difference; absent on one side only (a record made before the field was recorded) or
+    ``NOT_RECORDED`` on either side is unknown."""
+    fields = sorted(set(_compared(a)) | set(_compared(b)))
     differ, unknown = [], []
     for name in fields:
         va, vb = a.get(name), b.get(name)
@@ -336,23 +467,74 @@ def numerics_difference(a: dict, b: dict) -> tuple[list[str], list[str]]:
     return differ, unknown
 
 
-def numerics_text(n: dict) -> str:
+def numerics_key(n: dict) -> str:
+    """The compared fields of one result's numerics as text: equal keys without ``NOT_RECORDED`` are exactly
+    the pairs ``numerics_difference`` matches."""
+    return json.dumps({f: n.get(f) for f in _compared(n)}, sort_keys=True, default=str)
+
+
+def numerics_classes(items: list[dict]) -> tuple[list[tuple[str, list[int]]], list[str], list[str]]:
+    """Results grouped by their numerics: ([(text, indices of ``items``)], fields that differ between two
+    groups, fields one group cannot tell). Each text names every field in those two lists, so a note built
+    from it names whatever keeps two groups apart."""
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(items):
+        groups.setdefault(numerics_key(n), []).append(i)
+    firsts = [items[members[0]] for members in groups.values()]
+    differ, unknown = set(), set()
+    for i, a in enumerate(firsts):
+        for b in firsts[i + 1:]:
+            d, u = numerics_difference(a, b)
+            differ |= set(d)
+            unknown |= set(u)
+    named = sorted(differ | unknown)
+    return ([(numerics_text(items[m[0]], named), m) for m in groups.values()],
+            sorted(differ), sorted(unknown - differ))
+
+
+def numerics_value(name: str, value) -> str:
+    """One field as a note shows it: 'torch 2.14.1', 'channels_last on', 'kernel environment MKL_CBWR=COMPATIBLE',
+    'cpu_id not recorded'."""
+    if value is None or value == NOT_RECORDED:
+        return f"{name} not recorded"
+    if name == "kernel_env" and isinstance(value, dict):
+        return "kernel environment " + (" ".join(f"{k}={v}" for k, v in sorted(value.items())) or "unset")
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    if isinstance(value, dict):
+        return f"{name} " + ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
+    return f"{name} {value}"
+
+
+def numerics_contrast(a: dict, b: dict) -> str:
+    """'threads 1 against 2, kernel environment MKL_CBWR=COMPATIBLE against unset': each field that differs
+    (``numerics_difference``), ``a``'s value first; '' when none does."""
+    def value(name, v):
+        return numerics_value(name, v).removeprefix("kernel environment " if name == "kernel_env" else f"{name} ")
+    return ", ".join(f"{numerics_value(f, a.get(f))} against {value(f, b.get(f))}" for f in numerics_difference(a, b)[0])
+
+
+_IN_HEADLINE = frozenset({"device", "device_model", "cpu_model", "cpu_capability", "threads"})
+
+
+def numerics_text(n: dict, also: list[str] = ()) -> str:
     """'CPU Intel(R) Xeon(R) Processor (AVX512), 1 thread' / 'CPU model not recorded, 2 threads (CPU capability
-    not recorded)': the fields a reader compares first; versions only when not the common torch ones."""
-    n = {k: v for k, v in n.items() if v != NOT_RECORDED}
-    device = n.get("device") or "device not recorded"
+    not recorded)': the fields a reader compares first, then each field of ``also`` (those that differ
+    elsewhere in the same note) as ``numerics_value`` writes it."""
+    shown = {k: v for k, v in n.items() if v != NOT_RECORDED}
+    device = shown.get("device") or "device not recorded"
     if device == "cuda":
-        where = f"GPU {n.get('device_model') or 'model not recorded'}"
+        where = f"GPU {shown.get('device_model') or 'model not recorded'}"
     else:
-        model = n.get("cpu_model")
-        cap = n.get("cpu_capability")
+        model, cap = shown.get("cpu_model"), shown.get("cpu_capability")
         where = (f"CPU {model}" if model else "CPU model not recorded") + (f" ({cap})" if cap else " (CPU capability not recorded)")
-    threads = n.get("threads")
+    threads = shown.get("threads")
     parts = [where, f"{threads} thread{'s' if threads != 1 else ''}" if threads is not None else "threads not recorded"]
-    if n.get("threads_per_epoch"):
+    if shown.get("threads_per_epoch"):
         parts.append("thread count changed during the run")
-    if n.get("precision") not in (None, "fp32"):
-        parts.append(str(n["precision"]))
-    if n.get("compile") not in (None, "off"):
-        parts.append(f"compile {n['compile']}")
+    if shown.get("precision") not in (None, "fp32") and "precision" not in also:
+        parts.append(str(shown["precision"]))
+    if shown.get("compile") not in (None, "off") and "compile" not in also:
+        parts.append(f"compile {shown['compile']}")
+    parts += [numerics_value(f, n.get(f)) for f in also if f not in _IN_HEADLINE]
     return ", ".join(parts)

@@ -61,9 +61,14 @@ MOVED_MODULES = {
     "ltbench.expansion": "ltbench.recipe.expansion", "ltbench.recipe_tables": "ltbench.recipe.tables",
 }
 
-#: The numerics fields a record made before ``numerics`` existed can tell, from its other fields.
-NUMERICS_FROM = ("device", "cpu_model", "threads", "torch", "torchvision", "cuda", "device_model", "precision",
-                 "compile", "channels_last", "world_size")
+#: The numerics fields compared when schema 2 was made: the ones such a record marks ``not recorded``. Fields
+#: recorded since are absent from it, which ``identity.numerics_difference`` reads as unknown too.
+_SCHEMA2_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size")
+SCHEMA2_NUMERICS = {
+    "cpu": _SCHEMA2_COMMON + ("cpu_model", "cpu_capability", "threads"),
+    "cuda": _SCHEMA2_COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
+                               "float32_matmul_precision", "cudnn_benchmark"),
+}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -158,7 +163,7 @@ def numerics_from_other_fields(rec: dict) -> None:
              "device_model": prov.get("gpu_name") if device == "cuda" else prov.get("cpu_model"),
              "precision": train.get("precision", "fp32"), "compile": train.get("compile", "off"),
              "channels_last": train.get("channels_last", False), "world_size": rec.get("world_size")}
-    wanted = set(identity.NUMERICS_FIELDS.get(device, identity.NUMERICS_FIELDS["cpu"])) - {"threads_per_epoch"}
+    wanted = set(SCHEMA2_NUMERICS.get(device, SCHEMA2_NUMERICS["cpu"]))
     numerics = {k: v for k, v in known.items() if v is not None}
     numerics.update({k: identity.NOT_RECORDED for k in wanted if numerics.get(k) is None})
     rec["numerics"] = numerics
@@ -271,7 +276,8 @@ def _plan(folder: Path) -> tuple[list[tuple[Path, dict, bool]], str]:
     result, spec = loaded[store.RESULT], loaded[store.SPEC]
     if result is None and spec is None:
         raise KeyError("no result.json or spec.json with a configuration")
-    current = {name: rec is not None and not schema.is_older(rec) for name, rec in loaded.items()}
+    current = {name: rec is not None and not schema.is_older(rec, missing=None if name == store.RESULT else 1)
+               for name, rec in loaded.items()}
     new = {name: (rec if current[name] else migrate_record(rec)) for name, rec in loaded.items() if rec is not None}
     old_id, new_id = _new_ids(new.get(store.RESULT), new.get(store.SPEC), folder)
     out = []

@@ -1,8 +1,9 @@
 """Where a result came from: versions, code revision, host and CPU, scheduler ids, the code it executed,
 and the numerics it was computed under.
 
-The numerics matter: the same run is bit-identical run after run on one CPU type with one intra-op thread
-count, but floating-point kernels differ between CPU types, and the thread count changes how reductions
+The numerics matter: a tiny CPU run repeated on one machine under the same numerics gave the same metrics
+(tests/test_identity.py), but floating-point kernels differ between CPU types and kernel environments
+(``MKL_CBWR``, ``ONEDNN_MAX_CPU_ISA``: docs/results-schema.md), and the thread count changes how reductions
 are split (``fmnist_bape`` seed 0: All 70.06 with 2 threads, 68.86 with 1, same CPU type). So a result
 records them (``numerics``), and two results of one run id stand for each other only when they match
 (``identity.numerics_difference``).
@@ -10,8 +11,10 @@ records them (``numerics``), and two results of one run id stand for each other 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -141,10 +144,16 @@ def run_code(config: dict, roots: tuple[str, ...] = (code.TRAINING_ROOT,), with_
 
 
 def modules_code(roots: list[str], with_bytes: bool = True) -> dict[str, dict]:
-    """``code.code_record`` of the modules executed from ``roots``, read from this machine's files (a plugin
-    package is found where this process imported it from)."""
-    packages = {"ltbench"} | {r.split(".")[0] for r in roots}
-    return code.code_record(code.executed_modules(roots, identity.source_reader(), packages), with_bytes)
+    """What a result records of the code executed from ``roots``, read from this machine's files (a plugin
+    package is found where this process imported it from): ``code.code_record`` of every module that is not
+    installed (``identity.package_kind``), the version of each installed distribution they import, and the
+    data files they name (``identity.data_files``)."""
+    tops = {r.split(".")[0] for r in roots}  # the engine's and the plugins' packages: hashed wherever they are
+    found, outside = code.executed_modules(roots, identity.source_reader(),
+                                           lambda top: top in tops or identity.package_kind(top) == "hashed")
+    installed = {top for top in outside if identity.package_kind(top) == "installed"}
+    return {**code.code_record(found, with_bytes), **identity.data_files(found),
+            **identity.distribution_versions(installed)}
 
 
 def numerics(device, *, precision: str, compile: str = "off", channels_last: bool = False,
@@ -161,11 +170,15 @@ def numerics(device, *, precision: str, compile: str = "off", channels_last: boo
         "device": device.type,
         "device_model": torch.cuda.get_device_name(device) if cuda else cpu_model(),
         "cpu_model": cpu_model(),
+        "cpu_id": cpu_id(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "threads_from": threads_from,
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
+        **kernel_libraries(torch.__config__.show()),
+        "mkldnn": mkldnn_settings(torch),
+        "kernel_env": kernel_environment(os.environ),
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
@@ -178,6 +191,58 @@ def numerics(device, *, precision: str, compile: str = "off", channels_last: boo
         "channels_last": channels_last,
         "world_size": world_size,
     }
+
+
+def kernel_environment(env) -> dict[str, str]:
+    """The variables of ``identity.KERNEL_ENV`` that are set (an unset one leaves the library's default)."""
+    return {name: env[name] for name in identity.KERNEL_ENV if name in env}
+
+
+def cpu_id() -> str | None:
+    """'GenuineIntel 6/207/2 flags 3f2a9c1e0b7d': vendor, family/model/stepping and a hash of the feature flags
+    of the first CPU in /proc/cpuinfo. A VM's model string ('Intel(R) Xeon(R) Processor') covers several CPU
+    generations, and oneDNN and MKL pick their kernels from the features the CPU reports; None off Linux."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return None
+    flags = fields.get("flags") or fields.get("Features")  # x86 / ARM
+    if not flags:
+        return None
+    vendor = fields.get("vendor_id") or fields.get("CPU implementer") or "?"
+    kind = "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping")) if "vendor_id" in fields \
+        else "/".join(fields.get(k, "?") for k in ("CPU architecture", "CPU variant", "CPU part", "CPU revision"))
+    digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
+    return f"{vendor} {kind} flags {digest}"
+
+
+def kernel_libraries(config_text: str) -> dict:
+    """{'blas': 'mkl 2024.2-Product Build 20240605', 'onednn': 'v3.12.0 80afa710'} from ``torch.__config__.show()``:
+    the BLAS and oneDNN builds torch links (a wheel fixes them with its version; a source build need not)."""
+    blas = re.search(r"BLAS_INFO=([\w.-]+)", config_text)
+    mkl = re.search(r"Math Kernel Library Version (.+?) for ", config_text)
+    onednn = re.search(r"(?:MKL-DNN|oneDNN) (v[\w.]+)(?: \(Git Hash (\w{8}))?", config_text)
+    return {"blas": " ".join(filter(None, [blas and blas.group(1), mkl and mkl.group(1)])) or None,
+            "onednn": " ".join(filter(None, onednn.groups())) if onednn else None}
+
+
+def mkldnn_settings(torch) -> dict:
+    """torch's switches for oneDNN on the CPU: whether it is used, deterministic, and the fp32 precision it may
+    use for matmul and convolution ('none': fp32; 'bf16'/'tf32': reduced)."""
+    backend = torch.backends.mkldnn
+    out = {"enabled": bool(backend.is_available() and backend.enabled),
+           "deterministic": bool(getattr(backend, "deterministic", False))}
+    for op in ("matmul", "conv"):
+        precision = getattr(getattr(backend, op, None), "fp32_precision", None)
+        if precision is not None:
+            out[f"{op}_fp32_precision"] = str(precision)
+    return out
 
 
 THREADS_ENV = "LTBENCH_THREADS"  # set by the local pool for each worker: its share of the usable cores

@@ -93,9 +93,10 @@ def read_bytes(path: Path | str, limit: int = MAX_JSON_BYTES) -> bytes:
         os.close(fd)
 
 
-def sha256_of(path: Path | str) -> str:
+def sha256_of(path: Path | str, progress=None) -> str:
     """sha256 of a regular file's bytes, read in chunks (a checkpoint may be hundreds of MB); UnusableFile
-    for anything else (a FIFO never blocks, /dev/zero is never read)."""
+    for anything else (a FIFO never blocks, /dev/zero is never read). ``progress(done, total)``, when given,
+    is called after each chunk (bytes)."""
     import hashlib
 
     fd = _open_nonblocking(path)
@@ -104,8 +105,12 @@ def sha256_of(path: Path | str) -> str:
         if not stat.S_ISREG(st.st_mode):
             raise UnusableFile(path, f"is not a regular file ({_kind(st.st_mode)})")
         digest = hashlib.sha256()
+        done = 0
         while chunk := os.read(fd, 4 * MiB):
             digest.update(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, st.st_size)
         return digest.hexdigest()
     except OSError as exc:
         raise UnusableFile(path, _os_reason(exc)) from None

@@ -52,18 +52,19 @@ def _shown(value: Any) -> str:
     return repr(str(value)[:40]) if not isinstance(value, (dict, list)) else type(value).__name__
 
 
-def version_of(obj: Any) -> int | None:
-    """The ``schema_version`` of a parsed record: 0 when it has none (the first records), None when it is
-    not a whole number."""
+def version_of(obj: Any, missing: int | None = None) -> int | None:
+    """The ``schema_version`` of a parsed record; ``missing`` when it has none (result.json always had one;
+    spec.json and started.json had none before schema 2: 1), None when it is not a whole number."""
     if not isinstance(obj, dict):
         return None
-    v = obj.get("schema_version", 0)
+    v = obj.get("schema_version", missing)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def is_older(obj: Any) -> bool:
-    """A record written under an earlier schema (ltbench migrate brings it up to date)."""
-    v = version_of(obj)
+def is_older(obj: Any, missing: int | None = None) -> bool:
+    """A record written under an earlier schema (ltbench migrate brings it up to date). A result.json without
+    a version is no record of any schema (damaged); pass ``missing=1`` for spec.json and started.json."""
+    v = version_of(obj, missing)
     return v is not None and v < SCHEMA_VERSION
 
 
@@ -88,7 +89,7 @@ def result_problem(obj: Any) -> str:
     if obj["status"] == "failed":
         return ""
     problem = metrics_problem(obj.get("metrics"), obj.get("data"))
-    return problem or selection_problem(obj.get("selection"))
+    return problem or selection_problem(obj.get("selection")) or extras_problem(obj.get("method_extras"))
 
 
 def _config_problem(obj: dict) -> str:
@@ -151,8 +152,9 @@ def _header_problem(obj: dict) -> str:
 
 def code_problem(obj: dict) -> str:
     """``code``: module -> {normalized, path, sha256} (results/code.code_record; older records {path, sha256}),
-    what status, run and tables compare with the files now (the stale rule, identity.code_state). Every
-    field is optional (a record without a hash is 'code unknown'), but each present one is a string."""
+    'data:<path>' -> {sha256}, 'distribution:<name>' -> {version} (provenance.modules_code): what status, run
+    and tables compare with this machine now (the stale rule, identity.code_state). Every field is optional
+    (a record without a hash is 'code unknown'), but each present one is a string."""
     code = obj.get("code")
     if code is None:
         return ""
@@ -160,7 +162,7 @@ def code_problem(obj: dict) -> str:
         return f"code is {_shown(code)}, expected an object of module -> {{normalized, path, sha256}}"
     for module, entry in code.items():
         if not (isinstance(entry, dict) and entry
-                and all(entry.get(k) is None or isinstance(entry[k], str) for k in ("normalized", "path", "sha256"))):
+                and all(entry.get(k) is None or isinstance(entry[k], str) for k in ("normalized", "path", "sha256", "version"))):
             return f"code.{str(module)[:60]} is {_shown(entry)}, expected {{normalized, path, sha256}} strings"
     return ""
 
@@ -210,7 +212,76 @@ def metrics_problem(metrics: Any, data: Any) -> str:
             or per_class_problem(metrics["val"].get("per_class"), counts, "metrics.val.per_class")
         if problem:
             return problem
-    return per_class_problem(metrics.get("per_class"), counts, "metrics.per_class")
+    return per_class_problem(metrics.get("per_class"), counts, "metrics.per_class") \
+        or agreement_problem(metrics, data, "metrics", "class_counts_test") \
+        or (agreement_problem({**metrics["val"], "groups": metrics.get("groups")}, data, "metrics.val", "class_counts_val")
+            if isinstance(metrics.get("val"), dict) else "")
+
+
+#: How far a recorded mean may be from the one its per-class values give (float sums in another order).
+AGREEMENT_TOLERANCE = 1e-6
+
+
+def agreement_problem(metrics: dict, data: Any, where: str, test_counts_key: str) -> str:
+    """'' when the summary metrics are what the record's own per-class accuracies give (ltbench/evaluation.py):
+    ``all`` the test-count-weighted mean, ``macro`` the mean, Many/Medium/Few the mean over the classes of each
+    group (from training counts and the recorded thresholds) and null exactly when the group has no class with
+    test images. A record that contradicts itself (all 0.99 beside per-class values averaging 0.25; Many 0.90
+    with no many-shot class) is damaged: no table may show it."""
+    per_class = metrics.get("per_class")
+    if per_class is None or not isinstance(data, dict):
+        return ""
+    scored = [(i, a) for i, a in enumerate(per_class) if a is not None]
+    test = data.get(test_counts_key)
+    if isinstance(test, list) and len(test) == len(per_class):
+        if any((n > 0) != (a is not None) for n, a in zip(test, per_class)):
+            return f"{where}.per_class has a value for a class without test images, or none for one with them"
+        total = sum(test)
+        if total and metrics.get("all") is not None:
+            got = sum(per_class[i] * test[i] for i, _ in scored) / total
+            if abs(got - metrics["all"]) > AGREEMENT_TOLERANCE:
+                return f"{where}.all is {metrics['all']:.6g}, its per-class accuracies give {got:.6g}"
+    if metrics.get("macro") is not None and scored:
+        got = sum(a for _, a in scored) / len(scored)
+        if abs(got - metrics["macro"]) > AGREEMENT_TOLERANCE:
+            return f"{where}.macro is {metrics['macro']:.6g}, its per-class accuracies give {got:.6g}"
+    train = data.get("class_counts_train")
+    if not (isinstance(train, list) and len(train) == len(per_class)):
+        return ""
+    groups = metrics.get("groups") if isinstance(metrics.get("groups"), dict) else {}
+    many, few = groups.get("many_threshold", 100), groups.get("few_threshold", 20)
+    for group, member in (("many", lambda n: n > many), ("medium", lambda n: few <= n <= many),
+                          ("few", lambda n: n < few)):
+        values = [a for i, a in scored if member(train[i])]
+        recorded = metrics.get(group)
+        if not values and recorded is not None:
+            return f"{where}.{group} is {recorded:.6g}, but no {group}-shot class has test images"
+        if values and recorded is not None and abs(sum(values) / len(values) - recorded) > AGREEMENT_TOLERANCE:
+            return f"{where}.{group} is {recorded:.6g}, its classes' accuracies give {sum(values) / len(values):.6g}"
+    return ""
+
+
+#: The float32 range: every method extra comes from a float32 tensor or a count, so a larger one is damage.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def extras_problem(extras: Any) -> str:
+    """``method_extras``: every number finite and within float32's range, a norm, concentration or count never
+    negative (a figure plots them as they are: NaN, 1e308 or a norm of -5 is damage, never a point)."""
+    stack = [(extras, "method_extras")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            stack += [(v, f"{where}.{str(k)[:40]}") for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, where) for v in value]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+                return f"{where} holds {value!r}, expected a finite number"
+            name = where.rsplit(".", 1)[-1]
+            if value < 0 and (name == "n" or name.startswith("kappa") or name.endswith("norm")):
+                return f"{where} holds {value!r}, expected a number >= 0"
+    return ""
 
 
 def _groups_problem(groups: Any) -> str:

@@ -97,13 +97,49 @@ def _disk_full(path: Path, exc: OSError, needed: int) -> DiskFullError:
         f"command again to resume")
 
 
+_guarded_roots: set[str] = set()
+
+
+class OutsideRootError(LtbenchError):
+    """A write under a results root whose folder, through a symlink, is elsewhere: refused (one line, exit 2)."""
+
+
+def guard_writes_under(root: Path) -> None:
+    """From now on, in this process, no file under ``root`` (a recipe's results folder) is written, and no folder
+    made, through a symlinked folder that leads out of it (``check_inside``). The commands call it once they know
+    the root (run, posthoc, table, report, plot; every run in its worker), so every writer is covered: reports,
+    figures, tables, feature caches, checkpoints, records. A symlinked *file* is replaced by the atomic rename,
+    never written through; a root that is itself a symlink (a results folder on another disk) is fine."""
+    _guarded_roots.add(os.path.abspath(root))
+
+
+def check_inside(path: Path) -> None:
+    """OutsideRootError when ``path`` lies under a guarded root by name but its folder resolves outside it."""
+    where = os.path.abspath(path)
+    for root in _guarded_roots:
+        if where.startswith(root + os.sep):
+            real, real_root = os.path.realpath(os.path.dirname(where)), os.path.realpath(root)
+            if real != real_root and not real.startswith(real_root + os.sep):
+                raise OutsideRootError(f"{path}: refused: a symlinked folder leads out of the results folder {root} "
+                                       f"(to {real}); nothing is written outside it (replace the link by a folder)")
+
+
+def make_dirs(folder: Path) -> Path:
+    """``folder.mkdir(parents=True, exist_ok=True)``, after ``check_inside`` (an empty folder is a write too)."""
+    folder = Path(folder)
+    check_inside(folder / "x")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``.
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path`` (``check_inside`` first).
 
     Until the rename both the old and the new file exist, so the space needed is their sum (twice the
     size for a checkpoint rewritten every epoch); a full disk is reported with that figure.
     """
     path = Path(path)
+    check_inside(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600; results are meant to be shared
@@ -185,6 +221,7 @@ def read_jsonl(path: Path) -> list[dict]:
 def ensure_writable(folder: Path) -> Path:
     """Create ``folder`` if needed and prove we can write there; one clear error otherwise."""
     folder = Path(folder)
+    check_inside(folder / "x")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob(".write-probe-*"):  # left by a launch killed mid-probe
@@ -378,7 +415,8 @@ def older_records(root: Path) -> list[Path]:
     out = []
     for rec in sorted(p for name in (RESULT, SPEC) for p in Path(root).glob(f"*/{name}")):
         try:
-            if schema.is_older(safe_read.load_json(rec)) and rec.parent not in out:
+            if schema.is_older(safe_read.load_json(rec), missing=1 if rec.name == SPEC else None) \
+                    and rec.parent not in out:
                 out.append(rec.parent)
         except safe_read.UnusableFile:
             continue
@@ -426,11 +464,18 @@ def run_state(run_dir: Path) -> RunState:
         return RunState(check.state, check)
     if check.state == "unusable":
         return RunState("damaged", check)
+    status, started = unfinished_state(run_dir)
+    return RunState(status, check, started=started)
+
+
+def unfinished_state(run_dir: Path) -> tuple[str, dict]:
+    """('running' | 'interrupted' | 'pending', started.json) of a run without a usable result: the one rule
+    ``status`` (through run_state) and tables (report/index.py) both ask, so they never disagree."""
     started = read_started(run_dir)
     if started or (Path(run_dir) / STARTED).exists():
         stopped = bool(started.get("interrupted")) or owner_alive(started) is False  # an I/O fault, or a dead owner
-        return RunState("interrupted" if stopped else "running", check, started=started)
-    return RunState("pending", check)
+        return ("interrupted" if stopped else "running"), started
+    return "pending", started
 
 
 def run_status(run_dir: Path) -> str:
@@ -465,23 +510,55 @@ def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
     return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]
 
 
-# The caches ltbench keeps beside a results folder (table index, recipe expansions) live in the folder
-# itself, or under $LTBENCH_CACHE_DIR.
-CACHE_DIR_ENV = "LTBENCH_CACHE_DIR"  # set: the table caches live there, not in the results folder
+# The caches ltbench keeps for a results folder (table index, recipe expansions) live in the folder itself
+# when ltbench may write there, else in a per-user cache folder (cache_file).
+CACHE_DIR_ENV = "LTBENCH_CACHE_DIR"  # set: every cache lives there, never in a results folder
+SOURCE_TREE = Path(__file__).resolve().parents[2]  # the folder holding the ltbench package (a checkout's root)
 
 
 def cache_file(root: Path, name: str) -> Path:
-    """Where a results folder's cache file ``name`` lives: in the folder itself, or, with
-    $LTBENCH_CACHE_DIR set, in a subfolder of it named after the folder's absolute path. The tests set
-    it, so reading docs/reference-results never writes into the source tree; so can a user whose results
-    folder is shared or read-only."""
-    elsewhere = os.environ.get(CACHE_DIR_ENV)
-    if not elsewhere:
-        return Path(root) / name
-    key = hashlib.sha1(os.fspath(Path(root).resolve()).encode()).hexdigest()[:16]
-    folder = Path(elsewhere) / key
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass  # unwritable: the cache is skipped when saved, tables still work
+    """Where a results folder's cache file ``name`` lives: in the folder itself when it exists, is writable
+    and is not part of the source tree (inside the checkout only its ``results/`` folder qualifies); else in
+    the user's cache folder (``$XDG_CACHE_HOME/ltbench``, ``~/.cache/ltbench``), in a subfolder named after the
+    folder's absolute path. Why: ``ltbench table docs/reference-results/x`` must never write into the docs, a
+    shared or read-only results folder must still get a cache, and a recipe never run yet (no folder) is
+    cached too, so its second ``status`` needs no torch. With $LTBENCH_CACHE_DIR set (the tests set it) every
+    cache lives there."""
+    root = Path(root)
+    if not os.environ.get(CACHE_DIR_ENV) and _caches_beside(root):
+        beside = root / name
+        # A recipe cached before its first launch made the folder keeps its cache where it was made.
+        if beside.exists() or not _in_cache_dir(user_cache_dir(), root, name, make=False).exists():
+            return beside
+    return _in_cache_dir(cache_home(), root, name)
+
+
+def _in_cache_dir(home: Path, root: Path, name: str, make: bool = True) -> Path:
+    folder = home / hashlib.sha1(os.fspath(root.resolve()).encode()).hexdigest()[:16]
+    if make:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # unwritable: the cache is skipped when saved, tables still work
     return folder / name
+
+
+def _caches_beside(root: Path) -> bool:
+    resolved = root.resolve()
+    in_source = resolved.is_relative_to(SOURCE_TREE) and not resolved.is_relative_to(SOURCE_TREE / "results")
+    return not in_source and resolved.is_dir() and os.access(resolved, os.W_OK)
+
+
+def cache_home() -> Path:
+    """Where caches that belong to no results folder live (``ltbench list``'s): $LTBENCH_CACHE_DIR, else the
+    user's cache folder."""
+    return Path(os.environ.get(CACHE_DIR_ENV) or user_cache_dir())
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache folder: ``$XDG_CACHE_HOME/ltbench``, else ``~/.cache/ltbench`` (a temporary folder
+    of the user's when there is no home)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):
+        base = os.path.join(tempfile.gettempdir(), f"ltbench-cache-{os.getuid()}")
+    return Path(base) / "ltbench"

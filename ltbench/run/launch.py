@@ -9,6 +9,7 @@ The worker processes of this machine are ``ltbench.run.local_pool``'s; ``ltbench
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ltbench.run import local_pool
@@ -18,6 +19,7 @@ from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
 from ltbench.registry import DATASETS, Registry, call_plugin
+from ltbench.run.screen import for_terminal, say
 from ltbench.run.runlines import check_results_root, other_data_note, run_lines
 from ltbench.runner import prepare_run_dir
 from ltbench.train.loggers import check_loggers
@@ -72,12 +74,20 @@ def set_aside_without_checkpoint(run_dir: Path) -> bool:
 def checks_before_any_run(recipe: Recipe) -> None:
     """Every check a launch makes before the first run, in one place, so ``--dry-run`` refuses exactly what
     ``run`` refuses: the launcher settings against the GPUs torch sees, loggers and datasets (``preflight``),
-    and the memory the configurations ask for (``ltbench.train.resources``)."""
+    pretrained weights files (``registered.check_weights``), and the memory the configurations ask for (``ltbench.train.resources``)."""
     from ltbench.train import resources  # lazy: keeps status and table free of torch (the meta-device models)
+    from ltbench.recipe.expansion import cached_estimates, save_estimates  # lazy: keeps --help fast
+
+    from ltbench.pretrained.registered import check_weights  # lazy: keeps status and table free of torch
 
     check_runs_per_gpu(recipe)
     preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
+    check_weights([spec.config for spec in recipe.runs])  # each weights file once: readable, fitting, finite
+    signature, known = cached_estimates(recipe.plugins)
+    known_before = resources.known_estimates(known)
     resources.check_recipe(recipe)
+    if resources.known_estimates() != known_before:
+        save_estimates(signature, resources.known_estimates())
 
 
 def print_plan(recipe: Recipe) -> int:
@@ -88,6 +98,8 @@ def print_plan(recipe: Recipe) -> int:
     checks_before_any_run(recipe)
     lines = run_lines(recipe.runs, recipe.override_keys)
     print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
+    for text in recipe.search:
+        print(text)
     for spec, line in zip(recipe.runs, lines):
         status = store.run_status(Path(spec.run_dir))
         print(f"  {spec.run_id}  {status:<{store.STATUS_WIDTH}} {line}")
@@ -100,24 +112,24 @@ def print_plan(recipe: Recipe) -> int:
 def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo: tuple[str, ...]) -> None:
     finished = found.get("done", 0) + found.get(store.CODE_UNKNOWN, 0) \
         + sum(found.get(s, 0) for s in ("failed", "stale") if s not in redo)
-    print(f"recipe {recipe.name}: {len(recipe.runs)} run(s), {len(specs)} to run, {finished} already finished "
-          f"(results in {recipe.root})")
+    say(f"recipe {recipe.name}: {len(recipe.runs)} run(s), {len(specs)} to run, {finished} already finished "
+        f"(results in {recipe.root})")
     if found.get("failed") and "failed" not in redo:
-        print(f"  {found['failed']} run(s) failed before and are not run again: see their errors with "
-              f"'ltbench status {recipe.path}', and add --rerun-failed to run them again")
+        say(f"  {found['failed']} run(s) failed before and are not run again: see their errors with "
+            f"'ltbench status {recipe.path}', and add --rerun-failed to run them again")
     if found.get("stale") and "stale" not in redo:
-        print(f"  {found['stale']} finished run(s) were computed by code that has changed since; "
-              f"add --rerun-stale to run them again")
+        say(f"  {found['stale']} finished run(s) were computed by code that has changed since; "
+            f"add --rerun-stale to run them again")
     if found.get(store.CODE_UNKNOWN):
-        print(f"  {found[store.CODE_UNKNOWN]} finished run(s) have code that cannot be checked (see 'ltbench status'); "
-              f"they are not run again")
+        say(f"  {found[store.CODE_UNKNOWN]} finished run(s) have code that cannot be checked (see 'ltbench status'); "
+            f"they are not run again")
     if found.get("damaged"):
-        print(f"  {found['damaged']} run(s) have an unusable result.json: they run again")
+        say(f"  {found['damaged']} run(s) have an unusable result.json: they run again")
     if found.get("running"):
-        print(f"  {found['running']} run(s) look busy in another process: skipped if they still are")
+        say(f"  {found['running']} run(s) look busy in another process: skipped if they still are")
     changed = other_data_note(recipe.root, recipe.runs)
     if changed:
-        print(f"  {changed}")
+        say(f"  {changed}")
 
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
@@ -216,7 +228,7 @@ def report_elsewhere(specs: list[RunSpec]) -> None:
         return
     states = [store.run_status(Path(s.run_dir)) for s in specs]
     parts = store.format_counts(store.count_statuses(states))
-    print(f"\n{len(specs)} run(s) were being run by another process: now {parts}"
+    say(f"\n{len(specs)} run(s) were being run by another process: now {parts}"
           + ("; 'ltbench status' follows them" if any(s in ("running", "pending") for s in states) else ""))
 
 
@@ -249,12 +261,12 @@ def print_summary(recipe: Recipe) -> dict[str, int]:
         text = report.recipe_tables_text(recipe)
     except LtbenchError as exc:
         text = f"(the tables cannot be built: {exc}; 'ltbench table {recipe.path}' shows them once fixed)"
-    if text:
+    if text:  # markdown in a file or a pipe, ANSI bold and underline on a terminal
         print()
-        print(text)
-    print(f"\n{store.format_counts(counts)}")
+        print(for_terminal(text) if sys.stdout.isatty() else text)
+    say(f"\n{store.format_counts(counts)}")
     if counts.get("failed"):
-        print(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")
+        say(f"see the errors with 'ltbench status {recipe.path}'; add --rerun-failed to run the failed runs again")
     if counts.get("interrupted"):  # an I/O fault stopped a pool worker's run (its worker.log says which file)
-        print(f"to resume the interrupted runs once their cause is fixed: ltbench run {recipe.path}")
+        say(f"to resume the interrupted runs once their cause is fixed: ltbench run {recipe.path}")
     return counts

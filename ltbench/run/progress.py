@@ -137,7 +137,8 @@ def run_state(rows: list[dict], beat: dict | None, epochs: int, beat_is_newer: b
         parts = [(f"epoch {int(beat['epoch'])}/{int(beat['epochs'])}", KEEP),
                  (f"step {int(beat['step'])}/{int(beat['steps'])}", 6), (f"loss {loss_text(beat.get('loss'))}", 4),
                  (f"{float(beat['images_per_s']):.0f} img/s", 3)]
-        return State(parts, step_eta(beat), step_line(beat), ("step", beat["epoch"], beat["step"]))
+        return State(parts, step_eta(beat), step_line(beat),
+                     ("step", beat["epoch"], beat["step"], beat.get("loss") is not None))
     if rows:
         last = rows[-1]
         parts = [(f"epoch {int(last.get('epoch', len(rows)))}/{epochs}", KEEP),
@@ -227,18 +228,18 @@ class ProgressBoard:
         return out
 
     def overall(self, width: int = 200) -> str:
-        """'runs 1/4 finished (1 failed) 2 running 1 queued grid ETA 3:10': runs that ended in this launch
+        """'1/4 done (1 failed) · 2 running · 1 queued · grid ETA 3:10': runs that ended in this launch
         (failed ones and ones another process had, said), and when the grid should end (``grid_eta``)."""
         done, running = len(self.ended) + self.skipped, len(self.slots)
         queued = max((self.total or 0) - done - running, 0)
         notes = ", ".join(f"{n} {what}" for n, what in ((self.failed, "failed"), (self.skipped, "skipped")) if n)
-        parts = [(f"runs {done}/{self.total} finished", KEEP), (f"({notes})", 8) if notes else ("", 0),
-                 (f"{running} running", 6), (f"{queued} queued", 5) if queued else ("", 0)]
+        parts = [(f"{done}/{self.total} done", KEEP), (f"({notes})", 8) if notes else ("", 0),
+                 (f"· {running} running", 6), (f"· {queued} queued", 5) if queued else ("", 0)]
         per_run, now = self._run_seconds(), self.clock()
         remaining = [self._remaining(e) if e.state.eta is not None else  # starting: a typical run less its time so far
                      None if per_run is None else max(per_run - (now - e.started), 0.0) for e in self.slots.values()]
         eta = grid_eta(remaining, queued, per_run, self.jobs)
-        return fit("", [p for p in parts if p[0]], f"grid ETA {eta_text(eta)}", width)
+        return fit("", [p for p in parts if p[0]], f"· grid ETA {eta_text(eta)}", width)
 
     def _run_seconds(self) -> float | None:
         """A queued run's expected length: the mean of the runs ended here, else of the running runs'
@@ -263,6 +264,8 @@ class ProgressBoard:
             self.write(f"{prefix} {epoch_line(rows[:i], entry.epochs)}")
         entry.shown = max(entry.shown, len(rows))
         if state.key == entry.state.key or state.key[0] in ("epoch", "starting"):
+            return
+        if state.key[0] == "step" and not state.key[3]:  # no loss read yet this epoch: 'loss –' is no news
             return
         if state.key[0] == "step" and entry.said is not None and time.monotonic() - entry.said < QUIET_S:
             return

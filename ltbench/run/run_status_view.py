@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ltbench.results import schema, store
-from ltbench.errors import DataMissingError
+from ltbench.errors import DataMissingError, one_line
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
 from ltbench.results.runspec import RunSpec
 
@@ -51,7 +51,7 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
         err = str(result.get("error") or "").strip()
         notes.append(err.splitlines()[-1][:200] if err else "no error recorded")
         if result.get("traceback_file"):
-            notes.append(f"traceback: {result['traceback_file']}")
+            notes.append(f"traceback: {run_dir / result['traceback_file']}")
     elif status == "damaged":
         notes.append(f"{state.check.reason}; 'ltbench run' runs it again")
     elif status == store.OLDER:
@@ -100,7 +100,7 @@ def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: 
         stale_stage2 += stale
         name = run_dir.relative_to(root) if specs is None else run_dir.name
         what = described.get(run_dir, "") if status != "not a run" else ""
-        print(f"{name}  {status:<{store.STATUS_WIDTH}}" + "".join(f"  {t}" for t in (what, note, stage2) if t))
+        print(one_line(f"{name}  {status:<{store.STATUS_WIDTH}}" + "".join(f"  {t}" for t in (what, note, stage2) if t)))
     counts = store.count_statuses(statuses)
     print(store.format_counts(counts) or "no runs")
     changed = other_data_note(root, specs) if specs is not None else ""

@@ -11,11 +11,12 @@ from pathlib import Path
 
 from ltbench.results import identity, store
 from ltbench.config import value_text
-from ltbench.errors import LtbenchError
+from ltbench.errors import LtbenchError, one_line
 from ltbench.results.identity import DATA_IDENTITY, differing_settings, identity_of
 from ltbench.report.index import scan
 from ltbench.report.rows import flatten
 from ltbench.results.runspec import RunSpec
+from ltbench.search import trial_problem
 
 
 def check_results_root(root: Path) -> None:
@@ -80,8 +81,11 @@ def run_lines(specs: list[RunSpec], override_keys: list[str] = ()) -> list[str]:
         label = name + (f" ({', '.join(f'{k[7:]}={value_text(flat[k])}' for k in options)})" if options else "")
         others = [f"{k}={value_text(flat[k])}" for k in sorted(differ) if k in flat
                   and not k.startswith("method.") and k not in ALWAYS_SHOWN]
-        lines.append(f"{label} on {flat.get('data.name')} rho={value_text(flat.get('data.imb_factor', '-'))} "
-                     f"seed={flat.get('seed')}" + (f"  {' '.join(others)}" if others else ""))
+        trial = (spec.grid or {}).get("search")
+        label = (f"trial {trial['trial'] + 1}/{trial['trials']} " if isinstance(trial, dict) and not trial_problem(trial)
+                 else "") + label
+        lines.append(one_line(f"{label} on {flat.get('data.name')} rho={value_text(flat.get('data.imb_factor', '-'))} "
+                              f"seed={flat.get('seed')}" + (f"  {' '.join(others)}" if others else "")))
     return lines
 
 

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import shutil
+import sys
+import textwrap
 import threading
 import unicodedata
 
@@ -40,6 +44,35 @@ def clip(text: str, width: int) -> str:
 
 
 KEEP = 9  # a part of this priority or more is never dropped by fit()
+
+
+def broken(text: str, width: int) -> str:
+    """``text`` with each line broken between words to ``width`` less one column, continuations indented by
+    two spaces: the terminal never wraps a line mid-word (a path too long for a line is cut at the width)."""
+    width = max(width - 1, 20)
+    return "".join(wrapped + "\n" for line in text.rstrip("\n").split("\n")
+                   for wrapped in (textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]))
+
+
+def say(text: str = "", file=None) -> None:
+    """print() for what a launch writes outside its status lines: on a terminal, broken between words to its
+    width (``broken``); elsewhere (a file, a pipe) as it is."""
+    file = file or sys.stdout
+    if file.isatty():
+        text = broken(text, shutil.get_terminal_size().columns)[:-1]
+    print(text, file=file, flush=True)
+
+
+MARKUP = re.compile(r"\*\*(.+?)\*\*|<u>(.+?)</u>")
+
+
+def for_terminal(markdown: str) -> str:
+    """A markdown table for a terminal: bold (``**x**``) and underline (``<u>x</u>``) as ANSI bold and
+    underline, the columns kept aligned (the markup's characters become spaces after the cell's text)."""
+    def styled(m: re.Match) -> str:
+        inner, code = (m.group(1), "1") if m.group(1) is not None else (m.group(2), "4")
+        return f"{CSI}{code}m{inner}{CSI}0m" + " " * (len(m.group(0)) - len(inner))
+    return MARKUP.sub(styled, markdown)
 
 
 def fit(head: str, parts: list[tuple[str, int]], tail: str, width: int) -> str:
@@ -92,8 +125,9 @@ class Screen:
             self._redraw(None)
 
     def message(self, text: str) -> None:
+        """``text`` above the status lines, broken between words to the terminal's width (``broken``)."""
         with self.lock:
-            self._redraw(text.rstrip("\n") + "\n")
+            self._redraw(broken(text, self.size()[0]))
 
     def close(self) -> None:
         with self.lock:

@@ -62,6 +62,9 @@ def finished_result(run_dir: Path) -> dict:
         why = {"missing": "it has no result.json (not finished)", "failed": "it failed"}.get(
             check.state, f"its result is unusable ({check.reason})")
         raise LtbenchError(f"{run_dir}: cannot extract features: {why}; finish it with 'ltbench run' first")
+    if "optim" not in check.result["config"]:  # optional in the schema (hand-made records), needed here
+        raise LtbenchError(f"{run_dir / store.RESULT}: config.optim is missing; stage 2 needs the run's schedule "
+                           f"(its epochs, to know the final checkpoint): run it again with 'ltbench run'")
     if (check.result.get("selection") or {}).get("strategy") == "best_val":
         raise LtbenchError(f"{run_dir}: stage 2 needs the reported model's checkpoint, and a best_val run reports an "
                            f"earlier epoch than its final checkpoint; use eval.select: last for stage-1 runs of a stage 2")
@@ -255,7 +258,7 @@ def extract_features(run_dir: Path, dtype: str = "float32", say: Callable[[str],
     folder = run_dir / FEATURES_DIR
     if os.path.lexists(folder) and not folder.is_dir() or folder.is_symlink():
         store.set_aside(folder)
-    folder.mkdir(exist_ok=True)
+    store.make_dirs(folder)
     start_fresh_if_foreign(folder, {"checkpoint_sha256": digest, "dtype": dtype})
     run = None
     for split in cached_splits(config):

@@ -201,7 +201,7 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
     """Fit one stage-2 setting, evaluate it, write its result.json (and predictions.npz); 'done' or 'failed'.
     A failing setting is recorded as failed and never stops the grid."""
     record = stage2_record(run_result, spec, meta, provenance)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    store.make_dirs(out_dir)
     t0 = time.perf_counter()
     try:
         clf = create_posthoc(spec, frozen, seed=int(run_result["config"].get("seed", 0)))
@@ -298,7 +298,7 @@ def posthoc_one_run(run_dir: str, specs: list[dict], dtype: str = "float32", red
         folder = run_dir / store.POSTHOC_DIR
         if os.path.lexists(folder) and (folder.is_symlink() or not folder.is_dir()):
             say(f"{run_dir.name}: {store.POSTHOC_DIR} was not a folder; moved it to {store.set_aside(folder).name}")
-        folder.mkdir(exist_ok=True)
+        store.make_dirs(folder)
         claim = store.claim_run(folder)
         if claim is None:
             say(f"{run_dir.name}: skipped: another process is running its stage-2 grid")

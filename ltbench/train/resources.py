@@ -59,14 +59,26 @@ class Estimate:
         return self.data + self.model + self.step
 
 
-_estimates: dict[str, Estimate | None] = {}
+_estimates: dict[str, Estimate | None] = {}  # by estimate_key; filled from the launcher's cache (known_estimates)
+
+
+def estimate_key(config: dict) -> str:
+    return repr((config["data"], config["backbone"], config["method"], config["optim"].get("batch_size")))
+
+
+def known_estimates(known: dict | None = None) -> dict:
+    """The estimates made or known so far as plain data ({key: [data, model, step, batch, views] or None}),
+    after adding ``known`` ones (ltbench/recipe/expansion.py keeps them between launches)."""
+    for key, numbers in (known or {}).items():
+        _estimates.setdefault(key, None if numbers is None else Estimate(*numbers))
+    return {k: None if e is None else [e.data, e.model, e.step, e.batch, e.views] for k, e in _estimates.items()}
 
 
 def estimate(config: dict) -> Estimate | None:
     """The memory estimate of one run's configuration (the module docstring says what it counts), or None
     when the dataset does not say its footprint. Plugin code runs here (footprint, constructors on the meta
     device): contained, and a model that cannot be built from the configuration is refused like bad input."""
-    key = repr((config["data"], config["backbone"], config["method"], config["optim"].get("batch_size")))
+    key = estimate_key(config)
     if key not in _estimates:
         _estimates[key] = _estimate(config)
     return _estimates[key]
@@ -180,6 +192,18 @@ def bounds(launcher: Any, runs_at_once: int) -> tuple[int, str, int | None, str]
     per_gpu = max(1, launcher.runs_per_gpu)
     return host, said, smallest // per_gpu, f"the GPU's {smallest / GiB:.1f} GiB" + (
         f" shared by {per_gpu} runs (runs_per_gpu)" if per_gpu > 1 else "")
+
+
+def check_data(specs, launcher, where: str) -> None:
+    """``ltbench data`` loads each distinct dataset in this process: its footprint against this machine's memory
+    first, so a huge split is one line, not an allocation failure (the model is not built there)."""
+    host, said, _, _ = bounds(launcher, 1)
+    for spec in specs:
+        est = estimate(spec.config)
+        if est is not None and est.data > host:
+            raise ConfigError(f"{where}: data: loading it needs about {est.data / GiB:.1f} GiB of memory, more than {said}; "
+                              f"lower the data: options ({_options(spec.config['data'])}), or set "
+                              f"${MEMORY_ENV} if this machine has more")
 
 
 def check_recipe(recipe) -> None:

@@ -1,0 +1,130 @@
+"""A recipe's ``search:`` section: every grid point becomes ``trials`` configurations drawn at random.
+
+    search:
+      trials: 16            # the same budget for every method of the grid
+      seed: 0               # which draws
+      space:                # optional: overrides of the declared spaces (null removes a key)
+        optim.lr: {log_uniform: [0.01, 0.5]}
+        method.tau: {uniform: [0.5, 2.0]}
+
+Like a grid axis, known before anything runs (random search: ltbench/search.py), so a Slurm array runs the
+trials and a rerun skips the finished ones. Each trial is an ordinary run: its configuration is resolved and
+hashed as any other; which trial of which search it is goes into its ``grid['search']`` (recorded in spec.json
+and result.json), never into its id. A grid point's space is the core's (``search.CORE_SPACE``), its method's
+``search_space`` and the recipe's ``space``; a ``method.*`` key of the recipe applies to the methods that have
+the option and must fit at least one (the rule of a command-line override). docs/tuning.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from ltbench import registry, search
+from ltbench.config import check_range, from_dict, join_path
+from ltbench.errors import ConfigError, short_repr
+
+
+@dataclass
+class SearchConfig:
+    trials: int = 0
+    seed: int = 0
+    sampler: str = "random"
+    space: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        check_range("trials", self.trials, 1, search.MAX_TRIALS, unit=" (the number of configurations per method)")
+        check_range("seed", self.seed, 0, 2**32 - 1)
+        if self.sampler not in search.SAMPLERS:
+            raise ValueError(f"sampler: expected {', '.join(search.SAMPLERS)}, got {short_repr(self.sampler, 40)}"
+                             + ("; TPE through Optuna is not built yet (docs/tuning.md)" if self.sampler == "tpe" else ""))
+
+
+@dataclass
+class Search:
+    config: SearchConfig
+    space: dict  # the recipe's overrides: dotted key -> Distribution or None (removed)
+    used: set = field(default_factory=set)  # recipe keys that applied to some grid point
+    spaces: dict = field(default_factory=dict)  # method name -> its resolved space (for --dry-run)
+
+
+def parse_search(raw: Any, where: str = "search") -> Search | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or "trials" not in raw:
+        raise ConfigError(f"{where}: expected a mapping with 'trials' (e.g. {{trials: 16, seed: 0}}), got "
+                          f"{short_repr(raw, 60)}")
+    config = from_dict(SearchConfig, raw, where)
+    space = search.parse_space(config.space, join_path(where, "space"))
+    for key in space:
+        search.check_core_key(key, join_path(where, "space"))
+    return Search(config, space)
+
+
+def point_space(found: Search, cfg: dict, point: dict, override_keys: list[str], where: str) -> dict:
+    """The space of one grid point (its method's): core, declared, then the recipe's; checked against what
+    the grid point and the command line set, since a drawn key they also set would be silently overwritten."""
+    name = cfg.get("method", {}).get("name") if isinstance(cfg.get("method"), dict) else None
+    cls = registry.METHODS.get(name)
+    space = {**search.parse_space(search.CORE_SPACE, "search.CORE_SPACE"), **search.method_space(cls, name)}
+    search.check_space_options(search.method_space(cls, name), cls.Config, name, f"method '{name}': search_space")
+    options = search.config_fields(cls.Config)
+    for key, dist in found.space.items():
+        if key.startswith("method.") and key.split(".")[1] not in options:
+            continue  # another method's option (refused when no method has it: check_space_used)
+        found.used.add(key)
+        if dist is None:
+            space.pop(key, None)
+        else:
+            space[key] = dist
+    set_by = [(f"{k}.{sub}" if isinstance(v, dict) else k, "the grid") for k, v in point.items()
+              for sub in (v if isinstance(v, dict) else [None])]
+    for key in space:
+        for setter, what in set_by + [(k, "the command line") for k in override_keys]:
+            if setter == key or key.startswith(setter + ".") or setter.startswith(key + "."):
+                raise ConfigError(f"{join_path(where, 'space')}: {what} sets '{setter}', which the search draws for "
+                                  f"method '{name}'; give it in one place (search.space: {{{key}: null}} keeps "
+                                  f"{what}'s value)")
+    found.spaces[name] = space
+    return space
+
+
+def check_space_used(found: Search, methods: list[str], where: str) -> None:
+    for key in found.space:
+        if key not in found.used:
+            raise ConfigError(f"{join_path(where, 'space')}.{key}: no method of this recipe has the option "
+                              f"'{key.split('.', 1)[1]}' (its methods: {', '.join(sorted(set(methods)))}); search "
+                              f"only options a method has ('ltbench list methods --options')")
+
+
+def trial_configs(found: Search | None, cfg: dict, point: dict, override_keys: list[str],
+                  where: str = "search") -> list[tuple[dict, dict | None]]:
+    """(configuration, its trial record or None) for each trial of one grid point; the point alone without
+    a search."""
+    if found is None:
+        return [(cfg, None)]
+    space = point_space(found, cfg, point, override_keys, where)
+    c = found.config
+    out = []
+    for k, values in enumerate(search.draw_trials(space, c.seed, cfg["method"]["name"], c.trials)):
+        trial = copy.deepcopy(cfg)
+        for key, value in values.items():
+            node = trial
+            for part in key.split(".")[:-1]:
+                node = node.setdefault(part, {})
+            node[key.rsplit(".", 1)[1]] = value
+        out.append((trial, {"trial": k, "trials": c.trials, "seed": c.seed, "sampler": c.sampler,
+                            "space": sorted(space)}))
+    return out
+
+
+def plan_lines(found: Search | None) -> list[str]:
+    """What ``--dry-run`` says about the search before its runs: the budget and each method's space."""
+    if found is None:
+        return []
+    c = found.config
+    lines = [f"search: {c.trials} trial(s) per method, {c.sampler} search, seed {c.seed}; selected on the "
+             f"validation split"]
+    lines += [f"  {name}: {search.space_text(space)}" for name, space in found.spaces.items()]
+    return lines

@@ -1,0 +1,174 @@
+"""Search spaces: the distributions a hyper-parameter is drawn from, and the random-search draws.
+
+Why its own module (layer 0, no torch): a method declares its space next to its Config
+(``search_space = {"tau": {"uniform": [0.5, 2.0]}}``, option names relative to the method), the recipe
+expands a ``search:`` section into trials with it, and both must read the same grammar. A distribution is
+one mapping of one kind to its arguments:
+
+* ``{log_uniform: [low, high]}``  exp(U(log low, log high)), 0 < low < high
+* ``{uniform: [low, high]}``      U(low, high), low < high
+* ``{int_uniform: [low, high]}``  an integer in low..high, both included
+* ``{choice: [v1, v2, ...]}``     one of the values, each as likely
+
+Draws are deterministic: trial ``k`` of a search with seed ``S`` for method ``m`` draws option ``key`` from
+``random.Random(derive_seed('search', S, m, k, key))``. So every trial is known before anything runs (a
+Slurm array runs them, a rerun finds the finished ones), and adding an option to a space leaves the other
+options' draws unchanged. Continuous draws keep 4 significant digits: a configuration stays readable and
+its run id does not depend on the last bits of a float.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from ltbench.errors import ConfigError, short_repr
+from ltbench.seeding import derive_seed
+
+KINDS = ("log_uniform", "uniform", "int_uniform", "choice")
+SAMPLERS = ("random",)  # 'tpe' (Optuna) is not built: docs/tuning.md says why
+MAX_TRIALS = 1000
+DIGITS = 4  # significant digits of a continuous draw
+
+# The core's options every search tunes unless the recipe removes them (``search.space: {optim.lr: null}``).
+# optim.lr: SGD's peak rate around the harness's 0.1 (LDAM-DRW, LA and BALMS train CIFAR-LT at 0.1 with batch
+# 128; 0.2 for batch 512 on ImageNet-LT). optim.weight_decay: the range Alshammari et al. (CVPR 2022,
+# "Long-tailed recognition via weight balancing") found decisive for long-tailed CIFAR, 5e-4 to 5e-3, widened
+# down to 1e-4. docs/methods.md lists every method's space with its source.
+CORE_SPACE = {
+    "optim.lr": {"log_uniform": [0.01, 0.4]},
+    "optim.weight_decay": {"log_uniform": [1e-4, 5e-3]},
+}
+CORE_KEYS = ("optim", "train", "data", "backbone", "sampler")  # sections a space may name besides method
+
+
+@dataclass(frozen=True)
+class Distribution:
+    kind: str
+    args: tuple
+
+    def draw(self, rng: random.Random) -> Any:
+        low, high = (self.args + (None, None))[:2]
+        if self.kind == "log_uniform":
+            return _round(math.exp(rng.uniform(math.log(low), math.log(high))))
+        if self.kind == "uniform":
+            return _round(rng.uniform(low, high))
+        if self.kind == "int_uniform":
+            return rng.randint(low, high)
+        return self.args[rng.randrange(len(self.args))]
+
+    def text(self) -> str:
+        return f"{self.kind}[{', '.join(_value_text(a) for a in self.args)}]"
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{DIGITS}g}")
+
+
+def _value_text(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_distribution(raw: Any, where: str) -> Distribution:
+    """One distribution from its YAML form, or a one-line ConfigError naming ``where``."""
+    expected = (f"expected one of {{{', '.join(f'{k}: [...]' for k in KINDS)}}}, e.g. {{log_uniform: [0.01, 0.5]}}")
+    if not isinstance(raw, dict) or len(raw) != 1:
+        raise ConfigError(f"{where}: {short_repr(raw, 80)} is not a distribution; {expected}")
+    kind, args = next(iter(raw.items()))
+    if kind not in KINDS:
+        raise ConfigError(f"{where}: unknown distribution {short_repr(kind, 40)}; {expected}")
+    if not isinstance(args, list) or not args:
+        raise ConfigError(f"{where}.{kind}: expected a list, got {short_repr(args, 60)}")
+    if kind == "choice":
+        if not all(v is None or isinstance(v, (str, int, float, bool)) for v in args):
+            raise ConfigError(f"{where}.choice: expected plain values (numbers, strings, true/false, null), "
+                              f"got {short_repr(args, 60)}")
+        return Distribution(kind, tuple(args))
+    if len(args) != 2 or not all(_is_number(v) for v in args) or not args[0] < args[1]:
+        raise ConfigError(f"{where}.{kind}: expected [low, high] with low < high, got {short_repr(args, 60)}")
+    if kind == "log_uniform" and args[0] <= 0:
+        raise ConfigError(f"{where}.log_uniform: low must be above 0, got {short_repr(args, 60)}")
+    if kind == "int_uniform" and not all(isinstance(v, int) for v in args):
+        raise ConfigError(f"{where}.int_uniform: expected two integers, got {short_repr(args, 60)}")
+    return Distribution(kind, tuple(float(v) if kind != "int_uniform" else v for v in args))
+
+
+def parse_space(raw: Any, where: str, prefix: str = "") -> dict[str, Distribution | None]:
+    """A space (dotted key -> distribution; None removes a key from the default space), each checked."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of dotted options to distributions, got {short_repr(raw, 60)}")
+    out: dict[str, Distribution | None] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not key or not all(part.isidentifier() for part in key.split(".")):
+            raise ConfigError(f"{where}: {short_repr(key, 60)} is not a dotted option name such as optim.lr")
+        out[prefix + key] = None if value is None else parse_distribution(value, f"{where}.{key}")
+    return out
+
+
+def method_space(cls: Any, name: str) -> dict[str, Distribution]:
+    """A method's declared ``search_space`` as dotted keys ('method.tau'); plugin data, checked the same way."""
+    declared = getattr(cls, "search_space", None) or {}
+    return {k: v for k, v in parse_space(declared, f"method '{name}': search_space", "method.").items() if v}
+
+
+def config_fields(cls: Any) -> set[str]:
+    """The option names a Config dataclass has."""
+    return set(getattr(cls, "__dataclass_fields__", {}))
+
+
+def check_space_options(space: dict, config_cls: Any, method: str, where: str) -> None:
+    """Every ``method.*`` key of ``space`` names an option of the method's Config (its first part: a nested
+    option such as method.aux.tau is checked when the drawn configuration is validated)."""
+    known = config_fields(config_cls)
+    for key in space:
+        if key.startswith("method.") and key.split(".")[1] not in known:
+            raise ConfigError(f"{where}.{key}: method '{method}' has no option '{key.split('.')[1]}' (its options: "
+                              f"{', '.join(sorted(known)) or 'none'}); search only options the method has")
+
+
+def check_core_key(key: str, where: str) -> None:
+    if key.split(".")[0] not in (*CORE_KEYS, "method") or "." not in key:
+        raise ConfigError(f"{where}.{key}: not an option of a run; a space key is a dotted path under "
+                          f"method, {', '.join(CORE_KEYS)} (e.g. optim.lr, method.tau)")
+
+
+def draw_trials(space: dict[str, Distribution], seed: int, method: str, trials: int) -> list[dict[str, Any]]:
+    """The values of every trial, in trial order: a pure function of (seed, method, trial, key)."""
+    return [{key: dist.draw(random.Random(derive_seed("search", seed, method, k, key)))
+             for key, dist in sorted(space.items())} for k in range(trials)]
+
+
+def space_text(space: dict[str, Distribution]) -> str:
+    return ", ".join(f"{k} ~ {d.text()}" for k, d in sorted(space.items())) or "(empty)"
+
+
+# What a trial records in its run spec and result (``grid['search']``), so tables and status know which
+# trial of which search a run is without putting the trial into the run's identity.
+TRIAL_FIELDS = {"trial": int, "trials": int, "seed": int, "sampler": str, "space": list}
+
+
+def trial_problem(info: Any) -> str:
+    """'' when ``info`` is a trial record of the shape above (read back from disk or a cache: data, checked)."""
+    if not isinstance(info, dict) or set(info) != set(TRIAL_FIELDS):
+        return "not a trial record"
+    for name, kind in TRIAL_FIELDS.items():
+        value = info[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"trial record field {name}"
+    if not (0 <= info["trial"] < info["trials"] <= MAX_TRIALS) or not all(isinstance(k, str) for k in info["space"]):
+        return "trial record values"
+    return ""
+
+
+def budget_text(info: dict) -> str:
+    """'tuned: 16 trials per method on the validation split (random search, seed 0)'."""
+    return (f"tuned: {info['trials']} trials per method on the validation split "
+            f"({info['sampler']} search, seed {info['seed']})")
