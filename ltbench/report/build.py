@@ -59,8 +59,11 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
             r.label += TUNED_MARK
     table = Table(name, spec, expand_columns(spec, units), pivot, groups, rows, notes,
                   expected_seeds=expected is not None)
+    old_code = old_code_note(rows)
     for row in rows:
-        fill_row(table, row)
+        fill_row(table, row, code_notes=not old_code)
+    if old_code:
+        table.notes.append(old_code)
     seeds_everywhere = sorted({s for r in rows for u in r.units.values() for s in u.runs})
     if expected is None:
         _note_missing_without_recipe(table, seeds_everywhere)
@@ -93,9 +96,10 @@ def metric_key(row: Row, column: str) -> str:
     return column
 
 
-def fill_row(table: Table, row: Row) -> None:
+def fill_row(table: Table, row: Row, code_notes: bool = True) -> None:
     """Cells (percent, one value per seed with the metric) and the row's notes: seeds missing, failed,
-    pending or damaged, values not recorded. Notes shared by several column groups are said once."""
+    pending or damaged, values not recorded, stale or unknown code (unless ``old_code_note`` says it once for
+    the table). Notes shared by several column groups are said once."""
     notes: dict[str, list[str]] = {}
     for gi, unit in sorted(row.units.items()):
         where = " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot)))
@@ -120,7 +124,7 @@ def fill_row(table: Table, row: Row) -> None:
                                  []).append(where)
         for seed in sorted(unit.problems, key=str):
             notes.setdefault(unit.problems[seed], []).append(where)
-        for text in stale_notes(unit) + code_unknown_notes(unit) + numerics_notes(unit):
+        for text in (stale_notes(unit) + code_unknown_notes(unit)) * code_notes + numerics_notes(unit):
             notes.setdefault(text, []).append(where)
         for seed in sorted(unit.elsewhere, key=str):
             for text in unit.elsewhere[seed]:
@@ -148,6 +152,35 @@ def fill_row(table: Table, row: Row) -> None:
         absent = [gi for gi in range(len(table.groups)) if gi not in row.units]
         row.notes.append("no configuration for " + ", ".join(
             " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))) for gi in absent))
+
+
+def old_code_note(rows: list[Row]) -> str:
+    """One note for a table of several rows none of whose results was made by the code here (committed
+    reference results, say): where they were made, instead of a stale or code-unknown footnote on every row.
+    '' when any result shown is current (then each row says which of its seeds are not)."""
+    stale = unknown = 0
+    commits: set[str] = set()
+    for row in rows:
+        for unit in row.units.values():
+            for seed, rec in unit.runs.items():
+                if seed in unit.stale:
+                    stale += 1
+                elif seed in unit.code_unknown:
+                    unknown += 1
+                else:
+                    return ""
+                commit = (rec.get("prov") or {}).get("git_commit")
+                if isinstance(commit, str) and commit:
+                    commits.add(commit[:12])
+    if len(rows) < 2 or not stale + unknown:
+        return ""
+    shown = sorted(commits)
+    made = (f"made at commit{'s' if len(shown) > 1 else ''} {', '.join(shown[:5])}"
+            + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")) if shown else "made by an earlier ltbench"
+    parts = ([f"{stale} stale: the code has changed since ('--rerun-stale' redoes them)"] if stale else []) + \
+            ([f"{unknown} code unknown: their code cannot be checked"] if unknown else [])
+    return f"none of the {stale + unknown} results shown was made by the code here ({made}): {'; '.join(parts)}; " \
+        "all are counted ('ltbench status' names the modules)"
 
 
 def stale_notes(unit) -> list[str]:
