@@ -97,11 +97,11 @@ class Feeder:
 
     def prepare(self) -> DeviceBatch | None:
         """Issue the next host batch's copy (and views) on the side stream; None when the epoch has no more."""
-        item = next(self.batches, None)
-        if item is None:
-            return None
-        (views, labels), keys = item
-        with self.side.issuing():
+        with self.side.issuing():  # the next batch taken here too: a device decoder hands its images to this stream
+            item = next(self.batches, None)
+            if item is None:
+                return None
+            (views, labels), keys = item
             views, labels = self.copy(views, labels)
             if self.build_views is not None:
                 views = self.build_views(views[0], keys)
