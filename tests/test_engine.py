@@ -420,3 +420,30 @@ def test_batched_runs_carry_their_augmentation_scheme_in_the_id(write_recipe):
         with pytest.raises(ConfigError, match="made with batched augmentation scheme 1, this ltbench implements"):
             check_batch_scheme(RunSpec.coerce({"config": r["config"], "run_id": r["run_id"], "recipe": "x"}))
     check_batch_scheme(batch)  # the current scheme trains
+
+
+def test_an_in_process_run_leaves_cudnn_benchmark_as_it_found_it(tmp_path, write_recipe, monkeypatch):
+    """prepare_for_device sets torch.backends.cudnn.benchmark for the process (on CUDA, from
+    train.cudnn_benchmark); ``engine.train`` puts it back when the run ends, also when it fails. No CUDA here:
+    the setting is simulated by flipping the flag where prepare_for_device runs."""
+    import torch
+
+    from ltbench.recipe import load_recipe
+    from ltbench.train import engine
+
+    prepare, before = engine.prepare_for_device, torch.backends.cudnn.benchmark
+
+    def flipping(run, device):
+        prepare(run, device)
+        torch.backends.cudnn.benchmark = not before
+
+    monkeypatch.setattr(engine, "prepare_for_device", flipping)
+    spec = load_recipe(write_recipe()).runs[0]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "failed").mkdir()
+    engine.train(spec, tmp_path / "run", say=lambda line: None)
+    assert torch.backends.cudnn.benchmark == before
+    monkeypatch.setattr(engine, "make_loader", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        engine.train(spec, tmp_path / "failed", say=lambda line: None)
+    assert torch.backends.cudnn.benchmark == before

@@ -110,13 +110,34 @@ def prepare_for_device(run: Run, device: torch.device) -> None:
         compile_for_training(run, cfg.compile)
 
 
-def compile_for_training(run: Run, backend: str) -> None:
+def compile_for_training(run: Run, setting: str) -> None:
     """train.compile: the backbone and the method's loss (its head, loss and their backward) through
     ``torch.compile``, so that a step is a few fused kernels rather than hundreds of small ones (what a GPU
-    pays per launch: docs/performance.md). Not ``fullgraph``: a method's host-side code (an epoch switch, a
-    plugin's Python) becomes a graph break, not an error."""
-    run.compiled = torch.compile(run.backbone, backend=backend)
-    run.compiled_loss = torch.compile(run.method.loss, backend=backend)
+    pays per launch: docs/performance.md); the batched views follow in ``make_loader`` (``compiled_views``).
+    Not ``fullgraph``: a method's host-side code (a plugin's Python) becomes a graph break, not an error.
+    ``reduce-overhead``: Inductor with CUDA graphs (one replay instead of a launch per kernel) and static shapes,
+    so an epoch's last, smaller batch is a second graph, not a dynamic one; off CUDA, Inductor skips the
+    graphs and this is ``inductor`` with static shapes."""
+    backend, options = compile_options(setting)
+    run.compiled = torch.compile(run.backbone, backend=backend, **options)
+    run.compiled_loss = torch.compile(run.method.loss, backend=backend, **options)
+
+
+def compile_options(setting: str) -> tuple[str, dict]:
+    """(backend, torch.compile keyword arguments) of a train.compile value."""
+    if setting == "reduce-overhead":
+        return "inductor", {"mode": "reduce-overhead", "dynamic": False}
+    return setting, {}
+
+
+def compiled_views(pipelines: list, setting: str) -> list:
+    """The batched view pipelines under train.compile, each compiled whole (``fullgraph=True``: they have no
+    host-side branch or read, tests/test_gpu_augment.py) and with static shapes (the last batch of an epoch is
+    a second graph). Never CUDA graphs, also under reduce-overhead: a batch's views are built one step ahead
+    on the feeder's side stream and must outlive the next call, which a graph's static output buffers would
+    overwrite."""
+    backend, _ = compile_options(setting)
+    return [batch_augment.CompiledPipeline(p, backend) for p in pipelines]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -412,6 +433,8 @@ def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Load
     names, image, aliases = run.method.views(), run.data.image, run.data.pipelines
     if run.train.augment_on == "batch":
         run.device_views = [batch_augment.build_batch(v, image, aliases) for v in names]
+        if run.train.compile != "off":
+            run.device_views = compiled_views(run.device_views, run.train.compile)
         encoded = device_decode.encoded_source(run.data.train, run.train.augment_on, image.kind, device)
         run.decode_on_device = encoded is not None
         decoded = MultiView(run.data.train, [batch_augment.as_uint8_tensor])
@@ -953,29 +976,33 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
 def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:
     """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run:
     resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record."""
-    spec = dataclasses.replace(RunSpec.coerce(spec), run_dir=str(run_dir))
-    s = start_session(spec, say)
-    s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
-    saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
-                            world=s.world, best_val=s.run.eval.select == "best_val")
-    epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
-    distributed.barrier()
-    s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
-    if s.main and s.run.train.loggers:
-        s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
-    saver.restart_clock()
-    started = time.time()
-    if s.run.optim.epochs == 0 and epoch == 0:  # evaluation only: the model as built is the final checkpoint
-        saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=0, iteration=0)
+    benchmark = torch.backends.cudnn.benchmark  # set for the process by prepare_for_device (CUDA)
     try:
-        while epoch < s.run.optim.epochs:
-            meter = train_epoch(s, epoch, start_step, saver)
-            epoch_record(s, meter, epoch)
-            epoch, start_step = epoch + 1, 0
-            saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
-            distributed.barrier()
-            saver.restart_clock()
-        return final_outcome(s, started)
-    finally:
-        if s.loggers is not None:
-            s.loggers.close()
+        spec = dataclasses.replace(RunSpec.coerce(spec), run_dir=str(run_dir))
+        s = start_session(spec, say)
+        s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
+        saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
+                                world=s.world, best_val=s.run.eval.select == "best_val")
+        epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
+        distributed.barrier()
+        s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
+        if s.main and s.run.train.loggers:
+            s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
+        saver.restart_clock()
+        started = time.time()
+        if s.run.optim.epochs == 0 and epoch == 0:  # evaluation only: the model as built is the final checkpoint
+            saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=0, iteration=0)
+        try:
+            while epoch < s.run.optim.epochs:
+                meter = train_epoch(s, epoch, start_step, saver)
+                epoch_record(s, meter, epoch)
+                epoch, start_step = epoch + 1, 0
+                saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
+                distributed.barrier()
+                saver.restart_clock()
+            return final_outcome(s, started)
+        finally:
+            if s.loggers is not None:
+                s.loggers.close()
+    finally:  # an in-process run (tests, notebooks, benchmarks) leaves cuDNN as it found it
+        torch.backends.cudnn.benchmark = benchmark
