@@ -48,7 +48,7 @@ from ltbench.train import checkpoint
 from ltbench.train.checkpoint import CheckpointSaver
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
-from ltbench.data.base import LTData, MultiView
+from ltbench.data.base import ArrayImages, LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.train.heartbeat import HEARTBEAT, PhaseBeat
@@ -160,6 +160,7 @@ class Run:
     compiled_loss: Callable | None = None  # torch.compile'd method.loss (train.compile), else None
     sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
+    resident: tuple | None = None  # augment_on: batch, in-memory uint8 data: (images, labels) on the device
     decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
     progress: PhaseBeat | None = None  # rank 0 of train(): evaluation and writing phases for the launcher's display
     decode_stats: device_decode.DecodeStats = field(default_factory=device_decode.DecodeStats)  # log: decode_*
@@ -208,12 +209,19 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
 
 
 def make_optimizer(run: Run) -> torch.optim.Optimizer:
+    """SGD over the model's parameters and the method's own groups. On CUDA the fused kernel (``fused=True``):
+    one launch per device and dtype instead of a handful of foreach launches, and with fp16 it takes
+    GradScaler's ``found_inf`` on the device, so a step no longer reads it on the host. It computes the same
+    update as the foreach one (weight decay, momentum, Nesterov, elementwise in the parameters' dtype), exact up
+    to the compiler's contraction of multiply-adds, i.e. in the last bit, like any other CUDA kernel choice.
+    On the CPU torch's default (bit-identical results there stay as they were)."""
     o = run.optim
     groups = run.method.param_groups() or []
     grouped = {id(p) for g in groups for p in g["params"]}
     rest = [p for p in run.model.parameters() if id(p) not in grouped and p.requires_grad]
+    fused = True if any(p.is_cuda for p in run.model.parameters()) else None
     return torch.optim.SGD([{"params": rest}, *groups], lr=o.lr, momentum=o.momentum,
-                           nesterov=o.nesterov, weight_decay=o.weight_decay)
+                           nesterov=o.nesterov, weight_decay=o.weight_decay, fused=fused)
 
 
 def lr_factor(o: OptimConfig, iteration: int, iters_per_epoch: int) -> float:
@@ -437,12 +445,25 @@ def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Load
             run.device_views = compiled_views(run.device_views, run.train.compile)
         encoded = device_decode.encoded_source(run.data.train, run.train.augment_on, image.kind, device)
         run.decode_on_device = encoded is not None
+        run.resident = None if encoded is not None else resident_data(run.data.train, device)
         decoded = MultiView(run.data.train, [batch_augment.as_uint8_tensor])
         sources = {"train": encoded if encoded is not None else decoded}
     else:
         sources = {"train": MultiView(run.data.train, [transforms.build(v, image, aliases) for v in names])}
     sources.update({name: ds for name, (ds, _) in run.eval_sets.items()})
     return Loader(SeededSamples(sources, seed), workers, pin_memory=device.type == "cuda")
+
+
+def resident_data(train, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """With train.augment_on: batch, a training set held in memory as uint8 (CIFAR, Fashion-MNIST, synthetic:
+    ``ArrayImages``) is put on the device once, images and labels, and each batch is gathered there
+    (``feed.resident_batches``), as the bare loop of benchmarks/gpu_throughput.py does: no collating, pinning or
+    copying of images per batch in the training thread. Same keys, so the same order, images and seeds as the
+    loader's batches (tests/test_engine.py); the loader still serves the test sets. Costs the training array on
+    the device (CIFAR: 150 MB). Other datasets (files, encoded images): None, the loader."""
+    if not isinstance(train, ArrayImages):
+        return None
+    return train.images.to(device), torch.as_tensor(train.labels, dtype=torch.int64).to(device)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -865,10 +886,14 @@ def begin_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     batches = sampled_batches(run, s.seed, epoch)
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
     build = None if run.device_views is None else (lambda images, k: augment_on_device(run, images, k, s.device))
-    loaded = run.loader.run(keys)
-    if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
-        loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
-    feeder = feed.Feeder(zip(loaded, keys), s.device, build, run.decode_on_device)
+    if run.resident is not None:  # gathered on the device (resident_data)
+        host_batches = feed.resident_batches(*run.resident, keys, s.device)
+    else:
+        loaded = run.loader.run(keys)
+        if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
+            loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
+        host_batches = zip(loaded, keys)
+    feeder = feed.Feeder(host_batches, s.device, build, run.decode_on_device)
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     loop = EpochLoop(epoch, len(batches), EpochMeter(s.device, len(batches) - start_step, start_step), bar, saver,
                      feeder)
