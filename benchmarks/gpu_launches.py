@@ -17,15 +17,22 @@ Settings: CE (crop+flip), LA on the strong view (AutoAugment + Cutout) and BAPE+
 and the ImageNet-size training views alone (``imagenet_train``; BAPE's RandAugment + SimAug views) on 256
 images of 300-500 px sides.
 
+The bare loop is counted at steady state (its step 1, after SGD made its momentum buffers), as the method
+side is; both use SGD(fused=True), as CUDA runs do (``engine.make_optimizer``). ``compiled_step``: the step as
+``train.compile: inductor`` runs it, views included (``count_compiled_step``; minutes of compiling on a CPU,
+``--no-compiled-step`` skips it). ``fp16_step`` (CE): the step with fp16's GradScaler (autocast's casts are not
+counted).
+
 The predicted GPU ratio is a **prediction from a stated cost model, not a measurement**: the bare loop's
 step on one H100 (measured in an earlier review: about 7.7 ms of launch-bound fixed cost plus about 2.4 ms
 of GPU work per 256 images per view, bf16 + channels_last, ResNet-32) is taken as the floor; every launch
-beyond the bare loop's own (counted here the same way) costs ``launch_us`` of host time, and every sync
-``sync_us`` (the device idles while the host refills its queue). Ratio = bare step / predicted step, given
-for launch_us in {5, 10} and sync_us in {20, 100}.
+beyond the bare loop's own (counted here the same way) costs ``launch_us`` of host time (5, 10 or 20), and
+every sync 100 us (the device idles while the host refills its queue). Ratio = bare step / predicted step;
+a step with fewer launches than the bare loop is predicted at 1.
 
     python benchmarks/gpu_launches.py            # the table
-    python benchmarks/gpu_launches.py --json     # {"ce"|"la_strong"|"bape_la": {"augment": {...}, "step": {...}}}
+    python benchmarks/gpu_launches.py --json     # {"bare": {...}, "ce"|"la_strong"|"bape_la": {"augment": ...,
+                                                 #  "step": ..., "compiled_step": ..., "predicted_ratio": ...}}
 
 Augmentation section (``--pipelines``, ``--compiled``): every batched pipeline alone (CIFAR-size RGB batch; the
 ImageNet-size ones on a list of 300-500 px images), launches and syncs in eager mode; with ``--compiled``
@@ -51,7 +58,7 @@ STEP_SETTINGS = {"ce": {"name": "ce"}, "la_strong": {"name": "la", "tau": 1.0, "
                  "bape_la": BAPE_LA}
 LARGE_SETTINGS = {"imagenet_ce": ["imagenet_train"], "imagenet_bape": ["randaugment", "simaug", "simaug"]}
 BARE_FIXED_MS, BARE_PER_VIEW_MS = 7.7, 2.4  # H100, ResNet-32, batch 256, bf16 + channels_last (earlier review)
-LAUNCH_US, SYNC_US = (5.0, 10.0), (20.0, 100.0)
+LAUNCH_US, SYNC_US = (5.0, 10.0, 20.0), 100.0
 
 
 def step_config(method: dict, root: Path, batch: int) -> dict:
@@ -63,15 +70,38 @@ def step_config(method: dict, root: Path, batch: int) -> dict:
     return resolve_run_config(raw, seed=0, where="gpu_launches")
 
 
-def count_step(config: dict, tmp: Path) -> dict:
+def count_step(config: dict, tmp: Path, loops: bool = True) -> dict:
     """Launches and syncs of the second step of an epoch (``engine.epoch_step``, the whole per-step body of
     ``engine.train_epoch``: this step's training, the next batch's copies and augmentation, the meters and the
-    host's bookkeeping; counted by ltbench/devtools/step_cost.py), by phase, plus loop iterations."""
+    host's bookkeeping; counted by ltbench/devtools/step_cost.py), by phase, plus loop iterations; and the
+    eager launches of the regions train.compile compiles (``model``, ``loss_alone``, ``views_alone``)."""
     from ltbench.devtools.step_cost import counted_epoch_step
 
-    with counted_epoch_step(config, tmp, step=1, loops=True) as (c, s, loop, loops):
-        model = count_model_alone(s.run, loop.upcoming.views, c)
-    return summarize(c, model, loops)
+    with counted_epoch_step(config, tmp, step=1, loops=loops) as (c, s, loop, loop_counter):
+        views = loop.upcoming.views
+        model = count_model_alone(s.run, views, c)
+        loss = count_loss_alone(s.run, len(views), len(loop.upcoming.labels), c)
+    out = summarize(c, model, loop_counter)
+    out["step"]["loss_alone"] = loss
+    out["augment"]["views_alone"] = out["augment"]["launches"] - 1  # less the seeds' copy, which stays eager
+    return out
+
+
+def count_loss_alone(run, views: int, batch: int, c) -> int:
+    """The method's loss and its backward into the features, alone, less the backward's seed (which stays
+    eager under train.compile)."""
+    import torch
+
+    from ltbench.devtools import gpu_cost
+
+    g = torch.Generator().manual_seed(0)
+    features = [gpu_cost.to_device(torch.randn(batch, run.backbone.feature_dim, generator=g).requires_grad_())
+                for _ in range(views)]
+    labels = gpu_cost.to_device(torch.randint(0, run.data.num_classes, (batch,), generator=g))
+    before = c.launch_count()
+    with c.phase("loss_alone"):
+        run.method.loss(features, labels, epoch=0)["loss"].backward()
+    return c.launch_count() - before - 1
 
 
 def count_model_alone(run, views, c) -> int:
@@ -103,27 +133,32 @@ def summarize(c, model: int, loops) -> dict:
     return {"augment": {"launches": augment, "syncs": c.sync_count("augment")},
             "step": {"launches": step_all, "syncs": step_syncs, "model": model, "optimizer": optimizer,
                      "method": step_all - model - optimizer, "besides_model": step_all - model},
-            "loop_iterations": loops.total(), "sync_sites": sites}
+            "loop_iterations": loops.total() if loops is not None else None, "sync_sites": sites,
+            "pageable_copies": [{"phase": p, "site": site, "count": n} for p in ("copies", "augment", *STEP_PHASES)
+                                for site, n in c.pageable_sites(p)]}
 
 
-def count_bare(config: dict, views: int) -> int:
-    """Launches of one step of the bare loop (gpu_throughput.BareLoop) on the emulated device."""
+def count_bare(config: dict, views: int) -> dict:
+    """Launches and syncs of one steady-state step of the bare loop (gpu_throughput.BareLoop) on the emulated
+    device: step 1, after step 0 created SGD's momentum buffers (one clone per parameter); fused SGD, as on CUDA."""
     import torch
 
     from ltbench.devtools import gpu_cost
+    from ltbench.devtools.step_cost import fused_sgd_allowed
 
     bare = BareLoop(config, torch.device("cpu"), views)
     bare.images, bare.labels = bare.images[:bare.batch], bare.labels[:bare.batch]
-    with gpu_cost.counting() as c:
+    with gpu_cost.counting() as c, fused_sgd_allowed():
         bare.images, bare.labels = gpu_cost.to_device(torch.as_tensor(bare.images)), gpu_cost.to_device(bare.labels)
         bare.mean, bare.std = gpu_cost.to_device(bare.mean), gpu_cost.to_device(bare.std)
         bare.model.to(gpu_cost.DEVICE)
-        bare.opt = torch.optim.SGD(bare.model.parameters(), lr=0.1, momentum=0.9, foreach=True)
+        bare.opt = torch.optim.SGD(bare.model.parameters(), lr=0.1, momentum=0.9, fused=True)
         bare.device = gpu_cost.DEVICE
-        c.launches.clear(), c.syncs.clear()
-        bare.train_epoch = _one_bare_step(bare)
-        bare.train_epoch()
-    return c.launch_count() - c.sync_count()  # its one end-of-epoch .item() is not per step
+        step = _one_bare_step(bare)
+        step()  # step 0: SGD's momentum buffers
+        c.clear()
+        step()
+    return {"launches": c.launch_count(), "syncs": c.sync_count()}
 
 
 def _one_bare_step(bare):
@@ -170,65 +205,78 @@ def count_large(names: list[str], n: int) -> dict:
                            for k, o, s, m in c.sync_sites("augment")]}
 
 
-def count_compiled(config: dict, batch: int) -> dict:
-    """train.compile for the method: its loss (head, loss, and their backward into the features) through
-    ``torch.compile`` with inductor on this CPU, counted from the code inductor generates: each call line of a
-    graph's wrapper is one kernel launch per step (``cpp_fused_*``: fused loops; ``extern_kernels.*``:
-    matmuls and other library calls). On CUDA inductor emits Triton kernels for the same fused nodes, so the
-    count carries over up to its fusion choices, which differ a little between backends. Also: graphs and
-    graph breaks (``torch._dynamo.explain``). Compiling takes a minute or more on this CPU."""
-    import re
-
-    import torch
+def compiled_kernels(fn, *args) -> int:
+    """Kernel launches of ``fn(*args)`` (forward and, when it calls backward, backward) from the code Inductor
+    generates on this CPU: each call line of a graph's wrapper (fused kernels, library calls, ATen fallbacks) is
+    one launch per step. On CUDA Inductor emits Triton kernels for the same fused nodes, so the count carries
+    over up to the backends' fusion choices."""
     from torch._inductor.utils import run_and_get_code
 
+    from ltbench.data.batch_augment import _KERNEL_CALL
+
+    _, codes = run_and_get_code(fn, *args)
+    return sum(len(_KERNEL_CALL.findall(code[code.find("def call("):])) for code in codes if "def call(" in code)
+
+
+COMPILE_BATCH = 32  # static shapes: Inductor's kernels per call do not depend on the batch size, its compile time does
+
+
+def count_compiled_step(config: dict, counts: dict, backbone_cache: dict) -> dict:
+    """The step as ``train.compile: inductor`` runs it, views included: the eagerly counted step with the
+    regions that train.compile compiles (the backbone's forward and backward, the method's loss and its
+    backward, each batched view) replaced by Inductor's kernels for them, compiled on this CPU at batch
+    ``COMPILE_BATCH``. What stays eager (copies, the optimizer, the meters, concatenations, bookkeeping) keeps its
+    eager count. Minutes of compiling on a CPU; the backbone's count is shared by the settings."""
+    import torch
+
+    from ltbench.data import batch_augment
     from ltbench.train import engine
 
     torch.manual_seed(0)
     run = engine.build_run(config)
     run.model.train()
     run.method.on_epoch_start(0)
+    views, b = len(run.method.views()), COMPILE_BATCH
     g = torch.Generator().manual_seed(0)
-    features = [torch.randn(batch, run.backbone.feature_dim, generator=g, requires_grad=True)
-                for _ in run.method.views()]
-    labels = torch.randint(0, run.data.num_classes, (batch,), generator=g)
-    explained = torch._dynamo.explain(run.method.loss)(features, labels, epoch=0)
     torch._dynamo.reset()
-    compiled = torch.compile(run.method.loss, backend="inductor")
+    key = (type(run.backbone).__name__, sum(p.numel() for p in run.backbone.parameters()))
+    if key not in backbone_cache:
+        x = torch.randn(b, 3, 32, 32, generator=g)
+        backbone = torch.compile(run.backbone, backend="inductor")
+        backbone_cache[key] = compiled_kernels(lambda: backbone(x).float().sum().backward())
+    features = [torch.randn(b, run.backbone.feature_dim, generator=g, requires_grad=True) for _ in range(views)]
+    labels = torch.randint(0, run.data.num_classes, (b,), generator=g)
+    loss = torch.compile(run.method.loss, backend="inductor")
+    loss_kernels = compiled_kernels(lambda: loss(features, labels, epoch=0)["loss"].backward())
+    images = torch.randint(0, 256, (b, 3, 32, 32), dtype=torch.uint8, generator=g)
+    seeds = torch.randint(0, 2**31, (b,), generator=g)
+    pipelines = [batch_augment.build_batch(v, run.data.image, run.data.pipelines) for v in run.method.views()]
+    view_kernels = sum(batch_augment.compiled_kernel_count(p, images, seeds, v)["total"]
+                       for v, p in enumerate(pipelines))
+    eager_rest = (counts["step"]["launches"] - counts["step"]["model"] - counts["step"]["loss_alone"]
+                  + counts["augment"]["launches"] - counts["augment"]["views_alone"])
+    torch._dynamo.reset()
+    return {"launches": eager_rest + backbone_cache[key] + loss_kernels + view_kernels,
+            "syncs": counts["step"]["syncs"] + counts["augment"]["syncs"],
+            "eager_rest": eager_rest, "backbone": backbone_cache[key], "loss": loss_kernels,
+            "views": view_kernels}
 
-    def step():
-        compiled(features, labels, epoch=0)["loss"].backward()
 
-    _, codes = run_and_get_code(step)
-    launches = {"fused": 0, "extern": 0}
-    for code in codes:
-        body = code[code.index("def call("):].split("\n\n", 1)[0] if "def call(" in code else ""
-        launches["fused"] += len(re.findall(r"^\s+cpp_fused_\w+\(", body, re.M))
-        launches["extern"] += len(re.findall(r"^\s+extern_kernels\.\w+\(", body, re.M))
-    return {"graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,
-            "break_reasons": sorted({str(r.reason).splitlines()[0][:120] for r in explained.break_reasons}),
-            "launches": launches["fused"] + launches["extern"], **launches}
-
-
-def predicted_ratios(counts: dict, bare_launches: int, views: int) -> dict:
-    """Bare step / predicted step for each (launch_us, sync_us) of the stated cost model."""
+def predicted_ratios(launches: int, syncs: int, bare_launches: int, views: int) -> dict:
+    """Bare step / predicted step at 5, 10 and 20 us per launch beyond the bare loop's (a sync: 100 us); a
+    step with fewer launches than the bare loop is predicted at 1 (the model cannot say more)."""
     bare_ms = BARE_FIXED_MS + BARE_PER_VIEW_MS * views
-    launches = counts["augment"]["launches"] + counts["step"]["launches"]
-    syncs = counts["augment"]["syncs"] + counts["step"]["syncs"]
-    out = {}
-    for launch_us in LAUNCH_US:
-        for sync_us in SYNC_US:
-            extra_ms = (max(launches - bare_launches, 0) * launch_us + syncs * sync_us) / 1000
-            out[f"launch {launch_us:g} us, sync {sync_us:g} us"] = round(bare_ms / (bare_ms + extra_ms), 2)
-    return out
+    return {f"{us:g}": round(bare_ms / (bare_ms + (max(launches - bare_launches, 0) * us + syncs * SYNC_US) / 1000), 2)
+            for us in LAUNCH_US}
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the counts as JSON")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--compile", action="store_true",
-                    help="also compile each method's loss with inductor and count the compiled graph's kernels")
+    ap.add_argument("--no-compiled-step", action="store_true",
+                    help="skip the step as train.compile: inductor runs it (minutes of compiling on a CPU)")
+    ap.add_argument("--loops", action="store_true", help="also count Python loop iterations (slow: a line tracer)")
     ap.add_argument("--settings", nargs="+", choices=[*STEP_SETTINGS, *LARGE_SETTINGS],
                     default=[*STEP_SETTINGS, *LARGE_SETTINGS])
     ap.add_argument("--pipelines", action="store_true", help="also count every batched pipeline alone")
@@ -247,17 +295,33 @@ def measure(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="ltbench-launches-") as tmp:
         root = write_cifar100(Path(tmp) / "cifar", max(1, -(-args.batch * 3 // 100)), 1)  # 3 batches: steps 0, 1
         # and the batch that step 1 prepares
+        bare, backbone_cache = None, {}
         for name in args.settings:
             if name in LARGE_SETTINGS:
                 results[name] = count_large(LARGE_SETTINGS[name], args.batch)
                 continue
             config = step_config(STEP_SETTINGS[name], root, args.batch)
-            counts = count_step(config, Path(tmp))
-            bare = count_bare(config, views_of(config))
-            counts["bare_loop_launches"] = bare
-            counts["predicted_ratio"] = predicted_ratios(counts, bare, views_of(config))
-            if args.compile:
-                counts["compiled_method"] = count_compiled(config, args.batch)
+            if bare is None:
+                bare = {"one_view": count_bare(config, 1)["launches"], "three_views": count_bare(config, 3)["launches"]}
+                results["bare"] = bare
+            counts = count_step(config, Path(tmp), loops=args.loops)
+            views = views_of(config)
+            reference = bare["one_view"] if views == 1 else bare["three_views"] if views == 3 else \
+                count_bare(config, views)["launches"]
+            counts["bare_loop_launches"] = reference
+            eager = counts["augment"]["launches"] + counts["step"]["launches"]
+            counts["predicted_ratio"] = {"eager": predicted_ratios(
+                eager, counts["augment"]["syncs"] + counts["step"]["syncs"], reference, views)}
+            if not args.no_compiled_step:
+                counts["compiled_step"] = count_compiled_step(config, counts, backbone_cache)
+                counts["predicted_ratio"]["compiled"] = predicted_ratios(
+                    counts["compiled_step"]["launches"], counts["compiled_step"]["syncs"], reference, views)
+            if name == "ce":
+                fp16 = step_config(STEP_SETTINGS[name], root, args.batch)
+                fp16["train"]["precision"] = "fp16"
+                counted = count_step(fp16, Path(tmp), loops=False)
+                counts["fp16_step"] = {"launches": counted["augment"]["launches"] + counted["step"]["launches"],
+                                       "syncs": counted["augment"]["syncs"] + counted["step"]["syncs"]}
             results[name] = counts
     if args.pipelines:
         results["pipelines"] = count_pipelines(args.batch, args.compiled)
@@ -268,26 +332,31 @@ def print_table(results: dict, batch: int) -> None:
     print(f"Per training step of {batch} images, counted on the CPU with CUDA emulated (ltbench/devtools/gpu_cost.py)")
     print(f"{'setting':<14} {'aug launches':>12} {'aug syncs':>9} {'step launches':>13} {'model':>6} "
           f"{'optim':>6} {'method':>6} {'step syncs':>10} {'loop iters':>10}")
-    for name, r in results.items():
+    steps = {name: r for name, r in results.items() if name != "bare"}
+    for name, r in steps.items():
         st = r.get("step", {})
         print(f"{name:<14} {r['augment']['launches']:>12} {r['augment']['syncs']:>9} {st.get('launches', '-'):>13} "
               f"{st.get('model', '-'):>6} {st.get('optimizer', '-'):>6} {st.get('method', '-'):>6} "
-              f"{st.get('syncs', '-'):>10} {r['loop_iterations']:>10}")
+              f"{st.get('syncs', '-'):>10} {str(r['loop_iterations']):>10}")
     print("\nSyncs by source line:")
-    for name, r in results.items():
+    for name, r in steps.items():
         for site in r["sync_sites"]:
             print(f"  {name:<14} {site['phase']:<9} x{site['count']:<4} {site['kind']} ({site['op']}) at {site['site']}")
-    compiled = {name: r["compiled_method"] for name, r in results.items() if "compiled_method" in r}
-    if compiled:
-        print("\nThe method's loss with train.compile (inductor on this CPU; launches per step of its forward and "
-              "backward, against eager's 'method' column):")
-        for name, cm in compiled.items():
-            print(f"  {name:<14} {cm['launches']} launches ({cm['fused']} fused kernels, {cm['extern']} library "
-                  f"calls), {cm['graphs']} graph(s), {cm['graph_breaks']} break(s) {cm['break_reasons'] or ''}")
-    print("\nPREDICTED ratio to the H100 bare loop (a cost model, not a measurement; see the docstring):")
-    for name, r in results.items():
+    if "bare" in results:
+        print(f"\nBare loop at steady state (step 1): {results['bare']['one_view']} launches per step with one view, "
+              f"{results['bare']['three_views']} with three")
+    for name, r in steps.items():
+        if "compiled_step" in r:
+            cs = r["compiled_step"]
+            print(f"  {name:<14} with train.compile: {cs['launches']} launches, {cs['syncs']} syncs (eager rest "
+                  f"{cs['eager_rest']}, backbone {cs['backbone']}, loss {cs['loss']}, views {cs['views']})")
+        if "fp16_step" in r:
+            print(f"  {name:<14} fp16 step: {r['fp16_step']['launches']} launches, {r['fp16_step']['syncs']} syncs")
+    print("\nPREDICTED ratio to the H100 bare loop at 5 / 10 / 20 us per launch (a cost model, not a measurement):")
+    for name, r in steps.items():
         if "predicted_ratio" in r:
-            spread = ", ".join(f"{k}: {v}" for k, v in r["predicted_ratio"].items())
+            spread = "; ".join(f"{mode} " + " / ".join(str(v) for v in ratios.values())
+                               for mode, ratios in r["predicted_ratio"].items())
             print(f"  {name:<14} bare loop {r['bare_loop_launches']} launches/step; {spread}")
 
 

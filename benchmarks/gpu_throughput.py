@@ -99,6 +99,8 @@ def run_config(setting: str, data_root: Path, sizes: Sizes, args) -> dict:
              "progress": False, "threads": args.threads}
     if args.augment_on:
         train["augment_on"] = args.augment_on
+    if args.compile != "off":
+        train["compile"] = args.compile
     raw = {"data": data, "backbone": {"name": backbone}, "method": method, "train": train,
            "optim": {"lr": 0.1, "batch_size": batch, "epochs": sizes.epochs, "warmup_epochs": 0}}
     return resolve_run_config(raw, seed=0, where=setting)
@@ -126,7 +128,8 @@ class BareLoop:
         if self.cfg.channels_last:
             self.model.to(memory_format=torch.channels_last)
         o = run.optim
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
+                                   fused=True if device.type == "cuda" else None)  # as engine.make_optimizer
 
     def _device_images(self, dataset):
         """CIFAR: the uint8 array as it is. Large images: decoded and cut to 224x224 once, before timing."""
@@ -237,6 +240,9 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's; 1 with --quick)")
     ap.add_argument("--epochs", type=int, default=None, help="epochs per side (the first is a warm-up)")
     ap.add_argument("--imagenet-images", type=int, default=None, help="training JPEGs of the ImageNet settings")
+    ap.add_argument("--compile", choices=["off", "inductor", "reduce-overhead"], default="off",
+                    help="train.compile of the ltbench side (the bare loop stays eager)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch initialises CUDA: the engine picks the CPU
@@ -266,10 +272,11 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if gpu else "CPU"
     print(f"device {device} ({name}), {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}, "
           f"precision {args.precision}, channels_last {args.channels_last}, workers {args.workers}, "
-          f"augment_on {args.augment_on or 'default'}, epochs {sizes.epochs} (first dropped)"
+          f"augment_on {args.augment_on or 'default'}, compile {args.compile}, epochs {sizes.epochs} (first dropped)"
           + (" [--quick: tiny sizes, the figures mean nothing]" if args.quick else ""), flush=True)
     print(f"{'setting':<20} {'backbone':<16} {'views':>5} {'images':>7} {'ltbench img/s':>14} {'bare img/s':>11} "
           f"{'ratio':>6}", flush=True)
+    rows = []
     with tempfile.TemporaryDirectory(prefix="ltbench-gpu-data-") as tmp:
         roots = prepare_data(args.settings, sizes, Path(tmp))
         for setting in args.settings:
@@ -281,6 +288,16 @@ def main(argv=None) -> int:
             mine, theirs = n / statistics.median(ltbench_s), n / statistics.median(bare_s)
             print(f"{setting:<20} {config['backbone']['name']:<16} {views_of(config):>5} {n:>7} {mine:>14.1f} {theirs:>11.1f} {mine / theirs:>6.2f}"
                   f"  (median of {len(ltbench_s)} and {len(bare_s)} epoch(s))", flush=True)
+            rows.append({"setting": setting, "backbone": config["backbone"]["name"], "views": views_of(config),
+                         "images": n, "ltbench_images_per_s": mine, "bare_images_per_s": theirs,
+                         "ratio": mine / theirs, "ltbench_epochs": len(ltbench_s), "bare_epochs": len(bare_s)})
+    if args.json:
+        import json
+
+        args.json.write_text(json.dumps({"device": name, "torch": torch.__version__, "cuda": torch.version.cuda,
+                                         "precision": args.precision, "channels_last": args.channels_last,
+                                         "workers": args.workers, "augment_on": args.augment_on,
+                                         "compile": args.compile, "rows": rows}, indent=1))
     print("ratio = ltbench source images/s over the bare loop's (same model, batch, precision and device); "
           "the bare loop keeps its data on the device, so it is the model's limit")
     return 0

@@ -324,7 +324,8 @@ class TrainConfig:
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype; bf16/fp16 are faster, change numerics
     num_workers: int = 0  # DataLoader worker processes, kept for the whole run (training and evaluation)
     channels_last: bool = False  # NHWC memory format for model and batches (faster convolutions on GPU)
-    compile: Literal["off", "inductor", "aot_eager"] = "off"  # torch.compile the backbone with this backend
+    # torch.compile backbone, loss and batched views with this backend; reduce-overhead: Inductor + CUDA graphs
+    compile: Literal["off", "inductor", "aot_eager", "reduce-overhead"] = "off"
     cudnn_benchmark: bool = True  # let cuDNN time its kernels (CUDA only; not bit-reproducible)
     eval_every: int = 0  # evaluate on the test set every N epochs (0: only at the end)
     checkpoint_minutes: float = 0.0  # also checkpoint mid-epoch every N minutes (0: epoch ends only)

@@ -59,6 +59,15 @@ class MethodContext:
         return None if law is None else torch.as_tensor(law, dtype=torch.float32)
 
 
+def missed_epoch_start(started: int | None, epoch: int) -> bool:
+    """Whether a ``loss`` call sees an epoch whose ``on_epoch_start`` did not run (a direct call, as in a test),
+    so the method should catch up. Always False inside ``torch.compile``: the engine calls ``on_epoch_start``
+    before every epoch, and a loss that compared Python ints there would make Dynamo guard on their values,
+    compiling the loss again every epoch until its recompile limit, then running it eagerly for the rest of the
+    run (tests/test_recompiles.py)."""
+    return not torch.compiler.is_compiling() and epoch != started
+
+
 class Method(nn.Module):
     """Base class of every method. Subclasses set ``Config`` and implement ``loss`` and ``predict``."""
 
@@ -96,11 +105,13 @@ class Method(nn.Module):
         return list(getattr(self.cfg, "views", None) or ["default"])
 
     def loss(self, features: list[torch.Tensor], labels: torch.Tensor, *, epoch: int) -> dict[str, torch.Tensor]:
-        """Backbone features of each view -> {'loss': scalar, optional 'logits' (for train accuracy), scalars to log}."""
+        """Backbone features of each view -> {'loss': scalar, optional 'logits' (for train accuracy), scalars to log}.
+        Under train.compile this is compiled: keep epoch state out of it (``missed_epoch_start``)."""
         raise NotImplementedError
 
     def on_epoch_start(self, epoch: int) -> None:
-        """Called before each training epoch (e.g. DRW switches its class weights here)."""
+        """Called before each training epoch (e.g. DRW switches its class weights here). It runs eagerly, also
+        under train.compile: the place for a method's epoch bookkeeping."""
 
     def param_groups(self) -> list[dict] | None:
         """Optimizer parameter groups for the method's own parameters; None: one group, default settings."""

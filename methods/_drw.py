@@ -9,7 +9,7 @@ DRW trains with all weights 1 and switches to these weights at epoch ``switch_ep
 divides by the batch's weight sum ``sum_i w_{y_i}``, not by the batch size (docs/protocols.md §3).
 
 The weights are a function of the epoch only, so there is nothing to checkpoint: ``DRW.set_epoch`` is called
-from the method's ``on_epoch_start`` (and, defensively, whenever ``loss`` sees another epoch).
+from the method's ``on_epoch_start`` (and, defensively, whenever an eager ``loss`` sees another epoch).
 This module is private (leading underscore): the ``methods`` package does not register it as a method.
 """
 
@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ltbench.errors import ConfigError
+from ltbench.method import missed_epoch_start
 
 LDAM_DRW_FRACTION = 0.8  # LDAM-DRW switches at epoch 160 of 200
 
@@ -73,13 +74,12 @@ class DRW(nn.Module):
                              persistent=False)
         self.register_buffer("weights", torch.ones(k), persistent=False)
         self.epoch: int | None = None
+        # Whether the weights are on this epoch: a bool the loss branches on, so a compiled loss is specialised
+        # twice (before and after the switch), not once per epoch as a branch on ``epoch`` would be.
+        self.active = False
 
     def active_at(self, epoch: int) -> bool:
         return self.enabled and epoch >= self.switch_epoch
-
-    @property
-    def active(self) -> bool:
-        return self.epoch is not None and self.active_at(self.epoch)
 
     def weights_at(self, epoch: int) -> torch.Tensor:
         return self.balanced if self.active_at(epoch) else torch.ones_like(self.balanced)
@@ -87,10 +87,10 @@ class DRW(nn.Module):
     def set_epoch(self, epoch: int) -> None:
         with torch.no_grad():
             self.weights.copy_(self.weights_at(epoch))
-        self.epoch = epoch
+        self.epoch, self.active = epoch, self.active_at(epoch)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, epoch: int) -> torch.Tensor:
-        if epoch != self.epoch:  # on_epoch_start was not called for this epoch (e.g. a direct call)
+        if missed_epoch_start(self.epoch, epoch):  # on_epoch_start was not called for this epoch (a direct call)
             self.set_epoch(epoch)
         # Before the switch the weights are all ones: plain (unweighted) cross-entropy, computed as such.
         return weighted_ce(logits, labels, self.weights if self.active else None)

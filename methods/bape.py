@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ltbench.config import check_range, check_views
 from ltbench.errors import ConfigError, LtbenchError, short_repr
-from ltbench.method import Method, create_method, resolved_method_spec
+from ltbench.method import Method, create_method, missed_epoch_start, resolved_method_spec
 from ltbench.registry import METHODS
 
 from ._vmf import KAPPA_SOLVERS, OnlineClassMeans, log_cp, map_estimate, simplex_etf, spread_directions
@@ -253,7 +253,7 @@ class BAPE(Method):
     # -- training ------------------------------------------------------------------------------
     def loss(self, features, labels, *, epoch):
         cfg = self.cfg
-        if epoch != getattr(self, "_epoch_started", None):  # defensive: the engine calls on_epoch_start first
+        if missed_epoch_start(getattr(self, "_epoch_started", None), epoch):  # the engine calls on_epoch_start first
             self.on_epoch_start(epoch)
         n_aux = len(cfg.aux_views)
         if len(features) != n_aux + len(cfg.bape_views):

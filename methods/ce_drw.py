@@ -56,7 +56,7 @@ class CrossEntropyDRW(Method):
     def loss(self, features, labels, *, epoch):
         logits = self.head(features[0])
         return {"loss": self.drw.loss(logits, labels, epoch), "logits": logits.detach(),
-                "drw_active": torch.tensor(float(self.drw.active_at(epoch)))}
+                "drw_active": torch.tensor(float(self.drw.active))}
 
     def predict(self, features, *, target_prior=None):
         z = self.head(features)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ltbench.config import check_range, check_views
-from ltbench.method import Method
+from ltbench.method import Method, missed_epoch_start
 from ltbench.registry import METHODS
 from ltbench.seeding import derive_seed
 
@@ -142,7 +142,7 @@ class ProCo(Method):
 
     def loss(self, features, labels, *, epoch):
         cfg = self.cfg
-        if epoch != getattr(self, "_epoch_started", None):  # the engine calls on_epoch_start first
+        if missed_epoch_start(getattr(self, "_epoch_started", None), epoch):  # the engine calls on_epoch_start first
             self.on_epoch_start(epoch)
         b = len(labels)
         logits = self.branches.head(features[0])

@@ -275,3 +275,68 @@ def test_a_run_with_refused_files_trains_as_the_worker_decoded_run_and_logs_them
     assert [strip(r) for r in rows[True]] == [strip(r) for r in rows[False]]
     assert "decode_fallbacks" not in rows[False][0]
     assert results[True]["all"] == results[False]["all"]
+
+
+def test_the_stream_that_reads_decoded_images_is_the_one_that_waited_for_them(monkeypatch):
+    """The feeder takes a decoded batch inside its side stream's context, so ``_hand_over`` makes the side
+    stream (which builds the views from the images) wait for the decode and marks the images as used there;
+    taken on the training stream, the views could read images still being decoded, and the allocator could
+    reuse their memory while the views read it. Streams and images are recording fakes (no CUDA here)."""
+    import contextlib
+    from concurrent.futures import Future
+
+    from ltbench.data import device_decode
+    from ltbench.train import feed
+
+    class Stream:
+        def __init__(self, name):
+            self.name, self.waited = name, []
+
+        def wait_event(self, event):
+            self.waited.append(event)
+
+    class Image:
+        def __init__(self):
+            self.used_on = []
+
+        def record_stream(self, stream):
+            self.used_on.append(stream.name)
+
+    training, side = Stream("training"), Stream("side")
+    current = [training]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+
+    class Side:
+        @contextlib.contextmanager
+        def issuing(self):
+            current[0] = side
+            try:
+                yield
+            finally:
+                current[0] = training
+
+        def handoff(self):
+            return "views ready"
+
+        def receive(self, event, tensors):
+            current[0].wait_event(event)
+
+    images, readers = [Image(), Image()], []
+
+    def decoded():
+        future = Future()
+        future.set_result((images, "decoded"))
+        yield device_decode._hand_over((future, [], torch.tensor([0, 1]), torch.random.get_rng_state()),
+                                       torch.device("cpu"))
+
+    def build_views(first_view, keys):
+        readers.append(current[0].name)  # the stream the views' kernels would be queued on
+        return [torch.zeros(2, 1)]
+
+    feeder = feed.Feeder(zip(decoded(), [[("train", 0, 1), ("train", 1, 2)]]), torch.device("cpu"), build_views,
+                         decode=True)
+    feeder.side = Side()
+    feeder.take(feeder.prepare())
+    assert readers == ["side"]
+    assert side.waited == ["decoded"] and training.waited == ["views ready"]
+    assert [im.used_on for im in images] == [["side"], ["side"]]

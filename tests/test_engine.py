@@ -416,3 +416,61 @@ def test_batched_runs_carry_their_augmentation_scheme_in_the_id(write_recipe):
         assert identity.run_id(now) != r["run_id"] == identity.run_id(r["config"])
         with pytest.raises(ConfigError, match="implements batched scheme 2 only"):
             from_dict(TrainConfig, r["config"]["train"], "train")
+
+
+def test_an_in_process_run_leaves_cudnn_benchmark_as_it_found_it(tmp_path, write_recipe, monkeypatch):
+    """prepare_for_device sets torch.backends.cudnn.benchmark for the process (on CUDA, from
+    train.cudnn_benchmark); ``engine.train`` puts it back when the run ends, also when it fails. No CUDA here:
+    the setting is simulated by flipping the flag where prepare_for_device runs."""
+    import torch
+
+    from ltbench.recipe import load_recipe
+    from ltbench.train import engine
+
+    prepare, before = engine.prepare_for_device, torch.backends.cudnn.benchmark
+
+    def flipping(run, device):
+        prepare(run, device)
+        torch.backends.cudnn.benchmark = not before
+
+    monkeypatch.setattr(engine, "prepare_for_device", flipping)
+    spec = load_recipe(write_recipe()).runs[0]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "failed").mkdir()
+    engine.train(spec, tmp_path / "run", say=lambda line: None)
+    assert torch.backends.cudnn.benchmark == before
+    monkeypatch.setattr(engine, "make_loader", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        engine.train(spec, tmp_path / "failed", say=lambda line: None)
+    assert torch.backends.cudnn.benchmark == before
+
+
+def test_a_resident_training_set_gives_the_same_run_as_the_loader(tmp_path, monkeypatch):
+    """augment_on: batch with in-memory uint8 data: the training array lives on the device and each batch is
+    gathered there (engine.resident_data, feed.resident_batches): the same order, images and seeds as the
+    loader's batches, so the same losses and metrics, bit for bit on the CPU."""
+    import methods  # noqa: F401
+    from ltbench.recipe import resolve_run_config
+    from ltbench.train import engine, feed
+
+    raw = {"data": {"name": "synthetic_lt", "num_classes": 4, "max_per_class": 12, "imb_factor": 2,
+                    "test_per_class": 2, "image_size": 12},
+           "backbone": {"name": "resnet8"}, "method": {"name": "la", "views": ["strong"]},
+           "train": {"augment_on": "batch", "progress": False, "threads": 1},
+           "optim": {"lr": 0.05, "batch_size": 8, "epochs": 2, "warmup_epochs": 0}}
+    config = resolve_run_config(raw, seed=0, where="test")
+
+    def run(name):
+        outcome = engine.train({"config": config, "recipe": "t", "run_id": name}, tmp_path / name, say=lambda _: None)
+        return outcome.metrics["all"], (tmp_path / name / "log.jsonl").read_text().count('"loss"'), \
+            [json.loads(line)["loss"] for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
+
+    gathered = []
+    resident_batches = feed.resident_batches
+    monkeypatch.setattr(feed, "resident_batches", lambda *a: gathered.append(1) or resident_batches(*a))
+    for name in ("resident", "loader"):
+        (tmp_path / name).mkdir()
+    resident = run("resident")
+    assert gathered  # the resident path ran
+    monkeypatch.setattr(engine, "resident_data", lambda train, device: None)
+    assert run("loader") == resident

@@ -457,6 +457,43 @@ def test_every_batched_pipeline_compiles_without_graph_breaks():
         assert torch.equal(compiled(batch, seeds[:len(batch)], view=1), eager), name
 
 
+def test_train_compile_runs_the_views_compiled_in_the_run():
+    """Under train.compile the run's views are the compiled pipelines (whole graphs, static shapes), after a
+    first eager call that makes their constants: the same views (aot_eager: no code generation), one graph per
+    pipeline and batch size; a list of ImageNet-size images stays eager."""
+    from torch._dynamo.utils import counters
+
+    from ltbench.train import engine
+
+    eager_views = [B.build_batch(v, ImageSpec(16, 3, RGB.mean, RGB.std)) for v in ("autoaug_cutout", "simaug")]
+    views = engine.compiled_views(eager_views, "aot_eager")
+    torch._dynamo.reset()
+    counters.clear()
+    for n in (4, 4, 4, 3):  # full batches, then an epoch's smaller last batch
+        x, seeds = images(n, 3, seed=n), torch.arange(n) + 7
+        for v, (compiled, eager) in enumerate(zip(views, eager_views)):
+            assert torch.equal(compiled(x, seeds, view=v), eager(x, seeds, view=v))
+    assert counters["stats"]["unique_graphs"] == 2 * len(views)  # batch sizes 4 and 3, per pipeline
+    ragged = engine.compiled_views([B.build_batch("imagenet_train", LARGE)], "aot_eager")[0]
+    for _ in range(2):
+        ragged(large_list(3), torch.arange(3))
+    assert counters["stats"]["unique_graphs"] == 2 * len(views)
+
+
+def test_reduce_overhead_is_inductor_with_cuda_graphs_and_static_shapes(monkeypatch):
+    from ltbench.config import TrainConfig, from_dict
+    from ltbench.train import engine
+
+    assert from_dict(TrainConfig, {"compile": "reduce-overhead"}, "train").compile == "reduce-overhead"
+    assert engine.compile_options("reduce-overhead") == ("inductor", {"mode": "reduce-overhead", "dynamic": False})
+    assert engine.compile_options("inductor") == ("inductor", {})
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
+    views = engine.compiled_views([B.build_batch("standard", RGB)], "reduce-overhead")
+    assert seen == [{"fullgraph": True, "dynamic": False, "backend": "inductor"}]  # views: no CUDA graph
+    assert isinstance(views[0], B.CompiledPipeline)
+
+
 # ---- the engine: augment_on is part of the run id; a batched run trains ---------------------------
 
 

@@ -38,6 +38,26 @@ def test_every_kind_of_sync_is_counted_with_its_line():
     assert isinstance(blocking, gpu_cost.OnDevice) and isinstance(asynchronous, gpu_cost.OnDevice)
 
 
+def test_syncs_inside_an_op_and_host_reads_are_counted_and_pageable_copies_flagged():
+    """What no dispatch-level data dependency shows: ops whose host code reads a device value (repeat_interleave
+    without output_size, multinomial of one sample or without replacement), ``.tolist()``/``.numpy()`` (counted
+    with their line, the values returned), and a non-blocking copy from pageable memory (flagged, not a sync)."""
+    x = torch.arange(1.0, 5.0)
+    with gpu_cost.counting() as c:
+        d = gpu_cost.to_device(x)
+        repeats = gpu_cost.to_device(torch.tensor([1, 2, 1, 1]))
+        torch.repeat_interleave(d, repeats)  # sync
+        torch.repeat_interleave(d, repeats, output_size=5)  # none
+        torch.multinomial(d, 1)  # sync
+        torch.multinomial(d, 2, replacement=True)  # none
+        values, array = d.tolist(), d.numpy()
+        torch.ones(3).to(gpu_cost.DEVICE, non_blocking=True)
+    ops = sorted(op for _, op, _, _ in c.sync_sites())
+    assert ops == ["multinomial", "numpy", "repeat_interleave", "tolist"], c.sync_sites()
+    assert values == x.tolist() and array.tolist() == x.tolist()
+    assert [n for _, n in c.pageable_sites()] == [1] and c.pageable_sites()[0][0].startswith("tests/test_gpu_cost.py:")
+
+
 def test_a_synthetic_item_in_a_training_step_is_caught():
     """What the zero-sync tests rely on: a step that reads its loss every iteration shows one sync per step."""
     torch.manual_seed(0)

@@ -40,3 +40,18 @@ def test_cuda_asked_without_cuda_is_refused():
     out = subprocess.run([sys.executable, "benchmarks/gpu_throughput.py", "--quick", "--device", "cuda"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "torch.cuda.is_available() is False" in out.stderr
+
+
+def test_the_gpu_check_stops_at_once_without_cuda(tmp_path):
+    """benchmarks/gpu_check.sh needs a GPU: without CUDA it says so in one line and exits 2, writing nothing."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = subprocess.run(["bash", "benchmarks/gpu_check.sh", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env={**__import__("os").environ, "PYTHON": sys.executable})
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "no CUDA device" in out.stderr
+    assert not (tmp_path / "out").exists()
+    usage = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "usage: benchmarks/gpu_check.sh OUTDIR" in usage.stderr

@@ -792,6 +792,23 @@ def as_uint8_tensor(image) -> torch.Tensor:
     return TF.pil_to_tensor(image)
 
 
+class CompiledPipeline:
+    """A batched pipeline through ``torch.compile(fullgraph=True, dynamic=False)`` (train.compile;
+    ``engine.compiled_views``). Its first call runs eagerly, so the device constants it caches
+    (``batch_ops.device_constant``) are made outside the graph, as ``compiled_kernel_count`` does; a list of
+    differently sized images (ImageNet-size data) always runs eagerly, since every size would be a graph."""
+
+    def __init__(self, pipeline: BatchPipeline, backend: str):
+        self.pipeline, self.warm = pipeline, False
+        self.compiled = torch.compile(pipeline.__call__, fullgraph=True, dynamic=False, backend=backend)
+
+    def __call__(self, images, seeds: torch.Tensor, view: int = 0) -> torch.Tensor:
+        if not self.warm or not isinstance(images, torch.Tensor):
+            self.warm = isinstance(images, torch.Tensor)
+            return self.pipeline(images, seeds, view)
+        return self.compiled(images, seeds, view)
+
+
 _KERNEL_CALL = re.compile(r"^\s*(?:\w+ = )?((?:cpp_fused|triton)\w*(?:\.run)?|extern_kernels\.\w+"
                           r"|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\(", re.MULTILINE)
 

@@ -247,8 +247,10 @@ def _decode_on_stream(encoded: list[torch.Tensor], device: torch.device, stats: 
 
 
 def _hand_over(pending: tuple, device: torch.device) -> tuple[list, torch.Tensor]:
-    """Wait for a batch's decode; on CUDA the training stream waits for the side stream (on the device, not
-    the host) and the images are marked as used there, so their memory is not reused too early."""
+    """Wait for a batch's decode; on CUDA the current stream, the one that reads the images next (the feeder's
+    side stream, which takes the batch in its context: ltbench/train/feed.py), waits for the decode's stream (on
+    the device, not the host) and the images are marked as used there, so their memory is not reused while
+    it still reads them."""
     future, rest, labels, rng = pending
     images, ready = future.result()
     if ready is not None:

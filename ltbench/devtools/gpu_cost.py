@@ -13,9 +13,13 @@ CPU's bit for bit, and records
 
 * a **launch** for every op with an output on the device, except views and allocations (no kernel runs);
 * a **sync** for ``_local_scalar_dense`` (``item``/``bool``/``int``/``float``), ops whose output size
-  depends on the data (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing), a blocking copy
-  either way, and ``torch.tensor``-style creation of Python data on the device; each with the line of
-  project code that asked for it;
+  depends on the data (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing), ops that read a
+  device value in their own host code (``IN_KERNEL_SYNC``: ``repeat_interleave`` without ``output_size``,
+  ``multinomial``), a blocking copy either way (``.tolist()``/``.numpy()`` included), and ``torch.tensor``-style
+  creation of Python data on the device; each with the line of project code that asked for it;
+* a **pageable copy** for a non-blocking host-to-device copy from memory that is not pinned: CUDA stages it
+  through a pinned buffer and the host waits for that, so it overlaps nothing (flagged, not a sync: nothing can
+  be pinned without CUDA, so on the emulated device every such copy is pageable; ``pageable_sites``);
 * a **mix-up** for a device tensor combined with a host tensor of dim > 0 (a RuntimeError on CUDA).
 
 Launches are attributed to the phase named by :meth:`Counter.phase` (augmentation, model, ...). What this
@@ -42,6 +46,18 @@ DEVICE = torch.device("meta")  # what an emulated tensor reports as its device (
 DATA_DEPENDENT = frozenset({"nonzero", "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive",
                             "masked_select", "is_nonzero", "equal", "_local_scalar_dense",
                             "bincount"})  # CUDA's bincount reads the largest value on the host to size its output
+# Ops whose host code reads a device value (a sync inside the op, which no dispatch-level data dependency
+# shows): name -> (when, given the op's arguments; what it reads). CUDA's repeat_interleave sums the repeats to
+# size its output unless output_size says it; multinomial checks its probabilities on the host for one sample
+# or sampling without replacement; linalg's error checks read the info tensor.
+IN_KERNEL_SYNC = {
+    "repeat_interleave": (lambda args, kw: kw.get("output_size") is None,
+                          "repeat_interleave without output_size (sums the repeats on the host)"),
+    "multinomial": (lambda args, kw: (args[1] if len(args) > 1 else kw.get("num_samples")) == 1
+                    or not (args[2] if len(args) > 2 else kw.get("replacement", False)),
+                    "multinomial (checks its probabilities on the host)"),
+    "_linalg_check_errors": (lambda args, kw: True, "linalg error check (reads the info tensor)"),
+}
 # Ops that refuse a host tensor among device ones even when it is 0-dim (TensorIterator ops accept those).
 WHOLE_TENSOR_INPUTS = frozenset({"cat", "stack"})
 # No kernel runs: memory is only reserved, or the op is a no-op on its input.
@@ -108,6 +124,7 @@ class Counter:
     launches: collections.Counter = field(default_factory=collections.Counter)  # (phase, op) -> n
     syncs: collections.Counter = field(default_factory=collections.Counter)  # (phase, kind, op, site) -> n
     mixups: collections.Counter = field(default_factory=collections.Counter)  # (op, site) -> n
+    pageable: collections.Counter = field(default_factory=collections.Counter)  # (phase, site) -> n
     current: str = "other"
 
     @contextlib.contextmanager
@@ -129,6 +146,16 @@ class Counter:
         """``(kind, op, site, count)`` of every sync, most frequent first."""
         rows = [(kind, op, site, n) for (p, kind, op, site), n in self.syncs.items() if phase in (None, p)]
         return sorted(rows, key=lambda r: (-r[3], r[2]))
+
+    def pageable_sites(self, phase: str | None = None) -> list[tuple[str, int]]:
+        """``(site, count)`` of every non-blocking copy from pageable host memory (see the module doc)."""
+        return sorted(((site, n) for (p, site), n in self.pageable.items() if phase in (None, p)),
+                      key=lambda r: (-r[1], r[0]))
+
+    def clear(self) -> None:
+        """Forget what was counted so far (the warm-up before a steady-state step)."""
+        for counts in (self.launches, self.syncs, self.mixups, self.pageable):
+            counts.clear()
 
     def note_sync(self, kind: str, op: str) -> None:
         self.syncs[(self.current, kind, op, project_site())] += 1
@@ -170,6 +197,8 @@ class _Dispatch(TorchDispatchMode):
         if name in COPIES:
             return self._copy(name, args, kwargs)
         out_on_device = on_device or wants_device
+        if on_device and name in IN_KERNEL_SYNC and IN_KERNEL_SYNC[name][0](args, kwargs):
+            c.note_sync(IN_KERNEL_SYNC[name][1], name)
         if on_device and name in DATA_DEPENDENT:
             c.note_sync("value read by the host" if name in ("_local_scalar_dense", "is_nonzero", "equal")
                         else "output size depends on the data", name)
@@ -206,6 +235,8 @@ class _Dispatch(TorchDispatchMode):
             c.note_sync("blocking copy to the " + ("device" if dst_on else "host"), name)
         elif dst_on:
             c.launches[(c.current, "copy (host to device)" if not src_on else name)] += 1
+            if not src_on and isinstance(src, torch.Tensor) and not src.is_pinned():
+                c.pageable[(c.current, project_site())] += 1
         return dst_on
 
 
@@ -219,6 +250,7 @@ class _Creation(TorchFunctionMode):
     copy inside these factories does not pass through dispatch modes, so they are caught here."""
 
     FACTORIES = ("tensor", "as_tensor", "new_tensor", "asarray")
+    READS = ("tolist", "numpy")  # a device tensor's values to the host: a blocking copy
 
     def __init__(self, counter: Counter):
         super().__init__()
@@ -227,6 +259,9 @@ class _Creation(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
+        if name in self.READS and args and isinstance(args[0], OnDevice):
+            self.counter.note_sync("blocking copy to the host", name)
+            return func(held(args[0]), *args[1:], **kwargs)
         if name not in self.FACTORIES:
             return func(*args, **kwargs)
         data = args[1] if name == "new_tensor" else args[0]

@@ -48,7 +48,7 @@ from ltbench.train import checkpoint
 from ltbench.train.checkpoint import CheckpointSaver
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
-from ltbench.data.base import LTData, MultiView
+from ltbench.data.base import ArrayImages, LTData, MultiView
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.train.heartbeat import HEARTBEAT, PhaseBeat
@@ -110,13 +110,34 @@ def prepare_for_device(run: Run, device: torch.device) -> None:
         compile_for_training(run, cfg.compile)
 
 
-def compile_for_training(run: Run, backend: str) -> None:
+def compile_for_training(run: Run, setting: str) -> None:
     """train.compile: the backbone and the method's loss (its head, loss and their backward) through
     ``torch.compile``, so that a step is a few fused kernels rather than hundreds of small ones (what a GPU
-    pays per launch: docs/performance.md). Not ``fullgraph``: a method's host-side code (an epoch switch, a
-    plugin's Python) becomes a graph break, not an error."""
-    run.compiled = torch.compile(run.backbone, backend=backend)
-    run.compiled_loss = torch.compile(run.method.loss, backend=backend)
+    pays per launch: docs/performance.md); the batched views follow in ``make_loader`` (``compiled_views``).
+    Not ``fullgraph``: a method's host-side code (a plugin's Python) becomes a graph break, not an error.
+    ``reduce-overhead``: Inductor with CUDA graphs (one replay instead of a launch per kernel) and static shapes,
+    so an epoch's last, smaller batch is a second graph, not a dynamic one; off CUDA, Inductor skips the
+    graphs and this is ``inductor`` with static shapes."""
+    backend, options = compile_options(setting)
+    run.compiled = torch.compile(run.backbone, backend=backend, **options)
+    run.compiled_loss = torch.compile(run.method.loss, backend=backend, **options)
+
+
+def compile_options(setting: str) -> tuple[str, dict]:
+    """(backend, torch.compile keyword arguments) of a train.compile value."""
+    if setting == "reduce-overhead":
+        return "inductor", {"mode": "reduce-overhead", "dynamic": False}
+    return setting, {}
+
+
+def compiled_views(pipelines: list, setting: str) -> list:
+    """The batched view pipelines under train.compile, each compiled whole (``fullgraph=True``: they have no
+    host-side branch or read, tests/test_gpu_augment.py) and with static shapes (the last batch of an epoch is
+    a second graph). Never CUDA graphs, also under reduce-overhead: a batch's views are built one step ahead
+    on the feeder's side stream and must outlive the next call, which a graph's static output buffers would
+    overwrite."""
+    backend, _ = compile_options(setting)
+    return [batch_augment.CompiledPipeline(p, backend) for p in pipelines]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -139,6 +160,7 @@ class Run:
     compiled_loss: Callable | None = None  # torch.compile'd method.loss (train.compile), else None
     sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
+    resident: tuple | None = None  # augment_on: batch, in-memory uint8 data: (images, labels) on the device
     decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
     progress: PhaseBeat | None = None  # rank 0 of train(): evaluation and writing phases for the launcher's display
     decode_stats: device_decode.DecodeStats = field(default_factory=device_decode.DecodeStats)  # log: decode_*
@@ -187,12 +209,19 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
 
 
 def make_optimizer(run: Run) -> torch.optim.Optimizer:
+    """SGD over the model's parameters and the method's own groups. On CUDA the fused kernel (``fused=True``):
+    one launch per device and dtype instead of a handful of foreach launches, and with fp16 it takes
+    GradScaler's ``found_inf`` on the device, so a step no longer reads it on the host. It computes the same
+    update as the foreach one (weight decay, momentum, Nesterov, elementwise in the parameters' dtype), exact up
+    to the compiler's contraction of multiply-adds, i.e. in the last bit, like any other CUDA kernel choice.
+    On the CPU torch's default (bit-identical results there stay as they were)."""
     o = run.optim
     groups = run.method.param_groups() or []
     grouped = {id(p) for g in groups for p in g["params"]}
     rest = [p for p in run.model.parameters() if id(p) not in grouped and p.requires_grad]
+    fused = True if any(p.is_cuda for p in run.model.parameters()) else None
     return torch.optim.SGD([{"params": rest}, *groups], lr=o.lr, momentum=o.momentum,
-                           nesterov=o.nesterov, weight_decay=o.weight_decay)
+                           nesterov=o.nesterov, weight_decay=o.weight_decay, fused=fused)
 
 
 def lr_factor(o: OptimConfig, iteration: int, iters_per_epoch: int) -> float:
@@ -412,14 +441,29 @@ def make_loader(run: Run, seed: int, workers: int, device: torch.device) -> Load
     names, image, aliases = run.method.views(), run.data.image, run.data.pipelines
     if run.train.augment_on == "batch":
         run.device_views = [batch_augment.build_batch(v, image, aliases) for v in names]
+        if run.train.compile != "off":
+            run.device_views = compiled_views(run.device_views, run.train.compile)
         encoded = device_decode.encoded_source(run.data.train, run.train.augment_on, image.kind, device)
         run.decode_on_device = encoded is not None
+        run.resident = None if encoded is not None else resident_data(run.data.train, device)
         decoded = MultiView(run.data.train, [batch_augment.as_uint8_tensor])
         sources = {"train": encoded if encoded is not None else decoded}
     else:
         sources = {"train": MultiView(run.data.train, [transforms.build(v, image, aliases) for v in names])}
     sources.update({name: ds for name, (ds, _) in run.eval_sets.items()})
     return Loader(SeededSamples(sources, seed), workers, pin_memory=device.type == "cuda")
+
+
+def resident_data(train, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """With train.augment_on: batch, a training set held in memory as uint8 (CIFAR, Fashion-MNIST, synthetic:
+    ``ArrayImages``) is put on the device once, images and labels, and each batch is gathered there
+    (``feed.resident_batches``), as the bare loop of benchmarks/gpu_throughput.py does: no collating, pinning or
+    copying of images per batch in the training thread. Same keys, so the same order, images and seeds as the
+    loader's batches (tests/test_engine.py); the loader still serves the test sets. Costs the training array on
+    the device (CIFAR: 150 MB). Other datasets (files, encoded images): None, the loader."""
+    if not isinstance(train, ArrayImages):
+        return None
+    return train.images.to(device), torch.as_tensor(train.labels, dtype=torch.int64).to(device)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -842,10 +886,14 @@ def begin_epoch(s: Session, epoch: int, start_step: int, saver: CheckpointSaver)
     batches = sampled_batches(run, s.seed, epoch)
     keys = run.loader.samples.train_keys(batches, start_step, epoch, s.rank, s.world)
     build = None if run.device_views is None else (lambda images, k: augment_on_device(run, images, k, s.device))
-    loaded = run.loader.run(keys)
-    if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
-        loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
-    feeder = feed.Feeder(zip(loaded, keys), s.device, build, run.decode_on_device)
+    if run.resident is not None:  # gathered on the device (resident_data)
+        host_batches = feed.resident_batches(*run.resident, keys, s.device)
+    else:
+        loaded = run.loader.run(keys)
+        if run.decode_on_device:  # batch k+1 decoded in a background thread while batch k trains
+            loaded = device_decode.decode_ahead(loaded, s.device, run.decode_stats)
+        host_batches = zip(loaded, keys)
+    feeder = feed.Feeder(host_batches, s.device, build, run.decode_on_device)
     bar = progress_bar(len(batches), start_step, run.train.progress and s.main, f"epoch {epoch + 1}/{o.epochs}")
     loop = EpochLoop(epoch, len(batches), EpochMeter(s.device, len(batches) - start_step, start_step), bar, saver,
                      feeder)
@@ -953,29 +1001,33 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
 def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:
     """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run:
     resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record."""
-    spec = dataclasses.replace(RunSpec.coerce(spec), run_dir=str(run_dir))
-    s = start_session(spec, say)
-    s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
-    saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
-                            world=s.world, best_val=s.run.eval.select == "best_val")
-    epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
-    distributed.barrier()
-    s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
-    if s.main and s.run.train.loggers:
-        s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
-    saver.restart_clock()
-    started = time.time()
-    if s.run.optim.epochs == 0 and epoch == 0:  # evaluation only: the model as built is the final checkpoint
-        saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=0, iteration=0)
+    benchmark = torch.backends.cudnn.benchmark  # set for the process by prepare_for_device (CUDA)
     try:
-        while epoch < s.run.optim.epochs:
-            meter = train_epoch(s, epoch, start_step, saver)
-            epoch_record(s, meter, epoch)
-            epoch, start_step = epoch + 1, 0
-            saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
-            distributed.barrier()
-            saver.restart_clock()
-        return final_outcome(s, started)
-    finally:
-        if s.loggers is not None:
-            s.loggers.close()
+        spec = dataclasses.replace(RunSpec.coerce(spec), run_dir=str(run_dir))
+        s = start_session(spec, say)
+        s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
+        saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
+                                world=s.world, best_val=s.run.eval.select == "best_val")
+        epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
+        distributed.barrier()
+        s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
+        if s.main and s.run.train.loggers:
+            s.loggers = create_loggers(s.run.train.loggers, Path(run_dir), spec)
+        saver.restart_clock()
+        started = time.time()
+        if s.run.optim.epochs == 0 and epoch == 0:  # evaluation only: the model as built is the final checkpoint
+            saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=0, iteration=0)
+        try:
+            while epoch < s.run.optim.epochs:
+                meter = train_epoch(s, epoch, start_step, saver)
+                epoch_record(s, meter, epoch)
+                epoch, start_step = epoch + 1, 0
+                saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
+                distributed.barrier()
+                saver.restart_clock()
+            return final_outcome(s, started)
+        finally:
+            if s.loggers is not None:
+                s.loggers.close()
+    finally:  # an in-process run (tests, notebooks, benchmarks) leaves cuDNN as it found it
+        torch.backends.cudnn.benchmark = benchmark

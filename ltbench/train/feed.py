@@ -21,14 +21,33 @@ from typing import Callable, Iterator
 import torch
 
 
-def seeds_on_device(batch_keys: list[tuple], device: torch.device) -> torch.Tensor:
+def seeds_on_device(batch_keys: list[tuple] | torch.Tensor, device: torch.device) -> torch.Tensor:
     """The per-sample seeds of a batch (a key's third item) on ``device`` without a blocking copy: built on
     the host, pinned on a real CUDA device so that the copy is asynchronous, then sent non-blocking
-    (``torch.tensor(..., device=cuda)`` would wait for the copy)."""
+    (``torch.tensor(..., device=cuda)`` would wait for the copy). Seeds already on the device (a resident
+    training set's batches, ``resident_batches``) pass through."""
+    if isinstance(batch_keys, torch.Tensor):
+        return batch_keys
     seeds = torch.tensor([key[2] for key in batch_keys], dtype=torch.int64)
     if device.type == "cuda":
         seeds = seeds.pin_memory()
     return seeds.to(device, non_blocking=True)
+
+
+def resident_batches(images: torch.Tensor, labels: torch.Tensor, batch_keys: list[list], device: torch.device):
+    """The batches of an epoch gathered from a training set held on the device (``engine.resident_data``):
+    per batch, its indices and seeds in one host tensor (pinned on CUDA), one non-blocking copy, then a gather
+    on the device, so no image crosses the bus and the host neither collates nor pins. The same images, labels
+    and seeds as the loader's batches of these keys. Yields ``(([images], labels), seeds)``, the seeds on the
+    device standing for the keys (``seeds_on_device`` passes them through). Taken by ``Feeder.prepare`` in its
+    side stream's context, so the gather runs there too."""
+    for keys in batch_keys:
+        packed = torch.tensor([[key[1] for key in keys], [key[2] for key in keys]], dtype=torch.int64)
+        if device.type == "cuda":
+            packed = packed.pin_memory()
+        packed = packed.to(device, non_blocking=True)
+        index = packed[0]
+        yield ([images.index_select(0, index)], labels.index_select(0, index)), packed[1]
 
 
 def to_device(images, device: torch.device):
@@ -97,11 +116,11 @@ class Feeder:
 
     def prepare(self) -> DeviceBatch | None:
         """Issue the next host batch's copy (and views) on the side stream; None when the epoch has no more."""
-        item = next(self.batches, None)
-        if item is None:
-            return None
-        (views, labels), keys = item
-        with self.side.issuing():
+        with self.side.issuing():  # the next batch taken here too: a device decoder hands its images to this stream
+            item = next(self.batches, None)
+            if item is None:
+                return None
+            (views, labels), keys = item
             views, labels = self.copy(views, labels)
             if self.build_views is not None:
                 views = self.build_views(views[0], keys)
