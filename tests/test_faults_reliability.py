@@ -115,7 +115,7 @@ def _foreign_run(d):
     """A self-consistent entry the recipe never had: seed 31337, lr 0.5, its own id and folder."""
     spec = json.loads(json.dumps(d["runs"][0]))
     spec["config"]["seed"], spec["config"]["optim"]["lr"] = 31337, 0.5
-    spec["run_id"] = caches.run_id_of(spec["config"])
+    spec["run_id"] = identity.config_id(spec["config"])
     spec["run_dir"] = str(Path(spec["run_dir"]).parent / spec["run_id"])
     d["runs"][-1] = spec
 

@@ -8,7 +8,7 @@ import torch
 from torchvision.io import write_jpeg
 
 from ltbench.cli import main
-from pretrained_kit import tiny_weights  # noqa: F401
+from pretrained_kit import CLIP_SHAPE, tiny_weights  # noqa: F401
 from tests.conftest import ROOT
 from tests.test_cifar import write_fake_cifar100
 
@@ -38,8 +38,10 @@ def test_recipe_dry_runs(recipe, tree, tmp_path, tiny_weights, capsys):
         write_fake_cifar100(data, per_class=20)
     else:
         split_list_tree(data, *tree)
+    # the tiny file as the shape-configurable CLIP: the weights check (before any run) fits them to the model
+    shape = ["backbone.name=clip_vit", *[f"backbone.{k}={v}" for k, v in CLIP_SHAPE.items()]]
     code = main(["run", str(ROOT / "recipes" / f"{recipe}.yaml"), "--dry-run", "--results", str(tmp_path / "r"),
-                 f"data.root={data}", f"backbone.weights={tiny_weights['clip']}"])
+                 f"data.root={data}", f"backbone.weights={tiny_weights['clip']}", *shape])
     out = capsys.readouterr().out
     assert code == 0, out
     for row in ("zero_shot", "la", "lift", "bape"):

@@ -326,7 +326,8 @@ def test_tables_show_stage2_rows_and_select_them_by_posthoc_keys(runs):
     tau_result = json.loads((features.Path(runs["dirs"]["ce"]) / "posthoc" / posthoc_id(
         {"name": "tau_norm", "tau": 1.0, "keep_bias": False}) / store.RESULT).read_text())
     assert next(iter(tau.units.values())).runs[0]["metrics"]["all"] == tau_result["metrics"]["all"]
-    assert table.rows[0].label == "CE" and [n.split(":")[0] for n in table.notes] == ["numerics of every result shown"]
+    assert table.rows[0].label == "CE" and table.notes[0].startswith("numerics of every result shown")
+    assert [n.split(" in ")[0] for n in table.notes[1:]] == ["2 finished run(s)"]  # the BAPE runs: in no table
     labels = [r.label for r in report.tables(runs["recipe"].root, use_cache=False)[0].rows]
     assert "ce + tau_norm (tau=1)" in labels and "ce" in labels  # default labels: run label + stage-2 label
     assert "bape + bape_refit (alpha_hat=10, kappa_solver=newton)" in labels

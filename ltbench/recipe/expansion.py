@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ltbench.results import caches, safe_read, store
+from ltbench.results import caches, store
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, RecipeConfig, parse_yaml, read_recipe_file, recipe_name, results_root
 from ltbench import registry
@@ -147,10 +147,7 @@ def plugin_listing(plugin_dirs: list[str]) -> dict[str, list[dict]]:
     signature = listing_signature(dirs)
     tag = hashlib.sha1(json.dumps(dirs).encode()).hexdigest()[:8]
     path = store.cache_home() / f".ltbench-plugins-{tag}.json"
-    try:
-        cached = safe_read.load_json(path)
-    except safe_read.UnusableFile:
-        cached = None
+    cached = caches.read_cache(path)  # sealed: None when missing, damaged or edited
     if isinstance(cached, dict) and cached.get("version") == LISTING_VERSION \
             and cached.get("signature") == signature and not listing_problem(cached.get("kinds")):
         return cached["kinds"]
@@ -212,10 +209,7 @@ def cached_estimates(plugin_dirs: list[str]) -> tuple[str, dict]:
     torch runs its initialisers through ``torch._dynamo`` (3.5 s to import), on every ``--dry-run``. An
     estimate depends only on the configuration and the code, never on the machine (the bounds are taken anew)."""
     signature = caches.code_signature(list(plugin_dirs) + env_plugin_dirs())
-    try:
-        cached = safe_read.load_json(store.cache_home() / ".ltbench-estimates.json")
-    except safe_read.UnusableFile:
-        return signature, {}
+    cached = caches.read_cache(store.cache_home() / ".ltbench-estimates.json")  # sealed, like every cache
     good = isinstance(cached, dict) and cached.get("version") == ESTIMATES_VERSION \
         and cached.get("signature") == signature and isinstance(cached.get("estimates"), dict) \
         and all(v is None or (isinstance(v, list) and len(v) == ESTIMATE_FIELDS
