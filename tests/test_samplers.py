@@ -304,3 +304,25 @@ def test_check_runs_the_sampler_contract(tmp_path, capsys):
     assert code == 1
     assert "ok    sampler half_balanced" in out
     assert "FAIL  sampler remembers" in out and "pure function of seed and epoch" in out
+
+
+def test_a_sampler_order_of_floats_is_refused_not_truncated():
+    """S13: epoch_order() giving floats (2.7) was cast to int64, silently training on other samples."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from ltbench.errors import MethodContractError
+    from ltbench.train.engine import sampled_batches
+
+    class Floats:
+        registered_name = "floats"
+
+        def epoch_order(self, seed, epoch):
+            return np.arange(6) + 0.7
+
+    run = SimpleNamespace(data=SimpleNamespace(train=[0] * 6), sampler=Floats(), optim=SimpleNamespace(batch_size=2))
+    with pytest.raises(MethodContractError, match="whole-number indices, got dtype float64"):
+        sampled_batches(run, 0, 0)
+    Floats.epoch_order = lambda self, seed, epoch: np.arange(6)[::-1].copy()
+    assert [b.tolist() for b in sampled_batches(run, 0, 0)] == [[5, 4], [3, 2], [1, 0]]

@@ -260,9 +260,13 @@ def sampled_batches(run: Run, seed: int, epoch: int) -> list[np.ndarray]:
     n = len(run.data.train)
     if run.sampler is None:
         return epoch_batches(n, run.optim.batch_size, seed, epoch)
-    order = np.asarray(run.sampler.epoch_order(seed, epoch), dtype=np.int64)
+    order = np.asarray(run.sampler.epoch_order(seed, epoch))
+    name = getattr(run.sampler, "registered_name", "?")
+    if order.dtype.kind not in "iu":  # a float order (2.7) would be truncated to another sample, silently
+        raise MethodContractError(f"sampler '{name}': epoch_order() must give whole-number indices, got dtype "
+                                  f"{order.dtype}; see ltbench/samplers/__init__.py")
+    order = order.astype(np.int64)
     if order.shape != (n,) or (n and (order.min() < 0 or order.max() >= n)):
-        name = getattr(run.sampler, "registered_name", "?")
         raise MethodContractError(f"sampler '{name}': epoch_order() must give {n} indices in [0, {n}) (one epoch "
                                   f"is len(train) draws), got shape {order.shape}; see ltbench/samplers/__init__.py")
     return cut_batches(order, run.optim.batch_size)
