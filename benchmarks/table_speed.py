@@ -52,14 +52,19 @@ def recipe_text(name: str, num_classes: int, lrs: int, taus: int, seeds: int) ->
 
 
 def fake_result(spec: dict, k: int, rng: random.Random) -> dict:
+    """A record that agrees with itself (schema.agreement_problem): the headline metrics are what its
+    per-class values give, as a real run's are; the heads' and priors' numbers are free."""
     groups = lambda: {g: rng.random() for g in ("all", "many", "medium", "few")}  # noqa: E731
-    metrics = {**groups(), "macro": rng.random(), "per_class": [rng.random() for _ in range(k)],
-               "groups": {"many_threshold": 100, "few_threshold": 20,
-                          "n_classes": {"many": k // 3, "medium": k // 3, "few": k - 2 * (k // 3)}},
+    counts = sorted((rng.randint(2, 1000) for _ in range(k)), reverse=True)
+    per_class = [rng.random() for _ in range(k)]
+    member = {g: [a for a, c in zip(per_class, counts) if (c > 100, c < 20) == w]
+              for g, w in (("many", (True, False)), ("medium", (False, False)), ("few", (False, True)))}
+    headline = {"all": sum(per_class) / k, **{g: (sum(v) / len(v) if v else None) for g, v in member.items()}}
+    metrics = {**headline, "macro": sum(per_class) / k, "per_class": per_class,
+               "groups": {"many_threshold": 100, "few_threshold": 20, "n_classes": {g: len(v) for g, v in member.items()}},
                "heads": {h: groups() for h in HEADS},
                "target_priors": {p: {"all": rng.random(), "many": rng.random(), "medium": rng.random(),
                                      "few": rng.random()} for p in PRIORS}}
-    counts = sorted((rng.randint(2, 1000) for _ in range(k)), reverse=True)
     return {"schema_version": schema.SCHEMA_VERSION, "run_id": spec.run_id, "recipe": spec.recipe, "status": "done",
             "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config, "metrics": metrics,
             "data": {"num_classes": k, "class_counts_train": counts, "class_counts_test": [3] * k,
