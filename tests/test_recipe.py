@@ -3,7 +3,7 @@ import yaml
 
 from ltbench.errors import ConfigError
 from ltbench.recipe import load_recipe
-from ltbench.results.identity import run_id as run_id_of
+from ltbench.results.identity import run_id
 
 
 def test_grid_and_seeds_expand_into_runs(write_recipe):
@@ -37,7 +37,7 @@ def test_run_id_is_stable_and_ignores_paths(write_recipe, tmp_path):
     d = load_recipe(write_recipe("d", fm))
     e = load_recipe(write_recipe("e", {"data": {"name": "fashion_mnist_lt", "root": "/elsewhere"}}))
     assert d.runs[0].run_id == e.runs[0].run_id != a.runs[0].run_id
-    assert a.runs[0].run_id == run_id_of(a.runs[0].config)
+    assert a.runs[0].run_id == run_id(a.runs[0].config)
     c = load_recipe(write_recipe("c", {"optim": {"lr": 0.01}}))
     assert c.runs[0].run_id != a.runs[0].run_id
 

@@ -4,7 +4,7 @@ Researchers in long-tailed recognition watch training live in TensorBoard (the L
 bases log to it) or Weights & Biases. ``log.jsonl`` stays the run's record; a logger receives the same
 per-epoch row (loss, lr, img/s, train accuracy, and the test metrics when ``train.eval_every`` logs
 them) as scalars, with the epoch as the step. Loggers are an execution setting: they are left out of
-the run id (``config.NOT_IN_RUN_ID``), so turning one on never changes which run a result belongs to.
+the run id (``identity.EXECUTION_SETTINGS``), so turning one on never changes which run a result belongs to.
 
 Both packages are optional (``pip install 'ltbench[loggers]'``). What can be known before training is
 checked at launch and refused with one line (``check_loggers``: a package not installed, W&B without
