@@ -68,6 +68,7 @@ def _outcome() -> record.TrainOutcome:
                            class_names=["a", "b"], info={})
     return record.TrainOutcome(metrics={**_headline(0.5)}, selection={"strategy": "last", "epoch": 1},
                                method_extras={}, data=record.data_record(data), train_seconds_this_session=1.0,
+                               device_seconds=1.5,
                                threads=1, device="cpu", world_size=1, views=["default"],
                                numerics={"device": "cpu", "threads": 1})
 

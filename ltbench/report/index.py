@@ -31,7 +31,7 @@ from ltbench.results import caches, identity, safe_read, schema, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 8  # 8: device_seconds; 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
+INDEX_VERSION = 9  # 9: device_seconds of all sessions, as the result records it; 8: device_seconds; 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
@@ -85,9 +85,9 @@ def summarize_result(data: dict, run_dir_name: str) -> dict:
     for k in ("device", "wall_seconds", "started", "ended", "world_size"):
         if data.get(k) is not None:
             rec["prov"][k] = data[k]
-    seconds, world = data.get("train_seconds_this_session"), data.get("world_size") or 1
-    if isinstance(seconds, (int, float)) and isinstance(world, int):  # the cost (report/tuned.py): device-seconds
-        rec["prov"]["device_seconds"] = float(seconds) * world        # of the run's last session
+    seconds = data.get("device_seconds")  # the run's cost, all sessions (absent from results made before it was kept)
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < float("inf"):
+        rec["prov"]["device_seconds"] = float(seconds)
     return rec
 
 

@@ -26,6 +26,9 @@ class TrainOutcome:
     method_extras: dict  # Method.result_extras()
     data: dict  # data_record(): the data the run actually saw
     train_seconds_this_session: float
+    # the run's cost: seconds of every session up to this result (those kept in its checkpoint plus this one's)
+    # times the devices it ran on; what a killed session did after its last checkpoint is redone and not counted
+    device_seconds: float
     threads: int
     device: str
     world_size: int

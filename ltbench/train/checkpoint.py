@@ -26,10 +26,10 @@ import torch
 from ltbench.errors import LtbenchError
 from ltbench.results import safe_read, store
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: the seconds the run has taken (its cost); a format-1 checkpoint starts its run over
 
 
-CHECKPOINT_KEYS = ("epoch", "step", "iteration", "model", "optimizer")
+CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "model", "optimizer")
 BEST_VAL = "best_val.pt"  # RUN_DIR/best_val.pt: the model of the best validation epoch so far
 BEST_VAL_KEYS = ("epoch", "model")
 
@@ -45,11 +45,13 @@ def write_state(path: Path, run, run_id: str, **fields) -> None:
 
 
 def save_checkpoint(path: Path, run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
-                    log_lines: int, scaler: torch.amp.GradScaler | None = None) -> None:
-    """The run's checkpoint: model, optimiser, method state and where the run is."""
+                    log_lines: int, seconds: float, scaler: torch.amp.GradScaler | None = None) -> None:
+    """The run's checkpoint: model, optimiser, method state, where the run is and the seconds it has taken
+    (all sessions: a resumed run's cost goes on from there)."""
     extra = {"scaler": scaler.state_dict()} if scaler is not None and scaler.is_enabled() else {}  # fp16: exact resume
     write_state(path, run, run_id, epoch=epoch,  # the epoch in progress (== epochs done when step == 0)
-                step=step, iteration=iteration, log_lines=log_lines, optimizer=optimizer.state_dict(), **extra)
+                step=step, iteration=iteration, log_lines=log_lines, seconds=seconds,
+                optimizer=optimizer.state_dict(), **extra)
 
 
 def save_best_val(run_dir: Path, run, *, run_id: str, epoch: int) -> None:
@@ -81,7 +83,10 @@ def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict
     if not os.path.lexists(path):
         return None
     try:
-        return read_state(path, run_id, CHECKPOINT_KEYS)
+        state = read_state(path, run_id, CHECKPOINT_KEYS)
+        if not isinstance(state["seconds"], (int, float)) or not 0 <= state["seconds"] < float("inf"):
+            raise ValueError(f"'seconds' is {state['seconds']!r}, not a number of seconds")
+        return state
     except ValueError as exc:  # all mean "start over"
         say(f"checkpoint {path} is unusable ({exc}); starting this run over")
         return None
@@ -104,11 +109,18 @@ class DamagedState(LtbenchError):
 class CheckpointSaver:
     """When to save, what to restore. Only the main process (rank 0) writes files."""
 
-    def __init__(self, run_dir: Path, run_id: str, *, minutes: float, main: bool, world: int, best_val: bool = False):
+    def __init__(self, run_dir: Path, run_id: str, *, minutes: float, main: bool, world: int, best_val: bool = False,
+                 session_start: float | None = None):
         self.path, self.log_path = run_dir / store.CHECKPOINT, run_dir / store.LOG
         self.run_id, self.minutes, self.main, self.world = run_id, minutes, main, world
         self.best_val = best_val  # eval.select: best_val (best_val.pt is part of the run's state)
         self.last_save = time.monotonic()
+        self.seconds_before = 0.0  # seconds of the earlier sessions, as the checkpoint resumed from kept them
+        self.session_start = time.monotonic() if session_start is None else session_start  # time.monotonic()
+
+    def seconds(self) -> float:
+        """Seconds of this run so far: the earlier sessions' plus this one's (from its start)."""
+        return self.seconds_before + time.monotonic() - self.session_start
 
     def resume(self, run, optimizer, scaler, say: Callable[[str], None]) -> tuple[int, int, int]:
         """Restore the run from its checkpoint if usable; (epoch, step, iteration) to start from.
@@ -130,6 +142,7 @@ class CheckpointSaver:
         run.method.load_extra_state(state.get("method_extra", {}))
         if "scaler" in state:
             scaler.load_state_dict(state["scaler"])
+        self.seconds_before = float(state["seconds"])
         say(f"resuming from checkpoint: epoch {state['epoch']}, step {state['step']}")
         if self.main:  # the log lines written after this checkpoint will be written again
             rows = store.read_jsonl(self.log_path)[: state.get("log_lines", 0)]
@@ -138,7 +151,7 @@ class CheckpointSaver:
 
     def _save(self, run, optimizer, scaler, epoch: int, step: int, iteration: int) -> None:
         save_checkpoint(self.path, run, optimizer, run_id=self.run_id, epoch=epoch, step=step, iteration=iteration,
-                        log_lines=len(store.read_jsonl(self.log_path)), scaler=scaler)
+                        log_lines=len(store.read_jsonl(self.log_path)), seconds=self.seconds(), scaler=scaler)
 
     def after_step(self, run, optimizer, scaler, *, epoch: int, next_step: int, steps_in_epoch: int,
                    iteration: int, before_save: Callable[[], None] | None = None) -> None:

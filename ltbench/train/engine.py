@@ -982,7 +982,7 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     return row
 
 
-def final_outcome(s: Session, started: float) -> TrainOutcome:
+def final_outcome(s: Session, started: float, saver: CheckpointSaver) -> TrainOutcome:
     """Final evaluation, model selection, predictions.npz (rank 0), and the measured outcome."""
     run, run_dir = s.run, Path(s.spec.run_dir)
     if run.eval.select == "best_val":
@@ -998,6 +998,7 @@ def final_outcome(s: Session, started: float) -> TrainOutcome:
         save_predictions(run_dir, predictions, run.data.num_classes)
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
                         data=data_record(run.data), train_seconds_this_session=time.time() - started,
+                        device_seconds=saver.seconds() * s.world,
                         threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views(),
                         numerics=session_numerics(s, log), parameters=parameter_counts(run.backbone, run.method))
 
@@ -1006,12 +1007,13 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
     """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run:
     resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record."""
     benchmark = torch.backends.cudnn.benchmark  # set for the process by prepare_for_device (CUDA)
+    entered = time.monotonic()  # the session's cost counts from here: data and model building included
     try:
         spec = dataclasses.replace(RunSpec.coerce(spec), run_dir=str(run_dir))
         s = start_session(spec, say)
         s.run.progress = PhaseBeat(Path(run_dir)) if s.main else None
         saver = CheckpointSaver(Path(run_dir), spec.run_id, minutes=s.run.train.checkpoint_minutes, main=s.main,
-                                world=s.world, best_val=s.run.eval.select == "best_val")
+                                world=s.world, best_val=s.run.eval.select == "best_val", session_start=entered)
         epoch, start_step, s.iteration = saver.resume(s.run, s.optimizer, s.scaler, s.say)
         distributed.barrier()
         s.run.loader = make_loader(s.run, s.seed, s.run.train.num_workers, s.device)
@@ -1029,7 +1031,7 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
                 saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
                 distributed.barrier()
                 saver.restart_clock()
-            return final_outcome(s, started)
+            return final_outcome(s, started, saver)
         finally:
             if s.loggers is not None:
                 s.loggers.close()
