@@ -35,8 +35,9 @@ FAKE_NUMERICS = {"device": "cpu", "cpu_model": "a test CPU", "cpu_capability": "
                  "world_size": 1}
 
 
-def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None = None) -> Path:
-    """``spec``: a recipe's run, or the plain form of a made-up one (a stage-2 result's folder, say)."""
+def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None = None, **fields) -> Path:
+    """``spec``: a recipe's run, or the plain form of a made-up one (a stage-2 result's folder, say); ``fields``
+    join a result (``device_seconds=60.0``, say)."""
     spec = RunSpec.coerce(spec)
     run_dir = Path(spec.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -46,7 +47,7 @@ def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None =
                   "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config,
                   "data": {"class_counts_train": [24, 12, 6, 3]},
                   "provenance": {"git_commit": "0" * 40, "ltbench_version": "0.1.0", "torch": "x"},
-                  "device": "cpu", "wall_seconds": 1.0, **FAKE_CODE, "numerics": FAKE_NUMERICS}
+                  "device": "cpu", "wall_seconds": 1.0, **FAKE_CODE, "numerics": FAKE_NUMERICS, **fields}
         if status == "done":
             result["metrics"] = metrics or fake_metrics(spec.config, spec.config["seed"])
         else:

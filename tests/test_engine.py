@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ltbench.results import store
 from ltbench.config import OptimConfig
@@ -71,6 +72,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, write_rec
     (run_dir,) = {p.parent for p in results.rglob(store.LOG)}
     assert not (run_dir / store.RESULT).exists()
     assert (run_dir / store.CHECKPOINT).exists() and len(store.read_jsonl(run_dir / store.LOG)) == 2
+    kept = torch.load(run_dir / store.CHECKPOINT, weights_only=True)["seconds"]  # the killed session's cost so far
 
     status = cli("status", results / "tiny")
     assert "interrupted" in status.stdout and "run again to resume" in status.stdout  # its process is gone
@@ -79,6 +81,7 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, write_rec
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from checkpoint: epoch 2, step 0" in resumed.stdout
     got = _only_result(results)
+    assert got["device_seconds"] > kept and got["device_seconds"] > got["train_seconds_this_session"]  # both sessions
     assert got["metrics"]["per_class"] == expected["metrics"]["per_class"]
     assert got["metrics"]["all"] == expected["metrics"]["all"]
     log = store.read_jsonl(run_dir / store.LOG)

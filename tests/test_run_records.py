@@ -138,6 +138,36 @@ def test_saver_resumes_state_and_cuts_the_log_back(tmp_path):
     assert not (tmp_path / store.LOG).exists()
 
 
+def test_a_runs_cost_goes_on_across_sessions_from_what_its_checkpoint_kept(tmp_path):
+    """device_seconds = the seconds its checkpoint kept + this session's: a session that began 100 s ago saves
+    at least 100 s, and the next session starts counting from there. Clocks are given, never waited for."""
+    run, optimizer = _tiny_run(0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    first = CheckpointSaver(tmp_path, "rid", minutes=0, main=True, world=1, session_start=time.monotonic() - 100)
+    first.resume(run, optimizer, scaler, say=lambda m: None)
+    first.after_epoch(run, optimizer, scaler, epochs_done=1, iteration=1)
+    kept = torch.load(tmp_path / store.CHECKPOINT, weights_only=True)["seconds"]
+    assert kept >= 100
+    second = CheckpointSaver(tmp_path, "rid", minutes=0, main=True, world=1, session_start=time.monotonic())
+    second.resume(run, optimizer, scaler, say=lambda m: None)
+    assert kept <= second.seconds() < kept + 100
+    fresh = CheckpointSaver(tmp_path / "other", "rid", minutes=0, main=True, world=1, session_start=time.monotonic())
+    assert fresh.seconds() < 100  # no checkpoint: this session alone
+
+    for bad in ("ten", float("nan"), -1.0, float("inf")):  # a checkpoint is data: a bad count starts the run over
+        state = torch.load(tmp_path / store.CHECKPOINT, weights_only=True)
+        state["seconds"] = bad
+        torch.save(state, tmp_path / store.CHECKPOINT)
+        messages = []
+        assert load_checkpoint(tmp_path / store.CHECKPOINT, "rid", say=messages.append) is None
+        assert "not a number of seconds" in messages[0], messages
+    state.update(format=1, seconds=5.0)  # the format before the cost was kept
+    torch.save(state, tmp_path / store.CHECKPOINT)
+    messages = []
+    assert load_checkpoint(tmp_path / store.CHECKPOINT, "rid", say=messages.append) is None
+    assert "unknown checkpoint format" in messages[0]
+
+
 def test_saver_times_mid_epoch_checkpoints_for_one_process_only(tmp_path):
     run, optimizer = _tiny_run(0)
     scaler = torch.amp.GradScaler("cpu", enabled=False)

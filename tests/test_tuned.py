@@ -4,8 +4,11 @@ search on synthetic_lt that runs methods x trials x seeds and resumes after kill
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+from dataclasses import replace
 import signal
 import subprocess
 import sys
@@ -38,13 +41,13 @@ def recipe_file(tmp_path, **extra) -> Path:
     return path
 
 
-def populate(path: Path) -> list:
+def populate(path: Path, **fields) -> list:
     runs = load_recipe(path).runs
     for spec in runs:
         val, test = SCORES[(spec.grid["search"]["trial"], spec.seed)]
         metrics = fake_metrics(spec.config, spec.seed)
         metrics.update(all=test, val={"all": val, "many": val, "medium": val, "few": val, "size": 16})
-        write_run(spec, metrics=metrics)
+        write_run(spec, metrics=metrics, **fields)
     return runs
 
 
@@ -85,6 +88,44 @@ def test_missing_trials_are_said_and_mixed_tables_mark_tuned_rows(tmp_path):
     assert any("selected among 2 of 3" in n for n in ce.notes)
     cell = ce.cells[(0, 3)]  # All: seed 0 among trials 2 and 3 (validation picks 3), seed 1 among all three
     assert cell.seeds == [0, 1] and cell.values == pytest.approx([65.0, 66.0])
+
+
+def test_the_cost_column_counts_a_tuned_rows_whole_search_in_every_format(tmp_path):
+    """A tuned row costs all its trials (3 trials x 2 seeds x 600 s = 1 h), an untuned row its own runs
+    (2 x 900 s = 0.5 h); a run with no recorded cost makes its row's cost unknown, never a partial sum."""
+    from ltbench import report
+    from ltbench.report.formats import to_csv, to_latex, to_markdown
+
+    path = recipe_file(tmp_path)
+    populate(path, device_seconds=600.0)
+    for spec in load_recipe(recipe_file(tmp_path, search=None, grid={"method.name": ["la"]})).runs:
+        write_run(spec, device_seconds=900.0)
+    records = index.scan(tmp_path / "results" / "tuned", use_cache=False)
+    table = build_table("main", default_table(), records, None, test=None)  # cost: unset, shown (a tuned row)
+    markdown = to_markdown(table)
+    header = next(line for line in markdown.splitlines() if line.startswith("| Method"))
+    assert header.rstrip(" |").endswith("| n   | Cost"), header
+    rows = {line.split("|")[1].strip().removesuffix(" [1]"): line.split("|")[-2].strip()  # [1]: its row note
+            for line in markdown.splitlines() if line.startswith("| ce") or line.startswith("| la")}
+    assert rows == {"ce [tuned]": "1.0", "la (lr=0.05, weight_decay=0.0005)": "0.50"}, rows
+    assert "a tuned row's cost is its whole search" in markdown and "on CPU" in markdown
+    costs = {line["row"]: line["cost_device_hours"] for line in csv.DictReader(io.StringIO(to_csv(table)))
+             if line["row"]}
+    assert costs == {"ce [tuned]": "1", "la (lr=0.05, weight_decay=0.0005)": "0.5"}
+    latex = to_latex(table)
+    assert "Cost" in latex and " 1.0 " in latex and " 0.50 " in latex
+
+    seconds_unknown = next(Path(r["dir"]) for r in records if r["config"]["method"]["name"] == "la")
+    result = json.loads((seconds_unknown / "result.json").read_text())
+    del result["device_seconds"]
+    (seconds_unknown / "result.json").write_text(json.dumps(result))
+    records = index.scan(tmp_path / "results" / "tuned", use_cache=False)
+    table = build_table("main", default_table(), records, None, test=None)
+    la = next(r for r in table.rows if r.label.startswith("la"))
+    assert "| – " in next(line for line in to_markdown(table).splitlines() if line.startswith("| la"))
+    assert any("cost is unknown (1 result(s)" in n for n in table.notes), table.notes
+    hidden = build_table("main", replace(default_table(), cost=False), records, None, test=None)
+    assert "Cost" not in to_markdown(hidden).splitlines()[0] and la.label
 
 
 def test_tiny_search_runs_every_trial_and_resumes_after_kill_9_without_redoing_one(tmp_path):

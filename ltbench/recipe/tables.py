@@ -83,6 +83,9 @@ class TableSpec:
     # Holm's correction of the versus comparisons' p-values: over the whole block ('holm'), within each row
     # pair ('holm:row': shot groups, priors) or within each column ('holm:column'); None: uncorrected.
     correction: str | None = None
+    # A 'Cost' column: the device-hours of the runs behind each row (a tuned row: of its whole search). None: shown
+    # when the table has a tuned row (report/build.py, row_cost_seconds).
+    cost: bool | None = None
 
     def validate(self) -> None:
         if not 0 <= self.digits <= 6:

@@ -58,7 +58,8 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
         if mixed and any(u.trials for u in r.units.values()):
             r.label += TUNED_MARK
     table = Table(name, spec, expand_columns(spec, units), pivot, groups, rows, notes,
-                  expected_seeds=expected is not None)
+                  expected_seeds=expected is not None,
+                  cost=spec.cost if spec.cost is not None else any(u.trials for r in rows for u in r.units.values()))
     old_code = old_code_note(rows)
     for row in rows:
         fill_row(table, row, code_notes=not old_code)
@@ -70,6 +71,8 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
     numerics = table_numerics_note(table)
     if numerics:
         table.notes.append(numerics)
+    if table.cost:
+        table.notes += cost_notes(table)
     if spec.best:
         mark_best(table)
     if test:
@@ -272,6 +275,59 @@ def _note_missing_without_recipe(table: Table, seeds: list) -> None:
                 prefix = (" / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot))) + ": ") \
                     if len(table.groups) > 1 else ""
                 row.notes.append(f"{prefix}no run for seed(s) {', '.join(map(str, lacking))} (other rows have them)")
+
+
+def cost_runs(row: Row) -> list[dict]:
+    """The finished runs a row's numbers cost: those it reports and, for a tuned row, every trial of its search
+    (the budget spent choosing is part of what the row cost)."""
+    return [rec for u in row.units.values() for t in (u.trials or [u]) for rec in t.runs.values()
+            if rec.get("status") == "done"]
+
+
+def row_cost_seconds(row: Row) -> float | None:
+    """Device-seconds of ``cost_runs`` (each result's ``device_seconds``: all its sessions, times its devices);
+    None when there is no run, or when any of them has no recorded cost (a partial sum would understate it)."""
+    costs = [(rec.get("prov") or {}).get("device_seconds") for rec in cost_runs(row)]
+    if not costs or any(c is None for c in costs):
+        return None
+    return sum(costs)
+
+
+def hours_text(hours: float) -> str:
+    """Device-hours as a table prints them: two significant digits below 1 h, '<0.01' below 36 s."""
+    if hours >= 100:
+        return f"{hours:.0f}"
+    if hours >= 1:
+        return f"{hours:.1f}"
+    return f"{hours:.2f}" if hours >= 0.01 else "<0.01"
+
+
+def cost_text(row: Row) -> str:
+    seconds = row_cost_seconds(row)
+    return "–" if seconds is None else hours_text(seconds / 3600)
+
+
+def cost_notes(table: Table) -> list[str]:
+    """What the Cost column counts, on which devices, and the rows whose cost is unknown."""
+    devices, unknown = {}, 0
+    for row in table.rows:
+        for rec in cost_runs(row):
+            if (rec.get("prov") or {}).get("device_seconds") is None:
+                unknown += 1
+                continue
+            numerics = rec.get("numerics") or {}
+            name = numerics.get("device_model") or numerics.get("cpu_model") or (rec.get("prov") or {}).get("device")
+            kind = str((rec.get("prov") or {}).get("device") or "?").split(":")[0].upper()
+            devices[f"{kind} {name}" if name else kind] = devices.get(f"{kind} {name}" if name else kind, 0) + 1
+    notes = []
+    if devices:
+        where = ", ".join(f"{d} ({n} run{'s' if n > 1 else ''})" for d, n in devices.items())
+        notes.append(f"Cost: device-hours of the runs behind each row, every session and device counted; a tuned "
+                     f"row's cost is its whole search (every trial and seed); on {where}")
+    if unknown:
+        notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) recorded before ltbench kept "
+                     f"device_seconds)")
+    return notes
 
 
 def n_text(table: Table, row: Row) -> str:

@@ -11,7 +11,7 @@ import csv
 import io
 
 from ltbench.registry import lookup
-from ltbench.report.build import n_text
+from ltbench.report.build import cost_text, n_text, row_cost_seconds
 from ltbench.report.latex import to_latex
 from ltbench.config import value_text
 from ltbench.report.rows import Row, Table
@@ -125,7 +125,7 @@ def _markdown_comparisons(table: Table) -> str:
 
 def to_markdown(table: Table) -> str:
     marks, notes = footnotes(table)
-    headers = ["Method"] + list(table.spec.switches) + _header_cells(table) + ["n"]
+    headers = ["Method"] + list(table.spec.switches) + _header_cells(table) + ["n"] + (["Cost"] if table.cost else [])
     lines, current = [], object()
     grouped = any(r.group for r in table.rows)
     for i, row in enumerate(table.rows):
@@ -134,7 +134,8 @@ def to_markdown(table: Table) -> str:
                 lines.append([f"*{row.group}*"] + [""] * (len(headers) - 1))
             current = row.group
         lines.append([_label(table, i, row, marks)] + [switch_text(row, s) for s in table.spec.switches]
-                     + body_cells(table, row) + ["" if row.published else n_text(table, row)])
+                     + body_cells(table, row) + ["" if row.published else n_text(table, row)]
+                     + ([cost_text(row) if not row.published else ""] if table.cost else []))
     text = _markdown_table(lines, headers) + _markdown_comparisons(table)
     tail = [markdown_text(t) for t in [legend(table)] + notes + [f"Note: {n}" for n in table.notes]]
     caption = f"**{markdown_text(table.spec.caption)}**\n\n" if table.spec.caption else ""
@@ -143,7 +144,7 @@ def to_markdown(table: Table) -> str:
 
 #: CSV columns that hold numbers ltbench formats; every other column is text, neutralised by ``csv_text``.
 CSV_NUMBERS = {"mean", "std", "n", "expected", "values", "best", "second_best", "not_different_from_best", "delta",
-               "versus_difference", "versus_p"}
+               "versus_difference", "versus_p", "cost_device_hours"}
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection rule
 
 
@@ -163,7 +164,7 @@ class _CsvWriter(csv.DictWriter):
 
 CSV_FIELDS = ["table", "row", "row_group", "column_group", "column", "mean", "std", "n", "expected", "seeds",
               "values", "best", "second_best", "not_different_from_best", "published_source", "delta", "note",
-              "versus", "versus_difference", "versus_p"]
+              "versus", "versus_difference", "versus_p", "cost_device_hours"]
 
 
 def to_csv(table: Table) -> str:
@@ -174,6 +175,8 @@ def to_csv(table: Table) -> str:
     w.writeheader()
     d = table.spec.digits + 2
     for row in table.rows:
+        seconds = row_cost_seconds(row) if table.cost and not row.published else None
+        cost = "" if seconds is None else f"{seconds / 3600:.6g}"  # the row's, on each of its lines
         for gi in range(len(table.groups)):
             unit = row.units.get(gi)
             group = " / ".join(table.group_header(lv, gi) for lv in range(len(table.pivot)))
@@ -191,7 +194,7 @@ def to_csv(table: Table) -> str:
                     "not_different_from_best": int(bool(cell and cell.similar)),
                     "published_source": row.published or "",
                     "delta": "" if not cell or cell.delta is None else f"{cell.delta:.{d}f}",
-                    "note": "; ".join(row.notes)})
+                    "note": "; ".join(row.notes), "cost_device_hours": cost})
     _csv_comparisons(table, w)
     for note in table.notes:
         w.writerow({"table": table.name, "note": note})

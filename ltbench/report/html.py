@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from ltbench.report.build import n_text
+from ltbench.report.build import cost_text, n_text
 from ltbench.report.rows import Row, Table
 from ltbench.report.table_text import (SIMILAR_MARK, comparison_n, delta_text, footnotes, has_delta, label_text,
                                        legend, number, p_text)
@@ -115,17 +115,17 @@ def _headers(table: Table, lead: list[str], with_delta: bool, with_n: bool) -> l
         cells = [f'<th colspan="{len(lead)}"></th>']
         for gi in range(len(table.groups)):
             cells.append(f'<th colspan="{per_group}">{escape(table.group_header(level, gi))}</th>')
-        lines.append('<tr class="span">' + "".join(cells) + ("<th></th>" if with_n else "") + "</tr>")
+        lines.append('<tr class="span">' + "".join(cells) + ("<th></th>" * (1 + table.cost) if with_n else "") + "</tr>")
     last = [escape(s) for s in lead]
     for _ in table.groups:
         last += [escape(h) for _, h in table.columns] + (["Δ"] if with_delta else [])
-    last += ["n"] if with_n else []
+    last += (["n"] + (["Cost"] if table.cost else [])) if with_n else []
     return lines + ["<tr>" + "".join(f"<th>{h}</th>" for h in last) + "</tr>"]
 
 
 def _body_rows(table: Table, marks: dict[int, int]) -> list[str]:
     """One <tbody> per row group (sorting stays within a group), its title first."""
-    out, current, ncols = [], object(), 2 + len(table.spec.switches) + len(table.groups) * (
+    out, current, ncols = [], object(), 2 + table.cost + len(table.spec.switches) + len(table.groups) * (
         len(table.columns) + (1 if has_delta(table) else 0))
     for i, row in enumerate(table.rows):
         if row.group != current:
@@ -141,6 +141,8 @@ def _body_rows(table: Table, marks: dict[int, int]) -> list[str]:
             cells += [_cell(table, row, gi, ci) for ci in range(len(table.columns))]
             cells += [f"<td>{escape(delta_text(table, row, gi))}</td>"] if has_delta(table) else []
         cells.append(f"<td>{'' if row.published else escape(n_text(table, row))}</td>")
+        if table.cost:
+            cells.append(f"<td>{'' if row.published else escape(cost_text(row))}</td>")
         out.append(f'<tr{" class=ours" if row.highlight else ""}>' + "".join(cells) + "</tr>")
     return out + (["</tbody>"] if out else [])
 

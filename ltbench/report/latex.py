@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ltbench.report.build import n_text
+from ltbench.report.build import cost_text, n_text
 from ltbench.report.table_text import (LATEX_PACKAGES, comparison_n, delta_text, footnotes, has_delta,
                                        label_text, latex_escape, legend, p_text)
 from ltbench.report.latex_widths import text_width
@@ -250,6 +250,9 @@ def _row_lines(table: Table, i: int, row: Row, marks: dict[int, int], layout: La
             bottom.append(Cell())
     top.append(Cell() if row.published else _text(n_text(table, row)))
     bottom.append(Cell())
+    if table.cost:
+        top.append(Cell() if row.published else _text(cost_text(row)))
+        bottom.append(Cell())
     rows = [top] + ([bottom] if any(c.tex for c in bottom) else [])
     rows += [[label, *_empty(len(top) - 1)] for label in labels[2:]]
     prefix = r"\rowcolor{gray!15} " if row.highlight else ""
@@ -337,14 +340,16 @@ def _prior_line(table: Table, lead: int, per_group: int, tail: int) -> list:
 
 
 def _header(table: Table, leaders: list[str], with_delta: bool, with_n: bool, short: bool) -> list:
+    """``with_n``: the n column (and the Cost column, when the table has one) after the metrics."""
     per_group = len(table.columns) + (1 if with_delta else 0)
-    tail = 1 if with_n else 0
+    tail = (1 + table.cost) if with_n else 0
     compact = bool(_prior_runs(table))
     metric = []
     for _ in table.groups:
         metric += [_metric_header(table, ci, compact, short) for ci in range(len(table.columns))]
         metric += [Cell(r"$\Delta$", text_width("Δ"))] if with_delta else []
-    last = [_text(s) for s in leaders] + metric + ([Cell("$n$", text_width("n"))] if with_n else [])
+    last = [_text(s) for s in leaders] + metric + ([Cell("$n$", text_width("n"))] if with_n else []) \
+        + ([_text("Cost")] if with_n and table.cost else [])
     return (_pivot_lines(table, len(leaders), per_group, tail) + _prior_line(table, len(leaders), per_group, tail)
             + [Line(last), r"\midrule"])
 
@@ -362,7 +367,7 @@ def main_tabular(table: Table, marks: dict[int, int], layout: Layout) -> Tabular
     """The table's rows (and, with ``differences: rows``, each compared row's differences under it)."""
     switches = list(table.spec.switches)
     per_group = len(table.columns) + (1 if has_delta(table) else 0)
-    ncols = 1 + len(switches) + per_group * len(table.groups) + 1
+    ncols = 1 + len(switches) + per_group * len(table.groups) + 1 + table.cost
     colspec = "@{}l" + "c" * len(switches) + "r" * (ncols - 1 - len(switches)) + "@{}"
     tab = Tabular(ncols, colspec, _header(table, ["Method", *switches], has_delta(table), True, layout.short))
     under = table.spec.differences == "rows"

@@ -196,6 +196,7 @@ class Table:
     expected_seeds: bool = False  # rows show n/expected (a recipe was given)
     comparisons: list[Comparison] = field(default_factory=list)  # rows' ``versus``, in row order
     comparison_test: str | None = None  # the test behind the comparisons' p-values
+    cost: bool = False  # a 'Cost' column (device-hours, report/build.py: cost_text)
 
     def scope_of(self, row: Row):
         """The rows a row competes with for best and is tested against: its row group, unless the table

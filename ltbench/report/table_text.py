@@ -55,6 +55,8 @@ def legend(table: Table) -> str:
         parts.append(f"{PUBLISHED_MARK}: published result (source in the row), not run here")
     if has_delta(table):
         parts.append("Δ: ours − published, in points, on the last column")
+    if table.cost:
+        parts.append("Cost: device-hours (notes below)")
     if table.comparisons:
         test = f"two-sided {table.comparison_test}" if table.comparison_test else \
             "none (no test asked, or fewer than two seeds / no stored predictions)"
