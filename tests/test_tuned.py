@@ -90,17 +90,22 @@ def test_missing_trials_are_said_and_mixed_tables_mark_tuned_rows(tmp_path):
     assert cell.seeds == [0, 1] and cell.values == pytest.approx([65.0, 66.0])
 
 
+def costed_runs(tmp_path) -> list[dict]:
+    """Tuned ce (3 trials x 2 seeds, 600 s each) and untuned la (2 seeds, 900 s each)."""
+    path = recipe_file(tmp_path)
+    populate(path, device_seconds=600.0)
+    for spec in load_recipe(recipe_file(tmp_path, search=None, grid={"method.name": ["la"]})).runs:
+        write_run(spec, device_seconds=900.0)
+    return index.scan(tmp_path / "results" / "tuned", use_cache=False)
+
+
 def test_the_cost_column_counts_a_tuned_rows_whole_search_in_every_format(tmp_path):
     """A tuned row costs all its trials (3 trials x 2 seeds x 600 s = 1 h), an untuned row its own runs
     (2 x 900 s = 0.5 h); a run with no recorded cost makes its row's cost unknown, never a partial sum."""
     from ltbench import report
     from ltbench.report.formats import to_csv, to_latex, to_markdown
 
-    path = recipe_file(tmp_path)
-    populate(path, device_seconds=600.0)
-    for spec in load_recipe(recipe_file(tmp_path, search=None, grid={"method.name": ["la"]})).runs:
-        write_run(spec, device_seconds=900.0)
-    records = index.scan(tmp_path / "results" / "tuned", use_cache=False)
+    records = costed_runs(tmp_path)
     table = build_table("main", default_table(), records, None, test=None)  # cost: unset, shown (a tuned row)
     markdown = to_markdown(table)
     header = next(line for line in markdown.splitlines() if line.startswith("| Method"))
@@ -126,6 +131,18 @@ def test_the_cost_column_counts_a_tuned_rows_whole_search_in_every_format(tmp_pa
     assert any("cost is unknown (1 result(s)" in n for n in table.notes), table.notes
     hidden = build_table("main", replace(default_table(), cost=False), records, None, test=None)
     assert "Cost" not in to_markdown(hidden).splitlines()[0] and la.label
+
+
+def test_the_cost_column_still_fits_a_two_column_article_unscaled(tmp_path):
+    from latexkit import compile_fragments, needs_pdflatex, overfull_boxes
+    from ltbench.report.formats import to_latex
+
+    table = build_table("main", replace(default_table(), caption="Tuned and untuned"), costed_runs(tmp_path), None,
+                        test=None)
+    text = to_latex(table)
+    assert "Cost" in text and "resizebox" not in text and "scalebox" not in text
+    needs_pdflatex()
+    assert overfull_boxes(compile_fragments([text], tmp_path / "tex")) == []
 
 
 def test_tiny_search_runs_every_trial_and_resumes_after_kill_9_without_redoing_one(tmp_path):
