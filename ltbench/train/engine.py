@@ -154,11 +154,11 @@ class Run:
     optim: OptimConfig
     train: TrainConfig
     eval: EvalConfig
+    sampler: Sampler  # the epoch order (ltbench/samplers/; the default is 'uniform')
     eval_sets: dict = field(default_factory=dict)  # source name -> (MultiView, labels); see eval_sources
     loader: Loader | None = None  # set by train(); evaluate() falls back to a worker-less one
     compiled: Callable | None = None  # torch.compile'd backbone (train.compile), else None
     compiled_loss: Callable | None = None  # torch.compile'd method.loss (train.compile), else None
-    sampler: Sampler | None = None  # the epoch order (ltbench/samplers/); None: uniform
     device_views: list | None = None  # train.augment_on: batch: one BatchPipeline per view (see make_loader)
     resident: tuple | None = None  # augment_on: batch, in-memory uint8 data: (images, labels) on the device
     decode_on_device: bool = False  # the loader hands over encoded files, decoded on the device (device_decode)
@@ -202,9 +202,8 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
     method = create_method(config["method"], ctx)
     model = nn.ModuleDict({"backbone": backbone, "method": method})
     run = Run(builder, data, backbone, method, model, optim,
-              from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"))
+              from_dict(TrainConfig, config["train"], "train"), from_dict(EvalConfig, config["eval"], "eval"), sampler)
     run.eval_sets = eval_sources(run)
-    run.sampler = sampler
     return run
 
 
@@ -258,8 +257,6 @@ def cut_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
 def sampled_batches(run: Run, seed: int, epoch: int) -> list[np.ndarray]:
     """The batches of one training epoch in the order the run's sampler gives (ltbench/samplers/)."""
     n = len(run.data.train)
-    if run.sampler is None:
-        return epoch_batches(n, run.optim.batch_size, seed, epoch)
     order = np.asarray(run.sampler.epoch_order(seed, epoch))
     name = getattr(run.sampler, "registered_name", "?")
     if order.dtype.kind not in "iu":  # a float order (2.7) would be truncated to another sample, silently
