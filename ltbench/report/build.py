@@ -325,8 +325,8 @@ def cost_notes(table: Table) -> list[str]:
         notes.append(f"Cost: device-hours of the runs behind each row, every session and device counted; a tuned "
                      f"row's cost is its whole search (every trial and seed); on {where}")
     if unknown:
-        notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) recorded before ltbench kept "
-                     f"device_seconds)")
+        notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) record no device_seconds: "
+                     f"made before ltbench kept it, or a stage-2 result, which does not count its stage-1 run)")
     return notes
 
 
