@@ -145,6 +145,27 @@ def test_the_cost_column_still_fits_a_two_column_article_unscaled(tmp_path):
     assert overfull_boxes(compile_fragments([text], tmp_path / "tex")) == []
 
 
+def test_declared_rows_tell_a_tuned_method_from_the_same_method_at_fixed_settings_and_compare_them(tmp_path):
+    """search.trials selects the tuned row (only a tuned row has it); the fixed one is selected by its settings;
+    'versus' then gives the difference and its p-value."""
+    from ltbench.recipe.tables import RowSpec
+
+    populate(recipe_file(tmp_path))
+    for spec in load_recipe(recipe_file(tmp_path, search=None)).runs:  # ce at the recipe's fixed settings
+        write_run(spec, metrics={**fake_metrics(spec.config, spec.seed), "all": 0.5})
+    records = index.scan(tmp_path / "results" / "tuned", use_cache=False)
+    rows = [RowSpec(label="CE", where={"method.name": "ce", "optim.lr": 0.05}),
+            RowSpec(label="CE tuned", where={"method.name": "ce", "search.trials": 3}, versus="CE")]
+    table = build_table("main", replace(default_table(), rows=rows), records, None, test="welch")
+    fixed, tuned = table.rows
+    column = table.columns.index(("all", "All"))
+    assert fixed.cells[(0, column)].values == pytest.approx([50.0, 50.0])
+    assert tuned.cells[(0, column)].values == pytest.approx([60.0, 66.0])  # chosen on validation
+    (comparison,) = table.comparisons
+    assert comparison.cells[(0, column)][0] == pytest.approx(13.0)
+    assert fixed.label == "CE" and tuned.label == "CE tuned [tuned]"
+
+
 def test_tiny_search_runs_every_trial_and_resumes_after_kill_9_without_redoing_one(tmp_path):
     """methods x trials x seeds real runs on synthetic_lt; a launch killed with SIGKILL after its first results
     leaves them finished: the next launch trains only the rest, and the table selects on validation."""

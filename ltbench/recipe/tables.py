@@ -30,7 +30,9 @@ from ltbench.errors import ConfigError, short_repr
 from ltbench.priors import HINT, is_prior_name
 from ltbench.results.schema import SHOT_GROUPS
 
-SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler")  # posthoc: stage-2 results (ltbench/stage2/posthoc_runs.py)
+# posthoc: stage-2 results (ltbench/stage2/posthoc_runs.py); search: a tuned row's budget (search.trials, .sampler, .seed;
+# report/tuned.py), which only tuned rows have, so {method.name: ce, search.trials: 4} tells the tuned CE from the fixed one
+SECTIONS = ("data", "backbone", "method", "optim", "train", "eval", "posthoc", "sampler", "search")
 GROUPS = (*SHOT_GROUPS, "all")  # the group columns, in table order
 HEADERS = {"many": "Many", "medium": "Medium", "few": "Few", "all": "All"}
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][\w.]*)\}")

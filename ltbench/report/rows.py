@@ -82,7 +82,8 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     """Method name plus the fields in which a row differs from the others (method fields compared
     only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
-    keys = sorted({k for f in flats for k in f} - skip - {"method.name"})
+    keys = sorted(k for k in {k for f in flats for k in f} - skip - {"method.name"}
+                  if not k.startswith("search."))  # a tuned row's budget: its [tuned] mark and the caption say it
     texts = [{k: _text(f[k]) if k in f else "<absent>" for k in keys} for f in flats]
     varying_all = {k for k in keys if not k.startswith("method.") and len({t[k] for t in texts}) > 1}
     seen_by_method: dict[str, dict[str, set]] = {}

@@ -21,6 +21,8 @@ from ltbench.report.rows import Row, Unit, selected_unit, short_key
 from ltbench.search import budget_text
 
 TUNED_MARK = " [tuned]"
+SEARCH = "search"  # the selector section of a tuned unit: {method.name: ce, search.trials: 4} is the tuned CE row
+SELECTABLE = ("trials", "sampler", "seed")
 
 
 def collapse_trials(units: list[Unit]) -> list[Unit]:
@@ -52,6 +54,7 @@ def tuned_unit(trials: list[Unit]) -> Unit:
     unit.flat = {k: v for k, v in unit.flat.items() if k not in searched}
     unit.key = "tuned:" + unit.key
     unit.search = {k: v for k, v in trials[0].search.items() if k != "trial"}
+    unit.flat.update({f"{SEARCH}.{k}": unit.search[k] for k in SELECTABLE})  # a row selects it: search.trials: 4
     unit.trials = trials
     missing = unit.search["trials"] - len(trials)
     for seed in unit.expected or []:
