@@ -83,7 +83,7 @@ def test_missing_trials_are_said_and_mixed_tables_mark_tuned_rows(tmp_path):
     table = build_table("main", default_table(), records, None, test=None)
     labels = sorted(r.label for r in table.rows)
     assert labels == ["ce [tuned]", "la (lr=0.05, weight_decay=0.0005)"], labels  # untuned: its fixed values
-    assert "rows without [tuned]: the recipe's fixed settings" in table.spec.caption
+    assert "rows not marked tuned: the recipe's fixed settings" in table.spec.caption
     ce = next(r for r in table.rows if r.label == "ce [tuned]")
     assert any("selected among 2 of 3" in n for n in ce.notes)
     cell = ce.cells[(0, 3)]  # All: seed 0 among trials 2 and 3 (validation picks 3), seed 1 among all three
@@ -155,7 +155,7 @@ def test_declared_rows_tell_a_tuned_method_from_the_same_method_at_fixed_setting
         write_run(spec, metrics={**fake_metrics(spec.config, spec.seed), "all": 0.5})
     records = index.scan(tmp_path / "results" / "tuned", use_cache=False)
     rows = [RowSpec(label="CE", where={"method.name": "ce", "optim.lr": 0.05}),
-            RowSpec(label="CE tuned", where={"method.name": "ce", "search.trials": 3}, versus="CE")]
+            RowSpec(label="CE (tuned)", where={"method.name": "ce", "search.trials": 3}, versus="CE")]
     table = build_table("main", replace(default_table(), rows=rows), records, None, test="welch")
     fixed, tuned = table.rows
     column = table.columns.index(("all", "All"))
@@ -163,7 +163,7 @@ def test_declared_rows_tell_a_tuned_method_from_the_same_method_at_fixed_setting
     assert tuned.cells[(0, column)].values == pytest.approx([60.0, 66.0])  # chosen on validation
     (comparison,) = table.comparisons
     assert comparison.cells[(0, column)][0] == pytest.approx(13.0)
-    assert fixed.label == "CE" and tuned.label == "CE tuned [tuned]"
+    assert fixed.label == "CE" and tuned.label == "CE (tuned)"  # its label says so: no [tuned] mark added
 
 
 def test_tiny_search_runs_every_trial_and_resumes_after_kill_9_without_redoing_one(tmp_path):

@@ -55,7 +55,7 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
                 r.marks[switch] = bool(next(iter(r.units.values())).flat.get(key))
     spec, mixed = budget_caption(spec, rows)
     for r in rows:
-        if mixed and any(u.trials for u in r.units.values()):
+        if mixed and any(u.trials for u in r.units.values()) and "tuned" not in r.label.lower():  # unless it says so
             r.label += TUNED_MARK
     table = Table(name, spec, expand_columns(spec, units), pivot, groups, rows, notes,
                   expected_seeds=expected is not None,

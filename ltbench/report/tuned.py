@@ -79,7 +79,7 @@ def budget_caption(spec: TableSpec, rows: list[Row]) -> tuple[TableSpec, bool]:
     text = "; ".join(budgets)
     mixed = any(not u.trials for r in rows for u in r.units.values())
     if mixed:
-        text += f"; rows without{TUNED_MARK}: the recipe's fixed settings"
+        text += "; rows not marked tuned: the recipe's fixed settings"  # marked: '[tuned]', or a label that says so
     caption = f"{spec.caption.rstrip('. ')}. {text[0].upper()}{text[1:]}" if spec.caption else text[0].upper() + text[1:]
     return replace(spec, caption=caption), mixed
 
