@@ -836,7 +836,9 @@ def tpe_recorded_runs(recipe: Recipe) -> list[RunSpec]:
     recorded = tpe.recorded_trials(recipe.root, recipe.studies, recipe.found.config.trials)
     runs, seen = [], set()
     for study in recipe.studies:
-        for number, values in sorted(recorded.get(study.name, []), key=lambda t: t[0]):
+        for number, _, values in sorted(recorded.get(study.name, []), key=lambda t: t[0]):
+            if values is None:
+                continue
             try:
                 spec = tpe_trial_spec(recipe, study, number, values)
             except ConfigError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ltbench import search
 from ltbench.errors import ConfigError, shorten
+from ltbench.results import safe_read
 
 JOURNAL = "search-tpe.journal"  # in the recipe's results folder: every study of the recipe
 INSTALL = "pip install 'ltbench[tune]'"
@@ -94,50 +95,89 @@ def damaged(path: Path, why: str) -> ConfigError:
                        f"search's studies anew (the finished runs stay in their folders and are not trained again)")
 
 
+class FlockJournalLock:
+    """Optuna's journal lock as an flock on ``<journal>.flock`` (the lock a run folder has: store.claim_run).
+    Optuna's own file locks (a symlink, or a file made with O_EXCL) outlive a process killed while appending:
+    the next writer waits 30 s, then breaks the lock, even a live slow writer's, which may interleave two
+    appends. The kernel drops an flock when its holder dies in any way."""
+
+    def __init__(self, path: Path):
+        self.path, self._fd = Path(str(path) + ".flock"), None
+
+    def acquire(self) -> bool:
+        import fcntl
+        import os
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        import os
+
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # drops the flock
+
+
 def open_journal(path: Path, optuna):
     """Optuna's storage over the journal file (created when missing), every line read and replayed now, so a
     damaged journal is said here, in one line, before any run."""
-    from ltbench.results import safe_read
-
     if path.exists() or path.is_symlink():
         problem = safe_read.regular_file_problem(path)
         if problem:
             raise damaged(path, problem)
     from optuna.storages.journal import JournalFileBackend
 
-    try:
-        storage = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    try:  # the backend only calls the lock's acquire() and release()
+        storage = optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=FlockJournalLock(path)))
         storage.get_all_studies()
     except Exception as exc:  # noqa: BLE001 - any fault of the file's content (JSON, missing keys, types)
         raise damaged(path, f"{type(exc).__name__}: {exc}") from None
     return storage
 
 
-def recorded_trials(root: Path, studies: list[Study], trials: int) -> dict[str, list[tuple[int, dict]]]:
-    """Study name -> [(trial number, drawn values)] of the trials the journal holds (numbers below ``trials``,
-    each with the values of this study's space); empty when there is no journal yet (nothing is created)."""
+def recorded_trials(root: Path, studies: list[Study], trials: int) -> dict[str, list[tuple[int, str, dict | None]]]:
+    """Study name -> [(trial number, state, drawn values or None)] of the trials the journal holds with numbers
+    below ``trials`` (values None: asked, and its worker died before drawing: drawn when it is taken over);
+    empty when there is no journal yet (nothing is created)."""
     path = journal_path(root)
     if not studies or not (path.exists() or path.is_symlink()):
         return {}
     optuna = require_optuna("sampler: tpe")
     storage = open_journal(path, optuna)
     wanted = {s.name: s for s in studies}
-    out: dict[str, list[tuple[int, dict]]] = {}
+    out: dict[str, list[tuple[int, str, dict | None]]] = {}
     try:
         for frozen in storage.get_all_studies():
             study = wanted.get(frozen.study_name)
             if study is None:
                 continue
             for t in storage.get_all_trials(frozen._study_id, deepcopy=False):
+                if t.number >= trials:
+                    continue  # past this recipe's budget (it was raised, then lowered)
                 values = t.user_attrs.get("values")
-                if values is None or t.number >= trials:
-                    continue  # asked, not drawn yet (its owner died first: it is drawn when resumed); or past the budget
-                out.setdefault(study.name, []).append((t.number, checked_values(values, study, t.number, path)))
+                out.setdefault(study.name, []).append(
+                    (t.number, t.state.name, None if values is None else checked_values(values, study, t.number, path)))
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - a journal whose lines are JSON but not Optuna's operations
         raise damaged(path, f"{type(exc).__name__}: {exc}") from None
     return out
+
+
+def state_counts(recorded: dict) -> dict[str, int]:
+    """'COMPLETE', 'PRUNED', 'FAIL', 'RUNNING' -> how many trials of the recorded studies are in it."""
+    counts: dict[str, int] = {}
+    for trials in recorded.values():
+        for _, state, _ in trials:
+            counts[state] = counts.get(state, 0) + 1
+    return counts
 
 
 def checked_values(values: Any, study: Study, number: int, path: Path) -> dict:

@@ -27,6 +27,7 @@ from typing import Any
 from ltbench import registry, search
 from ltbench.config import check_range, from_dict, join_path
 from ltbench.errors import ConfigError, short_repr
+from ltbench.recipe.tpe import require_optuna
 
 
 @dataclass
@@ -47,8 +48,6 @@ class SearchConfig:
                              "them, which needs sampler: tpe (random search draws every trial in advance); remove "
                              "prune or set sampler: tpe")
         if self.sampler == "tpe":
-            from ltbench.recipe.tpe import require_optuna  # lazy: only a tpe recipe needs Optuna
-
             require_optuna("sampler: tpe")
 
 

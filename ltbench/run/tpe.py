@@ -24,10 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ltbench import report
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe import Recipe, load_recipe, tpe_trial_spec
 from ltbench.recipe import tpe
 from ltbench.results import store
+from ltbench.run.local_pool import sigterm_as_interrupt
 from ltbench.run.screen import say
 from ltbench.runner import CLAIMED, run_one
 from ltbench.seeding import derive_seed
@@ -185,3 +187,102 @@ def work(recipe: Recipe, out=print) -> dict[str, int]:
             state = tell(optuna, live, number, recipe.root, *outcome(Path(spec.run_dir)))
             told[state] = told.get(state, 0) + 1
     return told
+
+
+def refuse_redo(recipe: Recipe, redo: tuple[str, ...]) -> None:
+    if redo:
+        raise ConfigError(f"{recipe.path}: --rerun-failed, --rerun-stale and --rebuild-checkpoints do not apply to "
+                          f"a tpe search (each trial is told to its study once); move {tpe.JOURNAL} aside to start "
+                          f"the studies anew, or use random search")
+
+
+def launch(recipe: Recipe, wait: bool = False, submit=None) -> dict[str, int]:
+    """``ltbench run`` of a tpe search, after the checks of every launch (launch.checks_before_any_run): ``launcher.jobs`` workers here (this process when 1), or an array of
+    ``launcher.array_parallelism`` workers on Slurm ('debug': submitit's executor in this process) through
+    ``submit`` (slurm.submit_search, passed in by launch.py: run/slurm imports this module). Returns
+    {'failed': trials told FAIL} (pruned trials are the search's doing, not failures)."""
+    store.refuse_older(recipe.root)
+    store.ensure_writable(recipe.root)
+    say(f"recipe {recipe.name}: {progress_line(recipe)} (results in {recipe.root})")
+    name, c = recipe.launcher.name, recipe.launcher
+    if name in ("slurm", "debug"):
+        tasks = min(c.array_parallelism, c.max_array_size, recipe.found.config.trials * len(recipe.studies))
+        jobs = submit(recipe, tasks, name)
+        if name == "slurm" and not wait:
+            say(f"follow it with 'ltbench status {recipe.path}'; 'ltbench table {recipe.path}' once it ends")
+            return {"failed": 0}
+        for job in jobs:
+            job.result()
+    else:
+        with sigterm_as_interrupt():  # SIGTERM stops the workers; their trials stay RUNNING: the next launch takes them over
+            if c.jobs > 1:
+                run_workers(recipe, c.jobs)
+            else:
+                work(recipe, out=say)
+    return summary(recipe)
+
+
+def progress_line(recipe: Recipe) -> str:
+    """'tpe search, 4 studies x 3 trials; journal: 5 asked (4 complete, 1 running)'."""
+    counts = tpe.state_counts(tpe.recorded_trials(recipe.root, recipe.studies, recipe.found.config.trials))
+    asked = sum(counts.values())
+    states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+    return (f"tpe search, {len(recipe.studies)} stud{'y' if len(recipe.studies) == 1 else 'ies'} (method x seed) x "
+            f"{recipe.found.config.trials} trials; journal {tpe.JOURNAL}: {asked} asked" + (f" ({states})" if states else ""))
+
+
+def run_workers(recipe: Recipe, jobs: int) -> None:
+    """``jobs`` worker processes (``python -m ltbench.run.tpe``), each running ``work`` on the shared studies;
+    their lines go to this terminal prefixed with the worker. Ctrl-C stops them (their trials are taken over
+    by the next launch)."""
+    command = [sys.executable, "-m", "ltbench.run.tpe", str(Path(recipe.path).resolve()), str(recipe.results_dir),
+               *recipe.overrides]
+    procs = [subprocess.Popen(command + [f"--worker={k + 1}"]) for k in range(jobs)]
+    try:
+        codes = [p.wait() for p in procs]
+    except BaseException:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        raise
+    if any(codes):
+        raise LtbenchError(f"{sum(1 for x in codes if x)} of {jobs} tpe worker(s) stopped with an error (their lines "
+                           f"above say why); run the same command again to go on")
+
+
+def summary(recipe: Recipe) -> dict[str, int]:
+    """After a launch: the tables (the journal read again) and the studies' states."""
+    fresh = load_recipe(recipe.path, recipe.overrides, recipe.results_arg)
+    try:
+        text = report.recipe_tables_text(fresh)
+    except LtbenchError as exc:
+        text = f"(the tables cannot be built: {exc}; 'ltbench table {recipe.path}' shows them once fixed)"
+    if text:
+        print()
+        print(text)
+    counts = tpe.state_counts(tpe.recorded_trials(fresh.root, fresh.studies, fresh.found.config.trials))
+    say(f"\n{progress_line(fresh)}")
+    if counts.get("FAIL"):
+        say(f"{counts['FAIL']} trial(s) failed: their runs' errors are in 'ltbench status {recipe.path}'")
+    return {"failed": counts.get("FAIL", 0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ltbench.run.tpe RECIPE RESULTS [OVERRIDES...] --worker=K``: one worker of a local pool."""
+    argv = sys.argv[1:] if argv is None else argv
+    worker = next((a.split("=", 1)[1] for a in argv if a.startswith("--worker=")), "1")
+    args = [a for a in argv if not a.startswith("--worker=")]
+    if len(args) < 2:
+        print("usage: python -m ltbench.run.tpe RECIPE RESULTS [OVERRIDES...] [--worker=K]", file=sys.stderr)
+        return 2
+    try:
+        work(load_recipe(args[0], args[2:], args[1]), out=lambda msg: print(f"[worker {worker}] {msg}", flush=True))
+    except LtbenchError as exc:
+        print(f"[worker {worker}] ltbench: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
