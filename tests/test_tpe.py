@@ -238,3 +238,12 @@ def test_the_journal_is_json_lines_and_a_damaged_one_is_one_line_exit_2(tmp_path
         out = ltbench(*command)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, (damage, command, out.stderr)
         assert "not a usable Optuna journal" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_redo_flags_and_where_are_refused_for_a_tpe_search(tmp_path):
+    path = recipe_file(tmp_path)
+    for args, words in ((("--rerun-failed",), "do not apply to a tpe search"),
+                        (("--where", "method.name=ce"), "--where does not apply to a tpe search")):
+        out = ltbench("run", path, *args)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and words in out.stderr, out.stderr
+    assert not (tmp_path / "results" / "tpe" / tpe_recipe.JOURNAL).exists()

@@ -29,7 +29,7 @@ from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe import Recipe, load_recipe, tpe_trial_spec
 from ltbench.recipe import tpe
 from ltbench.results import store
-from ltbench.run.local_pool import sigterm_as_interrupt
+from ltbench.run.local_pool import gpu_slots, sigterm_as_interrupt, visible_gpus, worker_env
 from ltbench.run.screen import say
 from ltbench.runner import CLAIMED, run_one
 from ltbench.seeding import derive_seed
@@ -89,7 +89,8 @@ def take_trial(optuna, storage, study: tpe.Study, recipe: Recipe, skip: set) -> 
     with search_lock(recipe.root):
         trials = open_study(optuna, storage, study).get_trials(deepcopy=False)
         for t in trials:
-            if t.state.name == "RUNNING" and t.number not in skip and store.owner_alive(t.user_attrs.get("owner") or {}) is not True:
+            if t.state.name == "RUNNING" and t.number < recipe.found.config.trials and t.number not in skip \
+                    and store.owner_alive(t.user_attrs.get("owner") or {}) is not True:
                 live = load_study(optuna, storage, study, recipe, t.number)
                 trial = optuna.trial.Trial(live, t._trial_id)
                 values = t.user_attrs.get("values")
@@ -232,12 +233,18 @@ def progress_line(recipe: Recipe) -> str:
 
 
 def run_workers(recipe: Recipe, jobs: int) -> None:
-    """``jobs`` worker processes (``python -m ltbench.run.tpe``), each running ``work`` on the shared studies;
-    their lines go to this terminal prefixed with the worker. Ctrl-C stops them (their trials are taken over
-    by the next launch)."""
+    """``jobs`` worker processes (``python -m ltbench.run.tpe``), each running ``work`` on the shared studies,
+    with its share of the cores and its GPU as a pool worker has them (``local_pool.worker_env``,
+    ``gpu_slots``: round-robin over the visible GPUs); their lines go to this terminal prefixed with the
+    worker. Ctrl-C stops them (their trials are taken over by the next launch)."""
     command = [sys.executable, "-m", "ltbench.run.tpe", str(Path(recipe.path).resolve()), str(recipe.results_dir),
                *recipe.overrides]
-    procs = [subprocess.Popen(command + [f"--worker={k + 1}"]) for k in range(jobs)]
+    procs = []
+    for k, gpu in enumerate(gpu_slots(jobs, visible_gpus())):
+        env = worker_env(os.environ, jobs)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        procs.append(subprocess.Popen(command + [f"--worker={k + 1}"], env=env))
     try:
         codes = [p.wait() for p in procs]
     except BaseException:
