@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from ltbench.errors import LtbenchError, shorten
+from ltbench.errors import ConfigError, LtbenchError, shorten
 from ltbench.results.schema import SHOT_GROUPS
 
 EXIT_USER_ERROR = 2
@@ -45,6 +45,9 @@ def cmd_run(args) -> int:
     from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     recipe.where = parse_where(args.where)
+    if recipe.studies and recipe.where:
+        raise ConfigError(f"{args.recipe}: --where does not apply to a tpe search (its workers share every study); "
+                          f"narrow the grid with an override instead, e.g. grid.method.name=[la]")
     recipe.runs = runs_where(recipe.runs, recipe.where)
     if args.launcher:
         recipe.launcher.name = args.launcher

@@ -82,7 +82,8 @@ def _rank() -> int:
     return 0
 
 
-def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: float = 0.0) -> str:
+def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_wait_s: float = 0.0,
+            on_epoch=None) -> str:
     """Run (or resume) one run and write its result.json; returns 'done' or 'failed' when this
     process ran it, else CLAIMED or FINISHED_ELSEWHERE.
 
@@ -91,11 +92,14 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
     ``claim_wait_s``: how long to wait for a run another process holds (a Slurm task requeued after a
     node crash waits out the dead node's NFS lock lease). Under torchrun only rank 0 takes the lock
     (a duplicate multi-process launch is not guarded).
+    ``on_epoch``: engine.train's per-epoch callback (a tpe search's pruning; ltbench/run/tpe.py).
     """
     spec = RunSpec.coerce(spec)
     if _rank() != 0:
         run_dir = Path(spec.run_dir)
-        return FINISHED_ELSEWHERE if store.run_status(run_dir) in store.FINISHED else _execute(spec, run_dir, say, False)
+        if store.run_status(run_dir) in store.FINISHED:
+            return FINISHED_ELSEWHERE
+        return _execute(spec, run_dir, say, False, on_epoch)
     run_dir = prepare_run_dir(spec)
     claim = store.claim_run(run_dir, wait_s=claim_wait_s)
     if claim is None:
@@ -110,7 +114,7 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
         try:
             if not _needs_running(spec, run_dir, redo, say):
                 return FINISHED_ELSEWHERE
-            return _execute(spec, run_dir, say, True)
+            return _execute(spec, run_dir, say, True, on_epoch)
         except (OSError, DiskFullError) as exc:  # setting a damaged file aside on a full or read-only disk
             if io_fault(exc):
                 raise _interrupted(spec, run_dir, interrupted_message(spec, exc)) from None
@@ -159,7 +163,7 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
     return True
 
 
-def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
+def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool, on_epoch=None) -> str:
     """Train the run and write its result.json (assembled by ``ltbench.results.record``). A fault of the
     storage anywhere (started.json, a checkpoint, the log, the result) raises RunInterrupted: the run is
     left interrupted and resumable, never recorded as failed."""
@@ -175,7 +179,7 @@ def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
                 "slurm_job_id": info.get("slurm_job_id"), "requeue_count": info.get("requeue_count"),
             })
         result = record.header(spec, started=started, provenance=info, code=provenance.run_code(spec.config))
-        _train_into(result, spec, run_dir, say, writes_files, engine, distributed)
+        _train_into(result, spec, run_dir, say, writes_files, engine, distributed, on_epoch)
         record.finish(result, time.time())
         if writes_files:
             _write_result(run_dir, result)
@@ -186,11 +190,12 @@ def _execute(spec: RunSpec, run_dir: Path, say, writes_files: bool) -> str:
     return result["status"]
 
 
-def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: bool, engine, distributed) -> None:
+def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: bool, engine, distributed,
+                on_epoch=None) -> None:
     """engine.train, its outcome or its failure recorded in ``result``. A crash is recorded (the grid goes on);
     a fault of the storage and Ctrl-C are not the computation's and pass through."""
     try:
-        record.done(result, engine.train(spec, run_dir, say=say))
+        record.done(result, engine.train(spec, run_dir, say=say, on_epoch=on_epoch))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:

@@ -102,7 +102,8 @@ def test_search_expands_methods_x_trials_x_seeds_with_recorded_trials(write_reci
     ({"search": {**SEARCH, "space": {"method.foo": {"uniform": [0, 1]}}}}, "no method of this recipe has the option 'foo'"),
     ({"search": {**SEARCH, "trials": 0}}, "search.trials: must be >= 1"),
     ({"data": {"val_per_class": 0}}, "selected on the validation split, and data 'synthetic_lt' has none"),
-    ({"search": {**SEARCH, "sampler": "tpe"}}, "search.sampler"),
+    ({"search": {**SEARCH, "sampler": "grid"}}, "search.sampler: expected random, tpe"),
+    ({"search": {**SEARCH, "prune": True}}, "search.prune: true .* needs sampler: tpe"),
     ({"grid": {"method.name": ["ce"], "optim.lr": [0.1, 0.2]}}, "the grid sets 'optim.lr'"),
     ({"search": {**SEARCH, "space": {"bogus": {"uniform": [0, 1]}}}}, "not an option of a run"),
 ])

@@ -28,7 +28,8 @@ from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
-from ltbench.recipe.trials import check_space_used, parse_search, plan_lines, trial_configs
+from ltbench.recipe import tpe
+from ltbench.recipe.trials import check_space_used, parse_search, plan_lines, point_space, trial_configs, trial_record, with_values
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import DEFAULT_SAMPLER, resolve_sampler
 
@@ -129,6 +130,10 @@ class Recipe:
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
     where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
     search: list = field(default_factory=list)  # what --dry-run says of the search (trials.plan_lines)
+    studies: list = field(default_factory=list)  # sampler tpe: one recipe.tpe.Study per grid point and seed
+    probes: list = field(default_factory=list)  # sampler tpe: run specs checked before any run, never run
+    found: Any = None  # the parsed search: section (trials.Search), None without one
+    identities: dict = field(default_factory=dict)  # data and weights identities asked so far (_run_config)
 
     @property
     def root(self) -> Path:
@@ -739,29 +744,29 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     except RegistryError as exc:  # a bad $LTBENCH_PLUGIN_PATH folder is not the recipe's plugins: fault
         raise ConfigError(str(exc) if isinstance(exc, registry.EnvPluginError) else f"plugins: {exc}") from None
     base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
-    runs, seen, used, identities = [], set(), set(), {}
+    runs, seen, used, identities, studies, probes = [], set(), set(), {}, [], []
+    asks = found is not None and found.config.sampler == "tpe"
     for point in points:
         cfg = copy.deepcopy(base)
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
         apply_run_overrides(cfg, list(run_overrides), used)
+        if asks:
+            space = point_space(found, cfg, point, [ov.key for ov in run_overrides], "search")
+            for seed in top.seeds:
+                study, checked = _tpe_study(found, cfg, point, space, seed, identities, name, out_dir)
+                studies.append(study)
+                probes += checked
+            continue
         for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
             for seed in top.seeds:
-                config = _trial_config(trial_cfg, seed, identities, trial)
-                try:
-                    run_id = identity.run_id(config)
-                except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
-                    raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
-                                      f"remove NaN and infinite values") from None
-                if run_id in seen:
-                    continue
-                seen.add(run_id)
-                runs.append(RunSpec(recipe=name, run_id=run_id, config=config,
-                                    grid=point if trial is None else {**point, "search": trial},
-                                    plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
-    check_overrides_used(list(run_overrides), used, runs)
+                spec = _spec(name, out_dir, _trial_config(trial_cfg, seed, identities, trial), point, trial)
+                if spec.run_id not in seen:
+                    seen.add(spec.run_id)
+                    runs.append(spec)
+    check_overrides_used(list(run_overrides), used, runs + probes)
     if found:
-        check_space_used(found, [spec.config["method"]["name"] for spec in runs], "search")
+        check_space_used(found, [spec.config["method"]["name"] for spec in runs + probes], "search")
     posthoc = expand_posthoc(top.posthoc, "posthoc")
     if posthoc and any(spec.config["eval"]["select"] == "best_val" for spec in runs):
         raise ConfigError("posthoc: stage 2 fits each run's final checkpoint, but eval.select: best_val reports an "
@@ -769,8 +774,79 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                           "last in a recipe with a posthoc: grid (docs/posthoc.md)")
     # Whether each declared table can be built from these runs is checked by the caller
     # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
-    return Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
-                  [ov.key for ov in run_overrides], search=plan_lines(found))
+    recipe = Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
+                    [ov.key for ov in run_overrides], search=plan_lines(found), studies=studies, probes=probes,
+                    found=found, identities=identities)
+    if asks:
+        recipe.runs = tpe_recorded_runs(recipe)
+    return recipe
+
+
+def _spec(name: str, out_dir: Path, config: dict, point: dict, trial: dict | None) -> RunSpec:
+    """The run spec of one resolved configuration: its id the hash of the configuration."""
+    try:
+        run_id = identity.run_id(config)
+    except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
+        raise ConfigError(f"grid point {short_repr(point)}: the configuration cannot be hashed ({exc}); "
+                          f"remove NaN and infinite values") from None
+    return RunSpec(recipe=name, run_id=run_id, config=config, grid=point if trial is None else {**point, "search": trial},
+                   plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id)))
+
+
+def _tpe_study(found, cfg: dict, point: dict, space: dict, seed: int, identities: dict, name: str,
+               out_dir: Path) -> tuple[tpe.Study, list[RunSpec]]:
+    """One study of a tpe search (a grid point with one seed) and its probes: the configurations at the low
+    and high ends of its space, validated as a random draw would be (their specs are checked, never run)."""
+    probes = [_spec(name, out_dir, _trial_config(with_values(cfg, values), seed, identities,
+                                                 trial_record(found, 0, space)), point, trial_record(found, 0, space))
+              for values in tpe.probe_values(space)]
+    if found.config.prune and not validation_curve(probes[0].config):
+        raise ConfigError(f"search.prune: true stops a trial on its validation curve, and the runs of method "
+                          f"'{cfg['method']['name']}' validate only at the end; set train.eval_every: 1 (validation "
+                          f"after each epoch; below optim.epochs) or eval.select: best_val, or remove prune")
+    fixed = copy.deepcopy(probes[0].config)
+    for key in space:
+        node = fixed
+        for part in key.split(".")[:-1]:
+            node = node.get(part, {})
+        node.pop(key.rsplit(".", 1)[1], None)
+    method = cfg["method"]["name"]
+    return tpe.Study(tpe.study_name(method, seed, identity.run_id(fixed), found, space), method, seed, cfg, point,
+                     space), probes
+
+
+def validation_curve(config: dict) -> bool:
+    """Whether a run validates before its end: after every epoch under eval.select best_val, every
+    train.eval_every epochs otherwise (engine.epoch_record logs the validation headline then)."""
+    every, epochs = config["train"]["eval_every"], config["optim"]["epochs"]
+    return (config["eval"]["select"] == "best_val" and epochs > 1) or 0 < every < epochs
+
+
+def tpe_trial_spec(recipe: Recipe, study: tpe.Study, number: int, values: dict) -> RunSpec:
+    """The run of trial ``number`` of a tpe study, with its drawn ``values``: an ordinary run, its id the hash
+    of its resolved configuration; its trial record in ``grid['search']``. A value a plugin refuses is a
+    ConfigError naming the trial."""
+    record = trial_record(recipe.found, number, study.space)
+    config = _trial_config(with_values(study.cfg, values), study.seed, recipe.identities, record)
+    return _spec(recipe.name, recipe.results_dir, config, study.point, record)
+
+
+def tpe_recorded_runs(recipe: Recipe) -> list[RunSpec]:
+    """The runs of the trials a tpe search's journal holds so far (none before its first launch)."""
+    recorded = tpe.recorded_trials(recipe.root, recipe.studies, recipe.found.config.trials)
+    runs, seen = [], set()
+    for study in recipe.studies:
+        for number, _, values in sorted(recorded.get(study.name, []), key=lambda t: t[0]):
+            if values is None:
+                continue
+            try:
+                spec = tpe_trial_spec(recipe, study, number, values)
+            except ConfigError as exc:
+                raise tpe.damaged(tpe.journal_path(recipe.root), f"trial {number} of study {study.name}: {exc}") from None
+            if spec.run_id not in seen:
+                seen.add(spec.run_id)
+                runs.append(spec)
+    return runs
 
 
 def _trial_config(cfg: dict, seed: int, identities: dict, trial: dict | None) -> dict:

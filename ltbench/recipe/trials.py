@@ -13,6 +13,9 @@ hashed as any other; which trial of which search it is goes into its ``grid['sea
 and result.json), never into its id. A grid point's space is the core's (``search.CORE_SPACE``), its method's
 ``search_space`` and the recipe's ``space``; a ``method.*`` key of the recipe applies to the methods that have
 the option and must fit at least one (the rule of a command-line override). docs/tuning.md.
+
+``sampler: tpe`` asks Optuna's TPE for each trial when it starts (ltbench/recipe/tpe.py, ltbench/run/tpe.py):
+nothing is drawn here; the recipe lists the trials its journal already holds.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from ltbench import registry, search
 from ltbench.config import check_range, from_dict, join_path
 from ltbench.errors import ConfigError, short_repr
+from ltbench.recipe.tpe import require_optuna
 
 
 @dataclass
@@ -32,13 +36,19 @@ class SearchConfig:
     seed: int = 0
     sampler: str = "random"
     space: dict[str, Any] = field(default_factory=dict)
+    prune: bool = False  # tpe: stop a trial whose validation curve falls below the median of earlier trials
 
     def validate(self) -> None:
         check_range("trials", self.trials, 1, search.MAX_TRIALS, unit=" (the number of configurations per method)")
         check_range("seed", self.seed, 0, 2**32 - 1)
         if self.sampler not in search.SAMPLERS:
-            raise ValueError(f"sampler: expected {', '.join(search.SAMPLERS)}, got {short_repr(self.sampler, 40)}"
-                             + ("; TPE through Optuna is not built yet (docs/tuning.md)" if self.sampler == "tpe" else ""))
+            raise ValueError(f"sampler: expected {', '.join(search.SAMPLERS)}, got {short_repr(self.sampler, 40)}")
+        if self.prune and self.sampler != "tpe":
+            raise ValueError("prune: true stops trials that fall behind on the validation curve of the trials before "
+                             "them, which needs sampler: tpe (random search draws every trial in advance); remove "
+                             "prune or set sampler: tpe")
+        if self.sampler == "tpe":
+            require_optuna("sampler: tpe")
 
 
 @dataclass
@@ -108,15 +118,25 @@ def trial_configs(found: Search | None, cfg: dict, point: dict, override_keys: l
     c = found.config
     out = []
     for k, values in enumerate(search.draw_trials(space, c.seed, cfg["method"]["name"], c.trials)):
-        trial = copy.deepcopy(cfg)
-        for key, value in values.items():
-            node = trial
-            for part in key.split(".")[:-1]:
-                node = node.setdefault(part, {})
-            node[key.rsplit(".", 1)[1]] = value
-        out.append((trial, {"trial": k, "trials": c.trials, "seed": c.seed, "sampler": c.sampler,
-                            "space": sorted(space)}))
+        out.append((with_values(cfg, values), trial_record(found, k, space)))
     return out
+
+
+def with_values(cfg: dict, values: dict) -> dict:
+    """A copy of a grid point's configuration with each drawn value set at its dotted key."""
+    trial = copy.deepcopy(cfg)
+    for key, value in values.items():
+        node = trial
+        for part in key.split(".")[:-1]:
+            node = node.setdefault(part, {})
+        node[key.rsplit(".", 1)[1]] = value
+    return trial
+
+
+def trial_record(found: Search, k: int, space: dict) -> dict:
+    """What a trial's run records of its search (``search.TRIAL_FIELDS``)."""
+    c = found.config
+    return {"trial": k, "trials": c.trials, "seed": c.seed, "sampler": c.sampler, "space": sorted(space)}
 
 
 def plan_lines(found: Search | None) -> list[str]:
@@ -124,7 +144,13 @@ def plan_lines(found: Search | None) -> list[str]:
     if found is None:
         return []
     c = found.config
-    lines = [f"search: {c.trials} trial(s) per method, {c.sampler} search, seed {c.seed}; selected on the "
-             f"validation split"]
+    if c.sampler == "tpe":
+        lines = [f"search: {c.trials} trial(s) per method and seed, tpe search (Optuna), seed {c.seed}, "
+                 f"{'pruning on the validation curve' if c.prune else 'no pruning'}; selected on the validation split",
+                 "  each draw is asked from its study when the trial starts (it depends on the results before it): "
+                 "the runs below are the trials the journal holds so far"]
+    else:
+        lines = [f"search: {c.trials} trial(s) per method, {c.sampler} search, seed {c.seed}; selected on the "
+                 f"validation split"]
     lines += [f"  {name}: {search.space_text(space)}" for name, space in found.spaces.items()]
     return lines

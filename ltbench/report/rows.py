@@ -425,14 +425,16 @@ def selected_unit(hits: list[Unit], select: str) -> Unit:
             unit.problems[seed] = (f"seed {seed}: no setting has {'validation' if select == 'val' else 'test'} metrics to "
                                    f"select on" + (" (set data.val_per_class or data.val_split)" if select == "val" else ""))
             continue
+        # the settings that have this seed at all (a tpe search's trials are drawn per seed: each has one)
+        among = [h for h in hits if seed in h.runs or seed in h.problems or seed in (h.expected or [])]
         _, _, best = max(scored, key=lambda x: (x[0], x[1]))
         unit.runs[seed] = best.runs[seed]
         for name in ("stale", "code_unknown", "elsewhere", "borrowed"):  # what the chosen result's notes say
             if seed in getattr(best, name):
                 getattr(unit, name)[seed] = getattr(best, name)[seed]
         unit.chosen[seed] = ", ".join(f"{short_key(k)}={value_text(best.flat.get(k))}" for k in differ)
-        if len(scored) < len(hits):
-            unit.problems[seed] = f"seed {seed}: selected among {len(scored)} of {len(hits)} settings (the others unfinished or unscored)"
+        if len(scored) < len(among):
+            unit.problems[seed] = f"seed {seed}: selected among {len(scored)} of {len(among)} settings (the others unfinished or unscored)"
     return unit
 
 

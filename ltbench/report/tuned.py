@@ -56,10 +56,11 @@ def tuned_unit(trials: list[Unit]) -> Unit:
     unit.search = {k: v for k, v in trials[0].search.items() if k != "trial"}
     unit.flat.update({f"{SEARCH}.{k}": unit.search[k] for k in SELECTABLE})  # a row selects it: search.trials: 4
     unit.trials = trials
-    missing = unit.search["trials"] - len(trials)
     for seed in unit.expected or []:
-        if missing and seed not in unit.problems:
-            unit.problems[seed] = (f"seed {seed}: selected among {len(trials)} of {unit.search['trials']} trials "
+        have = sum(1 for t in trials if seed in t.runs or seed in (t.expected or []))  # tpe: each trial has one seed
+        missing = unit.search["trials"] - have
+        if missing > 0 and seed not in unit.problems:
+            unit.problems[seed] = (f"seed {seed}: selected among {have} of {unit.search['trials']} trials "
                                    f"({missing} absent: not run yet, or drew the configuration of another trial)")
     return unit
 

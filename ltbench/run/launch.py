@@ -9,6 +9,7 @@ The worker processes of this machine are ``ltbench.run.local_pool``'s; ``ltbench
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def checks_before_any_run(recipe: Recipe) -> None:
 
     from ltbench.pretrained.registered import check_weights  # lazy: keeps status and table free of torch
 
+    if recipe.probes:  # a tpe search: its draws are unknown yet, its probes span them (recipe._tpe_study)
+        recipe = dataclasses.replace(recipe, runs=recipe.probes + recipe.runs)
     check_runs_per_gpu(recipe)
     preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
     check_weights([spec.config for spec in recipe.runs])  # each weights file once: readable, fitting, finite
@@ -97,7 +100,12 @@ def print_plan(recipe: Recipe) -> int:
     check_results_root(recipe.root)
     checks_before_any_run(recipe)
     lines = run_lines(recipe.runs, recipe.override_keys)
-    print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
+    if recipe.studies:
+        from ltbench.run.tpe import progress_line  # lazy: keeps random-search plans free of optuna
+
+        print(f"recipe {recipe.name}: {progress_line(recipe)}; {len(recipe.runs)} run(s) drawn so far -> {recipe.root}")
+    else:
+        print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
     for text in recipe.search:
         print(text)
     for spec, line in zip(recipe.runs, lines):
@@ -134,10 +142,21 @@ def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo:
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
            rebuild_checkpoints: bool = False) -> dict[str, int]:
+    redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
+    if recipe.studies:  # a tpe search: workers ask its studies for trials (ltbench/run/tpe.py)
+        from ltbench.run import tpe  # lazy: keeps status and random-search launches free of optuna
+
+        tpe.refuse_redo(recipe, redo)
+        checks_before_any_run(recipe)
+        submit = None
+        if recipe.launcher.name in ("slurm", "debug"):
+            from ltbench.run import slurm  # lazy: keeps status and local launches free of submitit
+
+            submit = slurm.submit_search
+        return tpe.launch(recipe, wait, submit)
     checks_before_any_run(recipe)
     store.refuse_older(recipe.root)
     store.ensure_writable(recipe.root)
-    redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
     specs, found = runs_to_launch(recipe, redo)
     _announce(recipe, specs, found, redo)
     name = recipe.launcher.name

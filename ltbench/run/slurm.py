@@ -21,7 +21,7 @@ import submitit
 
 from ltbench.results import provenance, store
 from ltbench.errors import LtbenchError
-from ltbench.recipe import LauncherConfig, Recipe
+from ltbench.recipe import LauncherConfig, Recipe, load_recipe
 from ltbench.runner import prepare_run_dir, run_one
 from ltbench.results.runspec import RunSpec
 
@@ -57,6 +57,31 @@ class PosthocJob(submitit.helpers.Checkpointable):
     def checkpoint(self, *args) -> submitit.helpers.DelayedSubmission:
         # Each stage-2 result is stored as soon as it is fitted: a requeued task skips the stored ones.
         return submitit.helpers.DelayedSubmission(PosthocJob(), *args)
+
+
+class SearchJob(submitit.helpers.Checkpointable):
+    """What a Slurm task of a tpe search executes: one worker of the shared studies (ltbench/run/tpe.py),
+    the recipe loaded again from its file (the journal says what is left)."""
+
+    def __call__(self, recipe_path: str, overrides: list[str], results: str) -> dict:
+        from ltbench.run import tpe  # lazy: keeps other launches free of optuna
+
+        return tpe.work(load_recipe(recipe_path, overrides, results), out=lambda msg: print(msg, flush=True))
+
+    def checkpoint(self, *args) -> submitit.helpers.DelayedSubmission:
+        # A requeued worker takes its unfinished trial over again (its run resumes from its checkpoint).
+        return submitit.helpers.DelayedSubmission(SearchJob(), *args)
+
+
+def submit_search(recipe: Recipe, tasks: int, cluster: str) -> list:
+    """``tasks`` workers of a tpe search as one job array ('slurm', or 'debug': in this process)."""
+    if cluster == "slurm":
+        require_sbatch()
+    path, results = str(Path(recipe.path).resolve()), str(recipe.results_dir)
+    jobs = _map_array(make_executor(recipe, cluster), SearchJob(), [path] * tasks, [list(recipe.overrides)] * tasks,
+                      [results] * tasks)
+    print(f"submitted {tasks} tpe worker(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
+    return jobs
 
 
 def make_executor(recipe: Recipe, cluster: str) -> submitit.AutoExecutor:

@@ -968,7 +968,10 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     if run.eval.select == "best_val":
         track_best_val(s, row, epoch)
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
-        row["test"] = headline(evaluate_after(s, epoch + 1))
+        metrics = evaluate_after(s, epoch + 1)
+        row["test"] = headline(metrics)
+        if "val" in metrics:  # the validation curve (a tpe search prunes on it), beside the test curve
+            row.setdefault("val", headline(metrics["val"]))
     if s.main:
         store.append_jsonl(Path(s.spec.run_dir) / store.LOG, row)
         if s.loggers is not None:
@@ -1000,9 +1003,12 @@ def final_outcome(s: Session, started: float, saver: CheckpointSaver) -> TrainOu
                         numerics=session_numerics(s, log), parameters=parameter_counts(run.backbone, run.method))
 
 
-def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print) -> TrainOutcome:
+def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = print,
+          on_epoch: Callable[[dict], None] | None = None) -> TrainOutcome:
     """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run:
-    resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record."""
+    resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record.
+    ``on_epoch(row)``: called with each epoch's log row once its checkpoint is written (a tpe search reports
+    the validation curve to its study there, and stops a pruned trial by raising)."""
     benchmark = torch.backends.cudnn.benchmark  # set for the process by prepare_for_device (CUDA)
     entered = time.monotonic()  # the session's cost counts from here: data and model building included
     try:
@@ -1023,10 +1029,12 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
         try:
             while epoch < s.run.optim.epochs:
                 meter = train_epoch(s, epoch, start_step, saver)
-                epoch_record(s, meter, epoch)
+                row = epoch_record(s, meter, epoch)
                 epoch, start_step = epoch + 1, 0
                 saver.after_epoch(s.run, s.optimizer, s.scaler, epochs_done=epoch, iteration=s.iteration)
                 distributed.barrier()
+                if on_epoch is not None:
+                    on_epoch(row)
                 saver.restart_clock()
             return final_outcome(s, started, saver)
         finally:

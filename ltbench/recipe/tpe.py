@@ -1,0 +1,195 @@
+"""``search: {sampler: tpe}``: one Optuna study per grid point and seed, kept in a journal in the results folder.
+
+Why a study per (grid point, seed): the recipe's seeds are replicates of the whole tuning procedure (DomainBed
+draws each trial seed's hyper-parameters apart), so each seed's row cell is the test accuracy of the best of
+its own ``trials`` trials on validation, and a trial is one run: its validation curve is the one pruning
+reads. The budget is the random search's: ``trials`` runs per method and seed.
+
+The journal (``JOURNAL`` in ``results/<recipe>/``) is Optuna's file journal: one JSON object per line, appended
+under Optuna's lock, read back with ``json.loads`` only (the file backend keeps no pickled snapshot: the
+tests check that). It is data: a journal that cannot be read is one line naming it, never a traceback.
+Optuna is imported here only when a recipe asks for tpe: ``status``, ``table`` and ``list`` stay free of it.
+A trial's drawn values are stored as its user attribute ``values`` (rounded as random search rounds them), so
+its run's configuration is rebuilt from the journal exactly; the worker loop is ltbench/run/tpe.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ltbench import search
+from ltbench.errors import ConfigError, shorten
+from ltbench.results import safe_read
+
+JOURNAL = "search-tpe.journal"  # in the recipe's results folder: every study of the recipe
+INSTALL = "pip install 'ltbench[tune]'"
+
+
+def require_optuna(where: str):
+    """The optuna module, or a one-line ConfigError naming the extra that installs it."""
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError(f"{where} needs Optuna, which is not installed here; {INSTALL} (or use the default "
+                          f"random search: remove sampler)") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # its INFO lines would bury the runs' own
+    return optuna
+
+
+@dataclass
+class Study:
+    """One grid point with one seed: ``trials`` trials asked from TPE, each an ordinary run."""
+
+    name: str  # the study's name in the journal: method, seed and a hash of everything else it depends on
+    method: str
+    seed: int  # the runs' seed
+    cfg: dict  # the grid point's configuration (grid and overrides set), without the drawn values
+    point: dict  # the grid point, recorded in each run's spec as its grid
+    space: dict  # dotted key -> search.Distribution
+
+
+def study_name(method: str, seed: int, fixed_id: str, found: Any, space: dict) -> str:
+    """'la-seed0-<12 hex>': the hash covers the run id of the configuration less its searched options
+    (``fixed_id``), the search's seed, its space and whether it prunes: changing any of them is another study.
+    ``trials`` is left out: raising it continues the study."""
+    c = found.config
+    key = json.dumps([fixed_id, c.seed, search.space_text(space), c.prune], sort_keys=True)
+    return f"{method}-seed{seed}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+
+
+def probe_values(space: dict) -> list[dict]:
+    """Two sets of values every draw lies between: each option at its low end, then at its high end (a
+    choice's first and last value). Checked at load like a random draw, so a space a plugin refuses is said
+    before any run, though TPE draws its values only when each trial starts."""
+    def end(dist, i):
+        return dist.args[i] if dist.kind in ("choice", "int_uniform") else search._round(dist.args[i])
+
+    return [{k: end(d, i) for k, d in sorted(space.items())} for i in (0, -1)]
+
+
+def suggest(trial: Any, space: dict) -> dict:
+    """Ask an Optuna trial for a value of each option of the space: the same distributions as random search,
+    continuous values rounded to ``search.DIGITS`` significant digits as random search rounds its draws."""
+    values = {}
+    for key, dist in sorted(space.items()):
+        if dist.kind == "choice":
+            values[key] = trial.suggest_categorical(key, list(dist.args))
+        elif dist.kind == "int_uniform":
+            values[key] = trial.suggest_int(key, dist.args[0], dist.args[1])
+        else:
+            raw = trial.suggest_float(key, dist.args[0], dist.args[1], log=dist.kind == "log_uniform")
+            values[key] = min(max(search._round(raw), dist.args[0]), dist.args[1])
+    return values
+
+
+def journal_path(root: Path) -> Path:
+    return Path(root) / JOURNAL
+
+
+def damaged(path: Path, why: str) -> ConfigError:
+    return ConfigError(f"{path}: not a usable Optuna journal ({shorten(why, 200)}); move it aside to start the "
+                       f"search's studies anew (the finished runs stay in their folders and are not trained again)")
+
+
+class FlockJournalLock:
+    """Optuna's journal lock as an flock on ``<journal>.flock`` (the lock a run folder has: store.claim_run).
+    Optuna's own file locks (a symlink, or a file made with O_EXCL) outlive a process killed while appending:
+    the next writer waits 30 s, then breaks the lock, even a live slow writer's, which may interleave two
+    appends. The kernel drops an flock when its holder dies in any way."""
+
+    def __init__(self, path: Path):
+        self.path, self._fd = Path(str(path) + ".flock"), None
+
+    def acquire(self) -> bool:
+        import fcntl
+        import os
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        import os
+
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # drops the flock
+
+
+def open_journal(path: Path, optuna):
+    """Optuna's storage over the journal file (created when missing), every line read and replayed now, so a
+    damaged journal is said here, in one line, before any run."""
+    if path.exists() or path.is_symlink():
+        problem = safe_read.regular_file_problem(path)
+        if problem:
+            raise damaged(path, problem)
+    from optuna.storages.journal import JournalFileBackend
+
+    try:  # the backend only calls the lock's acquire() and release()
+        storage = optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=FlockJournalLock(path)))
+        storage.get_all_studies()
+    except Exception as exc:  # noqa: BLE001 - any fault of the file's content (JSON, missing keys, types)
+        raise damaged(path, f"{type(exc).__name__}: {exc}") from None
+    return storage
+
+
+def recorded_trials(root: Path, studies: list[Study], trials: int) -> dict[str, list[tuple[int, str, dict | None]]]:
+    """Study name -> [(trial number, state, drawn values or None)] of the trials the journal holds with numbers
+    below ``trials`` (values None: asked, and its worker died before drawing: drawn when it is taken over);
+    empty when there is no journal yet (nothing is created)."""
+    path = journal_path(root)
+    if not studies or not (path.exists() or path.is_symlink()):
+        return {}
+    optuna = require_optuna("sampler: tpe")
+    storage = open_journal(path, optuna)
+    wanted = {s.name: s for s in studies}
+    out: dict[str, list[tuple[int, str, dict | None]]] = {}
+    try:
+        for frozen in storage.get_all_studies():
+            study = wanted.get(frozen.study_name)
+            if study is None:
+                continue
+            for t in storage.get_all_trials(frozen._study_id, deepcopy=False):
+                if t.number >= trials:
+                    continue  # past this recipe's budget (it was raised, then lowered)
+                values = t.user_attrs.get("values")
+                out.setdefault(study.name, []).append(
+                    (t.number, t.state.name, None if values is None else checked_values(values, study, t.number, path)))
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a journal whose lines are JSON but not Optuna's operations
+        raise damaged(path, f"{type(exc).__name__}: {exc}") from None
+    return out
+
+
+def state_counts(recorded: dict) -> dict[str, int]:
+    """'COMPLETE', 'PRUNED', 'FAIL', 'RUNNING' -> how many trials of the recorded studies are in it."""
+    counts: dict[str, int] = {}
+    for trials in recorded.values():
+        for _, state, _ in trials:
+            counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def checked_values(values: Any, study: Study, number: int, path: Path) -> dict:
+    """A trial's recorded values, read from the journal (data): the keys of the study's space, plain values."""
+    if not isinstance(values, dict) or set(values) != set(study.space):
+        raise damaged(path, f"trial {number} of study {study.name} records values for {short(values)}, "
+                            f"not for its space {sorted(study.space)}")
+    for key, value in values.items():
+        if not (value is None or isinstance(value, (str, int, float, bool))):
+            raise damaged(path, f"trial {number} of study {study.name}: {key} is {short(value)}, not a plain value")
+    return values
+
+
+def short(value: Any) -> str:
+    return shorten(repr(value), 80)
