@@ -12,6 +12,7 @@ records them (``numerics``), and two results of one run id stand for each other 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import platform
 import re
@@ -67,14 +68,13 @@ def portable(obj):
 
 def collect() -> dict:
     import torch
-    import torchvision
 
     info = {
         "ltbench_version": ltbench.__version__,
         **git_state(Path(ltbench.__file__).resolve().parent.parent),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision_version(),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "hostname": socket.gethostname(),
@@ -91,6 +91,25 @@ def collect() -> dict:
     if info["requeue_count"] is None and info["slurm_job_id"] is not None:
         info["requeue_count"] = 0
     return info
+
+
+def torchvision_version() -> str:
+    """``torchvision.__version__`` without importing torchvision (1.7 s, torch._dynamo through torchvision.ops,
+    in a run whose views may never call it): the literal its version.py assigns, read as text. When torchvision
+    is imported already, or its version.py holds no such literal, the module's own attribute."""
+    if "torchvision" not in sys.modules:
+        spec = importlib.util.find_spec("torchvision")  # finds the package, runs none of it
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            try:
+                text = (Path(folder) / "version.py").read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            found = re.search(r"^__version__ = '([^'\n]+)'$", text, re.MULTILINE)
+            if found:
+                return found.group(1)
+    import torchvision
+
+    return torchvision.__version__
 
 
 def cpu_model() -> str | None:
@@ -163,7 +182,6 @@ def numerics(device, *, precision: str, compile: str = "off", channels_last: boo
     the run's train: settings (a stage-2 fit: its feature dtype); ``threads_from``: which rule set the
     intra-op thread count (``thread_count``)."""
     import torch  # lazy: only a training process records numerics; status and tables never import torch
-    import torchvision
 
     cuda = device.type == "cuda"
     return {
@@ -175,7 +193,7 @@ def numerics(device, *, precision: str, compile: str = "off", channels_last: boo
         "threads": torch.get_num_threads(),
         "threads_from": threads_from,
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision_version(),
         **kernel_libraries(torch.__config__.show()),
         "mkldnn": mkldnn_settings(torch),
         "kernel_env": kernel_environment(os.environ),
