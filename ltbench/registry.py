@@ -36,7 +36,7 @@ PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
 CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones", "ltbench.pretrained.registered",
                 "ltbench.samplers.uniform", "ltbench.samplers.class_balanced", "ltbench.samplers.square_root",
                 "ltbench.samplers.progressive")
-# The augmentation pipelines import torchvision (3 s, most of it torch._dynamo through torchvision.ops), so
+# The augmentation pipelines import torch (and, where a pipeline builds one of its transforms, torchvision), so
 # they are imported only when a pipeline is looked up (a worker building its views, a recipe naming a view
 # that is no dataset alias), never by a command that only validates or lists (status, table, list).
 PIPELINE_MODULES = ("ltbench.data.transforms", "ltbench.data.batch_augment")
