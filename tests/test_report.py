@@ -446,3 +446,22 @@ def test_a_run_records_its_methods_display_name_from_its_registration():
     assert all(e.display for e in METHODS.entries() if e.module.startswith("methods."))
     with pytest.raises(RegistryError, match="display name"):
         Registry("method", None).register("x", display="two\nlines")
+
+
+def test_table_on_a_terminal_shows_bold_and_underline_as_ansi_and_markdown_elsewhere(write_recipe, capsys, monkeypatch):
+    """`ltbench table` to a terminal prints what `ltbench run` prints at its end (screen.for_terminal: no `**` or
+    `<u>`); to a file or a pipe, and with an explicit --format markdown, the markdown itself."""
+    from ltbench import cli
+    from ltbench.run.screen import for_terminal
+
+    path = write_recipe("r", LA_GRID)
+    populate(load_recipe(path))
+    assert cli.main(["table", str(path)]) == 0
+    piped = capsys.readouterr().out
+    assert "**" in piped and "\x1b[" not in piped
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert cli.main(["table", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert shown == for_terminal(piped) and "\x1b[1m" in shown and "**" not in shown
+    assert cli.main(["table", str(path), "--format", "markdown"]) == 0
+    assert capsys.readouterr().out == piped
