@@ -123,13 +123,14 @@ def _parse_tree(source: bytes) -> tuple:
 
 
 def parse_entries() -> dict[str, list]:
-    """Every parse this process knows, as JSON data ({source sha256: [normalised hash, imports, names]}), and
-    whether any was made here rather than read from ``known_parses``: what a cache keeps."""
+    """Every parse this process knows, as JSON data ({source sha256: [normalised hash, imports, names]}): what
+    a cache keeps for ``known_parses``."""
     return {k: [d, None if i is None else [[*x[:-1], list(x[-1])] for x in i], sorted(n)]
             for k, (d, i, n) in _parsed.items()}
 
 
 def made_new_parses() -> bool:
+    """Whether this process parsed a source no cache gave it (so a cache written now would hold more)."""
     return bool(_new_parses)
 
 
