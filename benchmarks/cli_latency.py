@@ -1,7 +1,7 @@
 """How long the everyday commands take, and how much memory, beside ``python -c pass``.
 
-Each command is a fresh process, timed from spawn to exit (wall time) with its peak RSS from ``os.wait4``
-(ru_maxrss), the median of ``--repeat`` calls after one warm-up call (the warm-up fills the caches a user's
+Each command is a fresh process, timed from spawn to exit (wall time) with its peak RSS and its own CPU time
+(user + system) from ``os.wait4``, the median of ``--repeat`` calls after one warm-up call (the warm-up fills the caches a user's
 second call finds; its own time is printed as "first call"). The commands:
 
 - ``status`` and ``table`` of recipes/quickstart.yaml, whose results folder holds a copy of the committed
@@ -13,8 +13,9 @@ second call finds; its own time is printed as "first call"). The commands:
   quickstart's first run (ResNet-8, Fashion-MNIST-LT), stopped at its first ``engine.train_step``.
 
 Targets (issue 40, an idle 2-core machine): status/table/list <= 1.0 s and <= 150 MB; run --dry-run <= 4 s;
-worker to first step <= 5 s. The machine's load (/proc/loadavg) is printed before and after: figures taken
-under load are not comparable with idle ones.
+worker to first step <= 5 s. The machine's load (/proc/loadavg) is printed before and after: wall times taken
+under load are not comparable with idle ones; CPU times move much less with the load than wall times (a loaded
+machine's shared caches still slow them), so compare those between measurements made at different loads.
 
     .venv/bin/python benchmarks/cli_latency.py [--repeat 5]
 """
@@ -50,8 +51,8 @@ os._exit(3)  # never reached: the first step exits
 """
 
 
-def timed(argv: list[str], env: dict, expect: str = "") -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB) of one process, reaped with os.wait4 for its own rusage; it must exit 0
+def timed(argv: list[str], env: dict, expect: str = "") -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MB, CPU seconds) of one process, reaped with os.wait4 for its own rusage; it must exit 0
     (and print ``expect`` when given). Output goes to files, so no pipe can stall it."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -63,13 +64,14 @@ def timed(argv: list[str], env: dict, expect: str = "") -> tuple[float, float]:
         err.seek(0)
         if proc.returncode != 0 or expect.encode() not in out.read():
             raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def measure(argv: list[str], env: dict, repeat: int, expect: str = "") -> dict:
     first = timed(argv, env, expect)
     runs = [timed(argv, env, expect) for _ in range(repeat)]
-    return {"first": first[0], "wall": statistics.median(r[0] for r in runs), "rss": max(r[1] for r in runs)}
+    return {"first": first[0], "wall": statistics.median(r[0] for r in runs), "rss": max(r[1] for r in runs),
+            "cpu": statistics.median(r[2] for r in runs)}
 
 
 def worker_spec(tmp: Path, env: dict) -> Path:
@@ -107,14 +109,15 @@ def main() -> int:
         rows["worker to first step"] = measure([sys.executable, "-c", FIRST_STEP, str(spec)], env, args.repeat,
                                                "first step")
     base = rows["python -c pass"]["wall"]
-    print(f"{'command':<22} {'first call':>10} {'median':>8} {'x pass':>7} {'peak RSS':>9}  target")
+    print(f"{'command':<22} {'first call':>10} {'median':>8} {'x pass':>7} {'CPU':>7} {'peak RSS':>9}  target")
     for name, r in rows.items():
         target = TARGETS.get(name)
         verdict = ""
         if target:
             ok = r["wall"] <= target[0] and (target[1] is None or r["rss"] <= target[1])
             verdict = f"<= {target[0]} s" + (f", <= {target[1]} MB" if target[1] else "") + ("  ok" if ok else "  MISSED")
-        print(f"{name:<22} {r['first']:>9.2f}s {r['wall']:>7.2f}s {r['wall'] / base:>7.0f} {r['rss']:>6.0f} MB  {verdict}")
+        print(f"{name:<22} {r['first']:>9.2f}s {r['wall']:>7.2f}s {r['wall'] / base:>7.0f} {r['cpu']:>6.2f}s "
+              f"{r['rss']:>6.0f} MB  {verdict}")
     print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
     print(json.dumps({k: {m: round(v, 3) for m, v in r.items()} for k, r in rows.items()}))
     return 0

@@ -193,7 +193,12 @@ def cmd_table(args) -> int:
         from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
         print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
         return 0
-    print(report.render_all(built, args.format))
+    text = report.render_all(built, args.format or "markdown")
+    if args.format is None and sys.stdout.isatty():  # a terminal: bold and underline as ANSI, as 'run' ends
+        from ltbench.run.screen import for_terminal  # lazy: keeps --help fast
+
+        text = for_terminal(text)
+    print(text)
     return 0
 
 
@@ -395,7 +400,9 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--table", help="print only this declared table")
-    p.add_argument("--format", choices=["markdown", "latex", "csv"], default="markdown")
+    p.add_argument("--format", choices=["markdown", "latex", "csv"],
+                   help="default: markdown, shown with ANSI bold and underline on a terminal (markdown as it is "
+                        "when written to a file or a pipe, or with --format markdown)")
     p.add_argument("--digits", type=int, choices=range(0, 7), metavar="0..6", help="decimals (default: the table's, 2)")
     p.add_argument("--heads", help="rows for these prediction heads (fnmatch patterns, comma-separated), "
                                    "e.g. 'sum_da_*' for every head whose name starts with sum_da_")

@@ -31,12 +31,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ltbench.config import from_dict, to_dict
 from ltbench.errors import LtbenchError, short_repr, shorten
+from ltbench.results import schema
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
 CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones", "ltbench.pretrained.registered",
                 "ltbench.samplers.uniform", "ltbench.samplers.class_balanced", "ltbench.samplers.square_root",
                 "ltbench.samplers.progressive")
-# The augmentation pipelines import torchvision (3 s, most of it torch._dynamo through torchvision.ops), so
+# The augmentation pipelines import torch (and, where a pipeline builds one of its transforms, torchvision), so
 # they are imported only when a pipeline is looked up (a worker building its views, a recipe naming a view
 # that is no dataset alias), never by a command that only validates or lists (status, table, list).
 PIPELINE_MODULES = ("ltbench.data.transforms", "ltbench.data.batch_augment")
@@ -52,6 +53,7 @@ class Entry:
     obj: Any
     module: str
     source: str  # human-readable: where discovery found it
+    display: str | None = None  # how tables name it ("LDAM-DRW" for ldam_drw); None: its name
 
 
 _current_source: str | None = None
@@ -80,7 +82,12 @@ class Registry:
         self._core_imported = False
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str) -> Callable[[Any], Any]:
+    def register(self, name: str, display: str | None = None) -> Callable[[Any], Any]:
+        """``@REGISTRY.register(name)``; ``display``: how tables name it (a method's row label: "LDAM-DRW",
+        recorded in each result as ``method_display``), the name itself when not given."""
+        if display is not None and schema.display_name_problem(display):
+            raise RegistryError(f"{self.kind} '{name}': display name {schema.display_name_problem(display)}")
+
         def decorator(obj: Any) -> Any:
             module = getattr(obj, "__module__", "?")
             source = _current_source or f"module {module}"
@@ -96,7 +103,7 @@ class Registry:
             if hasattr(obj, "__dict__") and not isinstance(obj, type(sys)):
                 with contextlib.suppress(AttributeError, TypeError):
                     obj.registered_name = name
-            self._entries[name] = Entry(name, obj, module, source)
+            self._entries[name] = Entry(name, obj, module, source, display)
             return obj
 
         return decorator

@@ -46,7 +46,7 @@ class BalancedSoftmaxConfig:
         check_views(self.views)
 
 
-@METHODS.register("balanced_softmax")
+@METHODS.register("balanced_softmax", display="Balanced Softmax")
 class BalancedSoftmax(Method):
     """CE(z + log n, y) on a linear head; predicts z + log(K·p_t) (module doc)."""
 

@@ -100,7 +100,7 @@ class BAPEConfig:
                                  f"'{self.aux['name']}' takes {wanted}; give aux_views {wanted} name(s)")
 
 
-@METHODS.register("bape")
+@METHODS.register("bape", display="BAPE")
 class BAPE(Method):
     """Explicit vMF Bayes classifier (MAP-estimated) on a projection head, plus an auxiliary method (docs/bape.md)."""
 

@@ -93,7 +93,7 @@ def bcl_loss(centers: torch.Tensor, z1: torch.Tensor, z2: torch.Tensor, labels: 
     return -mean_log_prob_pos.mean()
 
 
-@METHODS.register("bcl")
+@METHODS.register("bcl", display="BCL")
 class BCL(Method):
     """Logit-adjusted classifier + balanced contrastive loss with class centres (module doc)."""
 

@@ -71,7 +71,7 @@ class CBConfig:
         check_views(self.views)
 
 
-@METHODS.register("cb")
+@METHODS.register("cb", display="CB")
 class ClassBalanced(Method):
     """Class-balanced softmax / sigmoid / focal loss on a linear head; predicts z + log(K·p_t) (module doc)."""
 

@@ -22,7 +22,7 @@ class CEConfig:
         check_views(self.views)
 
 
-@METHODS.register("ce")
+@METHODS.register("ce", display="CE")
 class CrossEntropy(Method):
     """Softmax cross-entropy. Predicts with raw logits whatever the target prior (the ERM baseline)."""
 

@@ -37,7 +37,7 @@ class CEDRWConfig:
         check_views(self.views)
 
 
-@METHODS.register("ce_drw")
+@METHODS.register("ce_drw", display="CE-DRW")
 class CrossEntropyDRW(Method):
     """CE on a linear head (Kaiming-normal weight), class weights switched on at ``drw_epoch``."""
 

@@ -39,7 +39,7 @@ class CosineConfig:
         check_views(self.views)
 
 
-@METHODS.register("cosine")
+@METHODS.register("cosine", display="Cosine")
 class CosineClassifier(Method):
     """CE on s·cos; predicts s·cos, or its post-hoc logit-adjusted form when posthoc_tau > 0."""
 

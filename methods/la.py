@@ -133,7 +133,7 @@ class _ScaledCosine(nn.Module):
         return self.s * self.cos(x)
 
 
-@METHODS.register("la")
+@METHODS.register("la", display="LA")
 class LogitAdjustedLoss(_LinearHeadMethod):
     """Logit-adjusted loss CE(z + τ·log π, y). Predicts z + log(K·p_t): z is already balanced (see module doc)."""
 
@@ -147,7 +147,7 @@ class LogitAdjustedLoss(_LinearHeadMethod):
         return z + self.target_shift(target_prior, z)
 
 
-@METHODS.register("la_posthoc")
+@METHODS.register("la_posthoc", display="LA post-hoc")
 class PostHocLogitAdjustment(_LinearHeadMethod):
     """Plain CE training; predicts z - log(π**τ + 1e-12) + log(K·p_t) (module doc).
 

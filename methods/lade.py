@@ -63,7 +63,7 @@ class LADEConfig:
         check_views(self.views)
 
 
-@METHODS.register("lade")
+@METHODS.register("lade", display="LADE")
 class LADE(Method):
     """LADE-CE + α·LADER on a linear head; predicts z + log(K·p_t) (module doc)."""
 

@@ -60,7 +60,7 @@ class LDAMDRWConfig(LDAMConfig):
     drw: bool = True
 
 
-@METHODS.register("ldam")
+@METHODS.register("ldam", display="LDAM")
 class LDAM(Method):
     """LDAM loss on a cosine classifier; predicts s·cos + log(K·p_t) (module doc)."""
 
@@ -91,7 +91,7 @@ class LDAM(Method):
         return logits + self.target_shift(target_prior, logits)
 
 
-@METHODS.register("ldam_drw")
+@METHODS.register("ldam_drw", display="LDAM-DRW")
 class LDAMDRW(LDAM):
     """LDAM with deferred re-weighting switched on by default (LDAM-DRW)."""
 

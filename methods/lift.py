@@ -78,7 +78,7 @@ class CosineHead(nn.Module):
             return F.linear(F.normalize(h.float(), dim=-1), F.normalize(self.weight.float(), dim=-1)) * self.s
 
 
-@METHODS.register("lift")
+@METHODS.register("lift", display="LIFT")
 class LIFT(Method):
     """Text-initialised cosine classifier + logit-adjusted loss (module docstring)."""
 

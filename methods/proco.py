@@ -96,7 +96,7 @@ def unseen_directions(k: int, p: int, seed: int, reset: int) -> torch.Tensor:
     return (F.normalize(torch.randn(k, p, generator=g), dim=1) * 0.9).double()
 
 
-@METHODS.register("proco")
+@METHODS.register("proco", display="ProCo")
 class ProCo(Method):
     """Logit-adjusted classifier + ProCo's closed-form vMF contrastive loss (module doc)."""
 

@@ -161,7 +161,7 @@ def self_supervised_weights(draw: Callable[[int], ViewLogits], epochs: int, lr: 
     return F.softmax(raw.detach(), dim=0), done
 
 
-@METHODS.register("sade")
+@METHODS.register("sade", display="SADE")
 class SADE(Method):
     """Three experts on a shared trunk with forward/uniform/inverse prior losses; test-time aggregation."""
 

@@ -57,7 +57,7 @@ class VSConfig:
         check_views(self.views)
 
 
-@METHODS.register("vs")
+@METHODS.register("vs", display="VS")
 class VectorScaling(Method):
     """CE_w(z/Δ + ι, y) on a linear head; predicts z + log(K·p_t) (module doc)."""
 

@@ -35,7 +35,7 @@ class ZeroShotConfig:
             raise ValueError(f"templates must be one of {', '.join(prompts.TEMPLATE_SETS)}, got {self.templates!r}")
 
 
-@METHODS.register("zero_shot")
+@METHODS.register("zero_shot", display="Zero-shot")
 class ZeroShot(Method):
     """CLIP's zero-shot classifier from the class names (module docstring)."""
 

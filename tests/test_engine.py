@@ -166,7 +166,7 @@ def test_finished_runs_are_skipped(tmp_path, write_recipe, cli):
     recipe = write_recipe()
     first = cli("run", recipe)
     assert first.returncode == 0, first.stderr
-    assert "| ce " in first.stdout and "Many" in first.stdout
+    assert "| CE " in first.stdout and "Many" in first.stdout  # ce's display name
     mtime = next((tmp_path / "results").rglob(store.RESULT)).stat().st_mtime
     second = cli("run", recipe)
     assert "0 to run, 1 already finished" in second.stdout

@@ -232,4 +232,4 @@ def test_damaged_files_never_crash_hang_or_hide_healthy_runs(driven, case):
     if kind != "checkpoint":  # a lost checkpoint needs --rebuild-checkpoints (tested in test_faults.py)
         assert all(state == {"run": "done", "stage2": ["done"]} for state in got["after"].values()), got["after"]
     table = got["table"]["out"]
-    assert got["table"]["rc"] == 0 and "| ce" in table, table
+    assert got["table"]["rc"] == 0 and "| CE" in table, table  # ce's display name, recorded by the run

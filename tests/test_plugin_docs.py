@@ -102,7 +102,7 @@ def test_stage2_doc_example_passes_the_contract_and_its_grid_runs(tmp_path, caps
     assert all(r["status"] == "done" and 0 <= r["metrics"]["all"] <= 1 for r in results)
     assert all(len(r["method_extras"]["class_mean_norm"]) == 4 for r in results)
     code, out, err = run_cli(["table", recipe], capsys)
-    assert code == 0 and "ce + ncm (normalise=true, temperature=8)" in out, out + err
+    assert code == 0 and "CE + ncm (normalise=true, temperature=8)" in out, out + err  # CE: ce's display name
     code, out, err = run_cli(["posthoc", recipe, "posthoc=[{name: ncm, temperature: -1}]"], capsys)
     assert code == 2 and "posthoc[0].temperature: must be > 0" in err, err
 

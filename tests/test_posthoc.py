@@ -329,8 +329,8 @@ def test_tables_show_stage2_rows_and_select_them_by_posthoc_keys(runs):
     assert table.rows[0].label == "CE" and table.notes[0].startswith("numerics of every result shown")
     assert [n.split(" in ")[0] for n in table.notes[1:]] == ["2 finished run(s)"]  # the BAPE runs: in no table
     labels = [r.label for r in report.tables(runs["recipe"].root, use_cache=False)[0].rows]
-    assert "ce + tau_norm (tau=1)" in labels and "ce" in labels  # default labels: run label + stage-2 label
-    assert "bape + bape_refit (alpha_hat=10, kappa_solver=newton)" in labels
+    assert "CE + tau_norm (tau=1)" in labels and "CE" in labels  # default labels: run label + stage-2 label
+    assert "BAPE + bape_refit (alpha_hat=10, kappa_solver=newton)" in labels  # a run's part: its display name
 
 
 def test_posthoc_command_line_errors_are_one_line(write_recipe, capsys):
@@ -396,6 +396,7 @@ def test_figures_frames_leave_stage2_rows_out_unless_asked(runs):
     run_posthoc(recipe.runs, recipe.posthoc, say=lambda m: None)  # the declared grid (idempotent)
     trained = set(report.load(runs["path"]).runs["row"].dropna())
     everything = set(report.load(runs["path"], stage2=True).runs["row"].dropna())
-    # one row per trained method: figures stay readable; the declared table labels the ce run "CE" (issue 33)
-    assert trained == {"CE", "la", "bape"}
+    # one row per trained method: figures stay readable; the declared table labels the ce run "CE" (issue 33),
+    # the others are labelled with their methods' display names
+    assert trained == {"CE", "LA", "BAPE"}
     assert trained < everything and any("la_posthoc" in row for row in everything)

@@ -387,3 +387,81 @@ def test_a_head_row_never_shows_the_main_predictions_shifted_numbers(write_recip
     assert any("not recorded" in note for r in head_rows for note in r.notes)
     main_rows = [r for r in table.rows if not r.head]
     assert all(r.cells[(0, 1)].values for r in main_rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# Row labels: the method's display name its results record
+
+
+def _record_display(recipe, method: str, display: str) -> None:
+    """What a run of a method registered with ``display=`` writes (results/record.py: method_display)."""
+    for spec in recipe.runs:
+        if spec.config["method"]["name"] == method:
+            path = Path(spec.run_dir) / "result.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "method_display": display}))
+
+
+def test_row_labels_are_the_display_names_results_record_in_every_format(write_recipe):
+    """A row is labelled with the display name its results record ("LA"), in markdown, LaTeX and CSV; a row whose
+    results record none (made before methods declared one) keeps the method's id, and the fields in which rows
+    differ still follow the name."""
+    path = write_recipe("r", {"grid": {"method": [{"name": "ce"}, {"name": "la", "tau": 1.0}, {"name": "la", "tau": 2.0}]},
+                              "seeds": [0, 1]})
+    recipe = load_recipe(path)
+    populate(recipe)
+    _record_display(recipe, "la", "LA")
+    table = table_of(path)
+    assert [r.label for r in table.rows] == ["ce", "LA (tau=1)", "LA (tau=2)"]
+    markdown, latex, csv = (report.render(table, f) for f in ("markdown", "latex", "csv"))
+    assert "| LA (tau=1) " in markdown and "| ce " in markdown and "| la " not in markdown
+    assert "LA (tau=1) &" in latex and "la (tau" not in latex
+    assert "LA (tau=1)" in csv and "la (tau=1)" not in csv
+
+
+def test_a_damaged_display_name_makes_the_record_damaged(write_recipe):
+    """method_display is read under result.json's rule (schema.display_name_problem): a 200-character or
+    multi-line one is no label: its result is unusable (named, and run again), never printed."""
+    from ltbench.results import schema
+
+    path = write_recipe("r", {**LA_GRID, "seeds": [0]})
+    recipe = load_recipe(path)
+    populate(recipe)
+    _record_display(recipe, "la", "L\nA")
+    la_dir = next(Path(s.run_dir) for s in recipe.runs if s.config["method"]["name"] == "la")
+    assert "method_display" in schema.result_problem(json.loads((la_dir / "result.json").read_text()))
+    assert not store.check_result(la_dir).usable
+    assert schema.display_name_problem("x" * 41) and schema.display_name_problem(" ") \
+        and not schema.display_name_problem("Balanced Softmax")
+
+
+def test_a_run_records_its_methods_display_name_from_its_registration():
+    """The built-in methods declare display names where they register; a result records it (record.header),
+    and a method registered without one records none (its id labels its rows). A bad display name is refused
+    when the method registers."""
+    from ltbench.registry import METHODS, Registry, RegistryError
+    from ltbench.results import record
+
+    assert record.method_display({"method": {"name": "ldam_drw"}}) == {"method_display": "LDAM-DRW"}
+    assert record.method_display({"method": {"name": "balanced_softmax"}}) == {"method_display": "Balanced Softmax"}
+    assert all(e.display for e in METHODS.entries() if e.module.startswith("methods."))
+    with pytest.raises(RegistryError, match="display name"):
+        Registry("method", None).register("x", display="two\nlines")
+
+
+def test_table_on_a_terminal_shows_bold_and_underline_as_ansi_and_markdown_elsewhere(write_recipe, capsys, monkeypatch):
+    """`ltbench table` to a terminal prints what `ltbench run` prints at its end (screen.for_terminal: no `**` or
+    `<u>`); to a file or a pipe, and with an explicit --format markdown, the markdown itself."""
+    from ltbench import cli
+    from ltbench.run.screen import for_terminal
+
+    path = write_recipe("r", LA_GRID)
+    populate(load_recipe(path))
+    assert cli.main(["table", str(path)]) == 0
+    piped = capsys.readouterr().out
+    assert "**" in piped and "\x1b[" not in piped
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert cli.main(["table", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert shown == for_terminal(piped) and "\x1b[1m" in shown and "**" not in shown
+    assert cli.main(["table", str(path), "--format", "markdown"]) == 0
+    assert capsys.readouterr().out == piped

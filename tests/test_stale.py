@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import sys
 
 import pytest
@@ -140,3 +141,31 @@ def test_data_files_a_module_names_are_hashed_and_their_change_makes_the_run_sta
     assert _state(recorded).status == "done"
     (tmp_path / "text44" / "lists" / "photo.txt").write_text("a blurry photo of a {}.\n")
     assert _state(recorded).changed == ("data:text44/lists/photo.txt",)
+
+
+def test_a_workers_code_record_is_the_same_with_the_parses_an_earlier_process_kept(tmp_path):
+    """provenance.modules_code keeps each source's parse (by its sha256) and the distribution map between
+    processes (.ltbench-code-work.json), so a worker's start skips 0.6 s of it; what a result records is the
+    same with the cache as without it, and an entry that is not what a parse gives is never taken."""
+    import subprocess
+
+    code = ("import json, sys; from ltbench.results import code, provenance; "
+            "out = provenance.modules_code([code.TRAINING_ROOT]); "
+            "print(json.dumps([out, code.made_new_parses()], sort_keys=True))")
+    env = {**os.environ, "LTBENCH_CACHE_DIR": str(tmp_path)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                      check=True).stdout) for _ in range(2)]
+    assert runs[0][0] == runs[1][0] and runs[0][1] and not runs[1][1]  # the second process parsed nothing
+    assert (tmp_path / provenance.CODE_WORK_CACHE).is_file()
+
+    code_module.normalized_hash(b"import os.path\nfrom . import x\nfrom .a.b import *\nOPEN = 'classnames'\n")
+    code_module.normalized_hash(b"def broken(:\n")
+    entries = code_module.parse_entries()
+    good = next(v for v in entries.values() if v[1])
+    bad = {"f" * 64: [good[0], [["from", -1, "x", ["y"]]], []],  # a negative level
+           "e" * 64: [good[0], [["import", ["a b"]]], []],  # no module name
+           "d" * 64: ["not a hash", good[1], good[2]],
+           "not hex": good}
+    code_module.known_parses(bad)
+    assert not set(bad) & set(code_module.parse_entries())
+    assert all(code_module._parse_entry(v) == code_module._parsed[k] for k, v in entries.items())  # a round trip

@@ -141,3 +141,23 @@ def test_every_pipeline_equals_its_torchvision_compose_bit_for_bit(name, case):
         assert type(got) is torch.Tensor
         assert torch.equal(got, expected.as_subclass(torch.Tensor)), (name, case, seed)
         assert torch.equal(torch.rand(()), next_draw), (name, case, seed)
+
+
+def test_small_image_views_leave_torchvision_unimported():
+    """A Fashion-MNIST or CIFAR worker imports the engine, builds its crop + flip and eval views and runs them on
+    uint8 tensors without importing torchvision (1.7 s of its start); a PIL image, which needs the v2 pipeline,
+    imports it then. Run in a fresh process: this one imported torchvision long ago."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from ltbench.train import engine; from ltbench.data import transforms; "
+            "from ltbench.data.base import ImageSpec; from ltbench.results import provenance; "
+            "spec = ImageSpec(size=28, channels=1, mean=(0.286,), std=(0.353,), kind='small'); "
+            "views = [transforms.build(n, spec) for n in ('standard', 'eval')]; "
+            "image = torch.zeros(1, 28, 28, dtype=torch.uint8); [v(image) for v in views]; "
+            "version = provenance.torchvision_version(); "
+            "assert 'torchvision' not in sys.modules, 'torchvision imported'; "
+            "from PIL import Image; views[0](Image.new('L', (28, 28))); "
+            "import torchvision; assert version == torchvision.__version__, version")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -43,13 +43,13 @@ def test_finished_runs_outside_every_declared_table_are_counted_with_the_command
     tables = {"tables": {"main": {"columns": ["all"], "where": {"optim.epochs": 2}}}}
     path = write_recipe("smoke", deep_update(GRID, tables))
     assert cli.main(["run", str(path), "optim.epochs=1", "--where", "method.name=ce", "--where", "data.imb_factor=4"]) == 0
-    assert "| la" not in capsys.readouterr().out  # the tables at the end of the run show the part it ran
+    assert "| la" not in capsys.readouterr().out  # the tables at the end show the part it ran (la, never run: its id)
     assert cli.main(["table", str(path)]) == 0  # the declared table selects 2 epochs; the run made 1
     out = capsys.readouterr().out
     assert "1 finished run(s) in" in out and "are in none of these tables" in out and "'ltbench table " in out
     folder = out.split("'ltbench table ")[1].split("'")[0]
     assert cli.main(["table", folder]) == 0  # the command the note gives shows the run
-    assert "| ce" in capsys.readouterr().out
+    assert "| CE" in capsys.readouterr().out  # the display name the run recorded
 
 
 def test_table_where_keeps_the_rows_of_the_selected_runs(write_recipe, capsys):

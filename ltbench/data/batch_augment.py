@@ -39,16 +39,11 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as TF
-from torchvision.transforms.v2.functional._geometry import (_center_crop_compute_crop_anchor,
-                                                             _compute_resized_output_size,
-                                                             _get_inverse_affine_matrix)
 
 from ltbench.data import batch_ops as ops
 from ltbench.data.base import ImageSpec
 from ltbench.data.batch_ops import device_constant, per_sample
-from ltbench.data.transforms import resolve
+from ltbench.data.transforms import resolve, torchvision_v2
 from ltbench.errors import ConfigError
 from ltbench.registry import BATCH_PIPELINES
 
@@ -343,6 +338,9 @@ def resize_center_crop(resize: int, size: int) -> Step:
 
 def _resize_crop_plan(h: int, w: int, resize: int, size: int) -> tuple[int, int, int, int, float]:
     """torchvision's resized size (new_h, new_w), centre-crop corner (top, left) and the larger scale."""
+    geometry = torchvision_v2().functional._geometry
+    _compute_resized_output_size, _center_crop_compute_crop_anchor = \
+        geometry._compute_resized_output_size, geometry._center_crop_compute_crop_anchor
     new_h, new_w = _compute_resized_output_size((h, w), size=[resize], max_size=None)
     if new_h < size or new_w < size:
         raise ValueError(f"resize_center_crop: a {h}x{w} image resized to {new_h}x{new_w} is smaller than {size}")
@@ -391,6 +389,7 @@ def op_entry(name: str, magnitude: float, height: int, width: int, channels: int
 def _geometric_matrix(name: str, magnitude: float, height: int, width: int) -> list[float] | None:
     """The inverse affine matrix torchvision's geometric op builds (its own _get_inverse_affine_matrix, the
     arguments as AutoAugment's _apply_image_or_video_transform passes them), or None for other ops."""
+    _get_inverse_affine_matrix = torchvision_v2().functional._geometry._get_inverse_affine_matrix
     corner = [-width * 0.5, -height * 0.5]  # affine's centre=[0, 0], relative to the image centre
     if name in ("ShearX", "ShearY"):
         shear = math.degrees(math.atan(magnitude))
@@ -473,7 +472,7 @@ def _colour(x: torch.Tensor, sharp: torch.Tensor, row: torch.Tensor) -> torch.Te
 AA_TAGS = ("aa.policy", "aa.apply0", "aa.apply1", "aa.sign0", "aa.sign1")
 
 
-def autoaugment_entries(reference: v2.AutoAugment, height: int, width: int) -> list[tuple[str, float]]:
+def autoaugment_entries(reference, height: int, width: int) -> list[tuple[str, float]]:
     """Entry (policy p, slot s, negated g) at (2p + s) * 2 + g: the op and its signed magnitude, read from
     torchvision's own policy list and magnitude table (10 bins), so they match by construction."""
     entries = []
@@ -486,9 +485,11 @@ def autoaugment_entries(reference: v2.AutoAugment, height: int, width: int) -> l
     return entries
 
 
-def autoaugment(policy: v2.AutoAugmentPolicy = v2.AutoAugmentPolicy.CIFAR10) -> Step:
-    """v2.AutoAugment per sample: a sub-policy drawn uniformly, each of its two ops applied with its
-    probability, signed magnitudes negated with probability 1/2."""
+def autoaugment(policy_name: str = "cifar10") -> Step:
+    """v2.AutoAugment per sample (``policy_name``: a value of v2.AutoAugmentPolicy): a sub-policy drawn
+    uniformly, each of its two ops applied with its probability, signed magnitudes negated with probability 1/2."""
+    v2 = torchvision_v2()
+    policy = v2.AutoAugmentPolicy(policy_name)
     reference = v2.AutoAugment(policy)
     names = list(reference._AUGMENTATION_SPACE)
     ops_of_cells = [reference._policies[p][s] for p in range(len(reference._policies)) for s in range(2)]
@@ -530,7 +531,7 @@ def _trace_entries(b: Batch, name: str, table: OpTable, entry: torch.Tensor) -> 
 def randaugment(num_ops: int = 2, magnitude: int = 10, num_bins: int = 31) -> Step:
     """v2.RandAugment per sample: each of ``num_ops`` ops drawn uniformly from its op table (Identity
     included), at the fixed magnitude bin, sign drawn for signed ops."""
-    space = v2.RandAugment._AUGMENTATION_SPACE
+    space = torchvision_v2().RandAugment._AUGMENTATION_SPACE
     names = list(space)
     tags = tuple(f"ra.{kind}{slot}" for slot in range(num_ops) for kind in ("op", "sign"))
     half = below_threshold(0.5, inclusive=True)
@@ -604,7 +605,7 @@ def jitter_schedule(order: torch.Tensor, present: tuple[bool, ...]) -> tuple[tor
     return order.gather(1, index), torch.cat([steps[:, :3] < q, after <= 3], dim=1)
 
 
-def color_jitter(reference: v2.ColorJitter, p: float = 1.0) -> Step:
+def color_jitter(reference, p: float = 1.0) -> Step:
     """v2.ColorJitter (inside RandomApply(p)) per sample: the factors uniform in the reference's ranges, the
     four ops in a random order drawn per sample (``jitter_schedule`` turns the orders into a fixed sequence
     of whole-batch passes)."""
@@ -730,6 +731,7 @@ def _crop_steps(spec: ImageSpec) -> list[Step]:
 
 def _color_steps(spec: ImageSpec, p: float = 0.8) -> list[Step]:
     """transforms._color: ColorJitter(0.4, 0.4[, 0.4, 0.1]) with p, grayscale p=0.2 for colour images."""
+    v2 = torchvision_v2()
     if spec.channels == 1:
         return [color_jitter(v2.ColorJitter(0.4, 0.4), p)]
     return [color_jitter(v2.ColorJitter(0.4, 0.4, 0.4, 0.1), p), random_grayscale(0.2)]
@@ -766,7 +768,7 @@ def simaug_batch(spec: ImageSpec) -> BatchPipeline:
 
 @batch_pipeline("imagenet_train")
 def imagenet_train_batch(spec: ImageSpec) -> BatchPipeline:
-    jitter = [color_jitter(v2.ColorJitter(0.4, 0.4, 0.4, 0.0))] if spec.channels == 3 else []
+    jitter = [color_jitter(torchvision_v2().ColorJitter(0.4, 0.4, 0.4, 0.0))] if spec.channels == 3 else []
     return BatchPipeline([random_resized_crop(spec.size), horizontal_flip()] + jitter, spec)
 
 
@@ -789,7 +791,7 @@ def as_uint8_tensor(image) -> torch.Tensor:
     """What the loader hands over with augment_on: batch: the decoded image as a uint8 CHW tensor."""
     if isinstance(image, torch.Tensor):
         return image
-    return TF.pil_to_tensor(image)
+    return torchvision_v2().functional.pil_to_tensor(image)
 
 
 class CompiledPipeline:

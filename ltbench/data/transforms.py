@@ -5,21 +5,32 @@ one (``default``, ``strong``, ``sim``, ``eval``), so the same method runs on CIF
 Only Cutout is written here: torchvision has no DeVries-style Cutout (RandomErasing keeps its patch
 inside the image; Cutout's centre is uniform over the image and the square is clipped at borders).
 Inputs are uint8 CHW tensors (or PIL images for file datasets); outputs are normalised float tensors.
+torchvision is imported where a transform of it is built (``torchvision_v2``), never by importing this module.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
-from torchvision.transforms import v2
-from torchvision.transforms.v2._transform import _RandomApplyTransform
 
 from ltbench.data.base import ImageSpec
 from ltbench.errors import ConfigError
 from ltbench.registry import PIPELINES
 
 pipeline = PIPELINES.register  # @pipeline("name"): ImageSpec -> transform; a name taken twice is refused
+
+
+@functools.cache
+def torchvision_v2():
+    """torchvision.transforms.v2, imported by the first pipeline built from its transforms. Why not at the top:
+    importing torchvision costs 1.7 s (torch._dynamo, through torchvision.ops), more than all the rest of a
+    Fashion-MNIST worker's start, whose crop, flip and eval views never run a torchvision transform
+    (``SmallTensorFastPath``). Cached: the per-image paths below ask for it on every call."""
+    from torchvision.transforms import v2
+
+    return v2
 
 
 class Cutout(torch.nn.Module):
@@ -50,11 +61,12 @@ class SmallTensorFastPath:
     (padding 4 with zeros, crop at ``randint`` top then left, flip when ``rand(1) < 0.5``, uint8 ->
     float32 x (1/255), (x - mean) / std) and draws the same random numbers in the same order, so a
     seeded sample is the same tensor bit for bit (tests/test_transforms.py checks this against the v2
-    pipeline). Anything else (a PIL image, a float tensor) goes to the v2 pipeline.
+    pipeline). Anything else (a PIL image, a float tensor) goes to the v2 pipeline, ``reference``, built
+    (and torchvision imported) only then.
     """
 
-    def __init__(self, reference: Callable, spec: ImageSpec, crop_padding: int | None, flip: bool):
-        self.reference, self.size, self.padding, self.flip = reference, spec.size, crop_padding, flip
+    def __init__(self, spec: ImageSpec, crop_padding: int | None, flip: bool):
+        self.spec, self.size, self.padding, self.flip = spec, spec.size, crop_padding, flip
         self.mean = torch.as_tensor(spec.mean, dtype=torch.float32).view(-1, 1, 1)
         self.std = torch.as_tensor(spec.std, dtype=torch.float32).view(-1, 1, 1)
 
@@ -66,6 +78,15 @@ class SmallTensorFastPath:
         if self.flip and not bool(torch.rand(1) >= 0.5):
             img = img.flip(-1)
         return img.to(torch.float32).mul_(1.0 / 255).sub_(self.mean).div_(self.std)
+
+    @functools.cached_property
+    def reference(self) -> Callable:
+        """The v2.Compose this path stands for: ToImage, RandomCrop(size, padding) when it crops, a horizontal
+        flip when it flips, then ToDtype and Normalize."""
+        v2 = torchvision_v2()
+        crop = [] if self.padding is None else [v2.RandomCrop(self.size, padding=self.padding)]
+        flip = [v2.RandomHorizontalFlip()] if self.flip else []
+        return v2.Compose([v2.ToImage(), *crop, *flip, *_to_float(self.spec)])
 
     def _crop(self, img: torch.Tensor) -> torch.Tensor:
         """v2.RandomCrop(size, padding): the crop of the zero-padded image, without building it."""
@@ -95,7 +116,7 @@ class DirectPipeline:
     overrides ``forward`` some other way is called as it is. Other inputs (PIL images) go to the Compose.
     """
 
-    def __init__(self, compose: v2.Compose):
+    def __init__(self, compose: Callable):
         self.reference = compose
 
     def __call__(self, img):
@@ -111,6 +132,7 @@ def _apply_all(steps, img: torch.Tensor) -> torch.Tensor:
 
 
 def _apply_one(t, img: torch.Tensor) -> torch.Tensor:
+    v2 = torchvision_v2()
     kind = type(t)
     if kind is v2.ToImage:
         return img
@@ -118,14 +140,15 @@ def _apply_one(t, img: torch.Tensor) -> torch.Tensor:
         return img if torch.rand(1) >= t.p else _apply_all(t.transforms, img)
     if kind is v2.AutoAugment:
         return _autoaugment(t, img)
-    if isinstance(t, _RandomApplyTransform) and kind.forward is _RandomApplyTransform.forward:
+    random_apply = v2._transform._RandomApplyTransform
+    if isinstance(t, random_apply) and kind.forward is random_apply.forward:
         return img if torch.rand(1) >= t.p else t.transform(img, t.make_params([img]))
     if isinstance(t, v2.Transform) and kind.forward is v2.Transform.forward:
         return t.transform(img, t.make_params([img]))
     return t(img)
 
 
-def _autoaugment(t: v2.AutoAugment, img: torch.Tensor) -> torch.Tensor:
+def _autoaugment(t, img: torch.Tensor) -> torch.Tensor:
     """v2.AutoAugment.forward on one image tensor: the same draws in the same order."""
     height, width = img.shape[-2:]
     policy = t._policies[int(torch.randint(len(t._policies), ()))]
@@ -145,21 +168,24 @@ def _autoaugment(t: v2.AutoAugment, img: torch.Tensor) -> torch.Tensor:
 
 
 def _to_float(spec: ImageSpec) -> list:
+    v2 = torchvision_v2()
     return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(spec.mean, spec.std)]
 
 
 def _color(spec: ImageSpec, p: float = 0.8) -> list:
     """ColorJitter(0.4, 0.4, 0.4, 0.1) with p, then grayscale with p=0.2 (colour images only)."""
+    v2 = torchvision_v2()
     if spec.channels == 1:
         return [v2.RandomApply([v2.ColorJitter(0.4, 0.4)], p=p)]
     return [v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=p), v2.RandomGrayscale(p=0.2)]
 
 
-def _interpolation(spec: ImageSpec) -> v2.InterpolationMode:
-    return v2.InterpolationMode(spec.interpolation)
+def _interpolation(spec: ImageSpec):
+    return torchvision_v2().InterpolationMode(spec.interpolation)
 
 
 def _crop(spec: ImageSpec) -> list:
+    v2 = torchvision_v2()
     if spec.kind == "large":
         return [v2.RandomResizedCrop(spec.size, interpolation=_interpolation(spec), antialias=True)]
     return [v2.RandomCrop(spec.size, padding=4)]
@@ -168,21 +194,21 @@ def _crop(spec: ImageSpec) -> list:
 @pipeline("eval")
 def eval_pipeline(spec: ImageSpec):
     """Small images: as they are. Large: resize 256 (short side) and centre crop 224."""
-    pre = [v2.ToImage()]
-    if spec.kind == "large":
-        resize = int(round(spec.size * 256 / 224)) if spec.crop_pct is None else int(spec.size / spec.crop_pct + 1e-6)
-        pre += [v2.Resize(resize, interpolation=_interpolation(spec), antialias=True), v2.CenterCrop(spec.size)]
-        return DirectPipeline(v2.Compose(pre + _to_float(spec)))
-    return SmallTensorFastPath(v2.Compose(pre + _to_float(spec)), spec, crop_padding=None, flip=False)
+    if spec.kind != "large":
+        return SmallTensorFastPath(spec, crop_padding=None, flip=False)
+    v2 = torchvision_v2()
+    resize = int(round(spec.size * 256 / 224)) if spec.crop_pct is None else int(spec.size / spec.crop_pct + 1e-6)
+    return DirectPipeline(v2.Compose([v2.ToImage(), v2.Resize(resize, interpolation=_interpolation(spec), antialias=True),
+                                      v2.CenterCrop(spec.size)] + _to_float(spec)))
 
 
 @pipeline("standard")
 def standard(spec: ImageSpec):
     """Random crop with 4-pixel padding and horizontal flip (LDAM-DRW); RRC + flip for large images."""
-    reference = v2.Compose([v2.ToImage()] + _crop(spec) + [v2.RandomHorizontalFlip()] + _to_float(spec))
-    if spec.kind == "large":
-        return DirectPipeline(reference)
-    return SmallTensorFastPath(reference, spec, crop_padding=4, flip=True)
+    if spec.kind != "large":
+        return SmallTensorFastPath(spec, crop_padding=4, flip=True)
+    v2 = torchvision_v2()
+    return DirectPipeline(v2.Compose([v2.ToImage()] + _crop(spec) + [v2.RandomHorizontalFlip()] + _to_float(spec)))
 
 
 @pipeline("autoaug_cutout")
@@ -192,6 +218,7 @@ def autoaug_cutout(spec: ImageSpec):
     torchvision's AutoAugment uses the same 25 CIFAR sub-policies but is not bit-identical to the
     DeepVoltaire code (fill, interpolation); see docs.
     """
+    v2 = torchvision_v2()
     cut = max(1, round(16 * spec.size / 32))
     return DirectPipeline(v2.Compose(
         [v2.ToImage()]
@@ -205,6 +232,7 @@ def autoaug_cutout(spec: ImageSpec):
 @pipeline("randaugment")
 def randaugment(spec: ImageSpec):
     """Crop + flip + colour jitter + torchvision RandAugment (2 ops, magnitude 10)."""
+    v2 = torchvision_v2()
     return DirectPipeline(v2.Compose(
         [v2.ToImage()]
         + _crop(spec)
@@ -218,6 +246,7 @@ def randaugment(spec: ImageSpec):
 @pipeline("simaug")
 def simaug(spec: ImageSpec):
     """SimCLR-style view (ProCo augmentation_sim_cifar): RRC, flip, jitter p=0.8, grayscale p=0.2."""
+    v2 = torchvision_v2()
     return DirectPipeline(v2.Compose(
         [v2.ToImage(), v2.RandomResizedCrop(spec.size, antialias=True), v2.RandomHorizontalFlip()]
         + _color(spec)
@@ -228,6 +257,7 @@ def simaug(spec: ImageSpec):
 @pipeline("imagenet_train")
 def imagenet_train(spec: ImageSpec):
     """Random resized crop 224, flip, ColorJitter(0.4, 0.4, 0.4, 0) (Decoupling's ImageNet-LT recipe)."""
+    v2 = torchvision_v2()
     return DirectPipeline(v2.Compose(
         [v2.ToImage(), v2.RandomResizedCrop(spec.size, antialias=True), v2.RandomHorizontalFlip()]
         + ([v2.ColorJitter(0.4, 0.4, 0.4, 0.0)] if spec.channels == 3 else [])
@@ -258,6 +288,7 @@ class CropEnsemble:
     over the crops (ltbench/train/engine.py, ``predict_scores``)."""
 
     def __init__(self, spec: ImageSpec, mode: str, expand: int):
+        v2 = torchvision_v2()
         crop = v2.FiveCrop(spec.size) if mode == "fivecrop" else v2.TenCrop(spec.size)
         self.resize = v2.Compose([v2.ToImage(), v2.Resize(spec.size + expand, interpolation=_interpolation(spec),
                                                           antialias=True)])

@@ -341,7 +341,7 @@ def _check_view_names(method: dict, where: str) -> None:
             continue
         unknown = [v for v in value if v not in STANDARD_VIEW_ALIASES]
         if unknown:
-            bad = [v for v in unknown if v not in PIPELINES]  # discovery imports the pipelines (torchvision)
+            bad = [v for v in unknown if v not in PIPELINES]  # discovery imports the pipelines (torch)
             if bad:
                 known = ", ".join([*STANDARD_VIEW_ALIASES, *PIPELINES.names()])
                 raise ConfigError(f"{join_path(where, key)}: unknown view {short_repr(bad[0])}; known: {known}")

@@ -220,8 +220,8 @@ ESTIMATE_FIELDS = 5  # data, model, step (bytes), batch, views: resources.Estima
 
 def cached_estimates(plugin_dirs: list[str]) -> tuple[str, dict]:
     """(signature, {configuration key: the five numbers of its estimate, or None}) kept from earlier launches,
-    when no Python file they depend on changed. Why: an estimate builds the model on the meta device, where
-    torch runs its initialisers through ``torch._dynamo`` (3.5 s to import), on every ``--dry-run``. An
+    when no Python file they depend on changed. Why: an estimate builds the model on the meta device and runs
+    it on one image there, and torch's meta-device kernels import ``torch._dynamo`` (1.5 s), on every ``--dry-run``. An
     estimate depends only on the configuration and the code, never on the machine (the bounds are taken anew)."""
     signature = caches.code_signature(list(plugin_dirs) + env_plugin_dirs())
     cached = caches.read_cache(store.cache_home() / ".ltbench-estimates.json")  # sealed, like every cache

@@ -31,7 +31,7 @@ from ltbench.results import caches, identity, safe_read, schema, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 9  # 9: device_seconds of all sessions, as the result records it; 8: device_seconds; 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
+INDEX_VERSION = 10  # 10: device_seconds of all sessions, as the result records it; 9: method_display; 8: device_seconds; 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
 CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
@@ -71,6 +71,8 @@ def summarize_result(data: dict, run_dir_name: str) -> dict:
         "config": row_identity,
         "grid": data.get("grid") if isinstance(data.get("grid"), dict) else {},
     }
+    if data.get("method_display"):  # a row's label (report/rows.py); checked by schema.result_problem
+        rec["method_display"] = data["method_display"]
     if data["status"] == "done":
         rec["metrics"] = flat_metrics(data["metrics"])
         code = data.get("code") if isinstance(data.get("code"), dict) else {}
@@ -342,6 +344,8 @@ def _record_problem(rec: dict, configs: dict, codes: dict, ids: dict) -> str:
             return f"{key} is not a string"
     if rec.get("seed") is not None and not _is_int(rec["seed"]):
         return "seed is not a whole number"
+    if rec.get("method_display") is not None and schema.display_name_problem(rec["method_display"]):
+        return "method_display is not a display name"
     for key in ("grid", "prov"):
         if rec.get(key) is not None and not isinstance(rec[key], dict):
             return f"{key} is not an object"

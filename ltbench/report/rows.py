@@ -66,11 +66,12 @@ def short_key(key: str) -> str:
 STAGE2 = "posthoc."  # the config section of a stage-2 result (ltbench/stage2/posthoc_runs.py)
 
 
-def default_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
+def default_labels(flats: list[dict[str, Any]], skip: set[str], displays: list[str | None] | None = None) -> list[str]:
     """'run label' or, for a stage-2 result, 'run label + stage-2 label': each is a name plus the fields
-    in which the row differs from the others (fields compared between rows of the same name)."""
+    in which the row differs from the others (fields compared between rows of the same name). A run's name is
+    its method's display name (``displays``, from its results' ``method_display``: "LDAM-DRW"), else its id."""
     runs = [{k: v for k, v in f.items() if not k.startswith(STAGE2)} for f in flats]
-    labels = _named_labels(runs, skip)
+    labels = _named_labels(runs, skip, displays)
     stage2 = [{("method." + k[len(STAGE2):]): v for k, v in f.items() if k.startswith(STAGE2)} for f in flats]
     which = [i for i, f in enumerate(stage2) if f]
     for i, text in zip(which, _named_labels([stage2[i] for i in which], set())):
@@ -78,9 +79,9 @@ def default_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
     return labels
 
 
-def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
-    """Method name plus the fields in which a row differs from the others (method fields compared
-    only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
+def _named_labels(flats: list[dict[str, Any]], skip: set[str], displays: list[str | None] | None = None) -> list[str]:
+    """Method name (or its display name) plus the fields in which a row differs from the others (method
+    fields compared only between rows of the same method). Linear in rows x fields: tables of 1,000 rows stay fast."""
     names = [str(f.get("method.name", "?")) for f in flats]
     keys = sorted(k for k in {k for f in flats for k in f} - skip - {"method.name"}
                   if not k.startswith("search."))  # a tuned row's budget: its [tuned] mark and the caption say it
@@ -94,11 +95,19 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str]) -> list[str]:
                 per.setdefault(k, set()).add(t[k])
     varying_method = {name: {k for k, v in per.items() if len(v) > 1} for name, per in seen_by_method.items()}
     labels = []
-    for f, name, t in zip(flats, names, texts):
+    for f, name, t, display in zip(flats, names, texts, displays or [None] * len(flats)):
         parts = [f"{short_key(k)}={t[k]}" for k in keys
                  if k in f and (k in varying_all or k in varying_method[name])]
-        labels.append(name + (f" ({', '.join(parts)})" if parts else ""))
+        labels.append((display or name) + (f" ({', '.join(parts)})" if parts else ""))
     return labels
+
+
+def display_name(units) -> str | None:
+    """The display name the results of a row's units record for their method (``method_display``), None when
+    none does (results made before methods declared one: the id is the label then). Several (results of
+    code versions that named it differently): the one sorted first, so a label never depends on file order."""
+    names = {rec["method_display"] for u in units for rec in u.runs.values() if rec.get("method_display")}
+    return min(names) if names else None
 
 
 def group_title(spec: TableSpec, value) -> str:
@@ -461,7 +470,8 @@ def default_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot:
         members.setdefault(rk, {})[gi] = u
     keys = list(identities)
     flats = [identities[k] for k in keys]
-    labels = [template_label(spec.row_label, f) for f in flats] if spec.row_label else default_labels(flats, skip)
+    labels = [template_label(spec.row_label, f) for f in flats] if spec.row_label else \
+        default_labels(flats, skip, [display_name(members[rk].values()) for rk in keys])
     rows = []
     for rk, label, flat in zip(keys, labels, flats):
         group = group_title(spec, flat.get(spec.group_by)) if spec.group_by else None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import re
 from typing import Callable
 
 # What a record's ``code_scope`` says when its ``code`` covers every module the run executed (core and
@@ -89,26 +90,87 @@ def canonical_dump(node) -> str:
     return repr(node)
 
 
-_parsed: dict[bytes, tuple] = {}  # sha256 of a source -> (normalised hash, imports, names by package, file names): one parse each
+# sha256 (hex) of a source -> (normalised hash or None, its imports or None, string constants that may name a
+# file): one parse per source and process (a stage-2 grid records the same modules for each of its hundreds of
+# settings), and across processes through ``known_parses`` / ``parse_entries`` (a worker's start, 0.3 s).
+_parsed: dict[str, tuple] = {}
+_by_package: dict[tuple[str, str], frozenset] = {}  # (source hash, package) -> imported names
+_new_parses: list[str] = []  # parsed by this process, not known from a cache
 
 
 def _parse(source: bytes) -> tuple:
-    """(normalised hash or None, import nodes, {package: imported names}, string constants that may name a
-    file) of a source, parsed once per process: a stage-2 grid records the same modules for each of its
-    hundreds of settings."""
-    key = hashlib.sha256(source).digest()
+    """(normalised hash or None, imports or None, string constants that may name a file) of a source. An
+    import is ``("import", names)`` or ``("from", level, module or None, names)``: plain data, so a parse
+    can be kept between processes."""
+    key = hashlib.sha256(source).hexdigest()
     if key not in _parsed:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
-            _parsed[key] = (None, None, {}, frozenset())
-            return _parsed[key]
-        imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
-        names = frozenset(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                          and isinstance(node.value, str) and _may_name_a_file(node.value))
-        digest = hashlib.sha256(canonical_dump(_strip_strings(tree)).encode()).hexdigest()
-        _parsed[key] = (digest, imports, {}, names)
+        _parsed[key] = _parse_tree(source)
+        _new_parses.append(key)
     return _parsed[key]
+
+
+def _parse_tree(source: bytes) -> tuple:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None, None, frozenset()
+    imports = tuple(("import", tuple(a.name for a in node.names)) if isinstance(node, ast.Import)
+                    else ("from", node.level, node.module, tuple(a.name for a in node.names))
+                    for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
+    names = frozenset(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                      and isinstance(node.value, str) and _may_name_a_file(node.value))
+    return hashlib.sha256(canonical_dump(_strip_strings(tree)).encode()).hexdigest(), imports, names
+
+
+def parse_entries() -> dict[str, list]:
+    """Every parse this process knows, as JSON data ({source sha256: [normalised hash, imports, names]}): what
+    a cache keeps for ``known_parses``."""
+    return {k: [d, None if i is None else [[*x[:-1], list(x[-1])] for x in i], sorted(n)]
+            for k, (d, i, n) in _parsed.items()}
+
+
+def made_new_parses() -> bool:
+    """Whether this process parsed a source no cache gave it (so a cache written now would hold more)."""
+    return bool(_new_parses)
+
+
+def known_parses(entries) -> None:
+    """Take parses kept by earlier processes (``parse_entries``), each read back under the rules it was made
+    by (a hash is 64 hex digits, an import names modules, a file name passes ``_may_name_a_file``); anything
+    else in ``entries`` is left out, and that source is parsed again when asked."""
+    for key, entry in (entries.items() if isinstance(entries, dict) else ()):
+        parsed = _parse_entry(entry)
+        if _HEX64.fullmatch(str(key)) and parsed is not None:
+            _parsed.setdefault(key, parsed)
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _parse_entry(entry) -> tuple | None:
+    if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
+        return None
+    digest, imports, names = entry
+    if not (digest is None or (isinstance(digest, str) and _HEX64.fullmatch(digest))) \
+            or not all(isinstance(n, str) and _may_name_a_file(n) for n in names):
+        return None
+    if digest is None or imports is None:
+        return (None, None, frozenset()) if digest is None and imports is None and not names else None
+    out = []
+    for item in imports if isinstance(imports, list) else [None]:
+        if isinstance(item, list) and len(item) == 2 and item[0] == "import" and _module_names(item[1]):
+            out.append(("import", tuple(item[1])))
+        elif isinstance(item, list) and len(item) == 4 and item[0] == "from" and type(item[1]) is int \
+                and 0 <= item[1] < 100 and (item[2] is None or _module_names([item[2]])) and _module_names(item[3], "*"):
+            out.append(("from", item[1], item[2], tuple(item[3])))
+        else:
+            return None
+    return digest, tuple(out), frozenset(names)
+
+
+def _module_names(names, also: str = "") -> bool:
+    return isinstance(names, list) and bool(names) and all(
+        isinstance(n, str) and (n == also or all(p.isidentifier() for p in n.split("."))) for n in names)
 
 
 def _may_name_a_file(text: str) -> bool:
@@ -118,7 +180,7 @@ def _may_name_a_file(text: str) -> bool:
 
 def file_names(source: bytes) -> frozenset[str]:
     """The string constants of a module that could name a file or folder next to it (``data_files``)."""
-    return _parse(source)[3]
+    return _parse(source)[2]
 
 
 def normalized_hash(source: bytes) -> str | None:
@@ -139,23 +201,25 @@ def module_file(module: str, read: Reader) -> tuple[str, bytes] | tuple[None, No
 def imported_modules(source: bytes, module: str, is_package: bool) -> set[str]:
     """Every name a module's source imports, at any depth of the file: 'a.b' for ``import a.b``,
     'pkg.c' and 'pkg.c.d' for ``from .c import d`` (d may be a module)."""
-    _, nodes, by_package, _ = _parse(source)
+    _, imports, _ = _parse(source)
     package = module if is_package else module.rpartition(".")[0]
-    if nodes is None:
+    if imports is None:
         return set()
-    if package in by_package:
-        return set(by_package[package])
+    memo = (hashlib.sha256(source).hexdigest(), package)
+    if memo in _by_package:
+        return set(_by_package[memo])
     names = set()
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            try:
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
-            except (ImportError, ValueError):
-                continue
-            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
-    by_package[package] = frozenset(names)
+    for item in imports:
+        if item[0] == "import":
+            names |= set(item[1])
+            continue
+        _, level, source_module, imported = item
+        try:
+            base = importlib.util.resolve_name("." * level + (source_module or ""), package)
+        except (ImportError, ValueError):
+            continue
+        names |= {base} | {f"{base}.{name}" for name in imported}
+    _by_package[memo] = frozenset(names)
     return names
 
 

@@ -12,6 +12,8 @@ records them (``numerics``), and two results of one run id stand for each other 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import json
 import os
 import platform
 import re
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import ltbench
 from ltbench import registry
-from ltbench.results import code, identity
+from ltbench.results import caches, code, identity, store
 
 
 def git_state(folder: Path) -> dict:
@@ -67,14 +69,13 @@ def portable(obj):
 
 def collect() -> dict:
     import torch
-    import torchvision
 
     info = {
         "ltbench_version": ltbench.__version__,
         **git_state(Path(ltbench.__file__).resolve().parent.parent),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision_version(),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "hostname": socket.gethostname(),
@@ -91,6 +92,25 @@ def collect() -> dict:
     if info["requeue_count"] is None and info["slurm_job_id"] is not None:
         info["requeue_count"] = 0
     return info
+
+
+def torchvision_version() -> str:
+    """``torchvision.__version__`` without importing torchvision (1.7 s, torch._dynamo through torchvision.ops,
+    in a run whose views may never call it): the literal its version.py assigns, read as text. When torchvision
+    is imported already, or its version.py holds no such literal, the module's own attribute."""
+    if "torchvision" not in sys.modules:
+        spec = importlib.util.find_spec("torchvision")  # finds the package, runs none of it
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            try:
+                text = (Path(folder) / "version.py").read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            found = re.search(r"^__version__ = '([^'\n]+)'$", text, re.MULTILINE)
+            if found:
+                return found.group(1)
+    import torchvision
+
+    return torchvision.__version__
 
 
 def cpu_model() -> str | None:
@@ -149,11 +169,52 @@ def modules_code(roots: list[str], with_bytes: bool = True) -> dict[str, dict]:
     installed (``identity.package_kind``), the version of each installed distribution they import, and the
     data files they name (``identity.data_files``)."""
     tops = {r.split(".")[0] for r in roots}  # the engine's and the plugins' packages: hashed wherever they are
+    kept = kept_code_work()
     found, outside = code.executed_modules(roots, identity.source_reader(),
                                            lambda top: top in tops or identity.package_kind(top) == "hashed")
     installed = {top for top in outside if identity.package_kind(top) == "installed"}
-    return {**code.code_record(found, with_bytes), **identity.data_files(found),
-            **identity.distribution_versions(installed)}
+    out = {**code.code_record(found, with_bytes), **identity.data_files(found),
+           **identity.distribution_versions(installed)}
+    keep_code_work(kept)
+    return out
+
+
+CODE_WORK_CACHE = ".ltbench-code-work.json"
+_code_work_read: list[bool] = []
+
+
+def kept_code_work() -> dict | None:
+    """What earlier processes kept of the work ``modules_code`` repeats at every run's start (0.3 s of parsing
+    and 0.3 s of reading installed distributions' files, on 2 cores): each source's parse by its sha256
+    (``code.known_parses``; a pure function of the bytes) and which distribution provides each top-level package
+    (``identity.known_distributions``; taken only under the sys.path and site-packages folders it was made
+    under, ``caches.site_signature``). Read once per process, sealed like every cache; None when read already."""
+    if _code_work_read:
+        return None
+    _code_work_read.append(True)
+    kept = caches.read_cache(store.cache_home() / CODE_WORK_CACHE)
+    kept = kept if isinstance(kept, dict) else {}
+    code.known_parses(kept.get("parses"))
+    if kept.get("site") == _site_key():
+        identity.known_distributions(kept.get("distributions"))
+    return kept
+
+
+def keep_code_work(kept: dict | None) -> None:
+    """Write the cache ``kept_code_work`` reads, when this process parsed a source it did not hold (best effort)."""
+    if kept is None or not code.made_new_parses():
+        return
+    folder = store.cache_home()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # the write below fails and says so once
+    caches.write_cache(folder / CODE_WORK_CACHE, json.dumps(
+        {"parses": code.parse_entries(), "site": _site_key(), "distributions": identity.distributions_map()}).encode())
+
+
+def _site_key() -> str:
+    return caches.site_signature() + "\n" + "\n".join(sys.path)
 
 
 def numerics(device, *, precision: str, compile: str = "off", channels_last: bool = False,
@@ -163,7 +224,6 @@ def numerics(device, *, precision: str, compile: str = "off", channels_last: boo
     the run's train: settings (a stage-2 fit: its feature dtype); ``threads_from``: which rule set the
     intra-op thread count (``thread_count``)."""
     import torch  # lazy: only a training process records numerics; status and tables never import torch
-    import torchvision
 
     cuda = device.type == "cuda"
     return {
@@ -175,7 +235,7 @@ def numerics(device, *, precision: str, compile: str = "off", channels_last: boo
         "threads": torch.get_num_threads(),
         "threads_from": threads_from,
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision_version(),
         **kernel_libraries(torch.__config__.show()),
         "mkldnn": mkldnn_settings(torch),
         "kernel_env": kernel_environment(os.environ),

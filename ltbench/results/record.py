@@ -61,6 +61,13 @@ def plugin_sources(config: dict) -> dict:
     return {e.name: e.source for reg in registry.REGISTRIES.values() for e in reg.entries() if e.name in names}
 
 
+def method_display(config: dict) -> dict:
+    """{"method_display": "LDAM-DRW"} when the run's method declares a display name (its registration), else {}:
+    how tables label its rows, recorded here because table code never imports a method (torch)."""
+    display = registry.METHODS.entry(config["method"]["name"]).display
+    return {"method_display": display} if display else {}
+
+
 def header(spec: RunSpec, *, started: float, provenance: dict, code: dict) -> dict:
     """The fields known before training starts (plugins must already be discovered)."""
     return {
@@ -71,6 +78,7 @@ def header(spec: RunSpec, *, started: float, provenance: dict, code: dict) -> di
         "config": spec.config,
         "seed": spec.seed,
         "plugins": plugin_sources(spec.config),
+        **method_display(spec.config),
         "code": code,
         "code_scope": CODE_SCOPE,
         "provenance": provenance,

@@ -32,7 +32,8 @@ SELECTION_STRATEGIES = ("last", "best_val")
 #: Optional header fields and the JSON type each must have when present (null counts as absent).
 OPTIONAL_TYPES = {"recipe": str, "grid": dict, "plugins": (dict, list), "provenance": dict, "error": str,
                   "error_type": str, "traceback_file": str, "method_extras": dict, "kind": str, "posthoc_of": str,
-                  "posthoc": dict, "features": dict, "views": list, "numerics": dict, "parameters": dict}
+                  "posthoc": dict, "features": dict, "views": list, "numerics": dict, "parameters": dict,
+                  "method_display": str}
 TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", (dict, list): "an object or a list"}
 
 
@@ -147,6 +148,22 @@ def _header_problem(obj: dict) -> str:
             return f"{key} is {_shown(obj[key])}, expected {TYPE_NAMES[kind]}"
     if obj.get("data") is not None and not isinstance(obj["data"], dict):
         return f"data is {type(obj['data']).__name__}, expected an object"
+    if obj.get("method_display") is not None and display_name_problem(obj["method_display"]):
+        return f"method_display {display_name_problem(obj['method_display'])}"
+    return ""
+
+
+DISPLAY_NAME_LIMIT = 40
+
+
+def display_name_problem(value: Any) -> str:
+    """Why ``value`` cannot be a method's display name ('' when it can): the one rule of its registration
+    (``Registry.register(display=...)``), result.json's ``method_display`` and the table index. A table prints
+    it as a row label, so it is a short single line: 1 to 40 printable characters, not all spaces."""
+    if not isinstance(value, str):
+        return f"is {_shown(value)}, expected a string"
+    if not value.strip() or len(value) > DISPLAY_NAME_LIMIT or not value.isprintable():
+        return f"is {_shown(value)}, expected 1 to {DISPLAY_NAME_LIMIT} printable characters on one line"
     return ""
 
 

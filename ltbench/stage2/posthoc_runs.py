@@ -193,6 +193,7 @@ def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) ->
             "features": {k: meta.get(k) for k in ("checkpoint_sha256", "dtype", "view")},
             "code": plugin_code(spec["name"], run_result["config"]), "code_scope": code.CODE_SCOPE,
             "numerics": stage2_numerics(str(meta.get("dtype"))), "plugins": run_result.get("plugins") or [],
+            **{k: run_result[k] for k in ("method_display",) if run_result.get(k)},  # its run's method, as named
             "provenance": provenance, "started": time.time()}
 
 
