@@ -291,6 +291,61 @@ def _epoch_options_check(config: dict, where: str) -> None:
                                   f"leave it out (the method's default share of the schedule)")
 
 
+def idle_options(config: dict) -> dict[str, str]:
+    """The core's options that cannot act in a run's resolved configuration, each with why and the fix (the
+    value itself is in the message): the step schedule's milestones and gamma under another schedule, a test-time
+    crop margin without test-time crops, a mid-run evaluation period that no epoch before the last reaches (the
+    end is always evaluated), micro-batches as large as the batch (one chunk: no accumulation), and choosing the
+    best epoch on validation when there is at most one epoch to choose from."""
+    optim, train, ev = config["optim"], config["train"], config["eval"]
+    epochs, idle = optim["epochs"], {}
+    if optim["schedule"] != "step":
+        for key in ("milestones", "gamma"):
+            idle[f"optim.{key}"] = (f"{short_repr(optim[key])} has no effect: optim.schedule is {optim['schedule']}, and "
+                                    f"{key} is read by schedule: step only; remove it or set optim.schedule: step")
+    if ev["tte"] == "none":
+        idle["eval.tte_expand"] = (f"{ev['tte_expand']} has no effect, eval.tte is none (the margin is that of "
+                                   f"test-time crops); remove it or set eval.tte: fivecrop or tencrop")
+    if train["eval_every"] and train["eval_every"] >= epochs:
+        idle["train.eval_every"] = (f"{train['eval_every']} is not before the end of the schedule (optim.epochs "
+                                    f"{epochs}), so no evaluation comes of it (the end is always evaluated); give "
+                                    f"eval_every < {epochs}, or leave it out")
+    if optim["micro_batch_size"] is not None and optim["micro_batch_size"] >= optim["batch_size"]:
+        idle["optim.micro_batch_size"] = (f"{optim['micro_batch_size']} is optim.batch_size, so each batch is one "
+                                          f"chunk and nothing is accumulated; give a divisor of {optim['batch_size']} "
+                                          f"smaller than it, or leave it out")
+    if ev["select"] == "best_val" and epochs < 2:
+        idle["eval.select"] = (f"best_val has no epoch to choose with optim.epochs {epochs} (the last is the only "
+                               f"one); set eval.select: last, or train for more epochs")
+    return idle
+
+
+def _note_idle_options(raw: dict, config: dict, idle: dict[str, str], acting: set[str]) -> None:
+    """Sort the options this run was given (by the recipe, its grid point or an override) that ``idle_options``
+    knows into those that cannot act in it (``idle``: the first run's reason) and those that do (``acting``)."""
+    found = idle_options(config)
+    for key in IDLE_CHECKED:
+        section, option = key.split(".")
+        if not (isinstance(raw.get(section), dict) and option in raw[section]):
+            continue
+        if key in found:
+            idle.setdefault(key, found[key])
+        else:
+            acting.add(key)
+
+
+IDLE_CHECKED = ("optim.milestones", "optim.gamma", "eval.tte_expand", "train.eval_every", "optim.micro_batch_size",
+                "eval.select")
+
+
+def refuse_idle_options(idle: dict[str, str], acting: set[str]) -> None:
+    """An option given that acts in none of the recipe's runs is refused, not ignored: one line naming it. One
+    that acts in some run stays (a grid over optim.schedule may give milestones for its step runs only)."""
+    for key, why in idle.items():
+        if key not in acting:
+            raise ConfigError(f"{key}: {why}")
+
+
 def _plugin_run_checks(config: dict, where: str) -> None:
     """A backbone or method may refuse a run configuration across sections (``check_run_config(config)``
     raising ValueError('<dotted field>: why')): a frozen pretrained backbone with training epochs, zero-shot
@@ -740,6 +795,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         raise ConfigError(str(exc) if isinstance(exc, registry.EnvPluginError) else f"plugins: {exc}") from None
     base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen, used, identities = [], set(), set(), {}
+    idle, acting = {}, set()  # options given that cannot act in a run (key: why), and those that act in one
     for point in points:
         cfg = copy.deepcopy(base)
         for key, value in point.items():
@@ -748,6 +804,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
             for seed in top.seeds:
                 config = _trial_config(trial_cfg, seed, identities, trial)
+                _note_idle_options(trial_cfg, config, idle, acting)
                 try:
                     run_id = identity.run_id(config)
                 except ValueError as exc:  # NaN or infinity inside a free-form (Any) plugin option
@@ -760,6 +817,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                                     grid=point if trial is None else {**point, "search": trial},
                                     plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id))))
     check_overrides_used(list(run_overrides), used, runs)
+    refuse_idle_options(idle, acting)
     if found:
         check_space_used(found, [spec.config["method"]["name"] for spec in runs], "search")
     posthoc = expand_posthoc(top.posthoc, "posthoc")
