@@ -38,6 +38,7 @@ from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.data.validation import counts_record, unused_per_class
 from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
+from ltbench.results import caches
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2023, 0.1994, 0.2010)
@@ -240,6 +241,16 @@ def read_split(layout: Layout, paths: list[Path]) -> tuple[np.ndarray, np.ndarra
     return np.concatenate(xs).reshape(-1, 3, 32, 32), np.concatenate(ys)
 
 
+LABEL_COUNTS_CACHE = "cifar-label-counts.json"
+
+
+def batch_label_counts(layout: Layout, path: Path) -> list[int]:
+    """Images per class in one batch file (``read_split``'s checks included), remembered by file version."""
+    return caches.remembered_for_file(
+        LABEL_COUNTS_CACHE, path, lambda p: np.bincount(read_split(layout, [p])[1], minlength=layout.num_classes).tolist(),
+        lambda v: isinstance(v, list) and len(v) == layout.num_classes and all(type(n) is int and n >= 0 for n in v))
+
+
 def class_names(layout: Layout, folder: Path) -> list[str]:
     meta = read_batch(folder / layout.meta_file)
     names = [_text(n) for n in meta.get(layout.names_key, [])]
@@ -269,17 +280,24 @@ class CIFARLT(DatasetBuilder):
     layout: Layout = CIFAR10
 
     def check(self) -> None:
-        """The files are there, their training split gives the profile's subset of at least two classes, and the
-        test split has images (``check_split_sizes``): found before the first run, not inside every run. The
-        labels sit in the pickled batches beside the images, so this reads them whole (a fraction of a second
-        for CIFAR-10's 180 MB, once per launch)."""
-        self.read_subset(locate(self.layout, self.cfg.root, self.cfg.download))
+        """The files are there, their training pool holds the profile's subset, and the test split has images
+        (``check_split_sizes``): found before the first run, not inside every run. The labels sit in the pickled
+        batches beside the images, so each batch's label counts are kept in the cache folder by file version
+        (``caches.remembered_for_file``): read whole once, not at every launch."""
+        lay = self.layout
+        folder = locate(lay, self.cfg.root, self.cfg.download)
+        pool = sum(np.asarray(batch_label_counts(lay, folder / f)) for f in lay.train_files)
+        counts = lt_counts(lay.num_classes, pool.sum() / lay.num_classes, self.cfg.imb_factor, self.cfg.imb_type)
+        short = [c for c in range(lay.num_classes) if pool[c] < counts[c]]
+        if short:
+            c = short[0]
+            raise LtbenchError(f"{folder}: class {c} has {pool[c]} images, fewer than the {counts[c]} the profile asks for")
+        check_split_sizes(counts, sum(batch_label_counts(lay, folder / lay.test_file)),
+                          f"{folder / lay.train_files[0]}", f"{folder / lay.test_file}")
 
-    def read_subset(self, folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, list[int],
-                                                  np.ndarray]:
-        """(train images, train labels, test images, test labels, img_max, profile counts, subset indices) of the
-        files in ``folder``; refused in one line naming the file when the subset or the test split is unusable."""
+    def load(self) -> LTData:
         cfg, lay = self.cfg, self.layout
+        folder = locate(lay, cfg.root, cfg.download)
         train_x, train_y = read_split(lay, [folder / f for f in lay.train_files])
         test_x, test_y = read_split(lay, [folder / lay.test_file])
         img_max = ldam_img_max(train_y, lay.num_classes)
@@ -290,12 +308,6 @@ class CIFARLT(DatasetBuilder):
             raise LtbenchError(f"{folder}: {exc}") from exc
         check_split_sizes(np.bincount(train_y[idx], minlength=lay.num_classes), len(test_y),
                           f"{folder / lay.train_files[0]}", f"{folder / lay.test_file}")
-        return train_x, train_y, test_x, test_y, img_max, counts, idx
-
-    def load(self) -> LTData:
-        cfg, lay = self.cfg, self.layout
-        folder = locate(lay, cfg.root, cfg.download)
-        train_x, train_y, test_x, test_y, img_max, counts, idx = self.read_subset(folder)
         standard = len(train_y) == lay.full_train and len(test_y) == lay.full_test and bool(
             (np.bincount(train_y, minlength=lay.num_classes) == lay.full_train // lay.num_classes).all())
         known = KNOWN_TOTALS[lay.num_classes].get(float(cfg.imb_factor)) if cfg.imb_type == "exp" else None
