@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -111,6 +112,9 @@ class RecipeConfig:
             raise ValueError(f"seeds: at most {MAX_SEEDS} seeds, got {len(self.seeds)}")
         for seed in self.seeds:
             check_range("seeds[...]", seed, 0, 2**32 - 1)
+        twice = next((seed for i, seed in enumerate(self.seeds) if seed in self.seeds[:i]), None)
+        if twice is not None:  # the second would be the same run: silently one run fewer than listed
+            raise ValueError(f"seeds: {twice} is listed twice; each seed is one run, list it once")
 
 
 @dataclass
@@ -176,6 +180,17 @@ def set_dotted(tree: dict, key: str, value: Any, where: str) -> None:
 
 
 
+def _refuse_repeated_value(values: list, where: str) -> None:
+    """A grid value listed twice gives the same runs twice, which a launch runs once: refused, so the plan has
+    the runs the list seems to ask for."""
+    seen = set()
+    for value in values:
+        text = json.dumps(value, sort_keys=True, default=repr)
+        if text in seen:
+            raise ConfigError(f"{where}: {short_repr(value)} is listed twice; each value gives its runs once, list it once")
+        seen.add(text)
+
+
 def _grid_points(grid: Any, where: str) -> list[dict]:
     if grid is None:
         return [{}]
@@ -191,6 +206,7 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
             check_grid_key(key, gwhere)
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"{gwhere}.{key}: expected a non-empty list of values, got {short_repr(values)}")
+            _refuse_repeated_value(values, f"{gwhere}.{key}")
         checked.append(g)
     total = sum(math.prod(len(v) for v in g.values()) for g in checked)
     if total > MAX_RUNS:
@@ -293,13 +309,17 @@ def _epoch_options_check(config: dict, where: str) -> None:
 
 def idle_options(config: dict) -> dict[str, str]:
     """The core's options that cannot act in a run's resolved configuration, each with why and the fix (the
-    value itself is in the message): the step schedule's milestones and gamma under another schedule, a test-time
+    value itself is in the message): the optimiser's options when optim.epochs is 0 (nothing is trained), the step
+    schedule's milestones and gamma under another schedule, a test-time
     crop margin without test-time crops, a mid-run evaluation period that no epoch before the last reaches (the
     end is always evaluated), micro-batches as large as the batch (one chunk: no accumulation), and choosing the
     best epoch on validation when there is at most one epoch to choose from."""
     optim, train, ev = config["optim"], config["train"], config["eval"]
     epochs, idle = optim["epochs"], {}
-    if optim["schedule"] != "step":
+    for key in UNTRAINED_IDLE if epochs == 0 else ():
+        idle[f"optim.{key}"] = (f"{short_repr(optim[key])} has no effect: optim.epochs is 0, so the model is evaluated "
+                                f"as built and nothing is trained; remove it, or give optim.epochs > 0")
+    if optim["schedule"] != "step" and epochs:
         for key in ("milestones", "gamma"):
             idle[f"optim.{key}"] = (f"{short_repr(optim[key])} has no effect: optim.schedule is {optim['schedule']}, and "
                                     f"{key} is read by schedule: step only; remove it or set optim.schedule: step")
@@ -310,7 +330,7 @@ def idle_options(config: dict) -> dict[str, str]:
         idle["train.eval_every"] = (f"{train['eval_every']} is not before the end of the schedule (optim.epochs "
                                     f"{epochs}), so no evaluation comes of it (the end is always evaluated); give "
                                     f"eval_every < {epochs}, or leave it out")
-    if optim["micro_batch_size"] is not None and optim["micro_batch_size"] >= optim["batch_size"]:
+    if optim["micro_batch_size"] is not None and optim["micro_batch_size"] >= optim["batch_size"] and epochs:
         idle["optim.micro_batch_size"] = (f"{optim['micro_batch_size']} is optim.batch_size, so each batch is one "
                                           f"chunk and nothing is accumulated; give a divisor of {optim['batch_size']} "
                                           f"smaller than it, or leave it out")
@@ -334,8 +354,10 @@ def _note_idle_options(raw: dict, config: dict, idle: dict[str, str], acting: se
             acting.add(key)
 
 
-IDLE_CHECKED = ("optim.milestones", "optim.gamma", "eval.tte_expand", "train.eval_every", "optim.micro_batch_size",
-                "eval.select")
+# The optimiser's options that only training reads (batch_size also sets the evaluation batches; warmup_epochs must
+# be 0 for 0 epochs, so it is checked there already).
+UNTRAINED_IDLE = ("lr", "momentum", "nesterov", "weight_decay", "schedule", "milestones", "gamma", "micro_batch_size")
+IDLE_CHECKED = (*(f"optim.{key}" for key in UNTRAINED_IDLE), "eval.tte_expand", "train.eval_every", "eval.select")
 
 
 def refuse_idle_options(idle: dict[str, str], acting: set[str]) -> None:
