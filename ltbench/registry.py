@@ -201,7 +201,9 @@ def exits_contained(run_id: str) -> Iterator[None]:
     SystemExit: the runner records it as the run's failure, as it does a plugin's ``sys.exit``). A forked child
     (a DataLoader worker) inherits the replacement and must really exit, so any other process gets the real
     call; another thread of this one cannot unwind the main thread, so it says in one line which run's plugin
-    ended ltbench, then exits. Why not a worker process per run: docs/architecture.md, "Plugin code"."""
+    ended ltbench, then exits. Only the call through ``os`` is replaced: an ``_exit`` a plugin bound by name before
+    the run, a signal or a native crash still end the process. Why not a worker process per run:
+    docs/architecture.md, "Plugin code"."""
     real, pid, main = os._exit, os.getpid(), threading.main_thread()
 
     def contained_exit(code: int) -> None:
