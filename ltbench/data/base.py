@@ -88,7 +88,7 @@ def check_split_sizes(train_counts: Sequence[int] | np.ndarray, test_images: int
                            f"metric is measured on it); give a test split with images, or other data: options")
 
 
-def check_loaded(data: "LTData", label: str) -> None:
+def check_loaded(data: LTData, label: str) -> None:
     """``check_split_sizes`` on a loaded dataset (any plugin's), named by its registry label."""
     check_split_sizes(data.class_counts, len(data.test_labels), f"data: {label}", f"data: {label}")
 

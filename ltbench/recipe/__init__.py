@@ -310,10 +310,10 @@ def _epoch_options_check(config: dict, where: str) -> None:
 def idle_options(config: dict) -> dict[str, str]:
     """The core's options that cannot act in a run's resolved configuration, each with why and the fix (the
     value itself is in the message): the optimiser's options when optim.epochs is 0 (nothing is trained), the step
-    schedule's milestones and gamma under another schedule, a test-time
-    crop margin without test-time crops, a mid-run evaluation period that no epoch before the last reaches (the
-    end is always evaluated), micro-batches as large as the batch (one chunk: no accumulation), and choosing the
-    best epoch on validation when there is at most one epoch to choose from."""
+    schedule's milestones and gamma under another schedule, a test-time crop margin without test-time crops, a
+    mid-run evaluation period that no epoch before the last reaches (the end is always evaluated), micro-batches as
+    large as the batch (one chunk: no accumulation), and choosing the best epoch on validation when there is at
+    most one epoch to choose from."""
     optim, train, ev = config["optim"], config["train"], config["eval"]
     epochs, idle = optim["epochs"], {}
     for key in UNTRAINED_IDLE if epochs == 0 else ():
