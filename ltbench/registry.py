@@ -25,6 +25,7 @@ import importlib.metadata
 import os
 import pkgutil
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -195,8 +196,44 @@ def call_plugin(label: str, hook: str, fn: Callable, *args: Any, passes: tuple =
         raise PluginError(plugin_call_message(label, hook, exc)) from None
 
 
+class ProcessExitCalled(SystemExit):
+    """Plugin code called ``os._exit(code)`` inside ``exits_contained``: raised instead, so the run it was
+    training fails with one line and the launch goes on, where the call would have ended ltbench at once, with
+    the plugin's code and no word (no ``finally``, no record, no summary)."""
+
+
+@contextlib.contextmanager
+def exits_contained(run_id: str) -> Iterator[None]:
+    """While a run trains, ``os._exit`` called by this process's main thread raises ProcessExitCalled (a
+    SystemExit: the runner records it as the run's failure, as it does a plugin's ``sys.exit``). A forked child
+    (a DataLoader worker) inherits the replacement and must really exit, so any other process gets the real
+    call; another thread of this one cannot unwind the main thread, so it says in one line which run's plugin
+    ended ltbench, then exits. Only the call through ``os`` is replaced: an ``_exit`` a plugin bound by name before
+    the run, a signal or a native crash still end the process. Why not a worker process per run:
+    docs/architecture.md, "Plugin code"."""
+    real, pid, main = os._exit, os.getpid(), threading.main_thread()
+
+    def contained_exit(code: int) -> None:
+        if os.getpid() != pid:
+            real(code)
+        if threading.current_thread() is not main:
+            print(f"ltbench: error: a plugin of run {run_id} called os._exit({short_repr(code, 60)}) in thread "
+                  f"{threading.current_thread().name!r}; ltbench ends here, the run resumes at the next launch",
+                  file=sys.__stderr__, flush=True)
+            real(code)
+        raise ProcessExitCalled(code)
+
+    os._exit = contained_exit
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 def plugin_call_message(label: str, hook: str, exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
+    if isinstance(exc, ProcessExitCalled):
+        what = f"called os._exit({short_repr(exc.code, 60)}), which would have ended the process with that code"
+    elif isinstance(exc, SystemExit):
         what = f"called sys.exit({short_repr(exc.code, 60)})"
     else:
         what = f"raised {type(exc).__name__}" + (f": {shorten(str(exc), 160)}" if str(exc) else "")

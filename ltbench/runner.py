@@ -195,7 +195,8 @@ def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: b
     """engine.train, its outcome or its failure recorded in ``result``. A crash is recorded (the grid goes on);
     a fault of the storage and Ctrl-C are not the computation's and pass through."""
     try:
-        record.done(result, engine.train(spec, run_dir, say=say, on_epoch=on_epoch))
+        with registry.exits_contained(spec.run_id):  # a plugin's os._exit fails this run, not the launch
+            record.done(result, engine.train(spec, run_dir, say=say, on_epoch=on_epoch))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
@@ -203,7 +204,7 @@ def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: b
             raise
         if isinstance(exc, LtbenchError):
             record.failed(result, exc)
-        elif isinstance(exc, SystemExit):  # plugin code called sys.exit: a failure of the run, not the end of the grid
+        elif isinstance(exc, SystemExit):  # plugin code called sys.exit or os._exit: the run fails, the grid goes on
             record.failed(result, registry.PluginError(registry.plugin_call_message(
                 f"a plugin of run {spec.run_id}", "training", exc)))
         else:  # any crash is recorded; the grid goes on

@@ -81,6 +81,30 @@ RECIPE_CASES = [
      "method.drw_epoch: 1 is not before the end of the schedule (optim.epochs 1"),
     ("drw-epoch-without-drw", {"method": {"name": "ldam", "drw_epoch": 0}}, [],
      "method.drw_epoch: 0 has no effect, method.drw is false"),
+    # options that cannot act in any run of the recipe (recipe.idle_options), in run and --dry-run alike
+    ("milestones-without-step", {"optim": {"milestones": [1]}}, [],
+     "optim.milestones: [1] has no effect: optim.schedule is cosine"),
+    ("gamma-without-step", {"optim": {"schedule": "cosine_epoch", "gamma": 0.5}}, ["--dry-run"],
+     "optim.gamma: 0.5 has no effect: optim.schedule is cosine_epoch"),
+    ("tte-expand-without-tte", {"eval": {"tte_expand": 32}}, [], "eval.tte_expand: 32 has no effect, eval.tte is none"),
+    ("eval-every-past-the-end", {"train": {"eval_every": 3}}, ["--dry-run"],
+     "train.eval_every: 3 is not before the end of the schedule (optim.epochs 2)"),
+    ("eval-every-at-the-end-by-override", {"train": {"eval_every": 1}}, ["optim.epochs=1"],
+     "train.eval_every: 1 is not before the end of the schedule (optim.epochs 1)"),
+    ("micro-batch-the-whole-batch", {"optim": {"micro_batch_size": 16}}, [],
+     "optim.micro_batch_size: 16 is optim.batch_size, so each batch is one chunk"),
+    ("best-val-of-one-epoch", {"optim": {"epochs": 1}, "data": {"val_per_class": 2}, "eval": {"select": "best_val"}},
+     ["--dry-run"], "eval.select: best_val has no epoch to choose with optim.epochs 1"),
+    ("lr-without-training", {"optim": {"epochs": 0, "warmup_epochs": 0}}, [],
+     "optim.lr: 0.05 has no effect: optim.epochs is 0, so the model is evaluated as built"),
+    ("weight-decay-without-training-by-override", {"optim": {"warmup_epochs": 0}}, ["optim.epochs=0", "--dry-run"],
+     "optim.lr: 0.05 has no effect: optim.epochs is 0"),
+    ("seed-twice", {"seeds": [0, 1, 0]}, [], "seeds: 0 is listed twice"),
+    ("grid-value-twice", {"grid": {"optim.lr": [0.1, 0.2, 0.1]}}, ["--dry-run"], "grid.optim.lr: 0.1 is listed twice"),
+    ("grid-method-twice", {"grid": {"method": [{"name": "la", "tau": 1.0}, {"tau": 1.0, "name": "la"}]}}, [],
+     "grid.method: {'name': 'la', 'tau': 1.0} is listed twice"),
+    ("milestones-idle-in-every-grid-point", {"optim": {"milestones": [1]}, "grid": {"optim.schedule": ["cosine", "constant"]}},
+     [], "optim.milestones: [1] has no effect"),
     ("cosine-s-negative", {"method": {"name": "cosine", "s": -3}}, [], "method.s: must be > 0"),
     ("la-tau-nan", {"method": {"name": "la", "tau": float("nan")}}, [], "method.tau: expected a finite number"),
     ("la-tau-string", {"method": {"name": "la", "tau": ".nan"}}, [], "method.tau: expected a number, got '.nan'"),
@@ -217,6 +241,23 @@ def test_malformed_recipe_or_override_is_refused_before_any_run(case_id, extra, 
     code, out, err, elapsed, peak = run_in_process(argv, capsys)
     assert_refused(code, err, words, elapsed, peak)
     assert snapshot(tmp) == before, f"files appeared: {sorted(snapshot(tmp) - before)}"
+
+
+@pytest.mark.parametrize("extra", [
+    {"optim": {"milestones": [1]}, "grid": {"optim.schedule": ["cosine", "step"]}},
+    {"eval": {"tte": "fivecrop", "tte_expand": 8}, "grid": {"eval.tte": ["none", "fivecrop"]}},
+    {"train": {"eval_every": 1}, "grid": {"optim.epochs": [1, 2]}},
+    {"optim": {"micro_batch_size": 8}, "grid": {"optim.batch_size": [8, 16]}},
+], ids=["milestones", "tte-expand", "eval-every", "micro-batch"])
+def test_an_option_that_acts_in_some_run_of_the_grid_is_accepted(extra, workspace, capsys):
+    """Refused is an option that acts in none of the recipe's runs: a grid may give milestones for its step
+    runs and leave them idle in its cosine ones (as recipes/imagenet_lt_clip.yaml does tte_expand)."""
+    tmp, cwd = workspace
+    path = cwd / "recipe.yaml"
+    path.write_text(yaml.safe_dump(deep_update(TINY, {"results_dir": str(cwd / "results"), **extra})))
+    code, out, err, _, _ = run_in_process(["run", str(path), "--dry-run"], capsys)
+    assert code == 0, err
+    assert "2 run(s)" in out
 
 
 @pytest.mark.parametrize("case_id, content, words", FILE_CASES, ids=[c[0] for c in FILE_CASES])

@@ -324,3 +324,24 @@ def test_too_few_images_for_profile(tmp_path):
     _dump(folder / "data_batch_1", batch)
     with pytest.raises(LtbenchError, match="class 0 has"):
         load(CIFAR10LT, root=str(tmp_path))
+
+
+def test_check_reads_each_batch_once_per_file_version(tmp_path, monkeypatch):
+    """check() runs at every launch and --dry-run: the batches' label counts come from the cache folder once
+    read (caches.remembered_for_file), and a batch written again (new size, mtime or inode) is read again."""
+    import os
+
+    from ltbench.data import cifar
+
+    write_fake_cifar10(tmp_path, per_class=20, test_per_class=2)
+    builder = CIFAR10LT(from_dict(CIFAR10LT.Config, {"root": str(tmp_path), "imb_factor": 2}, "data"))
+    builder.check()
+    real = cifar.read_split
+    monkeypatch.setattr(cifar, "read_split", lambda *a: pytest.fail("a batch was read again"))
+    builder.check()
+    monkeypatch.setattr(cifar, "read_split", real)
+    test_batch = tmp_path / "cifar-10-batches-py" / "test_batch"
+    _dump(test_batch, {b"labels": [], b"data": np.zeros((0, 3072), np.uint8)})  # an empty array: bytes() at protocol 2
+    os.utime(test_batch, ns=(1, 1))
+    with pytest.raises(LtbenchError, match="test_batch: the test set holds no image"):
+        builder.check()

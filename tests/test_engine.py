@@ -264,6 +264,7 @@ def test_shifted_test_protocol_records_target_priors_and_test_sets(tmp_path, wri
 
 CRASH_PLUGIN = '''
 import os
+import signal
 import time
 import torch.nn as nn
 import torch.nn.functional as F
@@ -286,7 +287,7 @@ class CECrashOnce(Method):
     def loss(self, features, labels, *, epoch):
         self.steps += 1
         if os.environ.get("LTBENCH_TEST_CRASH") and epoch == 1 and self.steps == 4:
-            os._exit(17)  # like a node failure: no cleanup, no result
+            os.kill(os.getpid(), signal.SIGKILL)  # like a node failure: no cleanup, no result (a plugin's os._exit now only fails its run)
         if os.environ.get("LTBENCH_TEST_PAUSE") and epoch == 2 and self.steps == 2:
             open(os.environ["LTBENCH_TEST_PAUSE"], "w").close()
             time.sleep(3600)  # until the test kills the process
@@ -311,7 +312,7 @@ def crash_mid_epoch_then_resume(tmp_path: Path, write_recipe, cli, **extra) -> t
     reference = cli("run", recipe, "--results", tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     crashed = cli("run", recipe, env={"LTBENCH_TEST_CRASH": "1"})
-    assert crashed.returncode == 17
+    assert crashed.returncode == -signal.SIGKILL
     resumed = cli("run", recipe)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from checkpoint: epoch 1, step 3" in resumed.stdout

@@ -27,15 +27,19 @@ def test_idx_reader_roundtrip_and_truncation(tmp_path):
         read_idx(tmp_path / "z")
 
 
-def test_small_fake_copy_in_torchvision_layout(tmp_path):
-    raw = tmp_path / "FashionMNIST" / "raw"
+def write_fake_fashion_mnist(root, train_labels: np.ndarray, test_labels: np.ndarray) -> None:
+    """The four IDX files in torchvision's layout under ``root``, random images for the given labels (either
+    split may be empty: the files are still well formed)."""
+    raw = root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    labels = np.repeat(np.arange(10), 30)
-    write_idx(raw / "train-images-idx3-ubyte", rng.integers(0, 255, (300, 28, 28)), gz=False)
-    write_idx(raw / "train-labels-idx1-ubyte", labels, gz=False)
-    write_idx(raw / "t10k-images-idx3-ubyte", rng.integers(0, 255, (50, 28, 28)), gz=False)
-    write_idx(raw / "t10k-labels-idx1-ubyte", np.repeat(np.arange(10), 5), gz=False)
+    for prefix, labels in (("train", train_labels), ("t10k", test_labels)):
+        write_idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 255, (len(labels), 28, 28)), gz=False)
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte", np.asarray(labels), gz=False)
+
+
+def test_small_fake_copy_in_torchvision_layout(tmp_path):
+    write_fake_fashion_mnist(tmp_path, np.repeat(np.arange(10), 30), np.repeat(np.arange(10), 5))
     data = FashionMNISTLT(FashionMNISTLTConfig(imb_factor=10, max_per_class=30, root=str(tmp_path))).load()
     assert data.class_counts.tolist() == [30, 23, 17, 13, 10, 8, 6, 5, 3, 3]
     assert data.train[0][0].shape == (1, 28, 28) and len(data.test) == 50

@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 
 from ltbench.config import EmptyConfig, check_prior_name
 from ltbench.data.shift import shifted_test
+from ltbench.errors import LtbenchError
 
 
 # The view aliases methods ask for ("default", "strong", "sim", "eval") mapped to the augmentation
@@ -67,6 +68,29 @@ class LTData:
     @property
     def val_counts(self) -> np.ndarray | None:
         return None if self.val_labels is None else np.bincount(self.val_labels, minlength=self.num_classes)
+
+
+def check_split_sizes(train_counts: Sequence[int] | np.ndarray, test_images: int, train_where: str,
+                      test_where: str) -> None:
+    """Refuse, in one line, a dataset no run can be benchmarked on: fewer than two classes with a training image
+    (nothing to rank by frequency, and methods that divide by class counts would crash inside the run), or a test
+    set of no image (every metric would be undefined and the run's record damaged). Built-in datasets call it from
+    ``check()`` with counts read cheaply (lists, label files), so a launch stops before its first run; the engine
+    calls it again on what ``load()`` returned, so a plugin dataset gets the same line from its run."""
+    counts = np.asarray(train_counts)
+    classes = int((counts > 0).sum())
+    if classes < 2:
+        raise LtbenchError(f"{train_where}: the training set has images of {classes} class(es) ({int(counts.sum())} "
+                           f"image(s) in all); expected at least 2 classes with a training image; give files whose "
+                           f"training split holds several classes, or other data: options")
+    if int(test_images) == 0:
+        raise LtbenchError(f"{test_where}: the test set holds no image; expected at least one test image (every "
+                           f"metric is measured on it); give a test split with images, or other data: options")
+
+
+def check_loaded(data: LTData, label: str) -> None:
+    """``check_split_sizes`` on a loaded dataset (any plugin's), named by its registry label."""
+    check_split_sizes(data.class_counts, len(data.test_labels), f"data: {label}", f"data: {label}")
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,13 @@ import numpy as np
 import torch
 
 from ltbench.config import check_range
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
+from ltbench.data.base import (ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, check_split_sizes,
+                               data_roots)
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.data.validation import counts_record, unused_per_class
 from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
+from ltbench.results import caches
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2023, 0.1994, 0.2010)
@@ -165,6 +167,7 @@ ALLOWED_GLOBALS = {
     ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
     ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
     ("_codecs", "encode"), ("codecs", "encode"),
+    ("__builtin__", "bytes"), ("builtins", "bytes"),  # an empty array's data at protocol 2: bytes() (no_argument_bytes)
 }
 
 
@@ -183,7 +186,16 @@ class RestrictedUnpickler(pickle.Unpickler):
             return _numpy_attr("multiarray", name)
         if module in ("numpy.core.numeric", "numpy._core.numeric"):
             return _numpy_attr("numeric", name)
+        if name == "bytes":
+            return no_argument_bytes
         return super().find_class(module, name)
+
+
+def no_argument_bytes(*args: Any) -> bytes:
+    """``bytes()`` as an empty array's pickle calls it, and nothing else: ``bytes(n)`` would allocate n bytes."""
+    if args:
+        raise pickle.UnpicklingError("refused bytes() with arguments: a CIFAR batch calls it only for an empty array")
+    return b""
 
 
 def _numpy_attr(submodule: str, name: str) -> Any:
@@ -229,6 +241,16 @@ def read_split(layout: Layout, paths: list[Path]) -> tuple[np.ndarray, np.ndarra
     return np.concatenate(xs).reshape(-1, 3, 32, 32), np.concatenate(ys)
 
 
+LABEL_COUNTS_CACHE = "cifar-label-counts.json"
+
+
+def batch_label_counts(layout: Layout, path: Path) -> list[int]:
+    """Images per class in one batch file (``read_split``'s checks included), remembered by file version."""
+    return caches.remembered_for_file(
+        LABEL_COUNTS_CACHE, path, lambda p: np.bincount(read_split(layout, [p])[1], minlength=layout.num_classes).tolist(),
+        lambda v: isinstance(v, list) and len(v) == layout.num_classes and all(type(n) is int and n >= 0 for n in v))
+
+
 def class_names(layout: Layout, folder: Path) -> list[str]:
     meta = read_batch(folder / layout.meta_file)
     names = [_text(n) for n in meta.get(layout.names_key, [])]
@@ -258,7 +280,20 @@ class CIFARLT(DatasetBuilder):
     layout: Layout = CIFAR10
 
     def check(self) -> None:
-        locate(self.layout, self.cfg.root, self.cfg.download)
+        """The files are there, their training pool holds the profile's subset, and the test split has images
+        (``check_split_sizes``): found before the first run, not inside every run. The labels sit in the pickled
+        batches beside the images, so each batch's label counts are kept in the cache folder by file version
+        (``caches.remembered_for_file``): read whole once, not at every launch."""
+        lay = self.layout
+        folder = locate(lay, self.cfg.root, self.cfg.download)
+        pool = sum(np.asarray(batch_label_counts(lay, folder / f)) for f in lay.train_files)
+        counts = lt_counts(lay.num_classes, pool.sum() / lay.num_classes, self.cfg.imb_factor, self.cfg.imb_type)
+        short = [c for c in range(lay.num_classes) if pool[c] < counts[c]]
+        if short:
+            c = short[0]
+            raise LtbenchError(f"{folder}: class {c} has {pool[c]} images, fewer than the {counts[c]} the profile asks for")
+        check_split_sizes(counts, sum(batch_label_counts(lay, folder / lay.test_file)),
+                          f"{folder / lay.train_files[0]}", f"{folder / lay.test_file}")
 
     def load(self) -> LTData:
         cfg, lay = self.cfg, self.layout
@@ -271,6 +306,8 @@ class CIFARLT(DatasetBuilder):
             idx = ldam_subset(train_y, counts, cfg.data_seed)
         except ValueError as exc:
             raise LtbenchError(f"{folder}: {exc}") from exc
+        check_split_sizes(np.bincount(train_y[idx], minlength=lay.num_classes), len(test_y),
+                          f"{folder / lay.train_files[0]}", f"{folder / lay.test_file}")
         standard = len(train_y) == lay.full_train and len(test_y) == lay.full_test and bool(
             (np.bincount(train_y, minlength=lay.num_classes) == lay.full_train // lay.num_classes).all())
         known = KNOWN_TOTALS[lay.num_classes].get(float(cfg.imb_factor)) if cfg.imb_type == "exp" else None

@@ -14,11 +14,12 @@ import numpy as np
 import torch
 
 from ltbench.config import check_range
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, data_roots
+from ltbench.data.base import (ArrayImages, DatasetBuilder, ImageSpec, LTData, SMALL_IMAGE_VIEW_ALIASES, check_split_sizes,
+                               data_roots)
 from ltbench.data.idx import read_idx
 from ltbench.data.profile import exponential_counts, ldam_subset, subset_hash
 from ltbench.data.validation import counts_record, unused_per_class
-from ltbench.errors import DataMissingError
+from ltbench.errors import DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
 
 VIEW_ALIASES = SMALL_IMAGE_VIEW_ALIASES  # view alias -> augmentation pipeline
@@ -82,15 +83,30 @@ class FashionMNISTLT(DatasetBuilder):
     Config = FashionMNISTLTConfig
 
     def check(self) -> None:
-        locate(self.cfg.root)
+        """The files are there, their training labels give the profile's subset, and the test split has images:
+        found before the first run from the label files alone (70 KB), not inside every run."""
+        files = locate(self.cfg.root)
+        self.subset(files, read_idx(files["train_labels"]).astype(np.int64), len(read_idx(files["test_labels"])))
+
+    def subset(self, files: dict[str, Path], train_y: np.ndarray, test_images: int) -> tuple[list[int], np.ndarray]:
+        """(profile counts, LDAM-DRW subset indices); one line naming the label file when the files cannot give
+        them, or the test split is empty (``check_split_sizes``)."""
+        counts = exponential_counts(self.cfg.max_per_class, 10, self.cfg.imb_factor)
+        try:
+            idx = ldam_subset(train_y, counts, self.cfg.data_seed)
+        except ValueError as exc:
+            raise LtbenchError(f"{files['train_labels']}: {exc}; give the full Fashion-MNIST files, or a smaller "
+                               f"data.max_per_class") from exc
+        check_split_sizes(np.bincount(train_y[idx], minlength=10), test_images, str(files["train_labels"]),
+                          str(files["test_labels"]))
+        return counts, idx
 
     def load(self) -> LTData:
         cfg = self.cfg
         files = locate(cfg.root)
         arrays = {key: read_idx(path) for key, path in files.items()}
         train_y = arrays["train_labels"].astype(np.int64)
-        counts = exponential_counts(cfg.max_per_class, 10, cfg.imb_factor)
-        idx = ldam_subset(train_y, counts, cfg.data_seed)
+        counts, idx = self.subset(files, train_y, len(arrays["test_labels"]))
         train_x = torch.from_numpy(arrays["train_images"][idx].copy()).unsqueeze(1)
         test_x = torch.from_numpy(arrays["test_images"].copy()).unsqueeze(1)
         test_y = arrays["test_labels"].astype(np.int64)

@@ -31,7 +31,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ltbench.config import check_range
-from ltbench.data.base import DatasetBuilder, ImageSpec, LTData
+from ltbench.data.base import DatasetBuilder, ImageSpec, LTData, check_split_sizes
 from ltbench.data.validation import counts_record, hold_out
 from ltbench.errors import CorruptFileError, DataMissingError, LtbenchError
 from ltbench.registry import DATASETS
@@ -162,7 +162,8 @@ def read_split_list(path: Path) -> SplitList:
         labels.append(int(parts[1]))
         lines.append(n)
     if not paths:
-        raise LtbenchError(f"{path}: the split list is empty")
+        raise LtbenchError(f"{path}: the split list is empty; expected one '<relative image path> <integer label>' "
+                           f"line per image; give the published list, or write its images' lines into it")
     return SplitList(Path(path), paths, np.asarray(labels, dtype=np.int64), np.asarray(lines, dtype=np.int64),
                      hashlib.sha1(data).hexdigest())
 
@@ -299,7 +300,10 @@ class SplitListDataset(DatasetBuilder):
         return root
 
     def check(self) -> None:
-        train, test, _ = self.lists()
+        train, test, k = self.lists()
+        check_split_sizes(np.bincount(train.labels, minlength=k), len(test.paths), str(train.path), str(test.path))
+        if self.cfg.val_split:  # an empty or malformed validation list stops the launch, not every run
+            check_labels(read_split_list(find_list(self.bench, self.cfg, self.cfg.val_split)), k)
         root = self.root()
         if not self.cfg.check_images:
             return

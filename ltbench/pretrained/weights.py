@@ -17,7 +17,6 @@ backbone that knows the layout).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import warnings
@@ -30,7 +29,6 @@ from torch import nn
 from ltbench.errors import ConfigError, DataMissingError, LtbenchError, shorten
 from ltbench.pretrained import scripted
 from ltbench.results import caches, safe_read
-from ltbench.results.store import CACHE_DIR_ENV
 
 
 @dataclass(frozen=True)
@@ -121,36 +119,23 @@ def checked_stat(path: Path) -> os.stat_result:
 
 def weights_identity(path: Path) -> str:
     """'sha256:<hex>' of the weights file. Computed once per file: kept in ``weights-sha256.json`` of the cache
-    folder keyed by (real path, size, mtime, inode, device), so a status of a CLIP grid does not read 600 MB per
-    call; a file over ``SHOW_PROGRESS_BYTES`` says how far the hashing is on stderr."""
-    st = checked_stat(path)
-    key = [os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
-    cache = _sha_cache()
-    entry = cache.get(key[0])
-    if isinstance(entry, dict) and entry.get("stat") == key[1:] and isinstance(entry.get("sha256"), str) \
-            and len(entry["sha256"]) == 64:
-        return f"sha256:{entry['sha256']}"
-    show = _Progress(path) if st.st_size > SHOW_PROGRESS_BYTES else None
+    folder keyed by (real path, size, mtime, inode, device) (``caches.remembered_for_file``), so a status of a CLIP
+    grid does not read 600 MB per call; a file over ``SHOW_PROGRESS_BYTES`` says how far the hashing is on stderr."""
+    checked_stat(path)
+    digest = caches.remembered_for_file(SHA_CACHE_FILE, path, _sha256,
+                                        lambda v: isinstance(v, str) and len(v) == 64)
+    return f"sha256:{digest}"
+
+
+def _sha256(path: Path) -> str:
+    show = _Progress(path) if os.stat(path).st_size > SHOW_PROGRESS_BYTES else None
     try:
-        digest = safe_read.sha256_of(path, show)
+        return safe_read.sha256_of(path, show)
     except safe_read.UnusableFile as exc:
         raise WeightsFileError(path, f"it {exc.reason}") from None
     finally:
         if show:
             show.end()
-    cache[key[0]] = {"stat": key[1:], "sha256": digest}
-    caches.write_cache(_sha_cache_path(), json.dumps(dict(list(cache.items())[-1000:])).encode())
-    return f"sha256:{digest}"
-
-
-def _sha_cache_path() -> Path:
-    folder = os.environ.get(CACHE_DIR_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "ltbench"
-    return Path(folder) / SHA_CACHE_FILE
-
-
-def _sha_cache() -> dict:
-    data = caches.read_cache(_sha_cache_path())
-    return data if isinstance(data, dict) else {}
 
 
 class _Progress:

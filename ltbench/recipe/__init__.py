@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -112,6 +113,9 @@ class RecipeConfig:
             raise ValueError(f"seeds: at most {MAX_SEEDS} seeds, got {len(self.seeds)}")
         for seed in self.seeds:
             check_range("seeds[...]", seed, 0, 2**32 - 1)
+        twice = next((seed for i, seed in enumerate(self.seeds) if seed in self.seeds[:i]), None)
+        if twice is not None:  # the second would be the same run: silently one run fewer than listed
+            raise ValueError(f"seeds: {twice} is listed twice; each seed is one run, list it once")
 
 
 @dataclass
@@ -181,6 +185,17 @@ def set_dotted(tree: dict, key: str, value: Any, where: str) -> None:
 
 
 
+def _refuse_repeated_value(values: list, where: str) -> None:
+    """A grid value listed twice gives the same runs twice, which a launch runs once: refused, so the plan has
+    the runs the list seems to ask for."""
+    seen = set()
+    for value in values:
+        text = json.dumps(value, sort_keys=True, default=repr)
+        if text in seen:
+            raise ConfigError(f"{where}: {short_repr(value)} is listed twice; each value gives its runs once, list it once")
+        seen.add(text)
+
+
 def _grid_points(grid: Any, where: str) -> list[dict]:
     if grid is None:
         return [{}]
@@ -196,6 +211,7 @@ def _grid_points(grid: Any, where: str) -> list[dict]:
             check_grid_key(key, gwhere)
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"{gwhere}.{key}: expected a non-empty list of values, got {short_repr(values)}")
+            _refuse_repeated_value(values, f"{gwhere}.{key}")
         checked.append(g)
     total = sum(math.prod(len(v) for v in g.values()) for g in checked)
     if total > MAX_RUNS:
@@ -294,6 +310,67 @@ def _epoch_options_check(config: dict, where: str) -> None:
                 raise ConfigError(f"{here}: {value} is not before the end of the schedule (optim.epochs {epochs}: "
                                   f"epochs 0-{max(epochs - 1, 0)}), so it never starts; give {key} < {epochs}, or "
                                   f"leave it out (the method's default share of the schedule)")
+
+
+def idle_options(config: dict) -> dict[str, str]:
+    """The core's options that cannot act in a run's resolved configuration, each with why and the fix (the
+    value itself is in the message): the optimiser's options when optim.epochs is 0 (nothing is trained), the step
+    schedule's milestones and gamma under another schedule, a test-time crop margin without test-time crops, a
+    mid-run evaluation period that no epoch before the last reaches (the end is always evaluated), micro-batches as
+    large as the batch (one chunk: no accumulation), and choosing the best epoch on validation when there is at
+    most one epoch to choose from."""
+    optim, train, ev = config["optim"], config["train"], config["eval"]
+    epochs, idle = optim["epochs"], {}
+    for key in UNTRAINED_IDLE if epochs == 0 else ():
+        idle[f"optim.{key}"] = (f"{short_repr(optim[key])} has no effect: optim.epochs is 0, so the model is evaluated "
+                                f"as built and nothing is trained; remove it, or give optim.epochs > 0")
+    if optim["schedule"] != "step" and epochs:
+        for key in ("milestones", "gamma"):
+            idle[f"optim.{key}"] = (f"{short_repr(optim[key])} has no effect: optim.schedule is {optim['schedule']}, and "
+                                    f"{key} is read by schedule: step only; remove it or set optim.schedule: step")
+    if ev["tte"] == "none":
+        idle["eval.tte_expand"] = (f"{ev['tte_expand']} has no effect, eval.tte is none (the margin is that of "
+                                   f"test-time crops); remove it or set eval.tte: fivecrop or tencrop")
+    if train["eval_every"] and train["eval_every"] >= epochs:
+        idle["train.eval_every"] = (f"{train['eval_every']} is not before the end of the schedule (optim.epochs "
+                                    f"{epochs}), so no evaluation comes of it (the end is always evaluated); give "
+                                    f"eval_every < {epochs}, or leave it out")
+    if optim["micro_batch_size"] is not None and optim["micro_batch_size"] >= optim["batch_size"] and epochs:
+        idle["optim.micro_batch_size"] = (f"{optim['micro_batch_size']} is optim.batch_size, so each batch is one "
+                                          f"chunk and nothing is accumulated; give a divisor of {optim['batch_size']} "
+                                          f"smaller than it, or leave it out")
+    if ev["select"] == "best_val" and epochs < 2:
+        idle["eval.select"] = (f"best_val has no epoch to choose with optim.epochs {epochs} (the last is the only "
+                               f"one); set eval.select: last, or train for more epochs")
+    return idle
+
+
+def _note_idle_options(raw: dict, config: dict, idle: dict[str, str], acting: set[str]) -> None:
+    """Sort the options this run was given (by the recipe, its grid point or an override) that ``idle_options``
+    knows into those that cannot act in it (``idle``: the first run's reason) and those that do (``acting``)."""
+    found = idle_options(config)
+    for key in IDLE_CHECKED:
+        section, option = key.split(".")
+        if not (isinstance(raw.get(section), dict) and option in raw[section]):
+            continue
+        if key in found:
+            idle.setdefault(key, found[key])
+        else:
+            acting.add(key)
+
+
+# The optimiser's options that only training reads (batch_size also sets the evaluation batches; warmup_epochs must
+# be 0 for 0 epochs, so it is checked there already).
+UNTRAINED_IDLE = ("lr", "momentum", "nesterov", "weight_decay", "schedule", "milestones", "gamma", "micro_batch_size")
+IDLE_CHECKED = (*(f"optim.{key}" for key in UNTRAINED_IDLE), "eval.tte_expand", "train.eval_every", "eval.select")
+
+
+def refuse_idle_options(idle: dict[str, str], acting: set[str]) -> None:
+    """An option given that acts in none of the recipe's runs is refused, not ignored: one line naming it. One
+    that acts in some run stays (a grid over optim.schedule may give milestones for its step runs only)."""
+    for key, why in idle.items():
+        if key not in acting:
+            raise ConfigError(f"{key}: {why}")
 
 
 def _plugin_run_checks(config: dict, where: str) -> None:
@@ -746,6 +823,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen, used, identities, studies, probes = [], set(), set(), {}, [], []
     asks = found is not None and found.config.sampler == "tpe"
+    idle, acting = {}, set()  # options given that cannot act in a run (key: why), and those that act in one
     for point in points:
         cfg = copy.deepcopy(base)
         for key, value in point.items():
@@ -757,14 +835,19 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                 study, checked = _tpe_study(found, cfg, point, space, seed, identities, name, out_dir)
                 studies.append(study)
                 probes += checked
+                for probe in checked:
+                    _note_idle_options(cfg, probe.config, idle, acting)
             continue
         for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
             for seed in top.seeds:
-                spec = _spec(name, out_dir, _trial_config(trial_cfg, seed, identities, trial), point, trial)
+                config = _trial_config(trial_cfg, seed, identities, trial)
+                _note_idle_options(trial_cfg, config, idle, acting)
+                spec = _spec(name, out_dir, config, point, trial)
                 if spec.run_id not in seen:
                     seen.add(spec.run_id)
                     runs.append(spec)
     check_overrides_used(list(run_overrides), used, runs + probes)
+    refuse_idle_options(idle, acting)
     if found:
         check_space_used(found, [spec.config["method"]["name"] for spec in runs + probes], "search")
     posthoc = expand_posthoc(top.posthoc, "posthoc")

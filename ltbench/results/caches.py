@@ -30,6 +30,7 @@ No torch: status and tables use these on a login node.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sys
@@ -114,6 +115,30 @@ def write_cache(path: Path, data: bytes, say: Callable[[str], None] | None = Non
             (say or _stderr)(f"ltbench: note: cache not written, the next call will be slower: "
                              f"{shorten(str(exc), 300)}")
         return False
+
+
+def remembered_for_file(name: str, path: Path, compute: Callable[[Path], Any], valid: Callable[[Any], bool]) -> Any:
+    """``compute(path)``, kept in the cache file ``name`` of ``store.cache_home()`` keyed by the file's real path,
+    size, mtime, inode and device, so what is derived from a large file (a weights file's sha256, the label
+    counts of a dataset's batches) is computed once per version of the file, not at every launch. A cached value
+    is used only when ``valid(value)`` (a plain JSON value the caller checks); the 1,000 newest files are kept."""
+    st = os.stat(path)
+    real, stat = os.path.realpath(path), [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+    cache_path = store.cache_home() / name
+    found = read_cache(cache_path)
+    cache = found if isinstance(found, dict) else {}
+    entry = cache.get(real)
+    if isinstance(entry, dict) and entry.get("stat") == stat and valid(entry.get("value")):
+        return entry["value"]
+    value = compute(path)
+    cache.pop(real, None)
+    cache[real] = {"stat": stat, "value": value}
+    try:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # unwritable: write_cache says so once, the value is still returned
+    write_cache(cache_path, json.dumps(dict(list(cache.items())[-1000:])).encode())
+    return value
 
 
 def _stderr(message: str) -> None:

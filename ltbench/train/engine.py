@@ -48,7 +48,7 @@ from ltbench.train import checkpoint
 from ltbench.train.checkpoint import CheckpointSaver
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig, from_dict
 from ltbench.data import batch_augment, device_decode, transforms
-from ltbench.data.base import ArrayImages, LTData, MultiView
+from ltbench.data.base import ArrayImages, LTData, MultiView, check_loaded
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
 from ltbench.train.heartbeat import HEARTBEAT, PhaseBeat
@@ -183,7 +183,9 @@ def load_data(config: dict) -> LTData:
 
 def build_run(config: dict, data: LTData | None = None) -> Run:
     builder = dataset_builder(config)
-    data = data if data is not None else builder.load()
+    if data is None:
+        data = builder.load()
+        check_loaded(data, DATASETS.label(config["data"]["name"]))  # a plugin's empty test set: one line, no damaged record
     backbone = BACKBONES.build(config["backbone"], in_channels=data.image.channels, where="backbone")
     data = bind_data(backbone, data)  # a pretrained backbone's own preprocessing and tune mode
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
