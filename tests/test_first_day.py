@@ -90,7 +90,7 @@ def test_a_row_that_matches_several_configurations_says_how_to_declare_it(tmp_pa
 
 @pytest.mark.slow
 def test_run_ends_with_the_tables_that_ltbench_table_prints(tmp_path, capsys):
-    path = two_methods(tmp_path, tables={"main": TABLES["main"]})
+    path = two_methods(tmp_path, tables={"main": {**TABLES["main"], "caption": "Two methods at rho 2"}})
     overrides = ["grid.data.imb_factor=[2,6]", "grid.method=[{name: ce}]"]  # 2 runs; the rows split by rho
     assert cli.main(["run", path, *overrides]) == 0
     run_out = capsys.readouterr().out
@@ -98,6 +98,8 @@ def test_run_ends_with_the_tables_that_ltbench_table_prints(tmp_path, capsys):
     table_out = capsys.readouterr().out.strip()
     assert "| CE (imb_factor=2)" in table_out and "| CE (imb_factor=6)" in table_out
     assert table_out in run_out and run_out.rstrip().endswith("2 done")
+    assert "made with the command-line override(s) grid.data.imb_factor=[2,6] grid.method=[{name: ce}]; the " \
+           "caption describes the recipe as written" in table_out  # the caption is the recipe's text
 
 
 def test_a_results_folder_not_found_says_where_it_looked(tmp_path, monkeypatch, capsys):

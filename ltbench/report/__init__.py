@@ -96,6 +96,9 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
                 recs += other_records
                 exp += other.expected
         table = build_table(table_name, spec, recs, exp, where=where, test=test, correction=correction)
+        if overrides and spec.caption:  # the caption is the recipe's text: say what the command line changed
+            table.notes.append(f"the runs shown were made with the command-line override(s) {' '.join(overrides)}; "
+                               f"the caption describes the recipe as written")
         if spec.published:
             add_published(table)
         out.append(table)
