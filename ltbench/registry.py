@@ -362,6 +362,8 @@ def _import_plugin_folder(folder: Path) -> None:
     folder = folder.expanduser().resolve()
     if folder in _plugin_paths:
         return
+    if folder.is_file():
+        raise RegistryError(f"plugin folder {folder} is a file; give the folder that holds it ({folder.parent})")
     if not folder.is_dir():
         raise RegistryError(f"plugin folder {folder} does not exist or is not a directory")
     name = folder.name

@@ -133,3 +133,13 @@ def test_registry_unknown_name_message():
     with pytest.raises(RegistryError) as info:
         METHODS.get("c")
     assert "Known: " in str(info.value) and "Searched: " in str(info.value)
+
+
+def test_a_plugin_file_given_for_its_folder_is_named_with_the_folder_to_give(tmp_path):
+    from ltbench import registry
+
+    (tmp_path / "my_methods").mkdir()
+    plugin = tmp_path / "my_methods" / "focal.py"
+    plugin.write_text("")
+    with pytest.raises(registry.RegistryError, match=r"is a file; give the folder that holds it \(.*my_methods\)"):
+        registry.add_plugin_paths([str(plugin)])
