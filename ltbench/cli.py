@@ -47,7 +47,7 @@ def cmd_run(args) -> int:
     recipe.where = parse_where(args.where)
     if recipe.studies and recipe.where:
         raise ConfigError(f"{args.recipe}: --where does not apply to a tpe search (its workers share every study); "
-                          f"narrow the grid with an override instead, e.g. grid.method.name=[la]")
+                          f"narrow the grid with an override instead (grid.<key>=[...])")
     recipe.runs = runs_where(recipe.runs, recipe.where)
     if args.launcher:
         recipe.launcher.name = args.launcher
