@@ -196,3 +196,12 @@ def test_tiny_search_runs_every_trial_and_resumes_after_kill_9_without_redoing_o
     assert "Tuned: 2 trials per method on the validation split (random search, seed 0)" in table.stdout
     assert "chosen on validation" in table.stdout and "2/2" in table.stdout
     assert all(json.loads(p.read_text())["grid"]["search"]["trials"] == 2 for p in results)
+
+
+def test_the_trials_behind_a_tuned_row_are_never_called_runs_in_no_table(tmp_path):
+    from ltbench import report
+
+    path = recipe_file(tmp_path, tables={"main": {"columns": ["all"]}})
+    populate(path)
+    (table,) = report.tables(path, test=None)
+    assert table.rows and not any("in none of these tables" in n for n in table.notes), table.notes

@@ -127,7 +127,8 @@ def _note_runs_in_no_table(built: list, records: list[dict], recipe) -> None:
     """Finished runs in the recipe's folder that no table shows (its ``where:`` selects 90 epochs, the runs were
     made with optim.epochs=2 from the command line...) are counted on the last table, with the command that
     shows them, so that 'never run' on a declared row is never all the user sees."""
-    shown = {key for t in built for row in t.rows for u in row.units.values()  # a 'select:' unit names its settings
+    units = [v for t in built for row in t.rows for u in row.units.values() for v in [u, *u.trials]]  # tuned: its trials
+    shown = {key for u in units  # a 'select:' unit names its settings
              for key in (u.key.split(":", 1)[1].split(",") if u.key.startswith("select:") else [u.key])}
     hidden = {_run_id(r) for r in records if r.get("status") == "done" and r.get("key") and r["key"] not in shown
               and "+" not in _run_id(r)}  # trained runs: a stage-2 sweep's settings are there to be chosen among
