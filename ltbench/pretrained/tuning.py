@@ -75,6 +75,14 @@ def resolve_tune(value: Any, where: str = "backbone.tune") -> dict:
     return TUNE_MODES.resolved(spec, where)
 
 
+def per_block(backbone, name: str, make, attach) -> None:
+    """One new module per block of the trunk, kept in ``backbone.tuned[name]`` (so checkpoints hold it) and wired
+    into its block by ``attach(block, module)`` (LoRA's q/v deltas, AdaptFormer's parallel adapters)."""
+    backbone.tuned[name] = nn.ModuleList(make() for _ in backbone.trunk.blocks)
+    for block, module in zip(backbone.trunk.blocks, backbone.tuned[name]):
+        attach(block, module)
+
+
 def rule_of_thumb_bottleneck(num_classes: int, layers: int) -> int:
     """LIFT's default adapter width and LoRA rank: 2 ** max(0, floor(log2(K / (2 L))))."""
     return 2 ** max(0, int(math.log2(num_classes / (layers * 2))))
@@ -148,10 +156,8 @@ class LoRA(TuneMode):
     def apply(self, backbone, num_classes: int) -> dict:
         trunk = backbone.trunk
         rank = self.cfg.rank or rule_of_thumb_bottleneck(num_classes, len(trunk.blocks))
-        backbone.tuned["lora"] = nn.ModuleList(
-            QKVLowRank(trunk.width, rank, self.cfg.alpha, self.cfg.targets) for _ in trunk.blocks)
-        for block, delta in zip(trunk.blocks, backbone.tuned["lora"]):
-            trunk.add_qkv_delta(block, delta)
+        per_block(backbone, "lora", lambda: QKVLowRank(trunk.width, rank, self.cfg.alpha, self.cfg.targets),
+                  trunk.add_qkv_delta)
         return {"bottleneck": rank}
 
 
@@ -173,10 +179,8 @@ class AdaptFormerMode(TuneMode):
     def apply(self, backbone, num_classes: int) -> dict:
         trunk = backbone.trunk
         bottleneck = self.cfg.bottleneck or rule_of_thumb_bottleneck(num_classes, len(trunk.blocks))
-        backbone.tuned["adaptformer"] = nn.ModuleList(
-            AdaptFormer(trunk.width, bottleneck, self.cfg.scale) for _ in trunk.blocks)
-        for block, adapter in zip(trunk.blocks, backbone.tuned["adaptformer"]):
-            trunk.add_parallel_adapter(block, adapter)
+        per_block(backbone, "adaptformer", lambda: AdaptFormer(trunk.width, bottleneck, self.cfg.scale),
+                  trunk.add_parallel_adapter)
         return {"bottleneck": bottleneck}
 
 
