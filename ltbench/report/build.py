@@ -318,7 +318,8 @@ def cost_notes(table: Table) -> list[str]:
             numerics = rec.get("numerics") or {}
             name = numerics.get("device_model") or numerics.get("cpu_model") or (rec.get("prov") or {}).get("device")
             kind = str((rec.get("prov") or {}).get("device") or "?").split(":")[0].upper()
-            devices[f"{kind} {name}" if name else kind] = devices.get(f"{kind} {name}" if name else kind, 0) + 1
+            device = f"{kind} {name}" if name else kind
+            devices[device] = devices.get(device, 0) + 1
     notes = []
     if devices:
         where = ", ".join(f"{d} ({n} run{'s' if n > 1 else ''})" for d, n in devices.items())
