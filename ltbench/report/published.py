@@ -1,8 +1,8 @@
 """Published results beside ours: reference rows marked with a dagger and a delta column.
 
-The numbers and their sources live in ``ltbench/report/published.yaml`` (read by ``ltbench.report.literature``).
+The numbers and their sources are the claims in ``ltbench/claims/`` (read by ``ltbench.report.claims``).
 A row of ours matches a published entry when the dataset, imbalance factor, backbone and epochs of
-its configuration agree and the method is the same (the literature file uses ltbench's method names; a
+its configuration agree and the method is the same (claims use ltbench's method names; a
 table's ``published_method`` names another one for a row). Each matching entry becomes a reference row
 (never bold, no n: it was not run here) and the row of ours gets delta = ours - published on each
 matching column.
@@ -10,7 +10,7 @@ matching column.
 
 from __future__ import annotations
 
-from ltbench.report.literature import load_published, match
+from ltbench.report.claims import load_claims, match
 from ltbench.config import value_text
 from ltbench.report.rows import Cell, Row, Table
 
@@ -31,7 +31,7 @@ def add_published(table: Table) -> None:
     """Insert, after each row of ours, the published entries that match it: one reference row per
     source (over every column group); a source whose numbers another row already shows is named in
     that row instead of repeating them. Our cells get delta = ours - published (first source)."""
-    entries = load_published()
+    entries = load_claims()
     out: list[Row] = []
     for row in table.rows:
         out.append(row)

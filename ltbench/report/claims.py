@@ -1,0 +1,148 @@
+"""Claims: one YAML file per number someone says a method reaches, with where it was said and under what.
+
+A claim holds its source (a paper's table, row, column and quoted text; a README; this project's reference
+results; a user's run), the setting (method and its options, dataset, imbalance, backbone, epochs), the
+numbers (percent; seeds, per-seed values and spread when known), the protocol id (ltbench/data/protocol.py)
+and whether that protocol is known exactly or only approximately, the implementation (official code at a
+commit, or ltbench's re-implementation) and, for numbers made here, the numerics they were made under.
+The shipped claims are in ``ltbench/claims/``, ordered by path (a table that shows several uses the first
+for its delta); ``ltbench verify`` judges them against finished runs (ltbench/report/verify.py), tables
+show them as reference rows (report/published.py). Layout and sources: docs/claims.md. No torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ltbench.errors import LtbenchError
+from ltbench.priors import is_prior_name
+from ltbench.results.schema import SHOT_GROUPS
+
+KEYS = {"source", "setting", "settings", "metrics", "seeds", "per_seed", "spread", "protocol", "implementation",
+        "numerics", "note", "margin"}
+SETTING = ("method", "dataset", "imb_factor", "backbone", "epochs")
+KINDS = ("paper", "code", "listing", "reference", "user")
+NO_OFFICIAL_CODE = "no official code; ltbench re-implementation"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim file. ``metrics``: percent by metric (``many`` ... ``all``, or a shifted prior such as
+    ``forward50``); ``per_seed``: metric -> the value of each of ``seeds``; ``spread``: metric -> sample std
+    over seeds; ``numerics``: the recorded numerics of the runs behind a number made with ltbench."""
+
+    method: str
+    dataset: str
+    imb_factor: float | None
+    backbone: str
+    epochs: int | None
+    metrics: dict[str, float]
+    source: str  # the citation, e.g. "BAPE paper, Table 1"
+    kind: str = "paper"
+    label: str = ""  # the row as printed in the source
+    note: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    quote: str = ""
+    column: str = ""
+    protocol_id: str = ""
+    protocol_match: str = "approximate"
+    implementation: str = ""
+    seeds: list | None = None
+    per_seed: dict[str, list[float]] = field(default_factory=dict)
+    spread: dict[str, float] = field(default_factory=dict)
+    numerics: dict = field(default_factory=dict)
+    margin: float | None = None
+    path: str = ""
+
+    @property
+    def display(self) -> str:
+        return self.label or self.method
+
+
+def default_folder() -> Path:
+    return Path(str(resources.files("ltbench") / "claims"))
+
+
+def is_metric(key: str) -> bool:
+    return key in (*SHOT_GROUPS, "all") or is_prior_name(key)
+
+
+def load_claims(folder: Path | None = None) -> list[Claim]:
+    """Every claim below ``folder`` (the shipped ``ltbench/claims`` unless given), in path order, validated."""
+    folder = Path(folder) if folder is not None else default_folder()
+    if not folder.is_dir():
+        raise LtbenchError(f"{folder}: no such claims folder (--claims DIR: a folder of claim YAML files)")
+    return [read_claim(p, p.relative_to(folder).as_posix()) for p in sorted(folder.rglob("*.yaml"))]
+
+
+def read_claim(path: Path, name: str = "") -> Claim:
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.stat().st_size < 1_000_000 else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise LtbenchError(f"{path}: cannot read claim ({exc})") from None
+    if not isinstance(doc, dict) or set(doc) - KEYS or not {"source", "setting", "metrics"} <= set(doc):
+        raise LtbenchError(f"{path}: expected a mapping with source, setting, metrics (and optionally "
+                           f"{', '.join(sorted(KEYS - {'source', 'setting', 'metrics'}))}); see docs/claims.md")
+    src, setting, proto = doc["source"], doc["setting"], doc.get("protocol") or {}
+    if not isinstance(src, dict) or not src.get("cite") or src.get("kind", "paper") not in KINDS:
+        raise LtbenchError(f"{path}: source must be a mapping with 'cite' and a kind among {', '.join(KINDS)}")
+    if not isinstance(setting, dict) or set(setting) - set(SETTING):
+        raise LtbenchError(f"{path}: setting: expected keys among {', '.join(SETTING)}")
+    for key in ("method", "dataset", "backbone"):
+        if not isinstance(setting.get(key), str) or not setting[key]:
+            raise LtbenchError(f"{path}: setting.{key} must be a non-empty name")
+    metrics = doc["metrics"]
+    if not isinstance(metrics, dict) or not metrics:
+        raise LtbenchError(f"{path}: metrics must map metric names to percentages")
+    for metric, value in metrics.items():
+        if not isinstance(metric, str) or not is_metric(metric):
+            raise LtbenchError(f"{path}: unknown metric {metric!r}; use many, medium, few, all, forward<rho>, "
+                               f"uniform or backward<rho>")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not 0 <= value <= 100:
+            raise LtbenchError(f"{path}: {setting['method']} {metric} = {value!r} is not a percentage in [0, 100]")
+    imb, epochs = setting.get("imb_factor"), setting.get("epochs")
+    if imb is not None and (isinstance(imb, bool) or not isinstance(imb, (int, float)) or imb < 1):
+        raise LtbenchError(f"{path}: setting.imb_factor must be a number >= 1 or null, got {imb!r}")
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+        raise LtbenchError(f"{path}: setting.epochs must be a positive integer or null, got {epochs!r}")
+    seeds, per_seed = doc.get("seeds"), doc.get("per_seed") or {}
+    if any(not isinstance(v, list) or seeds is None or len(v) != len(seeds) for v in per_seed.values()):
+        raise LtbenchError(f"{path}: per_seed must give one value per seed listed in 'seeds'")
+    if not isinstance(doc.get("settings") or {}, dict) or proto.get("match", "approximate") not in ("exact", "approximate"):
+        raise LtbenchError(f"{path}: settings must be a mapping of method options; protocol.match exact or approximate")
+    return Claim(method=setting["method"], dataset=setting["dataset"], imb_factor=None if imb is None else float(imb),
+                 backbone=setting["backbone"], epochs=epochs, metrics={k: float(v) for k, v in metrics.items()},
+                 source=str(src["cite"]), kind=src.get("kind", "paper"), label=str(src.get("row", "")),
+                 note=str(doc.get("note", "")), settings=dict(doc.get("settings") or {}), quote=str(src.get("quote", "")),
+                 column=str(src.get("column", "")), protocol_id=str(proto.get("id", "")),
+                 protocol_match=proto.get("match", "approximate"), implementation=str(doc.get("implementation", "")),
+                 seeds=seeds, per_seed={k: [float(x) for x in v] for k, v in per_seed.items()},
+                 spread={k: float(v) for k, v in (doc.get("spread") or {}).items()}, numerics=doc.get("numerics") or {},
+                 margin=doc.get("margin"), path=name or str(path))
+
+
+def claim_document(c: Claim) -> dict:
+    """A claim as its file holds it (``ltbench verify --export``)."""
+    setting = {k: getattr(c, k) for k in SETTING if getattr(c, k) is not None}
+    doc = {"source": {k: v for k, v in (("kind", c.kind), ("cite", c.source), ("row", c.label), ("column", c.column),
+                                        ("quote", c.quote)) if v},
+           "setting": setting, "settings": c.settings, "metrics": c.metrics, "seeds": c.seeds, "per_seed": c.per_seed,
+           "spread": c.spread, "protocol": {"id": c.protocol_id, "match": c.protocol_match},
+           "implementation": c.implementation, "numerics": c.numerics, "note": c.note, "margin": c.margin}
+    return {k: v for k, v in doc.items() if v not in (None, "", {}, [])}
+
+
+def match(claims: list[Claim], *, dataset: str, imb_factor: float | None = None, backbone: str | None = None,
+          epochs: int | None = None, method: str | None = None) -> list[Claim]:
+    """Claims for this setting, in path order. ``None`` means "any value"; a claim whose own field is unknown
+    (null) never matches a given value: a number of unstated schedule is no evidence about a 200-epoch run."""
+    wanted = {"imb_factor": None if imb_factor is None else float(imb_factor), "backbone": backbone,
+              "epochs": epochs, "method": method}
+    return [c for c in claims if c.dataset == dataset
+            and all(value is None or getattr(c, name) == value for name, value in wanted.items())]
