@@ -1,4 +1,4 @@
-"""Command line: ``ltbench run | posthoc | list | data | table | report | plot | status``.
+"""Command line: ``ltbench run | posthoc | list | data | table | report | plot | status | verify | plan``.
 
 A problem the user can fix is printed as one line on stderr with a non-zero exit and no traceback
 (``--debug`` shows it).
@@ -128,6 +128,9 @@ LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 
 def cmd_data(args) -> int:
+    if args.recipe == "verify":  # ltbench data verify ROOT --dataset NAME
+        from ltbench.cli_claims import data_verify
+        return data_verify(args.overrides, args.dataset)
     from ltbench.recipe import distinct_data  # lazy: keeps --help fast
 
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
@@ -311,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_run_commands(sub, common)
     _add_result_commands(sub, common)
+    from ltbench.cli_claims import add_commands  # verify, plan (lazy inside: --help stays fast)
+    add_commands(sub, common)
     return parser
 
 
@@ -353,10 +358,12 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
 
     _add_list_command(sub, common)
 
-    p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets")
+    p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets; "
+                       "'data verify ROOT --dataset NAME': which known variant of the files ROOT holds")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--dataset", help="with 'data verify': the dataset whose files ROOT holds")
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")

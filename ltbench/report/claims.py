@@ -24,8 +24,8 @@ from ltbench.errors import LtbenchError
 from ltbench.priors import is_prior_name
 from ltbench.results.schema import SHOT_GROUPS
 
-KEYS = {"source", "setting", "settings", "metrics", "seeds", "per_seed", "spread", "protocol", "implementation",
-        "numerics", "note", "margin"}
+KEYS = {"source", "setting", "settings", "metrics", "seeds", "per_seed", "spread", "spread_n", "protocol",
+        "implementation", "numerics", "note", "margin"}
 SETTING = ("method", "dataset", "imb_factor", "backbone", "epochs")
 KINDS = ("paper", "code", "listing", "reference", "user")
 NO_OFFICIAL_CODE = "no official code; ltbench re-implementation"
@@ -35,7 +35,8 @@ NO_OFFICIAL_CODE = "no official code; ltbench re-implementation"
 class Claim:
     """One claim file. ``metrics``: percent by metric (``many`` ... ``all``, or a shifted prior such as
     ``forward50``); ``per_seed``: metric -> the value of each of ``seeds``; ``spread``: metric -> sample std
-    over seeds; ``numerics``: the recorded numerics of the runs behind a number made with ltbench."""
+    over seeds (for a claim of one seed, a reference spread over ``spread_n`` seeds); ``settings``: method options
+    (bare names) or dotted configuration keys its runs have; ``numerics``: the recorded numerics of the runs behind a number made with ltbench."""
 
     method: str
     dataset: str
@@ -56,6 +57,7 @@ class Claim:
     seeds: list | None = None
     per_seed: dict[str, list[float]] = field(default_factory=dict)
     spread: dict[str, float] = field(default_factory=dict)
+    spread_n: int = 0  # a one-seed claim's reference spread: the seeds it was measured over
     numerics: dict = field(default_factory=dict)
     margin: float | None = None
     path: str = ""
@@ -123,7 +125,7 @@ def read_claim(path: Path, name: str = "") -> Claim:
                  column=str(src.get("column", "")), protocol_id=str(proto.get("id", "")),
                  protocol_match=proto.get("match", "approximate"), implementation=str(doc.get("implementation", "")),
                  seeds=seeds, per_seed={k: [float(x) for x in v] for k, v in per_seed.items()},
-                 spread={k: float(v) for k, v in (doc.get("spread") or {}).items()}, numerics=doc.get("numerics") or {},
+                 spread={k: float(v) for k, v in (doc.get("spread") or {}).items()}, spread_n=int(doc.get("spread_n") or 0), numerics=doc.get("numerics") or {},
                  margin=doc.get("margin"), path=name or str(path))
 
 
@@ -133,9 +135,9 @@ def claim_document(c: Claim) -> dict:
     doc = {"source": {k: v for k, v in (("kind", c.kind), ("cite", c.source), ("row", c.label), ("column", c.column),
                                         ("quote", c.quote)) if v},
            "setting": setting, "settings": c.settings, "metrics": c.metrics, "seeds": c.seeds, "per_seed": c.per_seed,
-           "spread": c.spread, "protocol": {"id": c.protocol_id, "match": c.protocol_match},
+           "spread": c.spread, "spread_n": c.spread_n, "protocol": {"id": c.protocol_id, "match": c.protocol_match},
            "implementation": c.implementation, "numerics": c.numerics, "note": c.note, "margin": c.margin}
-    return {k: v for k, v in doc.items() if v not in (None, "", {}, [])}
+    return {k: v for k, v in doc.items() if v not in (None, "", {}, [], 0)}
 
 
 def match(claims: list[Claim], *, dataset: str, imb_factor: float | None = None, backbone: str | None = None,

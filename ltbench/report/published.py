@@ -24,14 +24,15 @@ def _published_method(table: Table, row: Row, unit) -> str | None:
 
 def _settings_match(entry, flat: dict) -> bool:
     """An ablation variant (entry.settings, e.g. prior: false) matches only a run with those options."""
-    return all(value_text(flat.get(f"method.{k}", "<absent>")) == value_text(v) for k, v in entry.settings.items())
+    return all(value_text(flat.get(k if "." in k else f"method.{k}", "<absent>")) == value_text(v)
+               for k, v in entry.settings.items())
 
 
 def add_published(table: Table) -> None:
     """Insert, after each row of ours, the published entries that match it: one reference row per
     source (over every column group); a source whose numbers another row already shows is named in
     that row instead of repeating them. Our cells get delta = ours - published (first source)."""
-    entries = load_claims()
+    entries = [c for c in load_claims() if c.kind != "reference"]  # this project's own numbers are not published ones
     out: list[Row] = []
     for row in table.rows:
         out.append(row)
