@@ -137,6 +137,9 @@ def cmd_data(args) -> int:
     from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
     from ltbench.train import resources  # lazy: keeps table and status free of torch
+    from ltbench.data import protocol  # lazy: keeps --help fast
+    from ltbench.report.rows import flatten  # lazy: keeps --help fast
+    from ltbench.results.identity import identity_of  # lazy: keeps --help fast
 
     resources.check_data(distinct_data(recipe.runs), recipe.launcher, str(args.recipe))  # before any allocation
     reports = []
@@ -154,6 +157,7 @@ def cmd_data(args) -> int:
                          "train": int(data.class_counts[c]), "test": int(data.test_counts[c]), "group": str(groups[c])}
                         for c in range(data.num_classes)],
             "groups": {g: int((groups == g).sum()) for g in SHOT_GROUPS},
+            "protocol_id": protocol.protocol_id(flatten(identity_of(spec.config)), protocol.record_lists({"data": {"info": data.info}})),
         })
         if data.val_counts is not None:  # the validation split (docs/protocol.md)
             reports[-1]["val_total"] = int(data.val_counts.sum())
@@ -167,7 +171,8 @@ def cmd_data(args) -> int:
     for r in reports:
         opts = ", ".join(f"{k}={v}" for k, v in r["data"].items() if k != "root")
         print(f"{opts}\ntrain {r['train_total']} images, test {r['test_total']}, subset sha1 {r['subset_hash'][:12]}; "
-              f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}")
+              f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}; "
+              f"protocol {r['protocol_id']} (docs/claims.md)")
         val = "val_total" in r
         if val:
             print(f"validation {r['val_total']} images (never trained on; docs/protocol.md)")

@@ -10,6 +10,7 @@ matching column.
 
 from __future__ import annotations
 
+from ltbench.data.protocol import protocol_id
 from ltbench.report.claims import load_claims, match
 from ltbench.config import value_text
 from ltbench.report.rows import Cell, Row, Table
@@ -34,6 +35,9 @@ def add_published(table: Table) -> None:
     that row instead of repeating them. Our cells get delta = ours - published (first source)."""
     entries = [c for c in load_claims() if c.kind != "reference"]  # this project's own numbers are not published ones
     out: list[Row] = []
+    our_ids: set[str] = set()
+    their_ids: set[str] = set()
+    used: list = []
     for row in table.rows:
         out.append(row)
         if row.published or not row.units:
@@ -51,6 +55,7 @@ def add_published(table: Table) -> None:
                          if _metric(col) in entry.metrics}
                 if not cells:
                     continue
+                used.append(entry)
                 ref = refs.setdefault(entry.source, Row(row.label, row.group, published=entry.source))
                 ref.units[gi] = unit
                 ref.cells.update({k: Cell(values=[v]) for k, v in cells.items()})
@@ -59,7 +64,12 @@ def add_published(table: Table) -> None:
                     if ours is not None and ours.mean is not None and ours.delta is None:
                         ours.delta = ours.mean - v
         out.extend(_fold_repeats(list(refs.values())))
+        for ref in refs.values():
+            our_ids.update(protocol_id(u.flat) for u in row.units.values())
+            their_ids.update(f"{e.protocol_id} ({e.protocol_match})" for e in used if e.source in ref.published)
     table.rows = out
+    if their_ids:  # the protocols behind the two numbers of a delta (docs/claims.md)
+        table.notes.append(f"protocol ids: ours {', '.join(sorted(our_ids))}; published {', '.join(sorted(their_ids))}")
 
 
 def _metric(col: str) -> str:
