@@ -79,7 +79,12 @@ def test_every_entry_is_valid(entries):
         assert e.metrics and all(is_metric(k) and 0 <= v <= 100 for k, v in e.metrics.items()), e
         assert e.imb_factor is None or e.imb_factor >= 1
         assert e.epochs is None or e.epochs > 0
-        assert e.source and e.label and "../" not in e.source and ".md" not in e.source, e
+        assert e.source and e.label and "../" not in e.source, e
+        if e.kind == "reference":  # this project's own numbers: docs/results.md and the README name them
+            assert e.seeds and e.numerics and e.protocol_match == "exact" and ("docs/results.md" in e.source
+                                                                              or "README.md" in e.source), e
+            continue
+        assert ".md" not in e.source, e
         if e.settings:  # ablation variants of BAPE: their switches are real options of ltbench's BAPE
             assert e.method.startswith("bape"), e
             assert set(e.settings) <= set(METHODS.get("bape").Config.__dataclass_fields__), e
