@@ -203,3 +203,26 @@ def test_verify_and_plan_import_no_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_make_quickstart_line_on_another_machine_type(tmp_path, capsys):
+    """A user's quickstart (made-up results of the recipe's runs: LDAM-DRW at 73.36, as a fresh clone on an AMD
+    EPYC gave) against the README's claim: one line per number, INCONCLUSIVE, naming the numerics difference."""
+    from reportkit import FAKE_NUMERICS, write_run
+
+    from ltbench.recipe import load_recipe
+
+    recipe = load_recipe(ROOT / "recipes" / "quickstart.yaml", results_dir=tmp_path)
+    for spec in recipe.runs:
+        all_ = 0.7336 if spec.config["method"]["name"] == "ldam_drw" else 0.70
+        write_run(spec, metrics={**dict.fromkeys(("many", "medium", "few", "all"), all_), "per_class": [all_] * 4,
+                                 "groups": {"many_threshold": 10, "few_threshold": 4}},
+                  numerics={**FAKE_NUMERICS, "cpu_model": "AMD EPYC 7B13", "cpu_capability": "AVX2"})
+    assert main(["verify", str(ROOT / "recipes" / "quickstart.yaml"), "--results", str(tmp_path), "--claims",
+                 str(CLAIMS / "29-ltbench-readme-quickstart"), "--format", "lines"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 16
+    ldam = next(line for line in lines if "LDAM-DRW all:" in line)
+    assert "ours 73.36 (n=1, seeds 0) against 74.62: INCONCLUSIVE (Δ -1.26" in ldam
+    assert "CE many: ours 70.00 (n=1, seeds 0) against 90.75: NOT REPRODUCED (Δ -20.75" in "\n".join(lines)
+    assert "cpu_model AMD EPYC 7B13 (claim: cpu_model Intel(R) Xeon(R) Processor)" in ldam
