@@ -80,7 +80,8 @@ def comparisons(table) -> list[tuple[str, str, str, list[float], list[float]]]:
 
 def plan_lines(tables: list, seeds: int, spread: float | None = None, detect: float | None = None) -> list[str]:
     """One line per comparison: the spreads used, what ``seeds`` per row detect, the seeds ``detect`` needs."""
-    lines = [f"power plan: Welch's test over seeds, alpha {ALPHA} two-sided, {POWER:.0%} power (noncentral t), "
+    lines = [f"power plan: Welch's test over seeds, alpha {ALPHA} two-sided, {POWER:.0%} power (Welch's own, "
+             f"not the normal or noncentral-t approximation), "
              f"{seeds} seed(s) per row declared; spreads from finished runs (n >= 2), else "
              + (f"the declared {spread:g}" if spread is not None else "unknown (give --spread SD or run a pilot)")]
     if seeds < 2:
@@ -89,8 +90,9 @@ def plan_lines(tables: list, seeds: int, spread: float | None = None, detect: fl
         for column, label, ref, a, b in comparisons(table):
             sds = [_sd(v) if len(v) >= 2 else spread for v in (a, b)]
             head = f"  {table.name}, {column}: {label} vs {ref}"
-            if None in sds or not all(sds):
-                lines.append(f"{head}: spread unknown ({len(a)} and {len(b)} finished seed(s))")
+            if None in sds or not any(sds):
+                why = "constant over seeds on both sides: no test" if None not in sds else "spread unknown"
+                lines.append(f"{head}: {why} ({len(a)} and {len(b)} finished seed(s))")
                 continue
             text = f"{head} (sd {sds[0]:.2f} / {sds[1]:.2f}): detects {detectable(*sds, seeds):.2f} points"
             if detect is not None:
