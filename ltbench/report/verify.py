@@ -223,10 +223,10 @@ def export(records: list[dict], folder: Path, cite: str, kind: str = "user") -> 
         setting = {name: g.flat.get(key) for key, name in CORE.items() if g.flat.get(key) is not None}
         seeds = sorted(g.runs, key=str)
         metrics = [m for m in ("many", "medium", "few", "all") if len(g.values(m)) == len(seeds)]
-        per_seed = {m: [round(v, 4) for v in g.values(m).values()] for m in metrics}
+        per_seed = {m: list(g.values(m).values()) for m in metrics}
         claim = Claim(**{k: setting.get(k) for k in SETTING}, kind=kind, source=cite,
                       label=str(g.flat.get("method.name")),
-                      metrics={m: round(sum(v) / len(v), 4) for m, v in per_seed.items()}, seeds=seeds, per_seed=per_seed,
+                      metrics={m: sum(v) / len(v) for m, v in per_seed.items()}, seeds=seeds, per_seed=per_seed,
                       spread={m: round(_sd(v), 4) for m, v in per_seed.items() if len(v) > 1},
                       settings={k: v for k, v in g.flat.items() if k not in CORE},
                       protocol_id=protocol_id(g.flat), protocol_match="exact", numerics=first.get("numerics") or {},
