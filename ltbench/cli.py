@@ -54,7 +54,11 @@ def cmd_run(args) -> int:
     if args.jobs:
         recipe.launcher.jobs = args.jobs
     if args.dry_run:
-        return launch.print_plan(recipe)
+        from ltbench.cli_claims import power_lines  # what the declared seeds can detect, from finished runs
+        code = launch.print_plan(recipe)
+        for line in power_lines(args.recipe, args.overrides, args.results):
+            print(line)
+        return code
     summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
                             rebuild_checkpoints=args.rebuild_checkpoints)
     return 0 if summary.get("failed", 0) == 0 else 1

@@ -38,6 +38,19 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def power_lines(recipe_path: str, overrides: list[str], results: str | None) -> list[str]:
+    """``ltbench run --dry-run``: the plan's lines when finished runs of the recipe give spreads, else none."""
+    from ltbench import report
+    from ltbench.report.plan import plan_lines
+    from ltbench.recipe import load_recipe
+
+    recipe = load_recipe(recipe_path, overrides, results)
+    if not recipe.tables or not Path(recipe.root).is_dir():  # nothing finished: nothing to estimate spreads from
+        return []
+    lines = plan_lines(report.tables(recipe_path, results, overrides=overrides), len({s.config["seed"] for s in recipe.runs}))
+    return lines if any("detects" in line for line in lines) else []
+
+
 def data_verify(roots: list[str], dataset: str | None) -> int:
     """``ltbench data verify ROOT --dataset NAME``: the known variant of the files in ROOT, or 'unknown variant'."""
     from ltbench.data.protocol import verify_files
