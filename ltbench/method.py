@@ -214,10 +214,6 @@ class TestTimeViews(list):
         return list(self) if epoch == 0 or self._draw is None else self._draw(epoch)
 
 
-def method_config(name: str, options: dict, where: str) -> Any:
-    return METHODS.config({**options, "name": name}, where)
-
-
 def create_method(spec: dict, ctx: MethodContext, where: str = "method") -> Method:
     """Build a method from ``{'name': ..., **hyper-parameters}`` (also used to build auxiliary methods)."""
     return METHODS.build(spec, ctx, where=where)
