@@ -243,13 +243,11 @@ def plugin_call_message(label: str, hook: str, exc: BaseException) -> str:
 
 def checked_return(label: str, hook: str, value: Any, kind: type | tuple, limit: int | None = None,
                    expected: str = "") -> Any:
-    """A plugin hook's return value, type-checked (a subclass of str is taken as the plain string it holds)
-    and, with ``limit``, size-checked; PluginError naming the hook otherwise."""
+    """A plugin hook's return value, type-checked and, with ``limit``, size-checked; PluginError naming the hook
+    otherwise."""
     if not isinstance(value, kind):
         raise PluginError(f"{label}: {hook} returned {short_repr(value, 80)} ({type(value).__name__}), expected "
                           f"{expected or getattr(kind, '__name__', kind)}; fix the plugin")
-    if isinstance(value, str) and type(value) is not str:
-        value = str.__str__(value)  # a str subclass may override __eq__, __hash__ or __str__: the text only
     if limit is not None and len(value) > limit:
         raise PluginError(f"{label}: {hook} returned {len(value)} items or characters, at most {limit} are "
                           f"allowed{f' ({expected})' if expected else ''}; fix the plugin")
