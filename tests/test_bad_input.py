@@ -137,6 +137,15 @@ RECIPE_CASES = [
     ("name-dot", {"name": "."}, [], "is not a plain name"),
     ("name-separator", {"name": "a/b"}, [], "is not a plain name"),
     ("name-not-string", {"name": ["x"]}, [], "name: expected a string"),
+    ("name-report", {"name": "report"}, [], "name: 'report' is a folder name ltbench keeps for its own files"),
+    ("name-posthoc", {"name": "posthoc"}, [], "name: 'posthoc' is a folder name ltbench keeps"),
+    ("name-underscore", {"name": "_submitit"}, [], "name: '_submitit' is a folder name ltbench keeps"),
+    ("grid-threads", {"grid": {"train.threads": [1, 2]}}, [], "grid.train.threads: an execution setting"),
+    ("grid-compile", {"grid": {"train.compile": ["off", "default"]}}, [], "grid.train.compile: an execution setting"),
+    ("cb-gamma-softmax", {"method": {"name": "cb", "gamma": 2.0}}, [],
+     "method.gamma: 2.0 has no effect: the focal exponent is read by loss_type focal only"),
+    ("cb-gamma-sigmoid-grid", {"method": {"name": "cb", "loss_type": "sigmoid"}, "grid": {"method.gamma": [1.0, 2.0]}},
+     [], "method.gamma: 1.0 has no effect"),
     ("launcher-jobs-zero", {"launcher": {"jobs": 0}}, [], "launcher.jobs: must be >= 1"),
     ("launcher-slurm-time", {"launcher": {"name": "slurm", "time_min": 0}}, [], "launcher.time_min: must be >= 1"),
     ("top-level-unknown", {"colour": "red"}, [], "colour: unknown key"),
@@ -231,7 +240,8 @@ def test_malformed_recipe_or_override_is_refused_before_any_run(case_id, extra, 
     {"eval": {"tte": "fivecrop", "tte_expand": 8}, "grid": {"eval.tte": ["none", "fivecrop"]}},
     {"train": {"eval_every": 1}, "grid": {"optim.epochs": [1, 2]}},
     {"optim": {"micro_batch_size": 8}, "grid": {"optim.batch_size": [8, 16]}},
-], ids=["milestones", "tte-expand", "eval-every", "micro-batch"])
+    {"method": {"name": "cb", "gamma": 2.0}, "grid": {"method.loss_type": ["softmax", "focal"]}},
+], ids=["milestones", "tte-expand", "eval-every", "micro-batch", "cb-gamma"])
 def test_an_option_that_acts_in_some_run_of_the_grid_is_accepted(extra, workspace, capsys):
     """Refused is an option that acts in none of the recipe's runs: a grid may give milestones for its step
     runs and leave them idle in its cosine ones (as recipes/imagenet_lt_clip.yaml does tte_expand)."""

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ltbench.results import identity
+from ltbench.results import identity, store
 from ltbench import registry
 from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text
 from ltbench.errors import short_repr
@@ -230,6 +230,15 @@ def check_grid_key(key: Any, where: str) -> None:
         shown = key if isinstance(key, str) and len(key) < 100 else short_repr(key, 60)
         raise ConfigError(f"{where}.{shown}: not a configuration key; a grid key is a dotted path under "
                           f"{', '.join(RUN_SECTIONS)} (e.g. optim.lr); seeds go under 'seeds:', not the grid")
+    if tuple(key.split(".")) in identity.EXECUTION_SETTINGS - FILE_LOCATIONS:
+        raise ConfigError(f"{where}.{key}: an execution setting (how a run is executed, not what it computes: every "
+                          f"value gives the same run id), so it cannot be a grid axis; set it once ({key}: ...) or "
+                          f"on the command line")
+
+
+# Execution settings that name files: different values may hold different data or weights, which the run id
+# covers through the files' identity (identity.FILE_IDENTITIES), so they may vary over a grid.
+FILE_LOCATIONS = frozenset({("data", "root"), ("data", "split_dir"), ("backbone", "weights")})
 
 
 def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> dict:
@@ -340,6 +349,9 @@ def idle_options(config: dict) -> dict[str, str]:
     if ev["select"] == "best_val" and epochs < 2:
         idle["eval.select"] = (f"best_val has no epoch to choose with optim.epochs {epochs} (the last is the only "
                                f"one); set eval.select: last, or train for more epochs")
+    declared = getattr(registry.METHODS.get(config["method"]["name"]), "idle_options", None)
+    for option, why in (declared(registry.METHODS.config(config["method"], "method")) if declared else {}).items():
+        idle[f"method.{option}"] = why
     return idle
 
 
@@ -347,7 +359,8 @@ def _note_idle_options(raw: dict, config: dict, idle: dict[str, str], acting: se
     """Sort the options this run was given (by the recipe, its grid point or an override) that ``idle_options``
     knows into those that cannot act in it (``idle``: the first run's reason) and those that do (``acting``)."""
     found = idle_options(config)
-    for key in IDLE_CHECKED:
+    given_method = raw.get("method") if isinstance(raw.get("method"), dict) else {}
+    for key in (*IDLE_CHECKED, *(f"method.{option}" for option in given_method)):
         section, option = key.split(".")
         if not (isinstance(raw.get(section), dict) and option in raw[section]):
             continue
@@ -597,14 +610,19 @@ def _split_rows(rows: list[dict], axis: str, values: list) -> list[dict]:
 
 
 def recipe_name(path: Path, declared: str | None) -> str:
-    """The recipe's ``name:``, else its file name's stem, which must then be a plain name as well."""
-    if declared:
-        return declared
-    try:
-        check_plain_name(path.stem, "name")
-    except ValueError as exc:
-        raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
-    return path.stem
+    """The recipe's ``name:``, else its file name's stem, which must then be a plain name as well. Either must not
+    be a folder name ltbench gives its own folders in a results root (status and table skip those)."""
+    name = declared or path.stem
+    if not declared:
+        try:
+            check_plain_name(name, "name")
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
+    if name in (*store.OWNED_DIRS, store.POSTHOC_DIR) or name.startswith("_"):
+        source = "name" if declared else "name (taken from the file name)"
+        raise ConfigError(f"{source}: {name!r} is a folder name ltbench keeps for its own files in a results folder "
+                          f"(report, posthoc, names starting with '_'); choose another, e.g. {name.strip('_')}_lt")
+    return name
 
 
 def results_root(configured: str | Path, results_dir: str | Path | None) -> Path:
