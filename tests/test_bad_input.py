@@ -377,3 +377,20 @@ def test_plugin_calling_sys_exit_on_import_is_an_error(tmp_path):
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "called sys.exit(0)" in err and "exiting_plugins" in err
     assert not (cwd / "results").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "list"])
+def test_plugin_calling_os_exit_on_import_is_one_line_naming_it(command, tmp_path):
+    # os._exit would end ltbench at once with the plugin's code and no word: contained as during training.
+    plugins = tmp_path / "exiting_plugins"
+    plugins.mkdir()
+    (plugins / "__init__.py").write_text("")
+    (plugins / "quitter.py").write_text("import os\nos._exit(3)\n")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "r.yaml").write_text(yaml.safe_dump({**TINY, "plugins": [str(plugins)], "results_dir": "results"}))
+    args = ["run", "r.yaml"] if command == "run" else ["list", "methods", "--plugins", str(plugins)]
+    code, err, _, _ = run_measured(args, cwd)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "called os._exit(3)" in err and "exiting_plugins" in err
+    assert not (cwd / "results").exists()
