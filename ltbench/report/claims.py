@@ -67,6 +67,10 @@ class Claim:
         return self.label or self.method
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
 def default_folder() -> Path:
     return Path(str(resources.files("ltbench") / "claims"))
 
@@ -88,36 +92,33 @@ def read_claim(path: Path, name: str = "") -> Claim:
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.stat().st_size < 1_000_000 else None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise LtbenchError(f"{path}: cannot read claim ({exc})") from None
-    if not isinstance(doc, dict) or set(doc) - KEYS or not {"source", "setting", "metrics"} <= set(doc):
-        raise LtbenchError(f"{path}: expected a mapping with source, setting, metrics (and optionally "
-                           f"{', '.join(sorted(KEYS - {'source', 'setting', 'metrics'}))}); see docs/claims.md")
-    src, setting, proto = doc["source"], doc["setting"], doc.get("protocol") or {}
-    if not isinstance(src, dict) or not src.get("cite") or src.get("kind", "paper") not in KINDS:
-        raise LtbenchError(f"{path}: source must be a mapping with 'cite' and a kind among {', '.join(KINDS)}")
-    if not isinstance(setting, dict) or set(setting) - set(SETTING):
-        raise LtbenchError(f"{path}: setting: expected keys among {', '.join(SETTING)}")
+
+    def need(ok, text: str) -> None:
+        if not ok:
+            raise LtbenchError(f"{path}: {text}")
+
+    need(isinstance(doc, dict) and not set(doc) - KEYS and {"source", "setting", "metrics"} <= set(doc),
+         f"expected a mapping with source, setting, metrics (and optionally {', '.join(sorted(KEYS))}); see docs/claims.md")
+    src, setting, metrics, proto = doc["source"], doc["setting"], doc["metrics"], doc.get("protocol") or {}
+    need(isinstance(src, dict) and src.get("cite") and src.get("kind", "paper") in KINDS,
+         f"source must be a mapping with 'cite' and a kind among {', '.join(KINDS)}")
+    need(isinstance(setting, dict) and not set(setting) - set(SETTING), f"setting: expected keys among {', '.join(SETTING)}")
     for key in ("method", "dataset", "backbone"):
-        if not isinstance(setting.get(key), str) or not setting[key]:
-            raise LtbenchError(f"{path}: setting.{key} must be a non-empty name")
-    metrics = doc["metrics"]
-    if not isinstance(metrics, dict) or not metrics:
-        raise LtbenchError(f"{path}: metrics must map metric names to percentages")
+        need(isinstance(setting.get(key), str) and setting[key], f"setting.{key} must be a non-empty name")
+    need(isinstance(metrics, dict) and metrics, "metrics must map metric names to percentages")
     for metric, value in metrics.items():
-        if not isinstance(metric, str) or not is_metric(metric):
-            raise LtbenchError(f"{path}: unknown metric {metric!r}; use many, medium, few, all, forward<rho>, "
-                               f"uniform or backward<rho>")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not 0 <= value <= 100:
-            raise LtbenchError(f"{path}: {setting['method']} {metric} = {value!r} is not a percentage in [0, 100]")
+        need(isinstance(metric, str) and is_metric(metric),
+             f"unknown metric {metric!r}; use many, medium, few, all, forward<rho>, uniform or backward<rho>")
+        need(_number(value) and 0 <= value <= 100, f"{setting['method']} {metric} = {value!r} is not a percentage in [0, 100]")
     imb, epochs = setting.get("imb_factor"), setting.get("epochs")
-    if imb is not None and (isinstance(imb, bool) or not isinstance(imb, (int, float)) or imb < 1):
-        raise LtbenchError(f"{path}: setting.imb_factor must be a number >= 1 or null, got {imb!r}")
-    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
-        raise LtbenchError(f"{path}: setting.epochs must be a positive integer or null, got {epochs!r}")
+    need(imb is None or _number(imb) and imb >= 1, f"setting.imb_factor must be a number >= 1 or null, got {imb!r}")
+    need(epochs is None or _number(epochs) and isinstance(epochs, int) and epochs >= 1,
+         f"setting.epochs must be a positive integer or null, got {epochs!r}")
     seeds, per_seed = doc.get("seeds"), doc.get("per_seed") or {}
-    if any(not isinstance(v, list) or seeds is None or len(v) != len(seeds) for v in per_seed.values()):
-        raise LtbenchError(f"{path}: per_seed must give one value per seed listed in 'seeds'")
-    if not isinstance(doc.get("settings") or {}, dict) or proto.get("match", "approximate") not in ("exact", "approximate"):
-        raise LtbenchError(f"{path}: settings must be a mapping of method options; protocol.match exact or approximate")
+    need(all(isinstance(v, list) and seeds is not None and len(v) == len(seeds) for v in per_seed.values()),
+         "per_seed must give one value per seed listed in 'seeds'")
+    need(isinstance(doc.get("settings") or {}, dict) and proto.get("match", "approximate") in ("exact", "approximate"),
+         "settings must be a mapping of method options; protocol.match exact or approximate")
     return Claim(method=setting["method"], dataset=setting["dataset"], imb_factor=None if imb is None else float(imb),
                  backbone=setting["backbone"], epochs=epochs, metrics={k: float(v) for k, v in metrics.items()},
                  source=str(src["cite"]), kind=src.get("kind", "paper"), label=str(src.get("row", "")),
