@@ -54,9 +54,9 @@ def cmd_run(args) -> int:
     if args.jobs:
         recipe.launcher.jobs = args.jobs
     if args.dry_run:
-        from ltbench.cli_claims import power_lines  # what the declared seeds can detect, from finished runs
+        from ltbench.report.plan import dry_run_lines  # lazy: keeps --help fast
         code = launch.print_plan(recipe)
-        for line in power_lines(args.recipe, args.overrides, args.results):
+        for line in dry_run_lines(args.recipe, args.overrides, args.results):  # what the seeds can detect
             print(line)
         return code
     summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
@@ -133,8 +133,8 @@ LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 def cmd_data(args) -> int:
     if args.recipe == "verify":  # ltbench data verify ROOT --dataset NAME
-        from ltbench.cli_claims import data_verify
-        return data_verify(args.overrides, args.dataset)
+        from ltbench.data import protocol  # lazy: keeps --help fast
+        return protocol.command(args.overrides, args.dataset)
     from ltbench.recipe import distinct_data  # lazy: keeps --help fast
 
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
@@ -323,8 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_run_commands(sub, common)
     _add_result_commands(sub, common)
-    from ltbench.cli_claims import add_commands  # verify, plan (lazy inside: --help stays fast)
-    add_commands(sub, common)
     return parser
 
 
@@ -467,6 +465,32 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("verify", parents=[common], help="does each claim reproduce on these finished runs? "
+                       "REPRODUCED / NOT REPRODUCED / INCONCLUSIVE / UNTESTED (docs/claims.md)")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
+    p.add_argument("--claims", metavar="DIR", help="a folder of claim files (default: the claims shipped in ltbench/claims)")
+    p.add_argument("--format", choices=["markdown", "csv", "json", "lines"], default="markdown",
+                   help="lines: one line per judged number")
+    p.add_argument("--margin", type=float, help="equivalence margin in points (default: each claim's, else 1)")
+    p.add_argument("--export", metavar="DIR", help="write each configuration of the finished runs as a claim file")
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=lambda args: _lazy("ltbench.report.verify").command(args))
+
+    p = sub.add_parser("plan", parents=[common], help="what the declared seeds can detect per table comparison "
+                       "(80 %% power), and the seeds a difference needs (docs/significance.md)")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
+    p.add_argument("--spread", type=float, help="seed-to-seed std in points, for rows without 2 finished seeds")
+    p.add_argument("--detect", type=float, help="a difference in points: how many seeds per row detect it")
+    p.add_argument("--results", help="results directory holding finished (pilot) runs of the recipe")
+    p.set_defaults(func=lambda args: _lazy("ltbench.report.plan").command(args))
+
+
+def _lazy(module: str):
+    import importlib  # lazy: keeps --help fast (verify and plan import scipy and the table modules)
+    return importlib.import_module(module)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

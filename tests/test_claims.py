@@ -199,7 +199,7 @@ def test_power_is_welchs_own_not_an_approximation():
 
 
 def test_verify_and_plan_import_no_torch():
-    code = ("import sys, ltbench.report.verify, ltbench.report.plan, ltbench.cli_claims, ltbench.data.protocol; "
+    code = ("import sys, ltbench.report.verify, ltbench.report.plan, ltbench.data.protocol; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -111,3 +111,13 @@ def verify_files(root: Path, dataset: str, table: dict | None = None) -> tuple[s
                                   + (f"; not present: {', '.join(missing)}" if missing else "")]
         lines += [f"{rel}: digest differs from {v['variant']}" for rel in bad]
     return None, lines or [f"{root}: none of the files of a known {dataset} variant is there"]
+
+
+def command(roots: list[str], dataset: str | None) -> int:
+    """``ltbench data verify ROOT --dataset NAME``: the known variant of the files in ROOT, or 'unknown variant'."""
+    if len(roots) != 1 or not dataset:
+        raise LtbenchError("data verify: expected 'ltbench data verify ROOT --dataset NAME' (one folder)")
+    variant, lines = verify_files(Path(roots[0]), dataset)
+    print(f"{roots[0]}: {variant or 'unknown variant'} ({dataset})")
+    print("\n".join(f"  {line}" for line in lines))
+    return 0 if variant else 1

@@ -13,9 +13,12 @@ corrected by Holm's method needs more. No torch.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
+from ltbench import report
+from ltbench.recipe import load_recipe
 from ltbench.report.significance import ALPHA, POWER
 
 QUANTILES = 64  # per sample variance in ``power``: within 0.3 points of a 40,000-draw simulation (tests/test_claims.py)
@@ -105,3 +108,20 @@ def plan_lines(tables: list, seeds: int, spread: float | None = None, detect: fl
 def _sd(values: list[float]) -> float:
     m = sum(values) / len(values)
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def command(args) -> int:
+    """``ltbench plan RECIPE [--results DIR] [--spread SD] [--detect POINTS]``."""
+    _, recipe, _ = report.source(args.recipe, args.results, True, args.overrides)
+    tables = report.tables(args.recipe, args.results, overrides=args.overrides)
+    print("\n".join(plan_lines(tables, len(recipe.seeds), args.spread, args.detect)))
+    return 0
+
+
+def dry_run_lines(recipe_path: str, overrides: list[str], results: str | None) -> list[str]:
+    """``ltbench run --dry-run``: the plan's lines when finished runs of the recipe give spreads, else none."""
+    recipe = load_recipe(recipe_path, overrides, results)
+    if not recipe.tables or not Path(recipe.root).is_dir():  # nothing finished: nothing to estimate spreads from
+        return []
+    lines = plan_lines(report.tables(recipe_path, results, overrides=overrides), len({s.config["seed"] for s in recipe.runs}))
+    return lines if any("detects" in line for line in lines) else []

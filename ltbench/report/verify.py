@@ -32,7 +32,8 @@ import yaml
 
 from ltbench.config import value_text
 from ltbench.data.protocol import protocol_id
-from ltbench.report.claims import SETTING, Claim, claim_document
+from ltbench import report
+from ltbench.report.claims import SETTING, Claim, claim_document, load_claims
 from ltbench.report.rows import flatten
 from ltbench.results.identity import NOT_RECORDED, identity_of, numerics_difference, numerics_value
 
@@ -236,3 +237,14 @@ def export(records: list[dict], folder: Path, cite: str, kind: str = "user") -> 
         path.write_text(yaml.safe_dump(claim_document(claim), sort_keys=False, allow_unicode=True, width=200))
         written.append(path)
     return written
+
+
+def command(args) -> int:
+    """``ltbench verify PATH [--claims DIR] [--format F] [--margin M] [--export DIR]``."""
+    records, _, root = report.source(args.path, args.results, True, args.overrides)
+    if args.export:
+        written = export(records, Path(args.export), cite=f"ltbench runs in {root}")
+        print(f"{len(written)} claim file(s) written to {args.export} (one per configuration of the finished runs)")
+        return 0
+    print(render(verify(load_claims(Path(args.claims) if args.claims else None), records, args.margin), args.format))
+    return 0
