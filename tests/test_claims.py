@@ -226,3 +226,16 @@ def test_make_quickstart_line_on_another_machine_type(tmp_path, capsys):
     assert "ours 73.36 (n=1, seeds 0) against 74.62: INCONCLUSIVE (Δ -1.26" in ldam
     assert "CE many: ours 70.00 (n=1, seeds 0) against 90.75: NOT REPRODUCED (Δ -20.75" in "\n".join(lines)
     assert "cpu_model AMD EPYC 7B13 (claim: cpu_model Intel(R) Xeon(R) Processor)" in ldam
+
+
+def test_plan_command_and_the_same_lines_in_dry_run(capsys):
+    recipe, results = str(ROOT / "recipes" / "fmnist_schedule_r32.yaml"), str(REFERENCE)
+    assert main(["plan", recipe, "--results", results, "--detect", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "main, All: BAPE+LA (paper's views) vs LA, strong view (sd 0.52 / 0.40): detects 0.97 points; " \
+           "1 point(s) need 5 seeds per row" in out and "5 seed(s) per row declared" in out
+    if not Path("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz").is_file():
+        pytest.skip("--dry-run checks the Fashion-MNIST files, not on this machine")
+    assert main(["run", str(ROOT / "recipes" / "fmnist_bape.yaml"), "--results", results, "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "main, All: BAPE+LA vs BAPE+LA, LA on the plain view (sd 0.72 / 0.72): detects 2.54 points" in dry
