@@ -239,3 +239,9 @@ def test_plan_command_and_the_same_lines_in_dry_run(capsys):
     assert main(["run", str(ROOT / "recipes" / "fmnist_bape.yaml"), "--results", results, "--dry-run"]) == 0
     dry = capsys.readouterr().out
     assert "main, All: BAPE+LA vs BAPE+LA, LA on the plain view (sd 0.72 / 0.72): detects 2.54 points" in dry
+
+
+def test_one_run_seed_against_a_claim_with_a_spread_uses_the_claims_spread():
+    verdict, d, low, high, how = judge(75.0, [75.1], claim_sd=0.2, claim_n=5, reference_sd=0.2, reference_n=5)
+    assert verdict == "REPRODUCED" and how.startswith("1 seed; the claim's spread (0.20 over 5 seeds)")
+    assert judge(75.0, [78.0], claim_sd=0.2, claim_n=5, reference_sd=0.2, reference_n=5)[0] == "NOT REPRODUCED"

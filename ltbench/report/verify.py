@@ -68,7 +68,7 @@ def judge(claimed: float, ours: list[float], margin: float = MARGIN, claim_sd: f
         how = f"{n} seeds; their spread stands in for the claim's ({claim_n} seed{'s' * (claim_n > 1)})"
     elif reference_sd is not None and reference_n >= 2:
         se, df = reference_sd * math.sqrt(1 + 1 / claim_n), reference_n - 1
-        how = f"1 seed; the claim's reference spread ({reference_sd:.2f} over {reference_n} seeds)"
+        how = f"1 seed; the claim's {'reference ' * (claim_n < 2)}spread ({reference_sd:.2f} over {reference_n} seeds)"
     else:
         return "INCONCLUSIVE", d, None, None, "one seed on each side and no reference spread: no spread to judge by"
     half = float(stdtrit(df, 1 - ALPHA)) * se if se > 0 else 0.0
@@ -166,7 +166,7 @@ def _judged(c: Claim, g: Group, metric: str, claimed: float, margin: float) -> R
     sd = c.spread.get(metric)
     verdict, d, low, high, how = judge(claimed, ours, margin if margin is not None else MARGIN,
                                        sd if n_claim >= 2 else None, n_claim, paired,
-                                       sd if n_claim < 2 else None, c.spread_n)
+                                       sd, c.spread_n if n_claim < 2 else n_claim)
     mean = sum(ours) / len(ours)
     text = f"{mean:.2f}" + (f" ± {_sd(ours):.2f}" if len(ours) > 1 else "") + f" (n={len(ours)}, seeds {', '.join(map(str, seeds))})"
     interval = "" if low is None else f"[{low:+.2f}, {high:+.2f}] vs ±{margin if margin is not None else MARGIN:g}"
