@@ -31,10 +31,11 @@ from pathlib import Path
 import yaml
 
 from ltbench.config import value_text
-from ltbench.data.protocol import protocol_id
+from ltbench.data.protocol import SPLIT_LISTS, protocol_id, record_lists
 from ltbench import report
 from ltbench.report.claims import SETTING, Claim, claim_document, load_claims
 from ltbench.report.rows import flatten
+from ltbench.results import store
 from ltbench.results.identity import NOT_RECORDED, identity_of, numerics_difference, numerics_value
 
 MARGIN = 1.0  # points: the default equivalence margin
@@ -92,6 +93,14 @@ class Group:
     flat: dict
     runs: dict = field(default_factory=dict)  # seed -> summary record
 
+    @property
+    def protocol(self) -> str:
+        """From the configuration; for split-list data, with the list digests the first result recorded."""
+        if self.flat.get("data.name") not in SPLIT_LISTS:
+            return protocol_id(self.flat)
+        first = next(iter(self.runs.values()))
+        return protocol_id(self.flat, record_lists(store.check_result(Path(first["dir"])).result or {}))
+
     def values(self, metric: str) -> dict:
         key = metric if metric in ("many", "medium", "few", "all") else f"prior:{metric}:all"
         return {s: 100.0 * r["metrics"][key] for s, r in sorted(self.runs.items(), key=lambda x: str(x[0]))
@@ -141,9 +150,9 @@ def verify(claims: list[Claim], records: list[dict], margin: float | None = None
     rows: list[Row] = []
     for c in claims:
         found = [g for g in groups if selects(c, g.flat)]
-        same = [g for g in found if not c.protocol_id or protocol_id(g.flat) == c.protocol_id]
+        same = [g for g in found if not c.protocol_id or g.protocol == c.protocol_id]
         if not same:
-            why = (f"runs of this configuration use protocol {protocol_id(found[0].flat)}" if found else "no finished run")
+            why = (f"runs of this configuration use protocol {found[0].protocol}" if found else "no finished run")
             rows.append(Row("UNTESTED", c.path, _cite(c), ", ".join(c.metrics), None, why, None, "", "",
                             f"{c.protocol_id or 'unknown'} ({c.protocol_match})", "", c.implementation))
         for g in same:
@@ -230,7 +239,7 @@ def export(records: list[dict], folder: Path, cite: str, kind: str = "user") -> 
                       metrics={m: sum(v) / len(v) for m, v in per_seed.items()}, seeds=seeds, per_seed=per_seed,
                       spread={m: round(_sd(v), 4) for m, v in per_seed.items() if len(v) > 1},
                       settings={k: v for k, v in g.flat.items() if k not in CORE},
-                      protocol_id=protocol_id(g.flat), protocol_match="exact", numerics=first.get("numerics") or {},
+                      protocol_id=g.protocol, protocol_match="exact", numerics=first.get("numerics") or {},
                       implementation=f"ltbench at commit {(first.get('prov') or {}).get('git_commit') or 'not recorded'}")
         path = Path(folder) / f"{i:03d}-{setting.get('method')}-{first.get('run_id', '')}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
