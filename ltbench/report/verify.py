@@ -25,7 +25,8 @@ import csv
 import io
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from collections import namedtuple
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -129,20 +130,7 @@ def selects(claim: Claim, flat: dict) -> bool:
                for k, v in claim.settings.items())
 
 
-@dataclass
-class Row:
-    verdict: str
-    claim: str
-    source: str
-    metric: str
-    claimed: float | None
-    ours: str
-    d: float | None
-    interval: str
-    rule: str
-    protocol: str
-    numerics: str
-    implementation: str
+Row = namedtuple("Row", "verdict claim source metric claimed ours d interval rule protocol numerics implementation")
 
 
 def verify(claims: list[Claim], records: list[dict], margin: float | None = None) -> list[Row]:
@@ -201,12 +189,12 @@ def _numerics(claimed: dict, ours: list[dict]) -> str:
 
 def render(rows: list[Row], fmt: str = "markdown") -> str:
     if fmt == "json":
-        return json.dumps([asdict(r) for r in rows], indent=1)
+        return json.dumps([r._asdict() for r in rows], indent=1)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(Row.__dataclass_fields__)
-        writer.writerows([list(asdict(r).values()) for r in rows])
+        writer.writerow(Row._fields)
+        writer.writerows(rows)
         return out.getvalue()
     if fmt == "lines":  # one line per judged number (make quickstart prints these)
         return "\n".join(f"{r.source} {r.metric}: ours {r.ours} against {r.claimed:.2f}: {r.verdict} (Δ {r.d:+.2f}, 90 % CI "
