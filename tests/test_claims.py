@@ -121,6 +121,7 @@ def test_verify_command_prints_markdown_csv_json_and_lines(capsys, tmp_path):
     assert main(["verify", folder, "--claims", str(CLAIMS / "29-ltbench-readme-quickstart"), "--format", "lines"]) == 0
     assert "every claim UNTESTED" in capsys.readouterr().out
     assert main(["verify", folder, "--export", str(tmp_path / "out")]) == 0 and len(list((tmp_path / "out").iterdir())) == 4
+    assert main(["verify", folder, "--margin", "-1"]) == 2 and "expected a positive number" in capsys.readouterr().err
 
 
 def test_protocol_id_follows_what_defines_the_protocol():

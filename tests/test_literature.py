@@ -131,6 +131,7 @@ def test_a_custom_folder_loads(tmp_path):
     ({"setting": {**GOOD["setting"], "lr": 0.1}}, "setting: expected keys"),
     ({"source": {"kind": "rumour", "cite": "x"}}, "kind among"),
     ({"seeds": [0, 1], "per_seed": {"all": [70.0]}}, "one value per seed"),
+    ({"margin": 0}, "margin must be a positive number"),
 ])
 def test_bad_claims_are_rejected_with_the_file_named(tmp_path, change, message):
     with pytest.raises(LtbenchError, match="one.yaml") as error:

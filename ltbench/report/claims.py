@@ -117,6 +117,7 @@ def read_claim(path: Path, name: str = "") -> Claim:
     seeds, per_seed = doc.get("seeds"), doc.get("per_seed") or {}
     need(all(isinstance(v, list) and seeds is not None and len(v) == len(seeds) for v in per_seed.values()),
          "per_seed must give one value per seed listed in 'seeds'")
+    need(doc.get("margin") is None or _number(doc["margin"]) and doc["margin"] > 0, "margin must be a positive number of points")
     need(isinstance(doc.get("settings") or {}, dict) and proto.get("match", "approximate") in ("exact", "approximate"),
          "settings must be a mapping of method options; protocol.match exact or approximate")
     return Claim(method=setting["method"], dataset=setting["dataset"], imb_factor=None if imb is None else float(imb),

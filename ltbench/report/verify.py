@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from ltbench.config import value_text
+from ltbench.errors import LtbenchError
 from ltbench.data.protocol import SPLIT_LISTS, protocol_id, record_lists
 from ltbench import report
 from ltbench.report.claims import SETTING, Claim, claim_document, load_claims
@@ -238,6 +239,8 @@ def export(records: list[dict], folder: Path, cite: str, kind: str = "user") -> 
 
 def command(args) -> int:
     """``ltbench verify PATH [--claims DIR] [--format F] [--margin M] [--export DIR]``."""
+    if args.margin is not None and not args.margin > 0:
+        raise LtbenchError(f"--margin {args.margin}: expected a positive number of points, e.g. --margin 1")
     records, _, root = report.source(args.path, args.results, True, args.overrides)
     if args.export:
         written = export(records, Path(args.export), cite=f"ltbench runs in {root}")
