@@ -268,22 +268,15 @@ def cmd_status(args) -> int:
 
 
 def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple[Path, list, list[str]]:
-    """(results folder, run specs, override keys) of a recipe file: from the expansion cache when nothing
-    the expansion depends on changed (no torch; ltbench/recipe/expansion.py), else expanded (plugins, torch) and
-    cached for the next time."""
-    from ltbench.recipe import expansion  # lazy: keeps --help fast
-    from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
+    """(results folder, run specs, override keys) of a recipe file: from the expansion cache when its inputs
+    are unchanged (no torch; ltbench/report/expected.py), else expanded (plugins, torch) and cached."""
+    from ltbench.report.expected import expansion  # lazy: keeps --help fast
+    from ltbench.results.runspec import RunSpec  # lazy: keeps --help fast
 
-    try:
-        recipe_file = expansion.read_recipe(path, overrides, results)
-        before = recipe_file, expansion.expansion_signature(recipe_file, overrides)
-        hit = expansion.cached_runs(recipe_file, overrides, before[1])
-    except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
-        before = hit = None
-    if hit is not None:
-        return before[0].root, *hit
-    recipe = load_and_remember(path, overrides, results, before)  # and cached for the next status and table
-    return recipe.root, recipe.runs, recipe.override_keys
+    recipe_file, value, recipe = expansion(path, overrides, results)
+    if recipe is not None:
+        return recipe.root, recipe.runs, recipe.override_keys
+    return recipe_file.root, [RunSpec.from_dict(spec) for spec in value["runs"]], value["override_keys"]
 
 
 class _Parser(argparse.ArgumentParser):
