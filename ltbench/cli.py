@@ -252,10 +252,11 @@ def cmd_check(args) -> int:
 def cmd_status(args) -> int:
     from ltbench.run import run_status_view  # lazy: keeps --help fast
     from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
+    from ltbench.report.expected import status_runs  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        root, runs, keys = _status_runs(p, args.overrides, args.results)
+        root, runs, keys = status_runs(p, args.overrides, args.results)  # no torch when the expansion is cached
         runs = runs_where(runs, parse_where(args.where))
         if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
             from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
@@ -265,18 +266,6 @@ def cmd_status(args) -> int:
     if args.overrides or args.where:
         raise LtbenchError(f"{p}: {'overrides' if args.overrides else '--where'} need a recipe file, not a results folder")
     return run_status_view.print_status(_recipe_root(args.path, args.results))
-
-
-def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple[Path, list, list[str]]:
-    """(results folder, run specs, override keys) of a recipe file: from the expansion cache when its inputs
-    are unchanged (no torch; ltbench/report/expected.py), else expanded (plugins, torch) and cached."""
-    from ltbench.report.expected import expansion  # lazy: keeps --help fast
-    from ltbench.results.runspec import RunSpec  # lazy: keeps --help fast
-
-    recipe_file, value, recipe = expansion(path, overrides, results)
-    if recipe is not None:
-        return recipe.root, recipe.runs, recipe.override_keys
-    return recipe_file.root, [RunSpec.from_dict(spec) for spec in value["runs"]], value["override_keys"]
 
 
 class _Parser(argparse.ArgumentParser):

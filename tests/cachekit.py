@@ -68,3 +68,13 @@ def edit_keeping_seal(path: Path, change) -> None:
     data = json.loads(body)
     change(data)
     Path(path).write_bytes(seal + b"\n" + json.dumps(data).encode())
+
+
+def runs_edit(change):
+    """An edit of an expansion cache's run specs (kept there as JSON text, ltbench/report/expected.py):
+    ``change(the list of specs)``."""
+    def edit(d):
+        runs = json.loads(d["runs"])
+        change(runs)
+        d["runs"] = json.dumps(runs)
+    return edit

@@ -154,10 +154,10 @@ def test_a_cache_forged_without_the_key_is_not_trusted(four_done, scheme):
     clean = cli_main("status", path)
     (cache,) = recipe.root.glob(".ltbench-expansion-*")
     inputs = expansion.expansion_inputs(expansion.read_recipe(path), [])
-    edit_json_cache(cache, lambda d: d.__setitem__("runs", []), inputs, scheme)
+    edit_json_cache(cache, lambda d: d.__setitem__("runs", "[]"), inputs, scheme)
     got = cli_main("status", path)
     assert got == clean and _done(got[1]) == 4 and len(loads) == 2
-    edit_json_cache(cache, lambda d: d.__setitem__("runs", []), inputs, scheme)
+    edit_json_cache(cache, lambda d: d.__setitem__("runs", "[]"), inputs, scheme)
     data = cache.read_bytes().partition(b"\n")[2]
     cache.write_bytes(sealed_as_owner(data, inputs))
     assert _done(cli_main("status", path)[1]) == 0 and len(loads) == 2

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cachekit import read_json_cache, sealed_as_owner
+from cachekit import read_json_cache, runs_edit, sealed_as_owner
 from conftest import ROOT, caches_in_the_results_folder, run_cli
 
 NO_TORCH = "import sys; sys.modules['torch'] = None; from ltbench.cli import main; raise SystemExit(main(sys.argv[1:]))"
@@ -73,12 +73,12 @@ def test_a_cached_run_folder_outside_the_results_root_is_expanded_again(write_re
         loads = []
         real = expected.load_recipe
         monkeypatch.setattr(expected, "load_recipe", lambda *a, **k: loads.append(a) or real(*a, **k))
-        assert expected.expansion(path)[1]["runs"][0]["run_dir"] == recipe.runs[0].run_dir and not loads
+        assert expected.status_runs(path)[1][0].run_dir == recipe.runs[0].run_dir and not loads
         saved = read_json_cache(cache)
         for where in (str(tmp_path / "elsewhere"), str(recipe.root / ".." / recipe.runs[0].run_id)):
-            saved["runs"][0]["run_dir"] = where
+            runs_edit(lambda runs: runs[0].__setitem__("run_dir", where))(saved)
             cache.write_bytes(sealed_as_owner(json.dumps(saved).encode(), expansion.expansion_inputs(recipe_file, [])))
-            assert expected.expansion(path)[1]["runs"][0]["run_dir"] == recipe.runs[0].run_dir and loads
+            assert expected.status_runs(path)[1][0].run_dir == recipe.runs[0].run_dir and loads
             loads.clear()
 
 

@@ -21,7 +21,7 @@ from ltbench import report
 from ltbench.errors import DiskFullError
 from ltbench.recipe import load_recipe
 from ltbench.results import caches, identity, store
-from cachekit import edit_json_cache, edit_keeping_seal, index_parts, write_index
+from cachekit import edit_json_cache, edit_keeping_seal, index_parts, runs_edit, write_index
 from reportkit import populate, write_run
 from tests.conftest import ROOT, caches_in_the_results_folder, registries_restored
 
@@ -106,19 +106,19 @@ def test_a_runs_cache_with_an_edited_option_is_expanded_again(fake_tree):
     path, recipe = fake_tree
     clean = cli_main("status", path)
     (cache,) = recipe.root.glob(".ltbench-expansion-*")
-    edit_json_cache(cache, lambda d: d["runs"][0]["config"]["data"].__setitem__("imb_factor", 2.0))
+    edit_json_cache(cache, runs_edit(lambda runs: runs[0]["config"]["data"].__setitem__("imb_factor", 2.0)))
     assert cli_main("status", path) == clean
-    edit_json_cache(cache, lambda d: d["runs"][0]["config"]["train"].__setitem__("threads", -3))  # id kept: not hashed
+    edit_json_cache(cache, runs_edit(lambda runs: runs[0]["config"]["train"].__setitem__("threads", -3)))
     assert cli_main("status", path) == clean
 
 
-def _foreign_run(d):
+def _foreign_run(runs):
     """A self-consistent entry the recipe never had: seed 31337, lr 0.5, its own id and folder."""
-    spec = json.loads(json.dumps(d["runs"][0]))
+    spec = json.loads(json.dumps(runs[0]))
     spec["config"]["seed"], spec["config"]["optim"]["lr"] = 31337, 0.5
     spec["run_id"] = identity.config_id(spec["config"])
     spec["run_dir"] = str(Path(spec["run_dir"]).parent / spec["run_id"])
-    d["runs"][-1] = spec
+    runs[-1] = spec
 
 
 @pytest.mark.parametrize("edit", ["drop", "swap"])
@@ -126,7 +126,7 @@ def test_a_runs_cache_edited_with_its_seal_kept_is_rebuilt_and_status_agrees_wit
     path, recipe = fake_tree
     clean = cli_main("status", path)
     (cache,) = recipe.root.glob(".ltbench-expansion-*")
-    edit_keeping_seal(cache, (lambda d: d["runs"].pop()) if edit == "drop" else _foreign_run)
+    edit_keeping_seal(cache, runs_edit((lambda runs: runs.pop()) if edit == "drop" else _foreign_run))
     rc, out, err = cli_main("status", path)
     assert (rc, out, err) == clean and "31337" not in out
     listed = {line.split()[0] for line in out.splitlines()[:-1]}

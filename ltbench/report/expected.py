@@ -12,6 +12,7 @@ is never cached (its files may change). ``ltbench table --no-cache`` expands it 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,10 +65,10 @@ def expected_from(part: dict) -> list[dict]:
 
 
 def expansion_value(recipe: Recipe) -> dict:
-    """What status and tables read of an expansion, as the cache keeps it."""
-    return {"override_keys": list(recipe.override_keys), "runs": [{k: getattr(spec, k) for k in SPEC_KEYS}
-                                                                  for spec in recipe.runs],
-            **table_part(recipe.runs, recipe.posthoc)}
+    """What status and tables read of an expansion, as the cache keeps it. The run specs (status's part, the
+    bulk of it: each run's whole configuration) are kept as JSON text, so a table does not parse them."""
+    runs = json.dumps([{k: getattr(spec, k) for k in SPEC_KEYS} for spec in recipe.runs], allow_nan=False)
+    return {"override_keys": list(recipe.override_keys), "runs": runs, **table_part(recipe.runs, recipe.posthoc)}
 
 
 def expansion(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
@@ -93,9 +94,22 @@ def expansion(path: str | Path, overrides: list[str] = (), results: str | Path |
 
     where, inputs = expansion_cache_path(recipe_file, list(overrides)), expansion_inputs(recipe_file, list(overrides))
     value = caches.memo(where, inputs, compute, refresh)
-    if not made and any(_outside(spec, recipe_file.root) for spec in value["runs"]):
-        value = caches.memo(where, inputs, compute, refresh=True)
     return recipe_file, value if value is not None else expansion_value(made[0]), made[0] if made else None
+
+
+def status_runs(path: str | Path, overrides: list[str] = (), results: str | Path | None = None
+                ) -> tuple[Path, list[RunSpec], list[str]]:
+    """(results folder, run specs, override keys) of a recipe file for ``status``: from the expansion cache
+    when its inputs are unchanged (no torch), else expanded. A cached run folder outside the results root
+    sends it back to the expansion (the one check of a cache's entries, ``_outside``)."""
+    for refresh in (False, True):
+        recipe_file, value, recipe = expansion(path, overrides, results, refresh)
+        if recipe is not None:
+            return recipe.root, recipe.runs, recipe.override_keys
+        runs = json.loads(value["runs"])
+        if not any(_outside(spec, recipe_file.root) for spec in runs):
+            return recipe_file.root, [RunSpec.from_dict(spec) for spec in runs], value["override_keys"]
+    raise AssertionError("a refreshed expansion always holds its Recipe")
 
 
 def _outside(spec: dict, root: Path) -> bool:
