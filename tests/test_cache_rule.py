@@ -189,3 +189,24 @@ def test_the_key_is_made_once_mode_0600_and_refused_otherwise(tmp_path, monkeypa
         monkeypatch.setenv(caches.KEY_ENV, str(bad))
         assert caches.memo(tmp_path / "c.json", ["b"], lambda: 4) == 4  # no cache without a usable key
         assert "cache not used" in capsys.readouterr().err
+
+
+def test_processes_that_make_the_key_at_once_end_with_one_key(tmp_path):
+    """The key is linked into place from a private temporary file: of several first calls at once, one makes
+    it and every other reads that one (none is left with a key whose caches the next call cannot read)."""
+    env = {**os.environ, caches.KEY_ENV: str(tmp_path / "config" / "cache.key")}
+    code = "from ltbench.results import caches; print(caches.user_key().hex())"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(4)]
+    keys = {p.communicate(timeout=120)[0].strip() for p in procs}
+    assert len(keys) == 1 and (tmp_path / "config" / "cache.key").read_bytes().hex() in keys
+    assert sorted(p.name for p in (tmp_path / "config").iterdir()) == ["cache.key"]  # no temporary file left
+
+
+def test_the_key_lives_in_the_users_config_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv(caches.KEY_ENV, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert caches.key_path() == tmp_path / "xdg" / "ltbench" / "cache.key"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert caches.key_path() == tmp_path / "home" / ".config" / "ltbench" / "cache.key"
