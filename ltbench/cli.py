@@ -133,7 +133,7 @@ LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 def cmd_data(args) -> int:
     if args.recipe == "verify":  # ltbench data verify ROOT --dataset NAME
-        from ltbench.data import protocol  # lazy: keeps --help fast
+        from ltbench.results import protocol  # lazy: keeps --help fast
         return protocol.command(args.overrides, args.dataset)
     from ltbench.recipe import distinct_data  # lazy: keeps --help fast
 
@@ -141,7 +141,7 @@ def cmd_data(args) -> int:
     from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
     from ltbench.train import resources  # lazy: keeps table and status free of torch
-    from ltbench.data import protocol  # lazy: keeps --help fast
+    from ltbench.results import protocol  # lazy: keeps --help fast
     from ltbench.report.rows import flatten  # lazy: keeps --help fast
     from ltbench.results.identity import identity_of  # lazy: keeps --help fast
 

@@ -11,7 +11,7 @@ import pytest
 
 from ltbench import report
 from ltbench.cli import main
-from ltbench.data.protocol import protocol_id, verify_files
+from ltbench.results.protocol import protocol_id, verify_files
 from ltbench.report.claims import NO_OFFICIAL_CODE, Claim, load_claims
 from ltbench.report.plan import comparisons, detectable, plan_lines, power, seeds_for
 from ltbench.report.verify import export, judge, verify
@@ -200,7 +200,7 @@ def test_power_is_welchs_own_not_an_approximation():
 
 
 def test_verify_and_plan_import_no_torch():
-    code = ("import sys, ltbench.report.verify, ltbench.report.plan, ltbench.data.protocol; "
+    code = ("import sys, ltbench.report.verify, ltbench.report.plan, ltbench.results.protocol; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

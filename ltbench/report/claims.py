@@ -2,7 +2,7 @@
 
 A claim holds its source (a paper's table, row, column and quoted text; a README; this project's reference
 results; a user's run), the setting (method and its options, dataset, imbalance, backbone, epochs), the
-numbers (percent; seeds, per-seed values and spread when known), the protocol id (ltbench/data/protocol.py)
+numbers (percent; seeds, per-seed values and spread when known), the protocol id (ltbench/results/protocol.py)
 and whether that protocol is known exactly or only approximately, the implementation (official code at a
 commit, or ltbench's re-implementation) and, for numbers made here, the numerics they were made under.
 The shipped claims are in ``ltbench/claims/``, ordered by path (a table that shows several uses the first

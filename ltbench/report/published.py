@@ -10,7 +10,7 @@ matching column.
 
 from __future__ import annotations
 
-from ltbench.data.protocol import protocol_id
+from ltbench.results.protocol import protocol_id
 from ltbench.report.claims import load_claims, match
 from ltbench.config import value_text
 from ltbench.report.rows import Cell, Row, Table

@@ -14,7 +14,7 @@ The interval: paired over seeds when the claim lists per-seed values of seeds th
 least two); otherwise Welch's with the claim's spread over its seeds, or, for a claim of one seed (or of
 unstated seeds, as papers print them), the runs' own spread standing in for the claim's, or a reference
 spread the claim declares (``spread`` with ``spread_n`` seeds behind it). Beside each verdict: whether the
-protocol matches exactly or approximately (the claim's protocol id, ltbench/data/protocol.py) and every
+protocol matches exactly or approximately (the claim's protocol id, ltbench/results/protocol.py) and every
 numerics field that differs from the claim's (CPU, threads, kernel environment: the records hold them).
 No torch.
 """
@@ -33,7 +33,7 @@ import yaml
 
 from ltbench.config import value_text
 from ltbench.errors import LtbenchError
-from ltbench.data.protocol import SPLIT_LISTS, protocol_id, record_lists
+from ltbench.results.protocol import SPLIT_LISTS, protocol_id, record_lists
 from ltbench import report
 from ltbench.report.claims import SETTING, Claim, claim_document, load_claims
 from ltbench.report.rows import flatten

@@ -34,7 +34,7 @@ GENERATORS = {  # how each built-in dataset draws its long-tailed training subse
 
 
 def known_variants() -> dict:
-    return yaml.safe_load((resources.files("ltbench.data") / "known_files.yaml").read_text(encoding="utf-8"))
+    return yaml.safe_load((resources.files("ltbench.results") / "known_files.yaml").read_text(encoding="utf-8"))
 
 
 def _list_variant(digests: dict[str, str]) -> str:
