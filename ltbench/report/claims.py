@@ -62,17 +62,9 @@ class Claim:
     margin: float | None = None
     path: str = ""
 
-    @property
-    def display(self) -> str:
-        return self.label or self.method
-
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-
-
-def default_folder() -> Path:
-    return Path(str(resources.files("ltbench") / "claims"))
 
 
 def is_metric(key: str) -> bool:
@@ -81,7 +73,7 @@ def is_metric(key: str) -> bool:
 
 def load_claims(folder: Path | None = None) -> list[Claim]:
     """Every claim below ``folder`` (the shipped ``ltbench/claims`` unless given), in path order, validated."""
-    folder = Path(folder) if folder is not None else default_folder()
+    folder = Path(folder) if folder is not None else Path(str(resources.files("ltbench") / "claims"))
     if not folder.is_dir():
         raise LtbenchError(f"{folder}: no such claims folder (--claims DIR: a folder of claim YAML files)")
     return [read_claim(p, p.relative_to(folder).as_posix()) for p in sorted(folder.rglob("*.yaml"))]

@@ -173,7 +173,7 @@ def _judged(c: Claim, g: Group, metric: str, claimed: float, margin: float) -> R
 
 
 def _cite(c: Claim) -> str:
-    return f"{c.source}: {c.display}" + (f" ({', '.join(f'{k}={v}' for k, v in c.settings.items())})" if c.settings and c.kind != "reference" else "")
+    return f"{c.source}: {c.label or c.method}" + (f" ({', '.join(f'{k}={v}' for k, v in c.settings.items())})" if c.settings and c.kind != "reference" else "")
 
 
 def _numerics(claimed: dict, ours: list[dict]) -> str:

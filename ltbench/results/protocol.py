@@ -25,9 +25,9 @@ from ltbench.errors import LtbenchError
 
 SMALL_IMAGES = ("fashion_mnist_lt", "cifar10_lt", "cifar100_lt", "synthetic_lt")
 SPLIT_LISTS = ("imagenet_lt", "places_lt", "inat2018")
+LDAM_DRW = "LDAM-DRW (Cao et al., 2019): n_i = int(img_max * rho^(-i/(C-1))), legacy NumPy RNG"
 GENERATORS = {  # how each built-in dataset draws its long-tailed training subset (docs/protocols.md)
-    "cifar10_lt": "LDAM-DRW (Cao et al., 2019): n_i = int(img_max * rho^(-i/(C-1))), legacy NumPy RNG",
-    "cifar100_lt": "LDAM-DRW (Cao et al., 2019): n_i = int(img_max * rho^(-i/(C-1))), legacy NumPy RNG",
+    "cifar10_lt": LDAM_DRW, "cifar100_lt": LDAM_DRW,
     "fashion_mnist_lt": "ltbench: LDAM-DRW's exponential profile from n_max, legacy NumPy RNG",
     "synthetic_lt": "ltbench: generated images",
 }
