@@ -149,7 +149,7 @@ def test_a_run_has_one_owner_and_is_free_again_when_the_owner_dies(tmp_path):
     again.release()
 
 
-def test_claim_waits_when_asked_and_goes_on_unguarded_where_locks_are_refused(tmp_path, monkeypatch):
+def test_claim_waits_when_asked_and_names_the_mount_where_locks_are_refused(tmp_path, monkeypatch):
     held = store.claim_run(tmp_path)
     t0 = time.monotonic()
     assert store.claim_run(tmp_path, wait_s=0.3) is None and time.monotonic() - t0 >= 0.3
@@ -160,5 +160,7 @@ def test_claim_waits_when_asked_and_goes_on_unguarded_where_locks_are_refused(tm
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", refuse)
-    unguarded = store.claim_run(tmp_path)
-    assert unguarded is not None and not unguarded.locked
+    with pytest.raises(store.LocksUnsupported, match="file locks do not work on its filesystem"):
+        store.claim_run(tmp_path)
+    with pytest.raises(store.LocksUnsupported, match=r"\(/[^,]*, \w+: No locks available\).*mount"):
+        store.ensure_writable(tmp_path / "new")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ltbench.results import caches, identity, safe_read, schema, store
+from ltbench.results import caches, identity, schema, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
@@ -114,12 +114,12 @@ def read_result_file(path: Path) -> dict:
 def _identity_from_spec(run_dir: Path) -> dict:
     """The row a run belongs to, read from its spec.json ({} when that is missing or damaged)."""
     try:
-        spec = safe_read.load_json(run_dir / store.SPEC)
+        spec = store.load_json(run_dir / store.SPEC)
         key, identity = config_key(spec["config"])
         seed = spec["config"].get("seed")
         if not (seed is None or _is_int(seed)):
             return {}
-    except (safe_read.UnusableFile, KeyError, TypeError, AttributeError, ValueError):
+    except (store.UnusableFile, KeyError, TypeError, AttributeError, ValueError):
         return {}
     grid = spec.get("grid") if isinstance(spec.get("grid"), dict) else {}
     run_id = spec.get("run_id") if isinstance(spec.get("run_id"), str) else run_dir.name
@@ -252,7 +252,7 @@ def _prefixed(columns: dict[str, int], prefix: str) -> list[str]:
     return _PREFIXED[key]
 
 
-MAX_CACHE_BYTES = 1024 * safe_read.MiB
+MAX_CACHE_BYTES = 1024 * store.MiB
 RECORD_STATUSES = ("done", "failed", "damaged", store.OLDER)  # what read_result_file gives a result.json
 
 
@@ -268,7 +268,7 @@ def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
             raise ValueError("not an index cache")
         n = int.from_bytes(blob[len(CACHE_MAGIC):len(CACHE_MAGIC) + 8], "little")
         start = len(CACHE_MAGIC) + 8
-        meta = safe_read.parse_json(blob[start:start + n], path)
+        meta = store.parse_json(blob[start:start + n], path)
         if not isinstance(meta, dict) or meta.get("version") != INDEX_VERSION:
             raise ValueError("another version")
         tail = blob[start + n:]
@@ -279,7 +279,7 @@ def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
         if problem:
             raise ValueError(problem)
         return meta, {name: i for i, name in enumerate(meta["metrics"])}, values
-    except (ValueError, TypeError, safe_read.UnusableFile):
+    except (ValueError, TypeError, store.UnusableFile):
         return {**empty, "unusable": True}, {}, None
 
 

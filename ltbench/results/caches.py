@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from ltbench.config import EvalConfig, OptimConfig, TrainConfig
 from ltbench.errors import LtbenchError, shorten
-from ltbench.results import identity, safe_read, schema, store
+from ltbench.results import identity, schema, store
 
 RUN_ID = re.compile(r"[0-9a-f]{12}")
 STAGE2_RUN_ID = re.compile(r"[0-9a-f]{12}\+[0-9a-f]{12}")
@@ -84,21 +84,21 @@ def unsealed(blob: bytes) -> bytes | None:
     return data if newline and sealed(data) == blob else None
 
 
-def read_cache_bytes(path: Path, limit: int = safe_read.MAX_JSON_BYTES) -> bytes | None:
+def read_cache_bytes(path: Path, limit: int = store.MAX_JSON_BYTES) -> bytes | None:
     """A cache file's bytes when it is a regular file within ``limit`` and its seal is intact; None otherwise
     (missing, damaged, edited, or written by other code: the caller rebuilds it)."""
     try:
-        return unsealed(safe_read.read_bytes(path, limit))
-    except safe_read.UnusableFile:
+        return unsealed(store.read_bounded(path, limit))
+    except store.UnusableFile:
         return None
 
 
-def read_cache(path: Path, limit: int = safe_read.MAX_JSON_BYTES) -> Any:
-    """A JSON cache file's content (``read_cache_bytes``, then ``safe_read.parse_json``); None when unusable."""
+def read_cache(path: Path, limit: int = store.MAX_JSON_BYTES) -> Any:
+    """A JSON cache file's content (``read_cache_bytes``, then ``store.parse_json``); None when unusable."""
     data = read_cache_bytes(path, limit)
     try:
-        return None if data is None else safe_read.parse_json(data, path)
-    except safe_read.UnusableFile:
+        return None if data is None else store.parse_json(data, path)
+    except store.UnusableFile:
         return None
 
 

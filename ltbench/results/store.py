@@ -22,26 +22,28 @@ This module imports no torch, so status and tables work on a login node.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import identity, safe_read, schema
+from ltbench.results import schema
 from ltbench.errors import DiskFullError, LtbenchError, WriteError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
 STARTED, SUBMITTED = "started.json", "submitted.json"  # worker start (host, pid, Slurm ids); launcher job ids
 LOCK, TRACEBACK = "lock", "traceback.txt"
 TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
-CODE_UNKNOWN = identity.CODE_UNKNOWN  # a finished result whose code cannot be checked (identity.code_state)
+CODE_UNKNOWN = "code unknown"  # a finished result whose code cannot be checked (identity.code_state)
 OLDER = "older"  # a run folder whose record has an earlier schema: ``ltbench migrate`` brings it up to date
 STATUSES = ("pending", "running", "interrupted", "damaged", "done", CODE_UNKNOWN, "stale", "failed", OLDER)  # run_status
 STATUS_WIDTH = max(len(x) for x in (*STATUSES, "not a run"))  # the status column of status and --dry-run
@@ -83,7 +85,180 @@ FILE_MODE = 0o666 & ~_umask()
 
 
 # ------------------------------------------------------------------------------------------------
-# Writing
+# The one door to the disk. Every file below a results folder, a cache folder or a journal can be damaged (a
+# truncated write), replaced (a FIFO, a symlink to /dev/zero or to a file of the user's, a 20 GB sparse file)
+# or forged. So no module opens such a file itself (tests/test_one_door.py): it is read with ``read_bounded``
+# (no symlink followed, a FIFO never blocks, regular files only, at most a bound) and written with
+# ``atomic_write_bytes`` (a new file beside it, renamed over it: a planted link is replaced, never written
+# through), ``open_append`` or ``lock_file``, all refused through a folder that leads out of a guarded root.
+
+MiB = 1024 * 1024
+MAX_JSON_BYTES = 64 * MiB  # a JSON record (a result.json of iNaturalist's 8,142 classes is ~1.5 MB)
+MAX_JSON_DEPTH = 64  # nesting a record of ltbench ever has is below 10; anything deeper is damage
+MAX_SMALL_BYTES = MiB  # progress.json, submitted.json, started.json, a feature cache's metadata
+
+
+class UnusableFile(LtbenchError):
+    """A file ltbench wrote cannot be used as it is; ``reason`` says why (without the path), ``path`` which."""
+
+    def __init__(self, path: Path | str, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path}: {reason}")
+
+
+def regular_file_problem(path: Path | str) -> str:
+    """'' when ``path`` is a regular file (after following symlinks), else why not; never opens it."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "is missing"
+    except OSError as exc:
+        return _os_reason(exc)
+    return "" if stat.S_ISREG(st.st_mode) else f"is not a regular file ({_kind(st.st_mode)})"
+
+
+def _open_regular(path: Path | str, follow: bool) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of a regular file and its fstat, opened with O_NONBLOCK (a FIFO cannot block the
+    open) and, unless ``follow``, O_NOFOLLOW (a planted link is refused, not read); the file checked is the file
+    read (fstat on the descriptor, no race with a rename). UnusableFile otherwise, missing included."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnusableFile(path, "is missing") from None
+    except OSError as exc:
+        raise UnusableFile(path, _os_reason(exc, follow)) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnusableFile(path, "is a directory" if stat.S_ISDIR(st.st_mode) else
+                           f"is not a regular file ({_kind(st.st_mode)})")
+    return fd, st
+
+
+def open_bounded(path: Path | str, limit: int | None = None, follow: bool = False):
+    """A binary file object of a regular file of at most ``limit`` bytes, for a reader that parses it itself
+    (np.load, torch.load, zipfile); UnusableFile otherwise (missing included). ``follow``: a symlink is followed
+    (a file the user names: weights, a plugin's source), never for a file of a results folder."""
+    fd, st = _open_regular(path, follow)
+    if limit is not None and st.st_size > limit:
+        os.close(fd)
+        raise UnusableFile(path, f"is {st.st_size / MiB:.1f} MiB, more than the {limit / MiB:.0f} MiB such a file "
+                                 f"can hold")
+    return os.fdopen(fd, "rb")
+
+
+def read_bounded(path: Path | str, limit: int = MAX_JSON_BYTES, follow: bool = False) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (``open_bounded``); UnusableFile otherwise."""
+    with open_bounded(path, limit, follow) as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise UnusableFile(path, _os_reason(exc, follow)) from None
+    if len(data) > limit:  # it grew while being read
+        raise UnusableFile(path, f"is more than the {limit / MiB:.0f} MiB such a file can hold")
+    return data
+
+
+def check_bounded(path: Path | str, limit: int) -> None:
+    """UnusableFile unless ``path`` is a regular file (not a symlink) of at most ``limit`` bytes: for a file of a
+    results folder that a library opens itself (Optuna's journal)."""
+    open_bounded(path, limit).close()
+
+
+def sha256_of(path: Path | str, progress=None, limit: int | None = None, follow: bool = True) -> str:
+    """sha256 of a regular file's bytes, read in chunks (a checkpoint may be hundreds of MB); UnusableFile for
+    anything else (a FIFO never blocks, /dev/zero is never read) and for a file over ``limit`` bytes (a data file
+    a code record names: a 200 GB sparse file is refused, not hashed). ``progress(done, total)``, when given, is
+    called after each chunk (bytes)."""
+    with open_bounded(path, limit, follow) as f:
+        total, digest, done = os.fstat(f.fileno()).st_size, hashlib.sha256(), 0
+        try:
+            while (chunk := f.read(4 * MiB)) and (limit is None or done <= limit):
+                digest.update(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+        except OSError as exc:
+            raise UnusableFile(path, _os_reason(exc, follow)) from None
+    if limit is not None and done > limit:
+        raise UnusableFile(path, f"is more than the {limit / MiB:.0f} MiB hashed")
+    return digest.hexdigest()
+
+
+def parse_json(raw: bytes, path: Path | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON bytes; UnusableFile (naming ``path``) when they are not UTF-8, not JSON, or nested
+    deeper than ``max_depth``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnusableFile(path, "is not UTF-8 text") from None
+    try:
+        value = json.loads(text)
+    except RecursionError:  # the C parser stops at the interpreter's recursion limit: caught, never fatal
+        raise UnusableFile(path, f"is nested more than {max_depth} levels deep") from None
+    except ValueError as exc:
+        what = "empty" if not text.strip() else f"not valid JSON, truncated? ({getattr(exc, 'msg', exc)})"
+        raise UnusableFile(path, f"is {what}") from None
+    if isinstance(value, (dict, list)) and _too_deep(raw, max_depth):
+        raise UnusableFile(path, f"is nested more than {max_depth} levels deep")
+    return value
+
+
+def load_json(path: Path | str, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """:func:`read_bounded` then :func:`parse_json`: the only way ltbench reads a JSON file back."""
+    return parse_json(read_bounded(path, limit), path, max_depth)
+
+
+def load_json_object(path: Path | str, limit: int = MAX_SMALL_BYTES) -> dict:
+    """A small JSON object (progress.json, submitted.json, started.json); {} when it is missing or unusable."""
+    try:
+        value = load_json(path, limit)
+    except UnusableFile:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# The depth bound, read from the text of a document that parsed (so its brackets nest properly and the kind of
+# bracket does not matter): all but brackets and quotes dropped, '{}' read as '[]'.
+_SQUARE = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKET_OR_QUOTE = bytes(b for b in range(256) if b not in b'[]{}"')
+
+
+def _too_deep(raw: bytes, max_depth: int) -> bool:
+    """True when the containers of a valid JSON text nest deeper than ``max_depth``: it takes one pass per level
+    to remove every innermost ``[]`` pair of the brackets outside strings. Escaped backslashes, then escaped
+    quotes go first, so every quote left opens or closes a string; two adjacent quotes bound an empty piece
+    (an empty string, or the ',' between two strings), and dropping them joins two pieces that are both inside
+    or both outside strings; the strings are then the odd pieces between quotes. A few passes of C over the
+    text, where walking the parsed values cost a Python step per value (the index cache of 10,000 runs holds
+    half a million)."""
+    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    text = text.translate(_SQUARE, _NOT_BRACKET_OR_QUOTE).replace(b'""', b"")
+    brackets = b"".join(text.split(b'"')[::2])
+    for _ in range(max_depth):
+        if not brackets:
+            return False
+        brackets = brackets.replace(b"[]", b"")
+    return bool(brackets)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def _os_reason(exc: OSError, follow: bool = True) -> str:
+    if exc.errno == errno.ELOOP:
+        return "is a symlink loop" if follow else "is a symlink (never followed in a results folder)"
+    if exc.errno == errno.EISDIR:
+        return "is not a regular file (a directory)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot be read (permission denied)"
+    return f"cannot be read ({exc.strerror or exc})"
 
 
 def _disk_full(path: Path, exc: OSError, needed: int) -> DiskFullError:
@@ -105,11 +280,11 @@ class OutsideRootError(LtbenchError):
 
 
 def guard_writes_under(root: Path) -> None:
-    """From now on, in this process, no file under ``root`` (a recipe's results folder) is written, and no folder
-    made, through a symlinked folder that leads out of it (``check_inside``). The commands call it once they know
-    the root (run, posthoc, table, report, plot; every run in its worker), so every writer is covered: reports,
-    figures, tables, feature caches, checkpoints, records. A symlinked *file* is replaced by the atomic rename,
-    never written through; a root that is itself a symlink (a results folder on another disk) is fine."""
+    """From now on, in this process, no file under ``root`` (a recipe's results folder, a cache folder) is
+    written, and no folder made, through a symlinked folder that leads out of it (``check_inside``). The
+    commands call it once they know the root (run, posthoc, table, report, plot; every run in its worker), so
+    every writer is covered. A symlinked *file* is never written through (replaced by the atomic rename,
+    refused by O_NOFOLLOW); a root that is itself a symlink (a results folder on another disk) is fine."""
     _guarded_roots.add(os.path.abspath(root))
 
 
@@ -132,21 +307,27 @@ def make_dirs(folder: Path) -> Path:
     return folder
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path`` (``check_inside`` first).
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to a temporary file beside ``path`` (O_EXCL | O_NOFOLLOW: mkstemp) and rename it over
+    ``path`` (``check_inside`` first): a crash leaves the old file or the new one, and a symlink at ``path`` is
+    replaced, never written through. ``durable``: fsynced (not for a heartbeat: a lost beat costs nothing).
 
     Until the rename both the old and the new file exist, so the space needed is their sum (twice the
     size for a checkpoint rewritten every epoch); a full disk is reported with that figure.
     """
     path = Path(path)
     check_inside(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
+    except OSError as exc:
+        raise WriteError(path, exc) from None
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600; results are meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         try:
@@ -159,7 +340,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError) and not isinstance(exc, LtbenchError):
             raise WriteError(path, exc) from None  # EFBIG, EROFS, EIO...: the target is named
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -183,10 +365,36 @@ def canonical_line(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, allow_nan=False) + "\n"
 
 
-def append_jsonl(path: Path, obj: Any) -> None:
-    line = canonical_line(obj)
+def _open_for_writing(path: Path, flags: int) -> int:
+    """A descriptor of the regular file ``path``, created when missing (FILE_MODE): O_NOFOLLOW, so a planted
+    link is refused (ELOOP), never written through; ``check_inside`` first. OSError as ``os.open`` raises it."""
+    check_inside(path)
     try:
-        with open(path, "a") as f:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symlink is there, never written through; move it away") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"is not a regular file ({_kind(mode)})")
+    return fd
+
+
+def open_append(path: Path):
+    """``path`` opened for appending in binary (a worker's log, a run's log.jsonl), created when missing; a
+    symlink, a FIFO or a folder there is refused (WriteError naming the file)."""
+    try:
+        return os.fdopen(_open_for_writing(Path(path), os.O_WRONLY | os.O_APPEND), "ab")
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    line = canonical_line(obj).encode()
+    try:
+        with open_append(path) as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
@@ -196,15 +404,15 @@ def append_jsonl(path: Path, obj: Any) -> None:
         raise WriteError(path, exc) from None
 
 
-MAX_LOG_BYTES = 256 * safe_read.MiB  # one line per epoch: a few MB for the longest schedules
+MAX_LOG_BYTES = 256 * MiB  # one line per epoch: a few MB for the longest schedules
 
 
 def read_jsonl(path: Path) -> list[dict]:
     """Read a JSON-lines log, ignoring a torn (partially written) last line. A log that is not a
     readable file (a directory, say) reads as empty: the run that owns it sets it aside."""
     try:
-        text = safe_read.read_bytes(path, limit=MAX_LOG_BYTES).decode("utf-8", errors="replace")
-    except safe_read.UnusableFile:  # missing, not a regular file (a FIFO never blocks), too big
+        text = read_bounded(path, limit=MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    except UnusableFile:  # missing, not a regular file (a FIFO never blocks), too big
         return []
     rows = []
     for line in text.splitlines():
@@ -219,7 +427,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def ensure_writable(folder: Path) -> Path:
-    """Create ``folder`` if needed and prove we can write there; one clear error otherwise."""
+    """Create ``folder`` if needed and prove we can write there, and lock there (``probe_locks``); one clear
+    error otherwise."""
     folder = Path(folder)
     check_inside(folder / "x")
     try:
@@ -228,8 +437,11 @@ def ensure_writable(folder: Path) -> Path:
             if time.time() - old.stat().st_mtime > 60:
                 old.unlink(missing_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            _probe_lock(fd, folder)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         raise LtbenchError(
             f"results directory {folder} is not writable ({exc.strerror or exc}); "
@@ -272,7 +484,92 @@ def remove_stale_tmp(run_dir: Path, min_age_s: float = 60.0) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
-# One owner per run
+# The one flock: a run's lock, the search's lock and the TPE journal's lock
+
+
+class LocksUnsupported(LtbenchError):
+    """The filesystem of a results folder refuses file locks (ENOLCK, ENOSYS, EOPNOTSUPP): one line, exit 2."""
+
+
+_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+
+def mount_of(path: Path) -> tuple[str, str]:
+    """(mount point, filesystem type) holding ``path``, from /proc/self/mounts; ('?', '?') where unknown."""
+    real, best = os.path.realpath(path), ("?", "?")
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:  # not a results file
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 3:
+                    point = fields[1].replace("\\040", " ")
+                    if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best[0]):
+                        best = (point, fields[2])
+    except OSError:
+        pass
+    return best
+
+
+def _probe_lock(fd: int, folder: Path) -> None:
+    """LocksUnsupported, naming the mount and what to do, when ``flock`` fails on ``fd`` (a file in ``folder``)
+    as it does on a filesystem without locks (NFS mounted ``nolock`` without local locks, Lustre without
+    ``-o flock``, some FUSE filesystems: optuna#1300 'OSError: [Errno 38] Function not implemented')."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in _BUSY:
+            return
+        if exc.errno not in _NO_LOCKS:
+            raise
+        point, kind = mount_of(folder)
+        raise LocksUnsupported(
+            f"{folder}: file locks do not work on its filesystem ({point}, {kind}: {exc.strerror or exc}); ltbench "
+            f"needs them so that two launches never train one run twice: use a --results folder on a disk with "
+            f"locks (a local disk), or mount {point} with locking (NFS: without 'nolock'; Lustre: -o flock)") from None
+
+
+def lock_file(path: Path, wait_s: float | None = None) -> int | None:
+    """A descriptor holding an exclusive ``flock`` on ``path`` (created no-follow inside the root: the lock a run
+    folder, a search and a journal have); closing it drops the lock, and the kernel drops it when the holder
+    dies in any way. ``wait_s`` None: wait as long as it takes; else None once ``wait_s`` seconds passed with
+    another process holding it. LocksUnsupported where the filesystem has no locks."""
+    import fcntl
+
+    path = Path(path)
+    try:
+        fd = _open_for_writing(path, os.O_RDWR)
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
+                return fd
+            except OSError as exc:
+                if exc.errno not in _BUSY:
+                    _probe_lock(fd, path.parent)  # names the mount when it has no locks
+                    raise
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return None
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """``lock_file(path)`` held for a ``with`` block."""
+    fd = lock_file(path)
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 class RunClaim:
@@ -286,12 +583,11 @@ class RunClaim:
     when the node reboots, so a Slurm task requeued elsewhere waits for the claim (``wait_s``).
     With the NFS mount option ``nolock`` or ``local_lock=flock|all`` locks are per node and do NOT
     exclude across nodes; Lustre needs its ``flock`` mount option. Where the filesystem refuses
-    locks altogether, the run goes on unguarded (``locked`` False) and the worker says so.
+    locks altogether, ``ensure_writable`` (at launch) and ``lock_file`` say so: LocksUnsupported.
     """
 
-    def __init__(self, run_dir: Path, fd: int | None):
+    def __init__(self, run_dir: Path, fd: int):
         self.run_dir, self._fd = Path(run_dir), fd
-        self.locked = fd is not None
 
     def release(self) -> None:
         if self._fd is not None:
@@ -307,33 +603,15 @@ class RunClaim:
 
 def claim_run(run_dir: Path, wait_s: float = 0.0) -> RunClaim | None:
     """Take the run's lock, retrying for up to ``wait_s`` seconds; None when another process holds it."""
-    import fcntl
-
     path = Path(run_dir) / LOCK
-    if path.exists() and not path.is_file():
+    if os.path.islink(path) or (path.exists() and not path.is_file()):  # a planted link or a folder: kept aside
         set_aside(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return RunClaim(run_dir, fd)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                os.close(fd)  # ENOLCK, ENOSYS, EOPNOTSUPP...: this filesystem has no usable locks
-                return RunClaim(run_dir, None)
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return None
-        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+    fd = lock_file(path, wait_s)
+    return None if fd is None else RunClaim(run_dir, fd)
 
 
 def read_started(run_dir: Path) -> dict:
-    try:
-        info = safe_read.load_json(Path(run_dir) / STARTED, limit=safe_read.MiB)
-    except safe_read.UnusableFile:
-        return {}
-    return info if isinstance(info, dict) else {}
+    return load_json_object(Path(run_dir) / STARTED)
 
 
 def owner_alive(started: dict) -> bool | None:
@@ -381,8 +659,8 @@ def check_result(run_dir: Path) -> ResultCheck:
     tables, plots and stage 2 all decide with this."""
     path = Path(run_dir) / RESULT
     try:
-        obj = safe_read.load_json(path)
-    except safe_read.UnusableFile as exc:
+        obj = load_json(path)
+    except UnusableFile as exc:
         if exc.reason == "is missing" and not os.path.lexists(path):
             return ResultCheck("missing")
         return ResultCheck("unusable", reason=f"result.json {exc.reason}")
@@ -415,10 +693,10 @@ def older_records(root: Path) -> list[Path]:
     out = []
     for rec in sorted(p for name in (RESULT, SPEC) for p in Path(root).glob(f"*/{name}")):
         try:
-            if schema.is_older(safe_read.load_json(rec), missing=1 if rec.name == SPEC else None) \
+            if schema.is_older(load_json(rec), missing=1 if rec.name == SPEC else None) \
                     and rec.parent not in out:
                 out.append(rec.parent)
-        except safe_read.UnusableFile:
+        except UnusableFile:
             continue
     return out
 
@@ -456,6 +734,8 @@ def run_state(run_dir: Path) -> RunState:
                        fault, runner.RunInterrupted); run again to resume;
     'pending'          submitted or never started.
     """
+    from ltbench.results import identity  # identity reads files through this module
+
     check = check_result(run_dir)
     if check.state == "done":
         verdict = identity.code_state(check.result)

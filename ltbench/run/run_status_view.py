@@ -5,6 +5,7 @@ Read-only and torch-free, so it works on a login node while runs are going on el
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ltbench.results import schema, store
@@ -69,13 +70,10 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
         if status == "interrupted":
             why = str(owner.get("interrupted") or "").split(": ", 1)[-1].split("; it keeps", 1)[0]
             notes.append((f"stopped by {why[:200]}" if why else "its process is gone") + "; run again to resume")
-    if status in ("pending", "running") and (run_dir / store.SUBMITTED).is_file():
-        try:
-            import json
-
-            notes.append(f"job {json.loads((run_dir / store.SUBMITTED).read_text()).get('job_id')}")
-        except (ValueError, OSError, AttributeError):
-            notes.append("submitted.json unreadable")
+    if status in ("pending", "running") and os.path.lexists(run_dir / store.SUBMITTED):
+        submitted = store.load_json_object(run_dir / store.SUBMITTED)
+        notes.append(f"job {one_line(str(submitted['job_id']))[:40]}" if "job_id" in submitted
+                     else "submitted.json unreadable")
     for name in (store.SPEC, store.LOG):
         path = run_dir / name
         if name == store.SPEC and not path.exists():
