@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ltbench.errors import shorten
 from ltbench.results import code, store
 
 #: Part of every hashed identity: bump it (with a migration step) when what identifies a run changes.
@@ -533,13 +534,14 @@ def numerics_value(name: str, value) -> str:
     'cpu_id not recorded'."""
     if value is None or value == NOT_RECORDED:
         return f"{name} not recorded"
-    if name == "kernel_env" and isinstance(value, dict):
-        return "kernel environment " + (" ".join(f"{k}={v}" for k, v in sorted(value.items())) or "unset")
+    if name == "kernel_env" and isinstance(value, dict):  # values from the environment, names from the disk:
+        return "kernel environment " + (" ".join(f"{shorten(k, 40)}={shorten(v, 60)}"  # bounded (errors.shorten)
+                                                 for k, v in sorted(value.items())) or "unset")
     if isinstance(value, bool):
         return f"{name} {'on' if value else 'off'}"
     if isinstance(value, dict):
-        return f"{name} " + ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
-    return f"{name} {value}"
+        return f"{name} " + ", ".join(f"{shorten(k, 40)} {shorten(v, 60)}" for k, v in sorted(value.items()))
+    return f"{name} {shorten(value, 100)}"
 
 
 def numerics_contrast(a: dict, b: dict) -> str:
@@ -557,7 +559,7 @@ def numerics_text(n: dict, also: list[str] = ()) -> str:
     """'CPU Intel(R) Xeon(R) Processor (AVX512), 1 thread' / 'CPU model not recorded, 2 threads (CPU capability
     not recorded)': the fields a reader compares first, then each field of ``also`` (those that differ
     elsewhere in the same note) as ``numerics_value`` writes it."""
-    shown = {k: v for k, v in n.items() if v != NOT_RECORDED}
+    shown = {k: shorten(v, 100) if isinstance(v, str) else v for k, v in n.items() if v != NOT_RECORDED}
     device = shown.get("device") or "device not recorded"
     if device == "cuda":
         where = f"GPU {shown.get('device_model') or 'model not recorded'}"

@@ -806,6 +806,7 @@ def cache_file(root: Path, name: str) -> Path:
     cache lives there."""
     root = Path(root)
     if not os.environ.get(CACHE_DIR_ENV) and _caches_beside(root):
+        guard_writes_under(root)
         beside = root / name
         # A recipe cached before its first launch made the folder keeps its cache where it was made.
         if beside.exists() or not _in_cache_dir(user_cache_dir(), root, name, make=False).exists():
@@ -832,7 +833,9 @@ def _caches_beside(root: Path) -> bool:
 def cache_home() -> Path:
     """Where caches that belong to no results folder live (``ltbench list``'s): $LTBENCH_CACHE_DIR, else the
     user's cache folder."""
-    return Path(os.environ.get(CACHE_DIR_ENV) or user_cache_dir())
+    home = Path(os.environ.get(CACHE_DIR_ENV) or user_cache_dir())
+    guard_writes_under(home)
+    return home
 
 
 def user_cache_dir() -> Path:

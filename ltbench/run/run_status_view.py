@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ltbench.results import schema, store
-from ltbench.errors import DataMissingError, one_line
+from ltbench.errors import DataMissingError, one_line, shorten
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
 from ltbench.results.runspec import RunSpec
 
@@ -72,7 +72,7 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
             notes.append((f"stopped by {why[:200]}" if why else "its process is gone") + "; run again to resume")
     if status in ("pending", "running") and os.path.lexists(run_dir / store.SUBMITTED):
         submitted = store.load_json_object(run_dir / store.SUBMITTED)
-        notes.append(f"job {one_line(str(submitted['job_id']))[:40]}" if "job_id" in submitted
+        notes.append(f"job {shorten(submitted['job_id'], 40)}" if "job_id" in submitted
                      else "submitted.json unreadable")
     for name in (store.SPEC, store.LOG):
         path = run_dir / name
