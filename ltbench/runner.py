@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from ltbench.results import provenance, record, schema, store
+from ltbench.results import provenance, record, schema, status_rule, store
 from ltbench import registry
 from ltbench.errors import DiskFullError, LtbenchError, shorten
 from ltbench.results.runspec import RunSpec
@@ -97,7 +97,7 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
     spec = RunSpec.coerce(spec)
     if _rank() != 0:
         run_dir = Path(spec.run_dir)
-        if store.run_status(run_dir) in store.FINISHED:
+        if status_rule.run_status(run_dir) in store.FINISHED:
             return FINISHED_ELSEWHERE
         return _execute(spec, run_dir, say, False, on_epoch)
     run_dir = prepare_run_dir(spec)
@@ -137,8 +137,8 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
     removed = store.remove_stale_tmp(run_dir)
     if removed:
         say(f"removed {len(removed)} temporary file(s) left by an interrupted write: {', '.join(removed)}")
-    state = store.run_state(run_dir)  # the one status rule; under the lock, 'running' is a dead owner's leftover
-    if not store.to_run(state.status, redo):
+    state = status_rule.run_state(run_dir)  # the one status rule; under the lock, 'running' is a dead owner's leftover
+    if not status_rule.to_run(state.status, redo):
         return False
     if state.status == "stale":
         moved = store.set_aside(run_dir / store.RESULT, "stale")

@@ -199,7 +199,7 @@ def test_appends_locks_and_the_journal_refuse_a_planted_link(planted):
             pass
     claim = store.claim_run(run_dir)  # the run's lock: the link is set aside, a lock file of its own made
     assert claim is not None and not (run_dir / store.LOCK).is_symlink()
-    claim.release()
+    claim.close()
     journal = recipe_tpe.journal_path(run_dir)
     journal.symlink_to(victim)
     with pytest.raises(recipe_tpe.ConfigError, match="not a usable Optuna journal.*symlink"):

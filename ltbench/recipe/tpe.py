@@ -123,7 +123,7 @@ def open_journal(path: Path, optuna):
     damaged journal is said here, in one line, before any run."""
     try:  # created here (no-follow, inside the root), so Optuna, which opens it itself, finds a regular file
         store.open_append(path).close()
-        store.check_bounded(path, MAX_JOURNAL_BYTES)
+        store.open_bounded(path, MAX_JOURNAL_BYTES).close()
     except (store.UnusableFile, WriteError) as exc:
         raise damaged(path, exc.reason if isinstance(exc, store.UnusableFile) else exc.strerror) from None
     from optuna.storages.journal import JournalFileBackend

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ltbench.results import caches, identity, schema, store
+from ltbench.results import caches, identity, schema, status_rule, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
@@ -132,7 +132,7 @@ def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
         return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
     if store.RESULT in names:  # there, but no regular file (a FIFO, a device, a symlink loop): damaged, named
         return read_result_file(run_dir / store.RESULT)
-    status = store.unfinished_state(run_dir)[0] if store.STARTED in names else "pending"  # status's own rule
+    status = status_rule.unfinished_state(run_dir)[0] if store.STARTED in names else "pending"  # status's own rule
     rec = {"status": status, "run_id": run_dir.name}
     if store.SPEC not in names:
         rec["note"] = "no spec.json (the launch never completed, or it was deleted)"

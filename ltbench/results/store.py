@@ -32,7 +32,7 @@ import socket
 import stat
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +158,6 @@ def read_bounded(path: Path | str, limit: int = MAX_JSON_BYTES, follow: bool = F
     if len(data) > limit:  # it grew while being read
         raise UnusableFile(path, f"is more than the {limit / MiB:.0f} MiB such a file can hold")
     return data
-
-
-def check_bounded(path: Path | str, limit: int) -> None:
-    """UnusableFile unless ``path`` is a regular file (not a symlink) of at most ``limit`` bytes: for a file of a
-    results folder that a library opens itself (Optuna's journal)."""
-    open_bounded(path, limit).close()
 
 
 def sha256_of(path: Path | str, progress=None, limit: int | None = None, follow: bool = True) -> str:
@@ -534,8 +528,14 @@ def _probe_lock(fd: int, folder: Path) -> None:
 def lock_file(path: Path, wait_s: float | None = None) -> int | None:
     """A descriptor holding an exclusive ``flock`` on ``path`` (created no-follow inside the root: the lock a run
     folder, a search and a journal have); closing it drops the lock, and the kernel drops it when the holder
-    dies in any way. ``wait_s`` None: wait as long as it takes; else None once ``wait_s`` seconds passed with
-    another process holding it. LocksUnsupported where the filesystem has no locks."""
+    dies in any way (kill -9, OOM, Slurm cancel), so nothing is left to clean up. ``wait_s`` None: wait as long
+    as it takes; else None once ``wait_s`` seconds passed with another process holding it.
+    Shared filesystems: Linux NFS clients (since 2.6.12) turn flock into whole-file NFS byte-range locks, which
+    exclude across nodes with NFSv4 or NFSv3 + lockd; after a node *crash* the server frees its locks only when
+    the client's lease expires (NFSv4: 90 s by default) or, for NFSv3, when the node reboots, so a Slurm task
+    requeued elsewhere waits for the claim (``wait_s``). With the NFS mount option ``nolock`` or
+    ``local_lock=flock|all`` locks are per node and do NOT exclude across nodes; Lustre needs its ``flock``
+    mount option. Where the filesystem refuses locks altogether: LocksUnsupported, naming the mount."""
     import fcntl
 
     path = Path(path)
@@ -572,42 +572,14 @@ def locked(path: Path):
         os.close(fd)
 
 
-class RunClaim:
-    """An exclusive ``flock`` on ``RUN_DIR/lock``, held while this process runs the run.
-
-    The kernel drops the lock when the holder exits in any way (kill -9, OOM, Slurm cancel), so a
-    run whose owner died is free again without any cleanup.
-    Shared filesystems: Linux NFS clients (since 2.6.12) turn flock into whole-file NFS byte-range
-    locks, which exclude across nodes with NFSv4 or NFSv3 + lockd; after a node *crash* the server
-    frees its locks only when the client's lease expires (NFSv4: 90 s by default) or, for NFSv3,
-    when the node reboots, so a Slurm task requeued elsewhere waits for the claim (``wait_s``).
-    With the NFS mount option ``nolock`` or ``local_lock=flock|all`` locks are per node and do NOT
-    exclude across nodes; Lustre needs its ``flock`` mount option. Where the filesystem refuses
-    locks altogether, ``ensure_writable`` (at launch) and ``lock_file`` say so: LocksUnsupported.
-    """
-
-    def __init__(self, run_dir: Path, fd: int):
-        self.run_dir, self._fd = Path(run_dir), fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the last descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "RunClaim":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
-def claim_run(run_dir: Path, wait_s: float = 0.0) -> RunClaim | None:
-    """Take the run's lock, retrying for up to ``wait_s`` seconds; None when another process holds it."""
+def claim_run(run_dir: Path, wait_s: float = 0.0):
+    """Take the run's lock (``lock_file``), retrying for up to ``wait_s`` seconds: a file object to close (or use
+    in a ``with`` block) when the run is done; None when another process holds it."""
     path = Path(run_dir) / LOCK
     if os.path.islink(path) or (path.exists() and not path.is_file()):  # a planted link or a folder: kept aside
         set_aside(path)
     fd = lock_file(path, wait_s)
-    return None if fd is None else RunClaim(run_dir, fd)
+    return None if fd is None else os.fdopen(fd, "rb")
 
 
 def read_started(run_dir: Path) -> dict:
@@ -704,85 +676,6 @@ def older_records(root: Path) -> list[Path]:
 def read_result(run_dir: Path) -> dict | None:
     """The usable result record of a run ('done' or 'failed'), or None (missing or unusable)."""
     return check_result(run_dir).result
-
-
-@dataclass(frozen=True)
-class RunState:
-    """A run's status and what it was decided from, so a caller can say why without reading again.
-
-    ``changed``: for 'stale', the modules whose source changed since the result was made; ``code_reason``:
-    for 'code unknown', why its code cannot be checked; ``check``: the result.json read.
-    """
-
-    status: str
-    check: ResultCheck
-    changed: tuple[str, ...] = ()
-    code_reason: str = ""
-    started: dict = field(default_factory=dict)
-
-
-def run_state(run_dir: Path) -> RunState:
-    """The one rule for a run's status, read from disk (launch, status, the runner and stage 2 all ask it):
-    'done'             a usable result.json of a finished run whose recorded code is unchanged (every
-                       module its computation executed, normalised: ``identity.code_state``);
-    'code unknown'     the same, but its code cannot be checked (no record, an older partial one, a file gone);
-    'stale'            a finished result made by code that has changed since;
-    'failed'           a usable result.json of a run that failed;
-    'damaged'          a result.json that is unusable (``check_result`` says why); run again to redo it;
-    'running'          started, no result, and its process is alive (or ran on another host: unknown);
-    'interrupted'      started, no result, and its process is gone (this host) or said it stopped (an I/O
-                       fault, runner.RunInterrupted); run again to resume;
-    'pending'          submitted or never started.
-    """
-    from ltbench.results import identity  # identity reads files through this module
-
-    check = check_result(run_dir)
-    if check.state == "done":
-        verdict = identity.code_state(check.result)
-        return RunState(verdict.status, check, verdict.changed, verdict.reason)
-    if check.usable or check.state == OLDER:
-        return RunState(check.state, check)
-    if check.state == "unusable":
-        return RunState("damaged", check)
-    status, started = unfinished_state(run_dir)
-    return RunState(status, check, started=started)
-
-
-def unfinished_state(run_dir: Path) -> tuple[str, dict]:
-    """('running' | 'interrupted' | 'pending', started.json) of a run without a usable result: the one rule
-    ``status`` (through run_state) and tables (report/index.py) both ask, so they never disagree."""
-    started = read_started(run_dir)
-    if started or (Path(run_dir) / STARTED).exists():
-        stopped = bool(started.get("interrupted")) or owner_alive(started) is False  # an I/O fault, or a dead owner
-        return ("interrupted" if stopped else "running"), started
-    return "pending", started
-
-
-def run_status(run_dir: Path) -> str:
-    """One word from disk (:func:`run_state` says which and why)."""
-    return run_state(run_dir).status
-
-
-def to_run(status: str, redo: tuple[str, ...] = ()) -> bool:
-    """Does a launch run a run in this status? A 'done' or 'code unknown' one never (its result is usable; only
-    its code cannot be compared); a 'failed' or 'stale' one only when asked (``redo`` names it); the others
-    (pending, interrupted, damaged, running) always, since the worker decides again under the run's lock (a
-    run still running elsewhere is then skipped)."""
-    if status in ("done", CODE_UNKNOWN):
-        return False
-    return status in redo if status in ("failed", "stale") else True
-
-
-def iter_results(root: Path) -> list[dict]:
-    """Every usable result.json below ``root`` (recursively), each with its run directory added.
-    Unusable ones are listed by :func:`iter_result_checks`, for callers that must report them."""
-    out = []
-    for run_dir, check in iter_result_checks(root):
-        if check.usable:
-            result = dict(check.result)
-            result["run_dir"] = str(run_dir)
-            out.append(result)
-    return out
 
 
 def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:

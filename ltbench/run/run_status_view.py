@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ltbench.results import schema, store
+from ltbench.results import schema, status_rule, store
 from ltbench.errors import DataMissingError, one_line, shorten
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
 from ltbench.results.runspec import RunSpec
@@ -38,14 +38,14 @@ def _run_dirs_under(root: Path) -> list[Path]:
 
 def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
     """(status, note) of one run folder for 'ltbench status': never raises on damaged contents. The status is
-    ``store.run_state``'s (the one rule launch and the runner use too); only a folder found by scanning a
+    ``status_rule.run_state``'s (the one rule launch and the runner use too); only a folder found by scanning a
     results directory (not ``listed`` by a recipe) that holds no run file is 'not a run'."""
     if not run_dir.exists():
         return "pending", ""
     if not listed and not _is_run_dir(run_dir):
         empty = not any(run_dir.iterdir())
         return "not a run", ("empty folder" if empty else "no run files in this folder") + "; ignored"
-    state = store.run_state(run_dir)
+    state = status_rule.run_state(run_dir)
     status, notes = state.status, []
     if status == "failed":
         result = state.check.result

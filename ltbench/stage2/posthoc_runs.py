@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ltbench.stage2 import features
-from ltbench.results import identity, schema, store
+from ltbench.results import identity, schema, status_rule, store
 from ltbench import registry
 from ltbench.config import EvalConfig, from_dict
 from ltbench.errors import DiskFullError, LtbenchError
@@ -258,7 +258,7 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
     plugin code has changed since (``identity.changed_code``) are set aside and redone with ``redo_stale``,
     else kept and appended to ``stale``, so the caller says so.
 
-    Not ``store.run_state``: a stage-2 setting is another object than a run (no started.json, so no running
+    Not ``status_rule.run_state``: a stage-2 setting is another object than a run (no started.json, so no running
     or interrupted state; one lock for the whole grid of a run; stale also when fitted on another checkpoint).
     It is decided from the same pieces: ``store.check_result`` and ``identity.changed_code``."""
     todo = []
@@ -359,7 +359,7 @@ def unfinished_runs(runs: list[RunSpec]) -> list[tuple[RunSpec, str]]:
     """(run spec, status) of every run of the recipe that is not done: reported, never silently skipped."""
     out = []
     for spec in runs:
-        state = store.run_status(Path(spec.run_dir))
+        state = status_rule.run_status(Path(spec.run_dir))
         if state not in store.FINISHED:  # a stale run's model is still its own: stage 2 fits on it
             out.append((spec, state))
     return out
