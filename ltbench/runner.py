@@ -154,7 +154,7 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
             f"(from the checkpoint, if there is a usable one)")
     for name in (store.LOG, store.CHECKPOINT):
         path = run_dir / name
-        if os.path.lexists(path) and store.regular_file_problem(path):  # a folder, a FIFO, a symlink loop
+        if os.path.lexists(path) and store.regular_file_problem(path, follow=False):  # a folder, a FIFO, a link
             moved = store.set_aside(path)
             say(f"{name} was not a file; moved it to {moved.name}")
     return True

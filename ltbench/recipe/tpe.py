@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,16 +105,16 @@ class FlockJournalLock:
     appends. The kernel drops an flock when its holder dies in any way."""
 
     def __init__(self, path: Path):
-        self.path, self._fd = Path(str(path) + ".flock"), None
+        self.path, self._lock = Path(str(path) + ".flock"), None
 
     def acquire(self) -> bool:
-        self._fd = store.lock_file(self.path)
+        self._lock = store.lock_file(self.path)
         return True
 
     def release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)  # drops the flock
+        if self._lock is not None:
+            self._lock.close()  # drops the flock
+            self._lock = None
 
 
 def open_journal(path: Path, optuna):

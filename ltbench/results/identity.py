@@ -155,31 +155,28 @@ _sha_cache: dict[tuple, str] = {}
 _normalized_cache: dict[tuple, str | None] = {}
 
 
-def file_sha256(path, limit: int | None = None, follow: bool = True) -> str | None:
-    """sha256 of a file's bytes, None when it cannot be read or is over ``limit`` bytes; cached per (path, size,
-    mtime), since a status of a large grid asks for the same few files once per run."""
+def _by_stat(cache: dict, path, compute):
+    """``compute(path)`` cached per (path, size, mtime): ``ltbench status`` of 10,000 runs reads each file once;
+    None when it cannot be read (a FIFO or a device never is: the store's reader)."""
     try:
         st = os.stat(path)
         key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in _sha_cache:
-            _sha_cache[key] = store.sha256_of(path, limit=limit, follow=follow)  # a FIFO or a device: never read
-        return _sha_cache[key]
+        if key not in cache:
+            cache[key] = compute(path)
+        return cache[key]
     except (OSError, TypeError, ValueError, store.UnusableFile):
         return None
+
+
+def file_sha256(path, limit: int | None = None, follow: bool = True) -> str | None:
+    """sha256 of a file's bytes, None when it cannot be read or is over ``limit`` bytes."""
+    return _by_stat(_sha_cache, path, lambda p: store.sha256_of(p, limit=limit, follow=follow))
 
 
 def normalized_file_hash(path) -> str | None:
-    """``code.normalized_hash`` of a source file now (None: unreadable, or not Python), cached like
-    ``file_sha256``: ``ltbench status`` of 10,000 runs parses each module once."""
-    try:
-        st = os.stat(path)
-        key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in _normalized_cache:
-            data = store.read_bounded(path, limit=MAX_SOURCE_BYTES, follow=True)
-            _normalized_cache[key] = code.normalized_hash(data)
-        return _normalized_cache[key]
-    except (OSError, TypeError, ValueError, store.UnusableFile):
-        return None
+    """``code.normalized_hash`` of a source file now (None: unreadable, or not Python)."""
+    return _by_stat(_normalized_cache, path,
+                    lambda p: code.normalized_hash(store.read_bounded(p, limit=MAX_SOURCE_BYTES, follow=True)))
 
 
 def code_entry(module: str, path: str) -> dict:

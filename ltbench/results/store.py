@@ -106,10 +106,11 @@ class UnusableFile(LtbenchError):
         super().__init__(f"{path}: {reason}")
 
 
-def regular_file_problem(path: Path | str) -> str:
-    """'' when ``path`` is a regular file (after following symlinks), else why not; never opens it."""
+def regular_file_problem(path: Path | str, follow: bool = True) -> str:
+    """'' when ``path`` is a regular file (after following symlinks when ``follow``: never for a results file), else
+    why not; never opens it."""
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=follow)
     except (FileNotFoundError, NotADirectoryError):
         return "is missing"
     except OSError as exc:
@@ -117,35 +118,28 @@ def regular_file_problem(path: Path | str) -> str:
     return "" if stat.S_ISREG(st.st_mode) else f"is not a regular file ({_kind(st.st_mode)})"
 
 
-def _open_regular(path: Path | str, follow: bool) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of a regular file and its fstat, opened with O_NONBLOCK (a FIFO cannot block the
-    open) and, unless ``follow``, O_NOFOLLOW (a planted link is refused, not read); the file checked is the file
-    read (fstat on the descriptor, no race with a rename). UnusableFile otherwise, missing included."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+def open_bounded(path: Path | str, limit: int | None = None, follow: bool = False):
+    """A binary file object of a regular file of at most ``limit`` bytes, for a reader that parses it itself
+    (np.load, torch.load, zipfile); UnusableFile otherwise (missing included). Opened with O_NONBLOCK (a FIFO
+    cannot block the open) and, unless ``follow`` (a file the user names: weights, a plugin's source), with
+    O_NOFOLLOW (a planted link is refused, not read); checked with fstat, so the file checked is the file read."""
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     except (FileNotFoundError, NotADirectoryError):
         raise UnusableFile(path, "is missing") from None
     except OSError as exc:
         raise UnusableFile(path, _os_reason(exc, follow)) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+    size, mode = os.fstat(fd).st_size, os.fstat(fd).st_mode
+    problem = ("is a directory" if stat.S_ISDIR(mode) else f"is not a regular file ({_kind(mode)})") \
+        if not stat.S_ISREG(mode) else _too_big(size, limit) if limit is not None and size > limit else ""
+    if problem:
         os.close(fd)
-        raise UnusableFile(path, "is a directory" if stat.S_ISDIR(st.st_mode) else
-                           f"is not a regular file ({_kind(st.st_mode)})")
-    return fd, st
-
-
-def open_bounded(path: Path | str, limit: int | None = None, follow: bool = False):
-    """A binary file object of a regular file of at most ``limit`` bytes, for a reader that parses it itself
-    (np.load, torch.load, zipfile); UnusableFile otherwise (missing included). ``follow``: a symlink is followed
-    (a file the user names: weights, a plugin's source), never for a file of a results folder."""
-    fd, st = _open_regular(path, follow)
-    if limit is not None and st.st_size > limit:
-        os.close(fd)
-        raise UnusableFile(path, f"is {st.st_size / MiB:.1f} MiB, more than the {limit / MiB:.0f} MiB such a file "
-                                 f"can hold")
+        raise UnusableFile(path, problem)
     return os.fdopen(fd, "rb")
+
+
+def _too_big(size: int, limit: int) -> str:
+    return f"is {size / MiB:.1f} MiB, more than the {limit / MiB:.0f} MiB such a file can hold"
 
 
 def read_bounded(path: Path | str, limit: int = MAX_JSON_BYTES, follow: bool = False) -> bytes:
@@ -156,7 +150,7 @@ def read_bounded(path: Path | str, limit: int = MAX_JSON_BYTES, follow: bool = F
         except OSError as exc:
             raise UnusableFile(path, _os_reason(exc, follow)) from None
     if len(data) > limit:  # it grew while being read
-        raise UnusableFile(path, f"is more than the {limit / MiB:.0f} MiB such a file can hold")
+        raise UnusableFile(path, _too_big(len(data), limit))
     return data
 
 
@@ -176,7 +170,7 @@ def sha256_of(path: Path | str, progress=None, limit: int | None = None, follow:
         except OSError as exc:
             raise UnusableFile(path, _os_reason(exc, follow)) from None
     if limit is not None and done > limit:
-        raise UnusableFile(path, f"is more than the {limit / MiB:.0f} MiB hashed")
+        raise UnusableFile(path, _too_big(done, limit))
     return digest.hexdigest()
 
 
@@ -239,7 +233,7 @@ def _too_deep(raw: bytes, max_depth: int) -> bool:
 
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
         if test(mode):
             return name
     return "not a file"
@@ -492,16 +486,11 @@ _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 def mount_of(path: Path) -> tuple[str, str]:
     """(mount point, filesystem type) holding ``path``, from /proc/self/mounts; ('?', '?') where unknown."""
     real, best = os.path.realpath(path), ("?", "?")
-    try:
-        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:  # not a results file
-            for line in f:
-                fields = line.split()
-                if len(fields) >= 3:
-                    point = fields[1].replace("\\040", " ")
-                    if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best[0]):
-                        best = (point, fields[2])
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+        for point, kind in (line.split()[1:3] for line in f if line.count(" ") >= 2):
+            point = point.replace("\\040", " ")
+            if os.path.commonpath([real, point]) == point and len(point) >= len(best[0]):
+                best = (point, kind)
     return best
 
 
@@ -525,8 +514,8 @@ def _probe_lock(fd: int, folder: Path) -> None:
             f"locks (a local disk), or mount {point} with locking (NFS: without 'nolock'; Lustre: -o flock)") from None
 
 
-def lock_file(path: Path, wait_s: float | None = None) -> int | None:
-    """A descriptor holding an exclusive ``flock`` on ``path`` (created no-follow inside the root: the lock a run
+def lock_file(path: Path, wait_s: float | None = None):
+    """A file object holding an exclusive ``flock`` on ``path`` (created no-follow inside the root: the lock a run
     folder, a search and a journal have); closing it drops the lock, and the kernel drops it when the holder
     dies in any way (kill -9, OOM, Slurm cancel), so nothing is left to clean up. ``wait_s`` None: wait as long
     as it takes; else None once ``wait_s`` seconds passed with another process holding it.
@@ -544,42 +533,32 @@ def lock_file(path: Path, wait_s: float | None = None) -> int | None:
     except OSError as exc:
         raise WriteError(path, exc) from None
     deadline = None if wait_s is None else time.monotonic() + wait_s
+    lock = os.fdopen(fd, "rb")  # closing it drops the lock
     try:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
-                return fd
+                return lock
             except OSError as exc:
                 if exc.errno not in _BUSY:
                     _probe_lock(fd, path.parent)  # names the mount when it has no locks
                     raise
                 if time.monotonic() >= deadline:
-                    os.close(fd)
+                    lock.close()
                     return None
             time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
     except BaseException:
-        os.close(fd)
+        lock.close()
         raise
 
 
-@contextlib.contextmanager
-def locked(path: Path):
-    """``lock_file(path)`` held for a ``with`` block."""
-    fd = lock_file(path)
-    try:
-        yield
-    finally:
-        os.close(fd)
-
-
 def claim_run(run_dir: Path, wait_s: float = 0.0):
-    """Take the run's lock (``lock_file``), retrying for up to ``wait_s`` seconds: a file object to close (or use
-    in a ``with`` block) when the run is done; None when another process holds it."""
+    """Take the run's lock (``lock_file``), retrying for up to ``wait_s`` seconds: a file to close (or use in a
+    ``with`` block) when the run is done; None when another process holds it."""
     path = Path(run_dir) / LOCK
     if os.path.islink(path) or (path.exists() and not path.is_file()):  # a planted link or a folder: kept aside
         set_aside(path)
-    fd = lock_file(path, wait_s)
-    return None if fd is None else os.fdopen(fd, "rb")
+    return lock_file(path, wait_s)
 
 
 def read_started(run_dir: Path) -> dict:

@@ -43,7 +43,7 @@ class TrialPruned(LtbenchError):
 
 def search_lock(root: Path):
     """The search's flock (held while a worker looks at the studies and asks, takes over or tells a trial)."""
-    return store.locked(Path(root) / LOCK)
+    return store.lock_file(Path(root) / LOCK)
 
 
 def me() -> dict:

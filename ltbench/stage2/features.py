@@ -138,11 +138,8 @@ def meta_problem(meta) -> str:
 
 def read_meta(run_dir: Path) -> dict | None:
     """meta.json when it is usable (``meta_problem``), else None."""
-    try:
-        meta = store.load_json(Path(run_dir) / FEATURES_DIR / META, limit=store.MiB)
-    except store.UnusableFile:
-        return None
-    return None if meta_problem(meta) else meta
+    meta = store.load_json_object(Path(run_dir) / FEATURES_DIR / META)
+    return None if not meta or meta_problem(meta) else meta
 
 
 def cache_problem(run_dir: Path, meta: dict) -> str:
@@ -150,7 +147,7 @@ def cache_problem(run_dir: Path, meta: dict) -> str:
     folder = Path(run_dir) / FEATURES_DIR
     for split in meta["splits"]:
         path = folder / split_file(split)
-        problem = store.regular_file_problem(path)
+        problem = store.regular_file_problem(path, follow=False)
         if problem:
             return f"{path.name} {problem}"
         if path.stat().st_size != meta["bytes"][split]:
@@ -279,12 +276,9 @@ def start_fresh_if_foreign(folder: Path, origin: dict) -> None:
     """Keep split files only when they were extracted from this checkpoint in this dtype (as told by
     meta.json or, mid-extraction, by .partial.json); otherwise delete them and mark the new origin."""
     known = read_meta(folder.parent)
-    if known is None and (folder / PARTIAL).is_file():
-        try:
-            known = store.load_json(folder / PARTIAL, limit=store.MiB)
-        except store.UnusableFile:
-            known = None
-    if isinstance(known, dict) and all(known.get(k) == v for k, v in origin.items()):
+    if known is None:
+        known = store.load_json_object(folder / PARTIAL)
+    if known and all(known.get(k) == v for k, v in origin.items()):
         return
     (folder / META).unlink(missing_ok=True)
     for f in folder.glob("*.npz"):
