@@ -188,8 +188,9 @@ def test_appends_locks_and_the_journal_refuse_a_planted_link(planted):
     from ltbench.run import tpe as run_tpe
 
     root, run_dir, victim = planted
-    for name in ("worker.log", store.LOG, store.LOCK, run_tpe.LOCK):
+    for name in (store.LOG, store.LOCK, run_tpe.LOCK):
         (run_dir / name).symlink_to(victim)
+    (run_dir / "worker.log").symlink_to(victim.parent / "created.txt")  # dangling: O_CREAT would make its target
     with pytest.raises(OSError, match="symlink"):
         store.open_append(run_dir / "worker.log")  # the launcher's worker log (run/local_pool.py)
     with pytest.raises(OSError, match="symlink"):

@@ -65,7 +65,6 @@ def test_unusable_results_are_named_and_never_done(tmp_path, case):
     assert reason in check.reason, check.reason
     assert store.read_result(tmp_path) is None
     assert status_rule.run_status(tmp_path) == "damaged"
-    assert [c.state for _, c in store.iter_result_checks(tmp_path)] == ["unusable"]
 
 
 def test_usable_results_and_missing_and_directory(tmp_path):

@@ -1,6 +1,5 @@
-"""The one status rule: what a run folder's files say about the run (launch, status, tables, the runner and stage 2
-all ask it). Apart from the store (ltbench/results/store.py), which reads the files, because the rule also asks
-whether the run's code has changed (``identity.code_state``), and identity reads files through the store."""
+"""The one status rule (launch, status, tables, the runner and stage 2 ask it). Not in the store, which reads the
+files: the rule asks ``identity.code_state``, and identity reads files through the store."""
 
 from __future__ import annotations
 

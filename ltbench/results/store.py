@@ -305,10 +305,7 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """
     path = Path(path)
     check_inside(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
-    except OSError as exc:
-        raise WriteError(path, exc) from None
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{TMP_MARK}")
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600; results are meant to be shared
         with os.fdopen(fd, "wb") as f:
@@ -655,11 +652,6 @@ def older_records(root: Path) -> list[Path]:
 def read_result(run_dir: Path) -> dict | None:
     """The usable result record of a run ('done' or 'failed'), or None (missing or unusable)."""
     return check_result(run_dir).result
-
-
-def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
-    """(run directory, check) for every result.json below ``root``, usable or not."""
-    return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]
 
 
 # The caches ltbench keeps for a results folder (table index, recipe expansions) live in the folder itself
