@@ -104,7 +104,7 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
     claim = store.claim_run(run_dir, wait_s=claim_wait_s)
     if claim is None:
         owner = store.read_started(run_dir)
-        where = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
+        where = f" (pid {shorten(owner.get('pid'), 20)} on {shorten(owner.get('host'), 80)})" if owner else ""
         say(f"skipped: another process is running it{where}")
         return CLAIMED
     with claim:

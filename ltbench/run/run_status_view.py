@@ -66,10 +66,10 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
         owner = state.started
         notes.append(f"epoch {rows[-1].get('epoch')} done" if rows else "no epoch done")
         if owner:
-            notes.append(f"pid {owner.get('pid')} on {owner.get('host')}")
+            notes.append(f"pid {shorten(owner.get('pid'), 20)} on {shorten(owner.get('host'), 80)}")
         if status == "interrupted":
             why = str(owner.get("interrupted") or "").split(": ", 1)[-1].split("; it keeps", 1)[0]
-            notes.append((f"stopped by {why[:200]}" if why else "its process is gone") + "; run again to resume")
+            notes.append((f"stopped by {shorten(why)}" if why else "its process is gone") + "; run again to resume")
     if status in ("pending", "running") and os.path.lexists(run_dir / store.SUBMITTED):
         submitted = store.load_json_object(run_dir / store.SUBMITTED)
         notes.append(f"job {shorten(submitted['job_id'], 40)}" if "job_id" in submitted
