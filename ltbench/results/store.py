@@ -412,8 +412,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def ensure_writable(folder: Path) -> Path:
-    """Create ``folder`` if needed and prove we can write there, and lock there (``probe_locks``); one clear
-    error otherwise."""
+    """Create ``folder`` if needed and prove we can write there and take a lock there (before the first run's
+    lock: ``_probe_lock`` names the mount where locks do not work); one clear error otherwise."""
     folder = Path(folder)
     check_inside(folder / "x")
     try:
