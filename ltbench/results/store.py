@@ -22,6 +22,7 @@ This module imports no torch, so status and tables work on a login node.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import hashlib
@@ -62,10 +63,7 @@ RUN_FILES = (SPEC, CONFIG, LOG, CHECKPOINT, RESULT, STARTED, SUBMITTED, LOCK)
 
 def count_statuses(statuses) -> dict[str, int]:
     """How many runs are in each status: the one tally every launcher, status and report line uses."""
-    counts: dict[str, int] = {}
-    for status in statuses:
-        counts[status] = counts.get(status, 0) + 1
-    return counts
+    return dict(collections.Counter(statuses))
 
 
 def format_counts(counts: dict[str, int], order: tuple[str, ...] | None = None) -> str:
