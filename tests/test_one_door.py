@@ -9,6 +9,7 @@ import ast
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -341,3 +342,28 @@ def test_a_huge_environment_value_reaches_a_numerics_note_bounded_with_its_hash(
     contrast = identity.numerics_contrast({"device": "cpu", "kernel_env": {"X": big}},
                                           {"device": "cpu", "kernel_env": {}})
     assert 0 < len(contrast) < 200, contrast
+
+
+def test_the_launcher_sets_a_planted_worker_log_aside_and_writes_its_own(write_recipe, tmp_path, monkeypatch):
+    from ltbench.recipe import load_recipe
+    from ltbench.run import local_pool
+
+    (spec,) = load_recipe(write_recipe()).runs[:1]
+    run_dir = Path(spec.run_dir)
+    run_dir.mkdir(parents=True)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    (run_dir / "worker.log").symlink_to(victim)
+    monkeypatch.setattr(local_pool.subprocess, "Popen", lambda cmd, stdout, **kw: stdout.write(b"worker output\n"))
+    local_pool._start_worker(spec, slot=1, jobs=2, redo=(), gpu=None, write=lambda line: None)
+    assert victim.read_text() == "keep me" and (run_dir / "worker.log.damaged").is_symlink()
+    assert (run_dir / "worker.log").read_bytes() == b"worker output\n"
+    os.unlink(run_dir / "worker.log")
+    os.mkfifo(run_dir / "worker.log")  # a FIFO there never blocks the launcher (the alarm only guards the suite)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("opening a FIFO as worker.log blocked"))
+    signal.alarm(60)
+    try:
+        local_pool._start_worker(spec, slot=1, jobs=2, redo=(), gpu=None, write=lambda line: None)
+    finally:
+        signal.alarm(0)
+    assert (run_dir / "worker.log").read_bytes() == b"worker output\n"
