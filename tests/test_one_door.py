@@ -29,9 +29,10 @@ OPENERS = {"open", "os.open", "read_text", "write_text", "read_bytes", "write_by
            "zipfile.ZipFile"}
 NOT_RESULTS = {  # (file, call): why the file it opens is no results file
     ("ltbench/recipe/__init__.py", "open"): "the recipe the user names (code: docs/trust.md)",
-    ("ltbench/recipe/expansion.py", "read_bytes"): "the recipe the user names, hashed for its cache key",
     ("ltbench/train/resources.py", "open"): "cgroup and /proc files (the CPU and memory this process may use)",
     ("ltbench/results/provenance.py", "open"): "/proc/cpuinfo",
+    ("ltbench/results/caches.py", "os.open"): "the user's cache key (config folder: made O_EXCL 0600, read O_NOFOLLOW, "
+                                              "its owner, mode and size checked)",
     ("ltbench/results/provenance.py", "read_text"): "an installed package's version.py",
     ("ltbench/report/literature.py", "read_text"): "published.yaml, shipped with ltbench",
     ("ltbench/pretrained/prompts.py", "read_text"): "prompt lists shipped with ltbench",
@@ -116,7 +117,7 @@ HOSTILE_READS = textwrap.dedent("""
     assert store.read_started(run_dir) == {}
     status, note = describe_run(run_dir, listed=True)
     assert "submitted.json unreadable" in note, (status, note)
-    assert caches.read_cache(run_dir / "cache.json") is None
+    assert caches.read_sealed(run_dir / "cache.json", inputs=[]) is None
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert peak_mb < 1000, peak_mb  # nothing of the 20 GB was read
     print("ok", status)
@@ -177,7 +178,7 @@ def test_the_heartbeat_a_report_and_a_cache_replace_a_planted_link(planted):
         link.symlink_to(victim)
     write_beat(run_dir, {"phase": "writing"})
     store.atomic_write_bytes(root / "recipe" / "report" / "table.md", b"| a |")
-    caches.write_cache(root / "recipe" / ".ltbench-index", b"{}")
+    caches.write_sealed(root / "recipe" / ".ltbench-index", [], b"{}")
     _untouched(victim)
     for link, data in links.items():
         if data is not None:
