@@ -16,6 +16,7 @@ from pathlib import Path
 from ltbench.run import local_pool
 from ltbench import report
 from ltbench.results import store
+from ltbench.data.validation import check_disjoint, declares_validation
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
@@ -38,6 +39,8 @@ def preflight(recipe: Recipe) -> None:
         check = getattr(builder, "check", None)
         if callable(check):
             call_plugin(label, "check()", check)
+        if declares_validation(spec.config["data"]):  # no validation sample is a test sample (docs/protocol.md)
+            check_disjoint(call_plugin(label, "split_ids()", builder.split_ids), f"data: {label}")
 
 
 def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, int]]:
