@@ -30,7 +30,7 @@ from ltbench.recipe import Recipe, RecipeConfig, parse_yaml, read_recipe_file, r
 from ltbench import registry
 from ltbench.config import ConfigError, describe_options, value_text
 from ltbench.registry import PLUGIN_PATH_ENV
-from ltbench.recipe.tpe import JOURNAL
+from ltbench.recipe.trials import search_signature
 from ltbench.results.runspec import RunSpec
 
 RUNS_CACHE_VERSION = 1
@@ -70,21 +70,8 @@ def expansion_signature(recipe: RecipeFile, overrides: list[str]) -> str:
     h.update(json.dumps([str(recipe.path.resolve()), str(recipe.root), list(overrides),
                          os.environ.get(PLUGIN_PATH_ENV, "")]).encode())
     h.update(caches.code_signature(recipe.plugin_dirs + env_plugin_dirs()).encode())
-    h.update(journal_signature(recipe).encode())
+    h.update(search_signature(recipe.raw, recipe.root).encode())
     return h.hexdigest()
-
-
-def journal_signature(recipe: RecipeFile) -> str:
-    """A tpe search's runs are the trials its journal holds (ltbench/recipe/tpe.py): its size and mtime are
-    part of what the expansion depends on ('' for other recipes, and before the first trial)."""
-    found = recipe.raw.get("search")
-    if not (isinstance(found, dict) and found.get("sampler") == "tpe"):
-        return ""
-    try:
-        info = (recipe.root / JOURNAL).stat()
-    except OSError:
-        return "no journal"
-    return f"{info.st_size}:{info.st_mtime_ns}"
 
 
 def _runs_cache_path(recipe: RecipeFile, overrides: list[str]) -> Path:

@@ -15,8 +15,6 @@ its run's configuration is rebuilt from the journal exactly; the worker loop is 
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,23 +40,13 @@ def require_optuna(where: str):
 
 @dataclass
 class Study:
-    """One grid point with one seed: ``trials`` trials asked from TPE, each an ordinary run."""
+    """One grid point over its tuning seeds: ``trials`` trials asked from TPE, each run on every tuning seed."""
 
-    name: str  # the study's name in the journal: method, seed and a hash of everything else it depends on
+    name: str  # the study's name in the journal (identity.study_id)
     method: str
-    seed: int  # the runs' seed
     cfg: dict  # the grid point's configuration (grid and overrides set), without the drawn values
     point: dict  # the grid point, recorded in each run's spec as its grid
     space: dict  # dotted key -> search.Distribution
-
-
-def study_name(method: str, seed: int, fixed_id: str, found: Any, space: dict) -> str:
-    """'la-seed0-<12 hex>': the hash covers the run id of the configuration less its searched options
-    (``fixed_id``), the search's seed, its space and whether it prunes: changing any of them is another study.
-    ``trials`` is left out: raising it continues the study."""
-    c = found.config
-    key = json.dumps([fixed_id, c.seed, search.space_text(space), c.prune], sort_keys=True)
-    return f"{method}-seed{seed}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
 def probe_values(space: dict) -> list[dict]:
@@ -125,6 +113,34 @@ class FlockJournalLock:
             os.close(fd)  # drops the flock
 
 
+def cut_torn_tail(path: Path, out=print) -> None:
+    """Before any append: a last line without its newline (a writer killed mid-append; Optuna's reader skips
+    it) is cut, under the journal's lock, so the next operation is never appended after it (the two would
+    read as one damaged line, and the journal would be refused for good)."""
+    if not path.is_file() or path.is_symlink():
+        return
+    lock = FlockJournalLock(path)
+    lock.acquire()
+    try:
+        import os
+
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        try:
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, min(size, 1 << 20), max(size - (1 << 20), 0))
+            if not tail or tail.endswith(b"\n"):
+                return
+            keep = size - len(tail) + tail.rfind(b"\n") + 1 if b"\n" in tail else (0 if size <= len(tail) else None)
+            if keep is None:
+                raise damaged(path, "its last line is torn and longer than 1 MiB")
+            os.ftruncate(fd, keep)
+            out(f"{path}: cut a torn last line ({size - keep} bytes, a writer stopped mid-append) before appending")
+        finally:
+            os.close(fd)
+    finally:
+        lock.release()
+
+
 def open_journal(path: Path, optuna):
     """Optuna's storage over the journal file (created when missing), every line read and replayed now, so a
     damaged journal is said here, in one line, before any run."""
@@ -186,8 +202,9 @@ def checked_values(values: Any, study: Study, number: int, path: Path) -> dict:
         raise damaged(path, f"trial {number} of study {study.name} records values for {short(values)}, "
                             f"not for its space {sorted(study.space)}")
     for key, value in values.items():
-        if not (value is None or isinstance(value, (str, int, float, bool))):
-            raise damaged(path, f"trial {number} of study {study.name}: {key} is {short(value)}, not a plain value")
+        if not study.space[key].holds(value):
+            raise damaged(path, f"trial {number} of study {study.name}: {key} is {short(value)}, not a draw of its "
+                                f"space {study.space[key].text()}")
     return values
 
 

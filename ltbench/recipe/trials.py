@@ -21,19 +21,28 @@ nothing is drawn here; the recipe lists the trials its journal already holds.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ltbench import registry, search
 from ltbench.config import check_range, from_dict, join_path
 from ltbench.errors import ConfigError, short_repr
 from ltbench.recipe.tpe import require_optuna
+from ltbench.results import store
 
 
 @dataclass
 class SearchConfig:
     trials: int = 0
     seed: int = 0
+    # Stage 1 runs every draw on these seeds and chooses on them; stage 2 runs the choice on the recipe's
+    # seeds, which must not be among them (docs/tuning.md: fresh seeds carry no selection bonus).
+    seeds: list[int] = field(default_factory=lambda: [1000, 1001])
     sampler: str = "random"
     space: dict[str, Any] = field(default_factory=dict)
     prune: bool = False  # tpe: stop a trial whose validation curve falls below the median of earlier trials
@@ -41,6 +50,11 @@ class SearchConfig:
     def validate(self) -> None:
         check_range("trials", self.trials, 1, search.MAX_TRIALS, unit=" (the number of configurations per method)")
         check_range("seed", self.seed, 0, 2**32 - 1)
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds: expected a non-empty list of distinct tuning seeds, e.g. [1000, 1001], got "
+                             f"{short_repr(self.seeds, 60)}")
+        for seed in self.seeds:
+            check_range("seeds[...]", seed, 0, 2**32 - 1)
         if self.sampler not in search.SAMPLERS:
             raise ValueError(f"sampler: expected {', '.join(search.SAMPLERS)}, got {short_repr(self.sampler, 40)}")
         if self.prune and self.sampler != "tpe":
@@ -98,6 +112,59 @@ def point_space(found: Search, cfg: dict, point: dict, override_keys: list[str],
                                   f"{what}'s value)")
     found.spaces[name] = space
     return space
+
+
+def check_tuning_seeds(found: Search | None, report_seeds: list[int], where: str = "search") -> None:
+    """The report seeds never take part in the choice: a seed in both lists is refused."""
+    shared = sorted(set(found.config.seeds) & set(report_seeds)) if found else []
+    if shared:
+        raise ConfigError(f"{where}.seeds: seed(s) {', '.join(map(str, shared))} are also report seeds (seeds:); the "
+                          f"configuration is chosen on the tuning seeds and reported on fresh ones, so give seeds that "
+                          f"are not in seeds: (e.g. search.seeds: [1000, 1001])")
+
+
+def validation_all(result: dict | None) -> float | None:
+    """A done result's validation All (a finite number), else None."""
+    if not result or result.get("status") != "done":
+        return None
+    value = ((result.get("metrics") or {}).get("val") or {}).get("all")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def finished_choice(trials: list[list | None]) -> int | None:
+    """Stage 1's choice once it has ended: ``trials`` holds, per draw, its runs on the tuning seeds (None: a
+    draw that ended without a run, e.g. refused by its plugin). Each run's result is read from its folder (data:
+    store.read_result); None while any run has no result yet, or when no draw has validation on every seed."""
+    vals = []
+    for specs in trials:
+        results = [store.read_result(Path(spec.run_dir)) for spec in specs or []]
+        if any(r is None for r in results):
+            return None
+        vals.append([validation_all(r) for r in results] if specs else [None])
+    return search.choose(vals)
+
+
+def search_signature(raw: dict, root: Path) -> str:
+    """What a search's runs depend on besides its recipe: its trials' results (its report runs exist once they
+    have ended) and a sampler's state file (a tpe journal): the name, size and mtime of each file of the
+    results folder and of each run folder's result.json, for the expansion caches' signature ('' without a
+    search). One stat per run: a cache that waits for results must not miss them."""
+    if not isinstance(raw.get("search"), dict):
+        return ""
+    seen = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return "no results yet"
+    for entry in entries:
+        path = Path(entry.path) / "result.json" if entry.is_dir(follow_symlinks=False) else Path(entry.path)
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        seen.append([str(path.relative_to(root)), info.st_size, info.st_mtime_ns])
+    return hashlib.sha1(json.dumps(seen).encode()).hexdigest()
 
 
 def check_space_used(found: Search, methods: list[str], where: str) -> None:

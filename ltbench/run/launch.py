@@ -19,7 +19,7 @@ from ltbench.results import store
 from ltbench.data.validation import check_disjoint, declares_validation
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
-from ltbench.recipe import Recipe, distinct_data
+from ltbench.recipe import Recipe, distinct_data, load_recipe
 from ltbench.registry import DATASETS, Registry, call_plugin
 from ltbench.run.screen import for_terminal, say
 from ltbench.run.runlines import check_results_root, other_data_note, run_lines
@@ -145,6 +145,25 @@ def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo:
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
            rebuild_checkpoints: bool = False) -> dict[str, int]:
+    """Run the recipe's runs; a search's report runs (stage 2) exist once its trials have ended, so after a
+    launch that finished here the recipe is read again and launched on while it has new runs."""
+    outcome = launch_once(recipe, rerun_failed, wait, rerun_stale, rebuild_checkpoints)
+    while recipe.found is not None and (wait or recipe.launcher.name not in ("slurm",)):
+        fresh = load_recipe(recipe.path, recipe.overrides, recipe.results_arg)
+        from ltbench.recipe.expansion import runs_where  # lazy: keeps --help fast
+
+        fresh.where = recipe.where
+        plain = [s for s in runs_where(fresh.runs, recipe.where) if not (s.grid or {}).get("search")]
+        if not runs_to_launch(dataclasses.replace(fresh, runs=plain))[0]:
+            break
+        say("\nthe search has chosen: its report runs on fresh seeds (stage 2)")
+        recipe = dataclasses.replace(fresh, runs=plain, studies=[], probes=[])
+        outcome = launch_once(recipe, False, wait, False, False)
+    return outcome
+
+
+def launch_once(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
+                rebuild_checkpoints: bool = False) -> dict[str, int]:
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
     if recipe.studies:  # a tpe search: workers ask its studies for trials (ltbench/run/tpe.py)
         from ltbench.run import tpe  # lazy: keeps status and random-search launches free of optuna

@@ -55,8 +55,32 @@ def search_lock(root: Path):
         os.close(fd)  # drops the flock
 
 
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/<pid>/stat, in clock ticks since boot), or None
+    when there is no such process here (or no /proc). A pid names a process only together with it: the kernel
+    reuses pids."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            text = f.read(4096).decode("ascii", "replace")
+    except (OSError, ValueError):
+        return None
+    fields = text[text.rfind(")") + 2:].split()  # after the command name, which may hold spaces: field 3 on
+    return fields[19] if len(fields) > 19 else None
+
+
 def me() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    """This worker as a trial's owner: host, pid and the pid's start time."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+
+
+def owner_gone(owner: object) -> bool:
+    """Whether a trial's recorded owner is certainly not running it: on this host, no process has its pid, or
+    the process that has it started at another time (the pid was reused). An owner on another host, or one
+    recorded without a start time, counts as gone: the run's own lock then decides (store.claim_run)."""
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return True
+    start = owner.get("start")
+    return start is None or process_start(owner["pid"]) != start
 
 
 def load_study(optuna, storage, study: tpe.Study, recipe: Recipe, number: int):
@@ -90,7 +114,7 @@ def take_trial(optuna, storage, study: tpe.Study, recipe: Recipe, skip: set) -> 
         trials = open_study(optuna, storage, study).get_trials(deepcopy=False)
         for t in trials:
             if t.state.name == "RUNNING" and t.number < recipe.found.config.trials and t.number not in skip \
-                    and store.owner_alive(t.user_attrs.get("owner") or {}) is not True:
+                    and owner_gone(t.user_attrs.get("owner")):
                 live = load_study(optuna, storage, study, recipe, t.number)
                 trial = optuna.trial.Trial(live, t._trial_id)
                 values = t.user_attrs.get("values")
@@ -161,31 +185,46 @@ def pruning(optuna, live, number: int, prune: bool):
 
 def work(recipe: Recipe, out=print) -> dict[str, int]:
     """Train trials of every study of the recipe until each study's budget is asked and its trials are done
-    or running elsewhere. Returns what this worker told ('COMPLETE', 'PRUNED', 'FAIL': counts)."""
+    or running elsewhere: each trial on every tuning seed, its study told the mean validation All. Returns what
+    this worker told ('COMPLETE', 'PRUNED', 'FAIL': counts)."""
     optuna = tpe.require_optuna("sampler: tpe")
     store.make_dirs(recipe.root)
+    tpe.cut_torn_tail(tpe.journal_path(recipe.root), out)
     storage = tpe.open_journal(tpe.journal_path(recipe.root), optuna)
     wait = 180.0 if os.environ.get("SLURM_JOB_ID") else 0.0  # a requeued task waits out a dead node's NFS lease
     told: dict[str, int] = {}
+    c = recipe.found.config
     for study in recipe.studies:
         skip: set[int] = set()
         while (taken := take_trial(optuna, storage, study, recipe, skip)) is not None:
             live, number, values = taken
+            drawn = ", ".join(f"{k}={v}" for k, v in values.items())
             try:
-                spec = tpe_trial_spec(recipe, study, number, values)
+                specs = [tpe_trial_spec(recipe, study, number, values, seed) for seed in c.seeds]
             except ConfigError as exc:  # a draw a plugin refuses: the trial fails, the search goes on
-                out(f"{study.name} trial {number + 1}: {exc}")
+                out(f"{study.method} trial {number + 1}/{c.trials} ({drawn}): {exc}")
                 state = tell(optuna, live, number, recipe.root, "FAIL", error=str(exc))
                 told[state] = told.get(state, 0) + 1
                 continue
-            out(f"{study.name} trial {number + 1}/{recipe.found.config.trials}: run {spec.run_id} "
-                f"({', '.join(f'{k}={v}' for k, v in values.items())})")
-            status = run_one(spec, say=out, claim_wait_s=wait,
-                             on_epoch=pruning(optuna, live, number, recipe.found.config.prune))
-            if status == CLAIMED:  # its run is trained by a live process elsewhere: that one tells
+            outcomes = []
+            for i, spec in enumerate(specs):  # the first tuning seed's validation curve is the one pruning reads
+                out(f"{study.method} trial {number + 1}/{c.trials} ({drawn}), tuning seed {spec.seed}: run {spec.run_id}")
+                status = run_one(spec, say=out, claim_wait_s=wait,
+                                 on_epoch=pruning(optuna, live, number, c.prune) if i == 0 else None)
+                if status == CLAIMED:  # its run is trained by a live process elsewhere: that one tells
+                    break
+                outcomes.append(outcome(Path(spec.run_dir)))
+                if outcomes[-1][0] != "COMPLETE":
+                    break
+            if len(outcomes) < len(specs) and (not outcomes or outcomes[-1][0] == "COMPLETE"):
                 skip.add(number)
                 continue
-            state = tell(optuna, live, number, recipe.root, *outcome(Path(spec.run_dir)))
+            state, value = outcomes[-1] if outcomes[-1][0] != "COMPLETE" else \
+                ("COMPLETE", sum(v for _, v in outcomes) / len(outcomes))
+            out(f"{study.method} trial {number + 1}/{c.trials} ({drawn}): " +
+                (f"validation All {100 * value:.2f} (mean of {len(outcomes)} tuning seeds)" if value is not None
+                 else state.lower()))
+            state = tell(optuna, live, number, recipe.root, state, value)
             told[state] = told.get(state, 0) + 1
     return told
 
@@ -228,7 +267,7 @@ def progress_line(recipe: Recipe) -> str:
     counts = tpe.state_counts(tpe.recorded_trials(recipe.root, recipe.studies, recipe.found.config.trials))
     asked = sum(counts.values())
     states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-    return (f"tpe search, {len(recipe.studies)} stud{'y' if len(recipe.studies) == 1 else 'ies'} (method x seed) x "
+    return (f"tpe search, {len(recipe.studies)} stud{'y' if len(recipe.studies) == 1 else 'ies'} (one per method) x "
             f"{recipe.found.config.trials} trials; journal {tpe.JOURNAL}: {asked} asked" + (f" ({states})" if states else ""))
 
 
