@@ -46,7 +46,8 @@ def cmd_run(args) -> int:
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     recipe.where = parse_where(args.where)
     if recipe.studies and recipe.where:
-        raise ConfigError(f"{args.recipe}: --where does not apply to a tpe search (its workers share every study); "
+        raise ConfigError(f"{args.recipe}: --where does not apply to a {recipe.found.config.sampler} search (its "
+                          f"workers share every study); "
                           f"narrow the grid with an override instead (grid.<key>=[...])")
     recipe.runs = runs_where(recipe.runs, recipe.where)
     if args.launcher:

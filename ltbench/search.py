@@ -28,7 +28,6 @@ from ltbench.errors import ConfigError, short_repr
 from ltbench.seeding import derive_seed
 
 KINDS = ("log_uniform", "uniform", "int_uniform", "choice")
-SAMPLERS = ("random", "tpe")  # tpe: Optuna's TPE, asked trial by trial (ltbench/recipe/tpe.py)
 MAX_TRIALS = 1000
 DIGITS = 4  # significant digits of a continuous draw
 
@@ -42,6 +41,64 @@ CORE_SPACE = {
     "optim.weight_decay": {"log_uniform": [1e-4, 5e-3]},
 }
 CORE_KEYS = ("optim", "train", "data", "backbone", "sampler")  # sections a space may name besides method
+
+
+@dataclass(frozen=True)
+class SearchSampler:
+    """A search sampler as the core sees it (the core never names one). ``asks``: its draws are asked when each
+    trial starts (they depend on the results before it), so a recipe's trials are those its state in the
+    results folder holds, and its launches go through ``runner`` (a module with ``launch``, ``work``,
+    ``progress_line``, ``refuse_redo``); ``hooks`` is a module with ``check(where)`` and
+    ``recorded_trials(root, studies, trials)``. ``prunes``: it can stop a trial on its validation curve.
+    Both modules are imported only when a recipe uses the sampler."""
+    name: str
+    doc: str
+    asks: bool = False
+    prunes: bool = False
+    hooks: str = ""
+    runner: str = ""
+    startup: int = 0  # draws made at random before the sampler's model guides any (TPE: Optuna's default 10)
+
+    def random_at(self, trials: int) -> bool:
+        """Whether fewer than half of ``trials`` draws are guided: the sampler is then random search."""
+        return self.startup > 0 and trials - min(self.startup, trials) < trials / 2
+
+    def module(self, which: str):
+        import importlib
+
+        return importlib.import_module(getattr(self, which))
+
+
+SAMPLERS: dict[str, SearchSampler] = {}
+
+
+def register_sampler(sampler: SearchSampler) -> SearchSampler:
+    SAMPLERS[sampler.name] = sampler
+    return sampler
+
+
+register_sampler(SearchSampler("random", "every draw made in advance from the seed (this module)"))
+register_sampler(SearchSampler("tpe", "Optuna's TPE, asked trial by trial", asks=True, prunes=True,
+                               hooks="ltbench.recipe.tpe", runner="ltbench.run.tpe", startup=10))
+
+
+def random_note(sampler: str, trials: int) -> str:
+    """'tpe is random search at this budget (...)' when fewer than half of its draws are guided, else ''."""
+    entry = SAMPLERS.get(sampler)
+    if entry is None or not entry.random_at(trials):
+        return ""
+    return (f"{sampler} is random search at this budget: its first {min(entry.startup, trials)} of {trials} draws "
+            f"per study are random start-up draws, so fewer than half are guided")
+
+
+def probe_values(space: dict) -> list[dict]:
+    """Two sets of values every draw lies between: each option at its low end, then at its high end (a
+    choice's first and last value). Checked at load like a random draw, so a space a plugin refuses is said
+    before any run, though an asking sampler draws its values only when each trial starts."""
+    def end(dist, i):
+        return dist.args[i] if dist.kind in ("choice", "int_uniform") else _round(dist.args[i])
+
+    return [{k: end(d, i) for k, d in sorted(space.items())} for i in (0, -1)]
 
 
 @dataclass(frozen=True)

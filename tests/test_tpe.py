@@ -19,11 +19,12 @@ import yaml
 optuna = pytest.importorskip("optuna")  # the 'tune' extra (in 'dev'): CI installs it
 
 from ltbench.errors import ConfigError
-from ltbench.recipe import load_recipe, tpe_trial_spec
+from ltbench.recipe import asked_trial_spec, load_recipe
 from ltbench.recipe import tpe as tpe_recipe
 from ltbench.results import identity, store
 from ltbench.run import tpe
 from ltbench.runner import run_one
+from ltbench.search import probe_values
 from tests.conftest import ROOT, TINY, deep_update
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -86,6 +87,7 @@ def test_tiny_tpe_search_runs_methods_x_trials_x_tuning_seeds_then_the_choice_on
     table = ltbench("table", path, "--test", "none")
     assert table.returncode == 0, table.stderr
     assert "Tuned: 3 draws x 1 tuning seed on validation (tpe search, seed 0); reported: 2 fresh seeds" in table.stdout
+    assert "tpe is random search at this budget" in table.stdout and "tpe is random search" in plan.stdout
     assert "chosen on validation" in table.stdout and "chosen among" not in table.stdout
     again = ltbench("run", path)  # nothing left: no trial asked or trained again
     assert again.returncode == 0 and "6 asked (6 complete)" in again.stdout
@@ -232,7 +234,7 @@ def test_pruning_reports_the_validation_curve_and_stops_a_trial_below_the_median
     # a pruned run stops after the epoch that reported, is recorded failed saying why, and the study is told PRUNED
     recipe = load_recipe(path)
     (study,) = recipe.studies
-    spec = tpe_trial_spec(recipe, study, 1, tpe_recipe.probe_values(study.space)[0], 7)
+    spec = asked_trial_spec(recipe, study, 1, probe_values(study.space)[0], 7)
 
     def prune_now(row):
         raise tpe.TrialPruned(f"pruned by the tpe search after epoch {row['epoch']}")
@@ -258,7 +260,7 @@ def test_one_worker_draws_the_same_trials_in_a_fresh_folder(tmp_path):
 @pytest.mark.parametrize("extra, words", [
     ({"search": {**SEARCH, "prune": True}}, "search.prune: true stops a trial on its validation curve"),
     ({"search": {**SEARCH, "prune": True}, "train": {"eval_every": 1}, "optim": {"epochs": 1}}, "validate only at the end"),
-    ({"search": {**SEARCH, "prune": True, "sampler": "random"}}, "needs sampler: tpe"),
+    ({"search": {**SEARCH, "prune": True, "sampler": "random"}}, "set sampler: tpe"),
 ])
 def test_prune_without_a_validation_curve_is_refused_before_any_run(tmp_path, extra, words):
     with pytest.raises(ConfigError, match=words):

@@ -29,11 +29,10 @@ from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
-from ltbench.recipe import tpe
-from ltbench.recipe.trials import (check_space_used, check_tuning_seeds, finished_choice, parse_search, plan_lines,
-                                   point_space, trial_configs, trial_record, with_values)
+from ltbench.recipe.trials import (Study, check_space_used, check_tuning_seeds, finished_choice, parse_search,
+                                   plan_lines, point_space, trial_configs, trial_record, with_values)
 from ltbench.results.runspec import RunSpec
-from ltbench.search import space_text
+from ltbench.search import SAMPLERS, probe_values, space_text
 from ltbench.samplers import DEFAULT_SAMPLER, resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
@@ -136,8 +135,8 @@ class Recipe:
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
     where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
     search: list = field(default_factory=list)  # what --dry-run says of the search (trials.plan_lines)
-    studies: list = field(default_factory=list)  # sampler tpe: one recipe.tpe.Study per grid point
-    probes: list = field(default_factory=list)  # sampler tpe: run specs checked before any run, never run
+    studies: list = field(default_factory=list)  # a sampler that asks (search.SAMPLERS): one trials.Study per grid point
+    probes: list = field(default_factory=list)  # its run specs checked before any run, never run
     found: Any = None  # the parsed search: section (trials.Search), None without one
     identities: dict = field(default_factory=dict)  # data and weights identities asked so far (_run_config)
     seeds: list = field(default_factory=list)  # the report seeds (a search's stage 2 runs on them)
@@ -825,16 +824,23 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         raise ConfigError(str(exc) if isinstance(exc, registry.EnvPluginError) else f"plugins: {exc}") from None
     base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen, used, identities, studies, probes = [], set(), set(), {}, [], []
-    asks = found is not None and found.config.sampler == "tpe"
+    asks = found is not None and SAMPLERS[found.config.sampler].asks
     idle, acting = {}, set()  # options given that cannot act in a run (key: why), and those that act in one
-    for point in points:
+    def point_cfg(point: dict) -> dict:
         cfg = copy.deepcopy(base)
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
         apply_run_overrides(cfg, list(run_overrides), used)
+        return cfg
+
+    if found and found.config.budget == "per_dim":  # every method the same draws per axis as the smallest space
+        found.smallest = min(len(point_space(found, point_cfg(p), p, [ov.key for ov in run_overrides], "search"))
+                             for p in points) or None
+    for point in points:
+        cfg = point_cfg(point)
         if asks:
             space = point_space(found, cfg, point, [ov.key for ov in run_overrides], "search")
-            study, checked = _tpe_study(found, cfg, point, space, identities, name, out_dir)
+            study, checked = _study(found, cfg, point, space, identities, name, out_dir)
             studies.append(study)
             probes += checked
             for probe in checked:
@@ -864,7 +870,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                     [ov.key for ov in run_overrides], search=plan_lines(found), studies=studies, probes=probes,
                     found=found, identities=identities, seeds=list(top.seeds))
     if asks:
-        recipe.runs = tpe_recorded_runs(recipe)
+        recipe.runs = asked_runs(recipe)
     return recipe
 
 
@@ -899,14 +905,14 @@ def _spec(name: str, out_dir: Path, config: dict, point: dict, trial: dict | Non
                    plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id)))
 
 
-def _tpe_study(found, cfg: dict, point: dict, space: dict, identities: dict, name: str,
-               out_dir: Path) -> tuple[tpe.Study, list[RunSpec]]:
-    """One study of a tpe search (a grid point over its tuning seeds) and its probes: the configurations at
+def _study(found, cfg: dict, point: dict, space: dict, identities: dict, name: str,
+           out_dir: Path) -> tuple[Study, list[RunSpec]]:
+    """One study of a search whose sampler asks (a grid point over its tuning seeds) and its probes: the configurations at
     the low and high ends of its space, validated as a random draw would be (their specs are checked, never run)."""
     seed = found.config.seeds[0]
     probes = [_spec(name, out_dir, _trial_config(with_values(cfg, values), seed, identities,
                                                  trial_record(found, 0, space)), point, trial_record(found, 0, space))
-              for values in tpe.probe_values(space)]
+              for values in probe_values(space)]
     if found.config.prune and not validation_curve(probes[0].config):
         raise ConfigError(f"search.prune: true stops a trial on its validation curve, and the runs of method "
                           f"'{cfg['method']['name']}' validate only at the end; set train.eval_every: 1 (validation "
@@ -920,7 +926,7 @@ def _tpe_study(found, cfg: dict, point: dict, space: dict, identities: dict, nam
     method = cfg["method"]["name"]
     c = found.config
     study = identity.study_id(method, identity.run_id(fixed), c.seed, c.seeds, space_text(space), c.prune)
-    return tpe.Study(study, method, cfg, point, space), probes
+    return Study(study, method, cfg, point, space), probes
 
 
 def validation_curve(config: dict) -> bool:
@@ -930,8 +936,8 @@ def validation_curve(config: dict) -> bool:
     return (config["eval"]["select"] == "best_val" and epochs > 1) or 0 < every < epochs
 
 
-def tpe_trial_spec(recipe: Recipe, study: tpe.Study, number: int, values: dict, seed: int) -> RunSpec:
-    """The run of trial ``number`` of a tpe study on tuning seed ``seed``, with its drawn ``values``: an
+def asked_trial_spec(recipe: Recipe, study: Study, number: int, values: dict, seed: int) -> RunSpec:
+    """The run of trial ``number`` of a study on tuning seed ``seed``, with its drawn ``values``: an
     ordinary run, its id the hash of its resolved configuration; its trial record in ``grid['search']``. A
     value a plugin refuses is a ConfigError naming the trial."""
     record = trial_record(recipe.found, number, study.space)
@@ -939,11 +945,12 @@ def tpe_trial_spec(recipe: Recipe, study: tpe.Study, number: int, values: dict, 
     return _spec(recipe.name, recipe.results_dir, config, study.point, record)
 
 
-def tpe_recorded_runs(recipe: Recipe) -> list[RunSpec]:
-    """The runs of the trials a tpe search's journal holds so far (none before its first launch), each on
+def asked_runs(recipe: Recipe) -> list[RunSpec]:
+    """The runs of the trials an asking sampler's state holds so far (none before its first launch), each on
     every tuning seed; and, once a study has told all its trials, its report runs (stage 2)."""
     c = recipe.found.config
-    recorded = tpe.recorded_trials(recipe.root, recipe.studies, c.trials)
+    hooks = SAMPLERS[c.sampler].module("hooks")
+    recorded = hooks.recorded_trials(recipe.root, recipe.studies, c.trials)
     runs, seen = [], set()
     for study in recipe.studies:
         drawn, told = [], sorted(recorded.get(study.name, []), key=lambda t: t[0])
@@ -952,12 +959,12 @@ def tpe_recorded_runs(recipe: Recipe) -> list[RunSpec]:
                 drawn.append((None, None))
                 continue
             try:
-                specs = [_add_run(runs, seen, tpe_trial_spec(recipe, study, number, values, seed)) for seed in c.seeds]
+                specs = [_add_run(runs, seen, asked_trial_spec(recipe, study, number, values, seed)) for seed in c.seeds]
             except ConfigError as exc:
                 if state == "FAIL":  # a draw its plugin refused: told FAIL, never run
                     drawn.append((None, None))
                     continue
-                raise tpe.damaged(tpe.journal_path(recipe.root), f"trial {number} of study {study.name}: {exc}") from None
+                raise hooks.damaged(recipe.root, f"trial {number} of study {study.name}: {exc}") from None
             drawn.append((with_values(study.cfg, values), specs))
         if len(told) == c.trials and all(state != "RUNNING" for _, state, _ in told):  # every trial told
             _add_report_runs(runs, seen, recipe.name, recipe.results_dir, study.point, recipe.identities,

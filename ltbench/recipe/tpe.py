@@ -15,11 +15,11 @@ its run's configuration is rebuilt from the journal exactly; the worker loop is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ltbench import search
+from ltbench.recipe.trials import Study
 from ltbench.errors import ConfigError, shorten
 from ltbench.results import safe_read
 
@@ -38,25 +38,9 @@ def require_optuna(where: str):
     return optuna
 
 
-@dataclass
-class Study:
-    """One grid point over its tuning seeds: ``trials`` trials asked from TPE, each run on every tuning seed."""
-
-    name: str  # the study's name in the journal (identity.study_id)
-    method: str
-    cfg: dict  # the grid point's configuration (grid and overrides set), without the drawn values
-    point: dict  # the grid point, recorded in each run's spec as its grid
-    space: dict  # dotted key -> search.Distribution
-
-
-def probe_values(space: dict) -> list[dict]:
-    """Two sets of values every draw lies between: each option at its low end, then at its high end (a
-    choice's first and last value). Checked at load like a random draw, so a space a plugin refuses is said
-    before any run, though TPE draws its values only when each trial starts."""
-    def end(dist, i):
-        return dist.args[i] if dist.kind in ("choice", "int_uniform") else search._round(dist.args[i])
-
-    return [{k: end(d, i) for k, d in sorted(space.items())} for i in (0, -1)]
+def check(where: str) -> None:
+    """A recipe that asks for tpe: Optuna must be importable (search.SearchSampler.hooks)."""
+    require_optuna(where)
 
 
 def suggest(trial: Any, space: dict) -> dict:
@@ -79,6 +63,7 @@ def journal_path(root: Path) -> Path:
 
 
 def damaged(path: Path, why: str) -> ConfigError:
+    path = journal_path(path) if Path(path).is_dir() else path
     return ConfigError(f"{path}: not a usable Optuna journal ({shorten(why, 200)}); move it aside to start the "
                        f"search's studies anew (the finished runs stay in their folders and are not trained again)")
 

@@ -6,7 +6,7 @@ expansion is cached (``.ltbench-recipe-<name>.json`` in the results folder, or w
 says), by whichever command expanded the recipe (``load_and_remember``), keyed by
 ``expansion.expansion_signature``: the recipe file's path and bytes, the overrides, the results folder,
 $LTBENCH_PLUGIN_PATH and the size and mtime of every Python file of ltbench, the built-in methods, the
-recipe's plugin folders and the $LTBENCH_PLUGIN_PATH folders, and a tpe search's journal (its trials are its
+recipe's plugin folders and the $LTBENCH_PLUGIN_PATH folders, and a search's results and sampler state (its trials are its
 runs): editing any of them expands it again. A
 recipe whose dataset names its data by a digest of its files is never cached (its files may change).
 A method installed from another package and upgraded in place is not seen; delete the cache file

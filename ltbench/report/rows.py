@@ -446,7 +446,7 @@ def selected_unit(hits: list[Unit], select: str) -> Unit:
             unit.problems[seed] = (f"seed {seed}: no setting has {'validation' if select == 'val' else 'test'} metrics to "
                                    f"select on" + (" (set data.val_per_class or data.val_split)" if select == "val" else ""))
             continue
-        # the settings that have this seed at all (a tpe search's trials are drawn per seed: each has one)
+        # the settings that have this seed at all
         among = [h for h in hits if seed in h.runs or seed in h.problems or seed in (h.expected or [])]
         _, _, best = max(scored, key=lambda x: (x[0], x[1]))
         unit.runs[seed] = best.runs[seed]

@@ -20,7 +20,7 @@ from ltbench.config import value_text
 from ltbench.errors import LtbenchError
 from ltbench.recipe.tables import TableSpec
 from ltbench.report.rows import Row, Unit, short_key
-from ltbench.search import budget_text, choose, draws_per_axis
+from ltbench.search import budget_text, choose, draws_per_axis, random_note
 
 TUNED_MARK = " [tuned]"
 SEARCH = "search"  # the selector section of a tuned unit: {method.name: ce, search.trials: 4} is the tuned CE row
@@ -105,6 +105,8 @@ def budget_caption(spec: TableSpec, rows: list[Row]) -> tuple[TableSpec, bool]:
     dims = dict.fromkeys(f"{u.flat.get('method.name', '?')} {len(u.search['space'])} "
                          f"({draws_per_axis(u.search['trials'], len(u.search['space'])):.2g})" for u in tuned)
     text = "; ".join(budgets) + "; search dimension d (draws per axis): " + ", ".join(dims)
+    text += "".join(f"; {note}" for note in dict.fromkeys(random_note(u.search["sampler"], u.search["trials"])
+                                                           for u in tuned) if note)
     mixed = any(not u.trials for r in rows for u in r.units.values())
     if mixed:
         text += "; rows not marked tuned: the recipe's fixed settings"  # marked: '[tuned]', or a label that says so

@@ -94,7 +94,7 @@ STUDY_VERSION = 2  # 2: one study per grid point over its tuning seeds (1: one p
 
 
 def study_id(method: str, fixed_id: str, seed: int, tuning_seeds: list[int], space_text: str, prune: bool) -> str:
-    """A tpe study's name in its journal, 'la-<12 hex>': the hash covers the run id of the configuration less
+    """A study's name in its sampler's state, 'la-<12 hex>': the hash covers the run id of the configuration less
     its searched options (``fixed_id``), the search's seed and tuning seeds, its space and whether it prunes;
     changing any of them is another study. The number of trials is left out: raising it continues the study."""
     key = json.dumps([STUDY_VERSION, fixed_id, seed, list(tuning_seeds), space_text, prune], sort_keys=True)

@@ -21,6 +21,7 @@ from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data, load_recipe
 from ltbench.registry import DATASETS, Registry, call_plugin
+from ltbench.search import SAMPLERS
 from ltbench.run.screen import for_terminal, say
 from ltbench.run.runlines import check_results_root, other_data_note, run_lines
 from ltbench.runner import prepare_run_dir
@@ -84,7 +85,7 @@ def checks_before_any_run(recipe: Recipe) -> None:
 
     from ltbench.pretrained.registered import check_weights  # lazy: keeps status and table free of torch
 
-    if recipe.probes:  # a tpe search: its draws are unknown yet, its probes span them (recipe._tpe_study)
+    if recipe.probes:  # a sampler that asks: its draws are unknown yet, its probes span them (recipe._study)
         recipe = dataclasses.replace(recipe, runs=recipe.probes + recipe.runs)
     check_runs_per_gpu(recipe)
     preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
@@ -103,10 +104,9 @@ def print_plan(recipe: Recipe) -> int:
     check_results_root(recipe.root)
     checks_before_any_run(recipe)
     lines = run_lines(recipe.runs, recipe.override_keys)
-    if recipe.studies:
-        from ltbench.run.tpe import progress_line  # lazy: keeps random-search plans free of optuna
-
-        print(f"recipe {recipe.name}: {progress_line(recipe)}; {len(recipe.runs)} run(s) drawn so far -> {recipe.root}")
+    if recipe.studies:  # a sampler that asks: its runs are the trials its state holds so far
+        progress = SAMPLERS[recipe.found.config.sampler].module("runner").progress_line(recipe)
+        print(f"recipe {recipe.name}: {progress}; {len(recipe.runs)} run(s) drawn so far -> {recipe.root}")
     else:
         print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
     for text in recipe.search:
@@ -165,17 +165,16 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
 def launch_once(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
                 rebuild_checkpoints: bool = False) -> dict[str, int]:
     redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
-    if recipe.studies:  # a tpe search: workers ask its studies for trials (ltbench/run/tpe.py)
-        from ltbench.run import tpe  # lazy: keeps status and random-search launches free of optuna
-
-        tpe.refuse_redo(recipe, redo)
+    if recipe.studies:  # a sampler that asks: its workers ask its studies for trials (SearchSampler.runner)
+        runner = SAMPLERS[recipe.found.config.sampler].module("runner")
+        runner.refuse_redo(recipe, redo)
         checks_before_any_run(recipe)
         submit = None
         if recipe.launcher.name in ("slurm", "debug"):
             from ltbench.run import slurm  # lazy: keeps status and local launches free of submitit
 
             submit = slurm.submit_search
-        return tpe.launch(recipe, wait, submit)
+        return runner.launch(recipe, wait, submit)
     checks_before_any_run(recipe)
     store.refuse_older(recipe.root)
     store.ensure_writable(recipe.root)

@@ -26,12 +26,14 @@ from pathlib import Path
 
 from ltbench import report
 from ltbench.errors import ConfigError, LtbenchError
-from ltbench.recipe import Recipe, load_recipe, tpe_trial_spec
+from ltbench.recipe import Recipe, asked_trial_spec, load_recipe
 from ltbench.recipe import tpe
+from ltbench.recipe.trials import Study
 from ltbench.results import store
 from ltbench.run.local_pool import gpu_slots, sigterm_as_interrupt, visible_gpus, worker_env
 from ltbench.run.screen import say
 from ltbench.runner import CLAIMED, run_one
+from ltbench.search import SAMPLERS
 from ltbench.seeding import derive_seed
 
 LOCK = "search-tpe.lock"  # not the journal's name + '.lock': Optuna's own journal lock is that file
@@ -83,20 +85,21 @@ def owner_gone(owner: object) -> bool:
     return start is None or process_start(owner["pid"]) != start
 
 
-def load_study(optuna, storage, study: tpe.Study, recipe: Recipe, number: int):
+def load_study(optuna, storage, study: Study, recipe: Recipe, number: int):
     """The study (created on first use) with a TPE sampler seeded for its trial ``number``: the seed of each
     ask is a function of (search seed, study, trial number), so one worker's draws repeat across restarts.
-    The first half of the budget (at most 10 trials) is TPE's random start; constant_liar keeps concurrent
-    workers from asking the same point."""
+    The first ``SearchSampler.startup`` trials (Optuna's default, 10) are TPE's random start: below 20 trials
+    fewer than half are guided, and --dry-run and the caption say TPE is random search at that budget;
+    constant_liar keeps concurrent workers from asking the same point."""
     c = recipe.found.config
     sampler = optuna.samplers.TPESampler(seed=derive_seed("tpe", c.seed, study.name, number) % 2**32,
-                                         n_startup_trials=max(1, min(10, c.trials // 2)), constant_liar=True)
+                                         n_startup_trials=SAMPLERS[c.sampler].startup, constant_liar=True)
     pruner = optuna.pruners.MedianPruner(n_startup_trials=max(1, min(5, c.trials // 2)), n_warmup_steps=0) \
         if c.prune else optuna.pruners.NopPruner()
     return open_study(optuna, storage, study, sampler, pruner)
 
 
-def open_study(optuna, storage, study: tpe.Study, sampler=None, pruner=None):
+def open_study(optuna, storage, study: Study, sampler=None, pruner=None):
     """The study from the journal, created when it is not there yet (under the search's lock: once). Loaded
     first, since Optuna's create_study(load_if_exists) appends a line to the journal on every call."""
     try:
@@ -106,7 +109,7 @@ def open_study(optuna, storage, study: tpe.Study, sampler=None, pruner=None):
                                    pruner=pruner)
 
 
-def take_trial(optuna, storage, study: tpe.Study, recipe: Recipe, skip: set) -> tuple | None:
+def take_trial(optuna, storage, study: Study, recipe: Recipe, skip: set) -> tuple | None:
     """Under the search's lock: (optuna study, trial number, its values) of a trial to train now (one a dead
     worker left RUNNING, else a new one), or None when every trial of the budget is asked and the rest are
     running elsewhere or done."""
@@ -200,7 +203,7 @@ def work(recipe: Recipe, out=print) -> dict[str, int]:
             live, number, values = taken
             drawn = ", ".join(f"{k}={v}" for k, v in values.items())
             try:
-                specs = [tpe_trial_spec(recipe, study, number, values, seed) for seed in c.seeds]
+                specs = [asked_trial_spec(recipe, study, number, values, seed) for seed in c.seeds]
             except ConfigError as exc:  # a draw a plugin refuses: the trial fails, the search goes on
                 out(f"{study.method} trial {number + 1}/{c.trials} ({drawn}): {exc}")
                 state = tell(optuna, live, number, recipe.root, "FAIL", error=str(exc))
