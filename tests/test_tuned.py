@@ -202,6 +202,9 @@ def test_tiny_search_runs_trials_on_tuning_seeds_then_the_choice_on_fresh_seeds_
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert f"{len(finished)} already finished" in out.stdout and "report runs on fresh seeds (stage 2)" in out.stdout
+    assert "the search has chosen, by mean validation All over its tuning seeds: ce (trial " in out.stdout
+    trial_lines = [line for line in out.stdout.splitlines() if line.lstrip().startswith("finished") and "(trial " in line]
+    assert trial_lines and all(", validation All " in line and "optim.lr=" in line for line in trial_lines), out.stdout
     assert {p: p.stat().st_mtime_ns for p in finished} == finished  # no finished trial trained again
     every = load_recipe(path).runs
     reported = [spec for spec in every if not spec.grid.get("search")]

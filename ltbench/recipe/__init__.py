@@ -1026,7 +1026,17 @@ def run_label(run: RunSpec) -> str:
     sampler = run.config["sampler"]
     if sampler["name"] != DEFAULT_SAMPLER:
         extras.append(f"sampler={_short(sampler)}")
+    trial = grid.get("search")
+    if isinstance(trial, dict):  # 'trial 3/8 (optim.lr=0.05, method.tau=1.2)': which draw, and what it drew
+        drawn = ", ".join(f"{k}={_short(_dotted(run.config, k))}" for k in trial.get("space") or [])
+        extras.append(f"trial {trial.get('trial', 0) + 1}/{trial.get('trials')} ({drawn})")
     return method["name"] + (f" ({', '.join(extras)})" if extras else "")
+
+
+def _dotted(config: dict, key: str) -> Any:
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def _short(v: Any) -> str:

@@ -10,6 +10,7 @@ The worker processes of this machine are ``ltbench.run.local_pool``'s; ``ltbench
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from ltbench.results import store
 from ltbench.data.validation import check_disjoint, declares_validation
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
-from ltbench.recipe import Recipe, distinct_data, load_recipe
+from ltbench.recipe import Recipe, distinct_data, load_recipe, run_label
 from ltbench.registry import DATASETS, Registry, call_plugin
 from ltbench.search import SAMPLERS
 from ltbench.run.screen import for_terminal, say
@@ -156,10 +157,20 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
         plain = [s for s in runs_where(fresh.runs, recipe.where) if not (s.grid or {}).get("search")]
         if not runs_to_launch(dataclasses.replace(fresh, runs=plain))[0]:
             break
-        say("\nthe search has chosen: its report runs on fresh seeds (stage 2)")
+        say("\nthe search has chosen, by mean validation All over its tuning seeds: " + "; ".join(chosen_labels(fresh.runs))
+            + "\nits report runs on fresh seeds (stage 2)")
         recipe = dataclasses.replace(fresh, runs=plain, studies=[], probes=[])
         outcome = launch_once(recipe, False, wait, False, False)
     return outcome
+
+
+def chosen_labels(runs: list[RunSpec]) -> list[str]:
+    """'la (trial 3/8 (optim.lr=0.05, ...))' for each search's chosen draw: the trial whose configuration, less
+    its seed, is a report run's."""
+    trials = {json.dumps({**s.config, "seed": None}, sort_keys=True): s for s in runs if (s.grid or {}).get("search")}
+    picked = [trials.get(json.dumps({**s.config, "seed": None}, sort_keys=True)) for s in runs
+              if not (s.grid or {}).get("search")]
+    return list(dict.fromkeys(run_label(t) for t in picked if t is not None))
 
 
 def launch_once(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
