@@ -268,3 +268,17 @@ def test_when_tuning_changes_nothing_tuned_versus_fixed_rejects_at_its_nominal_s
     for trials, tuning, report in ((4, 2, 3), (16, 2, 5)):
         assert simulated_rejections(trials, tuning, report, 3000, two_stages=True) <= 0.07
     assert simulated_rejections(16, 2, 5, 1000, two_stages=False) > 0.15
+
+
+def test_export_writes_a_fixed_recipe_whose_runs_are_the_tuned_rows_report_runs(tmp_path, cli):
+    path = recipe_file(tmp_path)
+    runs = populate(path)
+    reported = sorted(s.run_id for s in runs if not s.grid.get("search"))
+    out = cli("table", path, "--trials", "ce", "--export", tmp_path / "fixed.yaml")
+    assert out.returncode == 0, out.stderr
+    exported = load_recipe(tmp_path / "fixed.yaml")
+    assert "search" not in yaml.safe_load((tmp_path / "fixed.yaml").read_text())
+    assert sorted(s.run_id for s in exported.runs) == reported  # round trip: the tuned row's run ids
+    assert exported.root == load_recipe(path).root  # found where the search left them: nothing trains again
+    refused = cli("table", path, "--export", tmp_path / "x.yaml")
+    assert refused.returncode == 2 and "--trials ROW" in refused.stderr

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
+
+import yaml
 
 from ltbench.config import value_text
 from ltbench.errors import LtbenchError
 from ltbench.recipe.tables import TableSpec
+from ltbench.recipe import read_recipe_file, set_dotted
 from ltbench.report.rows import Row, Unit, short_key
 from ltbench.search import budget_text, choose, draws_per_axis, random_note
 
@@ -168,3 +172,29 @@ def trials_of(tables: list, label: str, digits: int = 2) -> str:
         known = sorted({r.label for t in tables for r in t.rows if any(u.trials for u in r.units.values())})
         raise LtbenchError(f"--trials {label!r}: no tuned row has this label (tuned rows: {', '.join(known) or 'none'})")
     return "\n".join(line for r in tuned[:1] for line in trial_lines(r, digits))
+
+
+def export_recipe(tables: list, label: str, recipe_path: Path, overrides: list[str], path: Path) -> str:
+    """``ltbench table RECIPE --trials ROW --export FILE.yaml``: the recipe without its search, its grid point
+    and drawn values set, on the row's report seeds, so its runs have the tuned row's run ids (the same recipe
+    name and results folder: they are found, never trained again). A row whose search has not chosen yet, or
+    that holds several searches, is refused in one line."""
+    rows = [r for t in tables for r in t.rows if label in (r.label, r.label.removesuffix(TUNED_MARK))]
+    units = [u for r in rows[:1] for u in r.units.values() if u.trials]
+    if len(units) != 1 or not units[0].runs or not Path(recipe_path).is_file():
+        why = ("is not one tuned row" if len(units) != 1 else "has no report run yet (its search has not chosen)"
+               if not units[0].runs else "needs the recipe file, not a results folder")
+        raise LtbenchError(f"--export {path}: row {label!r} {why}; export a tuned row of a recipe once its report "
+                           f"runs are done ('ltbench table RECIPE --trials ROW' shows them)")
+    unit = units[0]
+    rec, trial = unit.runs[min(unit.runs, key=str)], unit.trials[unit.picked]
+    raw, run_overrides = read_recipe_file(Path(recipe_path), overrides)
+    for key in ("search", "grid", "tables"):
+        raw.pop(key, None)
+    chosen = {**{ov.key: ov.value for ov in run_overrides}, **(rec.get("grid") or {}),
+              **{k: trial.flat.get(k) for k in trial.search["space"]}}
+    for key, value in chosen.items():
+        set_dotted(raw, key, value, str(path))
+    raw.update(name=rec["recipe"], results_dir=str(Path(rec["dir"]).parent.parent), seeds=sorted(unit.runs, key=str))
+    path.write_text(f"# {label!r} without its search: {chosen_note(unit)}\n" + yaml.safe_dump(raw, sort_keys=False))
+    return f"wrote {path}: {label} at its chosen configuration on seeds {raw['seeds']}"
