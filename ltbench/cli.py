@@ -452,7 +452,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, per-class statistics, prior shift, training curves")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
-    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves"], required=True,
+    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves", "search"], required=True,
                    help="class_stats: one figure per recorded per-class statistic (kappa: its earlier name)")
     p.add_argument("--size", choices=["column", "text"], default="column",
                    help="figure width: one column (3.3 in, the default) or the text width (6.9 in); fonts >= 7 pt")
