@@ -867,7 +867,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     # Whether each declared table can be built from these runs is checked by the caller
     # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
     recipe = Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
-                    [ov.key for ov in run_overrides], search=plan_lines(found), studies=studies, probes=probes,
+                    [ov.key for ov in run_overrides], search=plan_lines(found, top.seeds), studies=studies, probes=probes,
                     found=found, identities=identities, seeds=list(top.seeds))
     if asks:
         recipe.runs = asked_runs(recipe)

@@ -237,15 +237,17 @@ def trial_record(found: Search, k: int, space: dict, trials: int | None = None) 
     return {"trial": k, "trials": trials or c.trials, "seed": c.seed, "sampler": c.sampler, "space": sorted(space)}
 
 
-def plan_lines(found: Search | None) -> list[str]:
-    """What ``--dry-run`` says about the search before its runs: the budget and each method's space."""
+def plan_lines(found: Search | None, report_seeds: list[int] = ()) -> list[str]:
+    """What ``--dry-run`` says about the search before its runs: both stages, and each method's budget and space."""
     if found is None:
         return []
     c = found.config
     per = "draw(s) per method" if c.budget == "equal" else "draw(s) for the smallest space, scaled per dimension"
     head = (f"search: {c.trials} {per} x {len(c.seeds)} tuning seed(s) {list(c.seeds)}, {c.sampler} search, "
             f"seed {c.seed}; chosen on validation, reported on the recipe's seeds")
-    lines = [head + (", pruning on the validation curve" if c.prune else "")]
+    lines = [head + (", pruning on the validation curve" if c.prune else ""),
+             f"  stage 2: once a method's trial runs have ended, its chosen configuration on the {len(report_seeds)} "
+             f"report seed(s) {list(report_seeds)} ({len(report_seeds) * len(found.spaces)} runs, listed below once chosen)"]
     if search.SAMPLERS[c.sampler].asks:
         lines.append("  each draw is asked from its study when the trial starts (it depends on the results before "
                      "it): the runs below are the trials its state holds so far")
