@@ -164,14 +164,19 @@ def _pct(value, digits: int) -> str:
     return "-" if value is None else f"{100 * value:.{digits}f}"
 
 
-def trials_of(tables: list, label: str, digits: int = 2) -> str:
-    """``ltbench table --trials LABEL``: the trials of the tuned row so labelled, in every table that has it."""
-    rows = [r for t in tables for r in t.rows if label in (r.label, r.label.removesuffix(TUNED_MARK))]
-    tuned = [r for r in rows if any(u.trials for u in r.units.values())]
-    if not tuned:
+def tuned_row(tables: list, label: str) -> Row:
+    """The first tuned row labelled ``label`` (with or without its [tuned] mark), or a one-line error."""
+    rows = [r for t in tables for r in t.rows if label in (r.label, r.label.removesuffix(TUNED_MARK))
+            and any(u.trials for u in r.units.values())]
+    if not rows:
         known = sorted({r.label for t in tables for r in t.rows if any(u.trials for u in r.units.values())})
         raise LtbenchError(f"--trials {label!r}: no tuned row has this label (tuned rows: {', '.join(known) or 'none'})")
-    return "\n".join(line for r in tuned[:1] for line in trial_lines(r, digits))
+    return rows[0]
+
+
+def trials_of(tables: list, label: str, digits: int = 2) -> str:
+    """``ltbench table --trials LABEL``: the trials of the first tuned row so labelled."""
+    return "\n".join(trial_lines(tuned_row(tables, label), digits))
 
 
 def export_recipe(tables: list, label: str, recipe_path: Path, overrides: list[str], path: Path) -> str:
@@ -179,8 +184,7 @@ def export_recipe(tables: list, label: str, recipe_path: Path, overrides: list[s
     and drawn values set, on the row's report seeds, so its runs have the tuned row's run ids (the same recipe
     name and results folder: they are found, never trained again). A row whose search has not chosen yet, or
     that holds several searches, is refused in one line."""
-    rows = [r for t in tables for r in t.rows if label in (r.label, r.label.removesuffix(TUNED_MARK))]
-    units = [u for r in rows[:1] for u in r.units.values() if u.trials]
+    units = [u for u in tuned_row(tables, label).units.values() if u.trials]
     if len(units) != 1 or not units[0].runs or not Path(recipe_path).is_file():
         why = ("is not one tuned row" if len(units) != 1 else "has no report run yet (its search has not chosen)"
                if not units[0].runs else "needs the recipe file, not a results folder")
