@@ -20,8 +20,8 @@ from typing import Any
 
 from ltbench import search
 from ltbench.recipe.trials import Study
-from ltbench.errors import ConfigError, shorten
-from ltbench.results import safe_read
+from ltbench.errors import ConfigError, WriteError, shorten
+from ltbench.results import store
 
 JOURNAL = "search-tpe.journal"  # in the recipe's results folder: every study of the recipe
 INSTALL = "pip install 'ltbench[tune]'"
@@ -68,6 +68,9 @@ def damaged(path: Path, why: str) -> ConfigError:
                        f"search's studies anew (the finished runs stay in their folders and are not trained again)")
 
 
+MAX_JOURNAL_BYTES = 256 * store.MiB  # one line per trial event: a few kB per trial
+
+
 class FlockJournalLock:
     """Optuna's journal lock as an flock on ``<journal>.flock`` (the lock a run folder has: store.claim_run).
     Optuna's own file locks (a symlink, or a file made with O_EXCL) outlive a process killed while appending:
@@ -75,53 +78,44 @@ class FlockJournalLock:
     appends. The kernel drops an flock when its holder dies in any way."""
 
     def __init__(self, path: Path):
-        self.path, self._fd = Path(str(path) + ".flock"), None
+        self.path, self._lock = Path(str(path) + ".flock"), None
 
     def acquire(self) -> bool:
-        import fcntl
-        import os
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        self._lock = store.lock_file(self.path)
         return True
 
     def release(self) -> None:
-        import os
-
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)  # drops the flock
+        if self._lock is not None:
+            self._lock.close()  # drops the flock
+            self._lock = None
 
 
 def cut_torn_tail(path: Path, out=print) -> None:
     """Before any append: a last line without its newline (a writer killed mid-append; Optuna's reader skips
     it) is cut, under the journal's lock, so the next operation is never appended after it (the two would
-    read as one damaged line, and the journal would be refused for good)."""
+    read as one damaged line, and the journal would be refused for good). Through the store's door: bounded,
+    no-follow."""
     if not path.is_file() or path.is_symlink():
         return
+    import os
+
     lock = FlockJournalLock(path)
     lock.acquire()
     try:
-        import os
-
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        try:
-            size = os.fstat(fd).st_size
-            tail = os.pread(fd, min(size, 1 << 20), max(size - (1 << 20), 0))
-            if not tail or tail.endswith(b"\n"):
-                return
-            keep = size - len(tail) + tail.rfind(b"\n") + 1 if b"\n" in tail else (0 if size <= len(tail) else None)
-            if keep is None:
-                raise damaged(path, "its last line is torn and longer than 1 MiB")
-            os.ftruncate(fd, keep)
-            out(f"{path}: cut a torn last line ({size - keep} bytes, a writer stopped mid-append) before appending")
-        finally:
-            os.close(fd)
+        with store.open_bounded(path, MAX_JOURNAL_BYTES) as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(size - (1 << 20), 0))
+            tail = f.read()
+        if not tail or tail.endswith(b"\n"):
+            return
+        if b"\n" not in tail and size > len(tail):
+            raise damaged(path, "its last line is torn and longer than 1 MiB")
+        keep = size - len(tail) + tail.rfind(b"\n") + 1
+        with store.open_append(path) as f:
+            os.ftruncate(f.fileno(), keep)
+        out(f"{path}: cut a torn last line ({size - keep} bytes, a writer stopped mid-append) before appending")
+    except (store.UnusableFile, WriteError) as exc:
+        raise damaged(path, exc.reason if isinstance(exc, store.UnusableFile) else exc.strerror) from None
     finally:
         lock.release()
 
@@ -129,10 +123,11 @@ def cut_torn_tail(path: Path, out=print) -> None:
 def open_journal(path: Path, optuna):
     """Optuna's storage over the journal file (created when missing), every line read and replayed now, so a
     damaged journal is said here, in one line, before any run."""
-    if path.exists() or path.is_symlink():
-        problem = safe_read.regular_file_problem(path)
-        if problem:
-            raise damaged(path, problem)
+    try:  # created here (no-follow, inside the root), so Optuna, which opens it itself, finds a regular file
+        store.open_append(path).close()
+        store.open_bounded(path, MAX_JOURNAL_BYTES).close()
+    except (store.UnusableFile, WriteError) as exc:
+        raise damaged(path, exc.reason if isinstance(exc, store.UnusableFile) else exc.strerror) from None
     from optuna.storages.journal import JournalFileBackend
 
     try:  # the backend only calls the lock's acquire() and release()
