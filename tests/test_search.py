@@ -146,7 +146,7 @@ def test_a_search_space_is_left_out_of_the_code_hash_like_a_docstring():
 def test_no_search_sampler_is_named_outside_its_own_modules():
     """Samplers are a registry (search.SAMPLERS): the core reaches a sampler through its entry, never by name.
     Every name and string (docstrings included) of the product is read; only the registry's home and the
-    sampler's own modules may say 'tpe' or 'optuna'."""
+    sampler's own modules may say 'tpe' or 'optuna' (a cited issue, 'optuna#1300', names no sampler)."""
     import io
     import tokenize
 
@@ -157,7 +157,7 @@ def test_no_search_sampler_is_named_outside_its_own_modules():
         if rel in own:
             continue
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
-            if tok.type in (tokenize.NAME, tokenize.STRING) and re.search(r"\btpe\b|optuna", tok.string, re.I):
+            if tok.type in (tokenize.NAME, tokenize.STRING) and re.search(r"\btpe\b|optuna(?!#\d)", tok.string, re.I):
                 found.append(f"{rel}:{tok.start[0]}")
     assert not found, found
     from ltbench import search

@@ -23,6 +23,7 @@ from ltbench.config import value_text
 from ltbench.errors import LtbenchError
 from ltbench.recipe.tables import TableSpec
 from ltbench.recipe import read_recipe_file, set_dotted
+from ltbench.results import store
 from ltbench.report.rows import Row, Unit, short_key
 from ltbench.search import budget_text, choose, draws_per_axis, random_note
 
@@ -200,5 +201,6 @@ def export_recipe(tables: list, label: str, recipe_path: Path, overrides: list[s
     for key, value in chosen.items():
         set_dotted(raw, key, value, str(path))
     raw.update(name=rec["recipe"], results_dir=str(Path(rec["dir"]).parent.parent), seeds=sorted(unit.runs, key=str))
-    path.write_text(f"# {label!r} without its search: {chosen_note(unit)}\n" + yaml.safe_dump(raw, sort_keys=False))
+    text = f"# {label!r} without its search: {chosen_note(unit)}\n" + yaml.safe_dump(raw, sort_keys=False)
+    store.atomic_write_bytes(path, text.encode())
     return f"wrote {path}: {label} at its chosen configuration on seeds {raw['seeds']}"

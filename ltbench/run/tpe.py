@@ -53,9 +53,8 @@ def process_start(pid: int) -> str | None:
     when there is no such process here (or no /proc). A pid names a process only together with it: the kernel
     reuses pids."""
     try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            text = f.read(4096).decode("ascii", "replace")
-    except (OSError, ValueError):
+        text = store.read_bounded(f"/proc/{int(pid)}/stat", 4096, follow=True).decode("ascii", "replace")
+    except (store.UnusableFile, ValueError):
         return None
     fields = text[text.rfind(")") + 2:].split()  # after the command name, which may hold spaces: field 3 on
     return fields[19] if len(fields) > 19 else None
