@@ -1,27 +1,9 @@
-"""Is a row's score really different from another's? The tests a table can name, each answering one question.
-
-* Welch's t-test over seeds (``welch_test``): each seed is one draw of the whole training procedure;
-  is the difference of two rows' seed means larger than the seed-to-seed spread explains? Welch rather
-  than Student because methods differ in how stable they are (unequal variances).
-* The two-level bootstrap (``two_level_bootstrap_test``, ``--test bootstrap``): the same question, "is this
-  training procedure better than that one on this test distribution", answered with the stored per-image
-  predictions. Each resample draws the seeds (with replacement, per row; jointly when the two rows are
-  heads of the same runs) and then the test images (once per resample, for every seed: they were all
-  evaluated on the same images), so both the seed-to-seed spread and the test-set draw count.
-* The image-only paired bootstrap (``paired_bootstrap_pvalue``, ``--test image_bootstrap``): resamples test
-  images only, with the seeds held fixed. It asks a narrower question: are *these trained models* better
-  on *this test set*, i.e. is the difference more than which test images were drawn explains. It ignores
-  the seed-to-seed spread, so it can call "significant" a difference that another set of seeds would undo.
-
-The default (``default_row_test``): the test a table uses to compare two rows unless told otherwise. It
-is Welch's, because it keeps its nominal size at the seed counts people run (2 to 5): in a null
-simulation (``scripts/significance_size.py``, docs/significance.md) it rejected a true null in 2.6-4.3 %
-of comparisons at alpha = 0.05, where the two-level bootstrap rejected in 10-21 % (``BOOTSTRAP_SIZE``).
-
-Families of comparisons (``holm``): Holm's step-down correction of a set of p-values, so that the chance of
-any false "significant" in the family stays at alpha. ``minimum_detectable_difference``: the smallest
-true difference a test would find with 80 % power from the spread observed, so "no significant
-difference" can be read as "equal" or as "too few seeds to tell".
+"""Is a row's score really different from another's? The tests a table can name, each answering one question:
+Welch's t-test over seeds (the default: it keeps its size at 2-5 seeds, ``DEFAULT_SIZE``), the two-level
+bootstrap (seeds, then test images; liberal with few seeds, ``BOOTSTRAP_SIZE``) and the image-only paired
+bootstrap (these trained models on this test set; it ignores the seed-to-seed spread). Holm's correction for
+families, and the minimum detectable difference, so "no significant difference" can be read as "equal" or as
+"too few seeds to tell". docs/significance.md states each test's question and measured size.
 
 Only numpy and scipy: tables must not need torch.
 """
@@ -46,9 +28,6 @@ SPREAD_RTOL = 1e-9
 BOOTSTRAP_SIZE = {2: 0.211, 3: 0.140, 5: 0.099}  # the two-level bootstrap: liberal with few seeds
 IMAGE_BOOTSTRAP_SIZE = {2: 0.586, 3: 0.613, 5: 0.601}  # the image-only bootstrap asks another question: see above
 DEFAULT_SIZE = {2: 0.026, 3: 0.042, 5: 0.043}  # default_row_test (Welch)
-WELCH_FOOTNOTE = f"Welch's t-test over seeds, alpha = {ALPHA}"
-BOOTSTRAP_FOOTNOTE = f"two-level bootstrap (seeds, then test images), alpha = {ALPHA}"
-IMAGE_BOOTSTRAP_FOOTNOTE = f"paired bootstrap over test images only (these trained models on this test set), alpha = {ALPHA}"
 
 
 def _finite(values: Iterable[float]) -> list[float]:
