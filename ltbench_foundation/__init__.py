@@ -1,17 +1,12 @@
-"""Pretrained foundation backbones (CLIP, ImageNet-21k ViT) with lightweight fine-tuning: the second
-setting of long-tailed recognition (docs/foundation.md).
+"""The foundation track (docs/foundation.md): pretrained backbones (CLIP, ImageNet-21k ViT) with lightweight
+fine-tuning, and the methods built on them (LIFT, zero-shot). A plugin package, installed by the ``foundation``
+extra and found by ltbench as any third-party package is, through its entry points (pyproject.toml): the core
+never imports it.
 
 Layout: ``weights`` (finding, identifying and reading weights files), ``trunks`` (the library ViTs walked
-block by block), ``tuning`` (the tune modes), ``backbone`` (the shared backbone class), ``clip`` and
-``timm_vit`` (the families), ``prompts`` (class names and prompt templates shipped with ltbench). The
-backbones are registered in ``registered`` (a core module of the registry); open_clip and timm are imported only when one is built.
+block by block), ``tuning`` (the tune modes), ``contract`` (their part of ``ltbench check``), ``backbone`` (the shared backbone
+class and the Backbone hooks it answers), ``clip`` and ``timm_vit`` (the families, registered there),
+``prompts`` (class names and prompt templates shipped with the package), ``methods`` (``lift``, ``zero_shot``).
+open_clip and timm are imported only when a backbone is built. Nothing is imported here: each entry point
+imports what it registers.
 """
-
-from ltbench.pretrained.backbone import PretrainedConfig, PretrainedViT
-from ltbench.pretrained.clip import ClipViT, ClipViTB16
-from ltbench.pretrained.timm_vit import TimmViT, ViTB16In21k
-from ltbench.pretrained.tuning import TuneMode, resolve_tune
-from ltbench.pretrained.weights import WeightsMissingError, read_state_dict
-
-__all__ = ["ClipViT", "ClipViTB16", "PretrainedConfig", "PretrainedViT", "TimmViT", "TuneMode", "ViTB16In21k",
-           "WeightsMissingError", "read_state_dict", "resolve_tune"]

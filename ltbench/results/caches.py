@@ -13,7 +13,7 @@ holds what a command then shows as data (a row's method, a seed, an accuracy). S
   discarded and rebuilt from the files it summarises.
 * **Sealed: a pure function of what it caches.** Every cache file is written as ``ltbench-cache sha256:<hex>``
   and its bytes, the hex being the sha256 of the code version (:func:`code_version`: size and mtime of every
-  Python file of ltbench and the built-in methods) and the bytes; each cache's own key adds what it depends on
+  Python file of ltbench and of its checkout's other packages) and the bytes; each cache's own key adds what it depends on
   (a recipe's bytes and path, the overrides, the plugin code: ``recipe/expansion.py``). A file whose digest does
   not match (an entry dropped, added, swapped or edited in place, however self-consistent) or that was written
   by other code is rebuilt, never read. What a seal cannot catch: someone with write access who recomputes it,
@@ -60,8 +60,8 @@ SEAL = b"ltbench-cache sha256:"
 
 
 def code_version() -> str:
-    """What the running ltbench is, for a cache's seal: size and mtime of every Python file of ltbench and the
-    built-in methods (``code_signature``), taken once per process."""
+    """What the running ltbench is, for a cache's seal: size and mtime of every Python file of ltbench and of
+    its checkout's other packages (``code_signature``), taken once per process."""
     if not _code_version:
         _code_version.append(code_signature([]))
     return _code_version[0]
@@ -146,11 +146,15 @@ def _stderr(message: str) -> None:
 
 
 def code_signature(plugin_dirs: list[str]) -> str:
-    """Size and mtime of every Python file the expansion can run: ltbench, the built-in methods and the
-    given plugin folders. Only what discovery can import is walked (``plugin_code_files``): a plugin
-    folder that is no package name (``/``, say) is refused by discovery and never walked here."""
+    """Size and mtime of every Python file the expansion can run: ltbench, the other packages of its checkout
+    (the built-in methods, the plugin packages it ships; an installed copy changes only by an install, which
+    ``site_signature`` sees) and the given plugin folders. Only what discovery can import is walked
+    (``plugin_code_files``): a plugin folder that is no package name (``/``, say) is refused by discovery and
+    never walked here."""
     core = Path(__file__).resolve().parents[1]  # ltbench/ (this file is ltbench/results/caches.py)
-    roots = [core, core.parent / "methods"]
+    checkout = (core.parent / "pyproject.toml").is_file()
+    roots = [core, *sorted(d for d in core.parent.iterdir()
+                           if checkout and d != core and (d / "__init__.py").is_file())]
     roots += [Path(p) for p in plugin_dirs]
     h = hashlib.sha1(site_signature().encode())
     for root in roots:

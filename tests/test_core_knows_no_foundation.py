@@ -1,0 +1,122 @@
+"""The foundation track is a plugin package (ltbench_foundation/, docs/foundation.md): the core (ltbench/ and the
+built-in methods/) knows nothing of it, and works without it.
+
+"Knows nothing" is checked on the text, comments and docstrings included: no file of the core names CLIP,
+open_clip, timm or the package (so no import of it either, static or by a string). What must remain is listed in
+ALLOWED with the reason. The core reaches the package's backbones only through the Backbone hooks
+(docs/adding-a-backbone.md) and its tune modes through ``TuneMode.check``, as it reaches a third-party plugin.
+"""
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ltbench import registry
+from tests.conftest import ROOT
+
+WORDS = re.compile(r"\b(open_?clip|clip|timm|ltbench_foundation)\b|ltbench[./](pretrained|devtools)\b", re.I)
+ALLOWED = {  # (file under the repository root, word in lower case) -> why it stays
+    ("ltbench/report/published.yaml", "timm"): "a published paper's note on which weights its rows used: the "
+                                               "literature's numbers (data), not code",
+}
+
+
+def mentions(text: str) -> dict[str, list[int]]:
+    """{word in lower case: line numbers} of every mention in ``text``."""
+    found: dict[str, list[int]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        for match in WORDS.finditer(line):
+            found.setdefault(match[0].lower(), []).append(number)
+    return found
+
+
+def core_mentions() -> dict[tuple[str, str], list[int]]:
+    return {(path.relative_to(ROOT).as_posix(), word): lines for path in core_files()
+            for word, lines in mentions(path.read_text()).items()}
+
+
+def core_files() -> list[Path]:
+    return sorted(p for folder in ("ltbench", "methods") for p in (ROOT / folder).rglob("*")
+                  if p.is_file() and p.suffix in (".py", ".yaml", ".md", ".txt"))
+
+
+def test_the_core_never_mentions_the_foundation_track():
+    offenders = {f"{f}:{lines} '{word}'" for (f, word), lines in core_mentions().items()
+                 if (f, word) not in ALLOWED}
+    assert not offenders, ("the core names the foundation track; ask a Backbone hook instead (docs/adding-a-backbone.md), "
+                           f"or allow it in ALLOWED with the reason: {sorted(offenders)}")
+
+
+def test_every_allowance_is_still_needed():
+    assert set(ALLOWED) <= set(core_mentions())
+
+
+def test_the_check_sees_each_spelling():
+    text = ("# zero-shot CLIP\nimport open_clip\nfrom timm.models import x\n'ltbench_foundation.prompts'\n"
+            "from ltbench.pretrained import tuning\n# clipped, clipboard, timmy, cliproad: other words\n")
+    assert mentions(text) == {"clip": [1], "open_clip": [2], "timm": [3], "ltbench_foundation": [4],
+                              "ltbench.pretrained": [5]}
+
+
+def test_an_entry_point_whose_package_is_not_installed_is_named_not_fatal(monkeypatch):
+    """Installed metadata naming a package that is not there (the foundation package left out) leaves the core
+    working: the entry point is listed as not loaded, with why. A plugin whose own package is there but whose
+    import fails is still an error naming it."""
+    gone = importlib.metadata.EntryPoint("foundation", "ltbench_gone_pkg.methods", "ltbench.methods")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [gone] if group == "ltbench.methods" else [])
+    monkeypatch.setattr(registry, "_entry_points_done", False)
+    monkeypatch.setattr(registry, "_entry_point_labels", [])
+    registry._load_entry_points()
+    assert registry._entry_point_labels == ["entry point 'foundation' (ltbench.methods) of unknown distribution "
+                                            "(not loaded: its package ltbench_gone_pkg is not installed)"]
+    broken = importlib.metadata.EntryPoint("broken", "json.no_such_module", "ltbench.methods")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [broken] if group == "ltbench.methods" else [])
+    monkeypatch.setattr(registry, "_entry_points_done", False)
+    with pytest.raises(registry.RegistryError, match="could not load entry point 'broken'.*json.no_such_module"):
+        registry._load_entry_points()
+
+
+def test_the_core_lists_and_runs_without_the_foundation_package(tmp_path):
+    """With ltbench_foundation made unimportable, `ltbench list methods` still works and lists the built-in methods
+    and no foundation method; a recipe naming lift is refused with one line that names the missing package when
+    this installation declares it."""
+    code = ("import sys\n"
+            "class Gone:  # as if the package were not installed\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'ltbench_foundation':\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Gone())\n"
+            "from ltbench.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    out = subprocess.run([sys.executable, "-c", code, "list", "methods"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.search(r"^la\b", out.stdout, re.M) and not re.search(r"^(lift|zero_shot)\b", out.stdout, re.M)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: r\ndata: {name: synthetic_lt}\nbackbone: {name: resnet8}\nmethod: {name: lift}\n")
+    out = subprocess.run([sys.executable, "-c", code, "run", str(recipe), "--dry-run", "--results", str(tmp_path / "x")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "unknown method 'lift'" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    if any(e.value.startswith("ltbench_foundation") for e in importlib.metadata.entry_points(group="ltbench.methods")):
+        assert "(not loaded: its package ltbench_foundation is not installed)" in out.stderr, out.stderr
+
+
+def test_the_caches_see_an_edit_of_the_foundation_package():
+    """The package ships in this checkout beside ltbench/: editing it (a tune mode's new option changes run ids)
+    invalidates every cached expansion, as an edit of ltbench/ does (caches.code_signature)."""
+    import os
+
+    from ltbench.results import caches
+
+    path = ROOT / "ltbench_foundation" / "tuning.py"
+    st = path.stat()
+    before = caches.code_signature([])
+    try:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        assert caches.code_signature([]) != before
+    finally:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert caches.code_signature([]) == before
