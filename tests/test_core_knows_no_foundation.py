@@ -8,6 +8,7 @@ ALLOWED with the reason. The core reaches the package's backbones only through t
 """
 
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -91,14 +92,16 @@ def test_the_core_lists_and_runs_without_the_foundation_package(tmp_path):
             "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
             "sys.meta_path.insert(0, Gone())\n"
             "from ltbench.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    # its own caches: its listing (without the package) is never served to the suite's later commands
+    env = {**os.environ, "LTBENCH_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", code, "list", "methods"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert re.search(r"^la\b", out.stdout, re.M) and not re.search(r"^(lift|zero_shot)\b", out.stdout, re.M)
     recipe = tmp_path / "r.yaml"
     recipe.write_text("name: r\ndata: {name: synthetic_lt}\nbackbone: {name: resnet8}\nmethod: {name: lift}\n")
     out = subprocess.run([sys.executable, "-c", code, "run", str(recipe), "--dry-run", "--results", str(tmp_path / "x")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 2 and "unknown method 'lift'" in out.stderr and "Traceback" not in out.stderr, out.stderr
     if any(e.value.startswith("ltbench_foundation") for e in importlib.metadata.entry_points(group="ltbench.methods")):
         assert "(not loaded: its package ltbench_foundation is not installed)" in out.stderr, out.stderr
@@ -107,8 +110,6 @@ def test_the_core_lists_and_runs_without_the_foundation_package(tmp_path):
 def test_the_caches_see_an_edit_of_the_foundation_package(monkeypatch):
     """The package ships in this checkout beside ltbench/: editing it (a tune mode's new option changes run ids)
     invalidates every cache, as an edit of ltbench/ does (caches.code_version)."""
-    import os
-
     from ltbench.results import caches
 
     def version() -> str:
