@@ -125,3 +125,21 @@ def test_the_caches_see_an_edit_of_the_foundation_package(monkeypatch):
     finally:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert version() == before
+
+
+def test_without_the_extra_a_foundation_backbone_is_one_line(monkeypatch, tmp_path):
+    """open_clip not installed (the foundation extra left out): checking the weights before the first run names
+    the library and the extra in one line (exit 2), not a traceback from inside the model's constructor."""
+    import torch
+
+    from ltbench.errors import LtbenchError
+    from ltbench.registry import BACKBONES
+
+    weights = tmp_path / "w.pt"
+    torch.save({}, weights)
+    monkeypatch.setitem(sys.modules, "open_clip", None)
+    monkeypatch.setitem(sys.modules, "open_clip.model", None)
+    spec = {"name": "clip_vit", "weights": str(weights), "tune": "linear"}
+    with pytest.raises(LtbenchError, match=r"^backbone clip_vit needs open_clip\S*, which is not installed: "
+                                           r"pip install 'ltbench\[foundation\]'$"):
+        BACKBONES.get("clip_vit").check_weights(BACKBONES.config(spec, "backbone"))
