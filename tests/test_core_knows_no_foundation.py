@@ -143,3 +143,13 @@ def test_without_the_extra_a_foundation_backbone_is_one_line(monkeypatch, tmp_pa
     with pytest.raises(LtbenchError, match=r"^backbone clip_vit needs open_clip\S*, which is not installed: "
                                            r"pip install 'ltbench\[foundation\]'$"):
         BACKBONES.get("clip_vit").check_weights(BACKBONES.config(spec, "backbone"))
+
+
+def test_the_tune_mode_check_is_no_part_of_a_runs_code():
+    """TuneMode.check imports the package's contract by name, so editing the check leaves the package's runs
+    current, as an edit of ltbench/contract.py does (results/code.py reads import statements)."""
+    from ltbench.results import provenance
+
+    recorded = provenance.modules_code(["ltbench_foundation.clip"])
+    assert {"ltbench_foundation.clip", "ltbench_foundation.tuning", "ltbench_foundation.backbone"} <= set(recorded)
+    assert not {"ltbench_foundation.contract", "ltbench.contract"} & set(recorded)
