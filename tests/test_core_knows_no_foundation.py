@@ -153,3 +153,18 @@ def test_the_tune_mode_check_is_no_part_of_a_runs_code():
     recorded = provenance.modules_code(["ltbench_foundation.clip"])
     assert {"ltbench_foundation.clip", "ltbench_foundation.tuning", "ltbench_foundation.backbone"} <= set(recorded)
     assert not {"ltbench_foundation.contract", "ltbench.contract"} & set(recorded)
+
+
+def test_a_tune_mode_that_cannot_check_itself_fails_the_contract():
+    """The core's part of a tune mode's contract: it must bring its check (subclass the package's TuneMode)."""
+    from ltbench import contract
+    from ltbench.config import EmptyConfig
+
+    class Stray:
+        Config = EmptyConfig
+
+        def apply(self, backbone, num_classes):
+            return {}
+
+    with pytest.raises(contract.ContractError, match="must subclass the TuneMode of the backbones it tunes"):
+        contract.check_tune_mode(Stray, "stray")
