@@ -46,7 +46,8 @@ def cmd_run(args) -> int:
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     recipe.where = parse_where(args.where)
     if recipe.studies and recipe.where:
-        raise ConfigError(f"{args.recipe}: --where does not apply to a tpe search (its workers share every study); "
+        raise ConfigError(f"{args.recipe}: --where does not apply to a {recipe.found.config.sampler} search (its "
+                          f"workers share every study); "
                           f"narrow the grid with an override instead (grid.<key>=[...])")
     recipe.runs = runs_where(recipe.runs, recipe.where)
     if args.launcher:
@@ -190,9 +191,14 @@ def cmd_table(args) -> int:
                           correction=None if args.correction == "none" else args.correction,
                           where=parse_where(args.where), notes=args.notes)
     if args.trials:
-        from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
+        from ltbench.report.tuned import export_recipe, trials_of  # lazy: keeps --help fast
+        if args.export:
+            print(export_recipe(built, args.trials, Path(args.path), list(args.overrides or []), Path(args.export)))
+            return 0
         print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
         return 0
+    if args.export:
+        raise ConfigError("--export writes the fixed recipe of a tuned row: give the row with --trials ROW")
     text = report.render_all(built, args.format or "markdown")
     if args.format is None and sys.stdout.isatty():  # a terminal: bold and underline as ANSI, as 'run' ends
         from ltbench.run.screen import for_terminal  # lazy: keeps --help fast
@@ -400,8 +406,10 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--notes", choices=["auto", "full", "short", "none"],
                    help="LaTeX notes under the table (default: the table's 'notes:', auto: full while the float fits "
                         "the page's height, else short: the legend and each row note cut to two lines)")
-    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation and test All, "
-                   "device-hours, which one each seed chose) instead of the table")
+    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation All on each "
+                   "tuning seed, device-hours, the one chosen) instead of the table")
+    p.add_argument("--export", metavar="FILE.yaml", help="with --trials ROW: write a fixed recipe of the row's chosen "
+                   "configuration on its report seeds (its runs have the tuned row's run ids; no search)")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true",
@@ -426,7 +434,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, per-class statistics, prior shift, training curves")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
-    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves"], required=True,
+    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves", "search"], required=True,
                    help="class_stats: one figure per recorded per-class statistic (kappa: its earlier name)")
     p.add_argument("--size", choices=["column", "text"], default="column",
                    help="figure width: one column (3.3 in, the default) or the text width (6.9 in); fonts >= 7 pt")
