@@ -20,10 +20,14 @@ from ltbench import registry
 from tests.conftest import ROOT
 
 WORDS = re.compile(r"\b(open_?clip|clip|timm|ltbench_foundation)\b|ltbench[./](pretrained|devtools)\b", re.I)
-ALLOWED = {  # (file under the repository root, word in lower case) -> why it stays
-    ("ltbench/report/published.yaml", "timm"): "a published paper's note on which weights its rows used: the "
-                                               "literature's numbers (data), not code",
+ALLOWED = {  # (file or folder under the repository root, word in lower case) -> why it stays
+    ("ltbench/claims/", "timm"): "a published paper's note on which weights its rows used: the literature's "
+                                 "numbers (data), not code",
 }
+
+
+def allowed(file: str, word: str) -> bool:
+    return any(file.startswith(place) and word == w for place, w in ALLOWED)
 
 
 def mentions(text: str) -> dict[str, list[int]]:
@@ -46,14 +50,14 @@ def core_files() -> list[Path]:
 
 
 def test_the_core_never_mentions_the_foundation_track():
-    offenders = {f"{f}:{lines} '{word}'" for (f, word), lines in core_mentions().items()
-                 if (f, word) not in ALLOWED}
+    offenders = {f"{f}:{lines} '{word}'" for (f, word), lines in core_mentions().items() if not allowed(f, word)}
     assert not offenders, ("the core names the foundation track; ask a Backbone hook instead (docs/adding-a-backbone.md), "
                            f"or allow it in ALLOWED with the reason: {sorted(offenders)}")
 
 
 def test_every_allowance_is_still_needed():
-    assert set(ALLOWED) <= set(core_mentions())
+    found = set(core_mentions())
+    assert all(any(f.startswith(place) and w == word for f, w in found) for place, word in ALLOWED)
 
 
 def test_the_check_sees_each_spelling():
