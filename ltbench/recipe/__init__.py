@@ -274,6 +274,11 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     _check_view_names(method_resolved, mwhere)
     _plugin_run_checks(config, where)
     _epoch_options_check(config, where)
+    if config["train"]["compile"] == "reduce-overhead" and (config["optim"]["micro_batch_size"] or 1e9) < \
+            config["optim"]["batch_size"]:  # each replay of the backward would overwrite the gradients it accumulates
+        raise ConfigError(f"{join_path(where, 'optim.micro_batch_size')}: {config['optim']['micro_batch_size']} "
+                          f"accumulates gradients over CUDA-graph replays, which train.compile: reduce-overhead "
+                          f"cannot; use train.compile: inductor, or leave micro_batch_size out")
     config["sampler"] = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
                                          method["name"], join_path(where, "sampler"))
     if config["eval"]["select"] == "best_val" and not declares_validation(config["data"]):
