@@ -84,3 +84,21 @@ def test_the_refusal_is_one_line_and_exit_2_before_any_run(tmp_path, write_recip
     assert "optim.micro_batch_size: 8 accumulates gradients over CUDA-graph replays" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the GPU check runs it)")
+def test_evaluation_through_real_cuda_graphs_agrees_with_the_eager_backbone():
+    """On CUDA, with the graphs recorded and replayed: 32 test images in batches of 5 through the compiled
+    backbone agree with the eager backbone, and no two full batches are the same buffer's contents."""
+    run, device = tiny_run("reduce-overhead"), torch.device("cuda")
+    benchmark = torch.backends.cudnn.benchmark
+    try:
+        engine.prepare_for_device(run, device)
+        graphed = engine.test_features(run, device, "test", batch_size=5)
+        run.compiled = None
+        eager = engine.test_features(run, device, "test", batch_size=5)
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
+    torch.testing.assert_close(graphed, eager, rtol=1e-3, atol=1e-3)
+    assert not torch.equal(graphed[:5], graphed[5:10])
