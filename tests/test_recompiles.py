@@ -113,14 +113,14 @@ def test_more_runs_than_the_recompile_limit_each_compile_their_backbone_and_loss
         return aot_eager(gm, example_inputs)
 
     monkeypatch.setattr(engine, "compile_options", lambda setting: (counting, {"dynamic": False}))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)  # torch's 8, made small to keep the test short
     torch._dynamo.reset()
     per_run = []
-    for batch in range(2, torch._dynamo.config.recompile_limit + 4):
-        run, before = tiny_run("ce"), len(graphs)
-        engine.compile_for_training(run, "reduce-overhead")
-        features = engine.backbone_features(run, torch.randn(batch, 3, 12, 12)).float()
-        run.compiled_loss([features], torch.arange(batch) % 4, epoch=0)["loss"].backward()
-        per_run.append(len(graphs) - before)
+    with torch._dynamo.config.patch(recompile_limit=2):  # torch's 8, made small to keep the test short
+        for batch in range(2, torch._dynamo.config.recompile_limit + 4):
+            run, before = tiny_run("ce"), len(graphs)
+            engine.compile_for_training(run, "reduce-overhead")
+            features = engine.backbone_features(run, torch.randn(batch, 3, 12, 12)).float()
+            run.compiled_loss([features], torch.arange(batch) % 4, epoch=0)["loss"].backward()
+            per_run.append(len(graphs) - before)
     assert min(per_run) >= 2, per_run
     torch._dynamo.reset()
