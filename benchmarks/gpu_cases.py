@@ -9,7 +9,7 @@ every batch full, so a compiled step has one shape) with ResNet-32 and ``augment
   each against the bare loop with as many views;
 - ``ce_micro`` (eager and inductor): CE with ``optim.micro_batch_size: 64``, four accumulated micro-batches
   (reduce-overhead refuses them at load; that refusal is checked instead);
-- ``eval_check`` (compiled modes): test-set features of a trained run through the compiled backbone against
+- ``eval_check`` (eager: a self-check): test-set features of a trained run through the compiled backbone against
   the eager backbone's (under reduce-overhead each batch must be copied out of the graph's buffer).
 
 Per case: compile seconds (the first ``WARM`` steps less as many steady steps: Dynamo, Inductor, Triton and CUDA-
@@ -18,6 +18,7 @@ then ``PROFILED`` steps under torch.profiler: kernel launches (``cudaLaunchKerne
 and host waits (synchronising CUDA calls) per step. Writes one JSON object to --out.
 
     python benchmarks/gpu_cases.py --mode eager|inductor|reduce-overhead --out FILE [--cases ...]
+    python benchmarks/gpu_cases.py --mode eager --out FILE --smoke   # on the CPU, tiny: the code runs (CI)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_throughput import BAPE_LA, BareLoop, views_of, write_cifar100  # noqa: E402
 
 BATCH, PER_CLASS, WARM, STEPS, ROUNDS, PROFILED = 256, 256, 4, 40, 3, 10
+SMOKE = {"BATCH": 16, "PER_CLASS": 16, "WARM": 1, "STEPS": 2, "ROUNDS": 1, "PROFILED": 1}  # --smoke: figures mean nothing
 METHODS = {"ce": {"name": "ce"}, "la_strong": {"name": "la", "tau": 1.0, "views": ["strong"]}, "bape_la": BAPE_LA,
            "ce_micro": {"name": "ce"}}
 CASES = ("bare_1", "bare_3", "ce", "la_strong", "bape_la", "ce_micro", "eval_check")
@@ -48,8 +50,11 @@ WAIT_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
 def config_for(case: str, root: Path, mode: str) -> dict:
     from ltbench.recipe import resolve_run_config
 
-    train = {"augment_on": "batch", "num_workers": 0, "progress": False, "precision": "bf16", "channels_last": True,
-             "log_every": 0}
+    import torch
+
+    gpu = torch.cuda.is_available()
+    train = {"augment_on": "batch", "num_workers": 0, "progress": False, "precision": "bf16" if gpu else "fp32",
+             "channels_last": gpu, "log_every": 0}
     if mode != "eager":
         train["compile"] = mode
     optim = {"lr": 0.1, "batch_size": BATCH, "epochs": 100, "warmup_epochs": 0}
@@ -68,6 +73,7 @@ class LtbenchSteps:
         from ltbench.train import engine
         from ltbench.train.checkpoint import CheckpointSaver
 
+        tmp.mkdir(parents=True, exist_ok=True)
         spec = RunSpec.coerce({"config": config, "run_id": "gpu-case", "recipe": "bench", "run_dir": str(tmp)})
         self.engine, self.s = engine, engine.start_session(spec, lambda message: None)
         self.s.run.loader = engine.make_loader(self.s.run, self.s.seed, 0, self.s.device)
@@ -91,24 +97,30 @@ class BareSteps:
     def __init__(self, config: dict, views: int, mode: str):
         import torch
 
-        self.torch, self.bare = torch, BareLoop(config, torch.device("cuda"), views, mode)
-        self.order, self.at, self.images_per_step = torch.randperm(len(self.bare.labels), device="cuda"), 0, BATCH
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.torch, self.bare = torch, BareLoop(config, self.device, views, mode)
+        self.order, self.at, self.images_per_step = torch.randperm(len(self.bare.labels), device=self.device), 0, BATCH
         self.bare.model.train()
 
     def __call__(self) -> None:
         if self.at + BATCH > len(self.order):
-            self.order, self.at = self.torch.randperm(len(self.bare.labels), device="cuda"), 0
+            self.order, self.at = self.torch.randperm(len(self.bare.labels), device=self.device), 0
         idx = self.order[self.at:self.at + BATCH]
         self.bare.step(self.bare.images[idx], self.bare.labels[idx])
         self.at += BATCH
 
 
+def sync(torch) -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def timed(torch, steps, n: int) -> float:
-    torch.cuda.synchronize()
+    sync(torch)
     start = time.perf_counter()
     for _ in range(n):
         steps()
-    torch.cuda.synchronize()
+    sync(torch)
     return time.perf_counter() - start
 
 
@@ -116,10 +128,11 @@ def profiled(torch, steps, n: int) -> dict:
     """Kernel launches and host waits per step, from the CUDA runtime calls torch.profiler records."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
         for _ in range(n):
             steps()
-        torch.cuda.synchronize()
+        sync(torch)
     names = [e.name for e in prof.events()]
     waits = [name for name in names if name in WAIT_CALLS and name != "cudaStreamWaitEvent"]
     return {"launches_per_step": round(sum(name in LAUNCH_CALLS for name in names) / n, 1),
@@ -156,7 +169,7 @@ def eval_check(torch, config: dict, tmp: Path) -> dict:
     run, device = steps.s.run, steps.s.device
     started = time.perf_counter()
     compiled = steps.engine.test_features(run, device, "test", batch_size=BATCH)
-    torch.cuda.synchronize()
+    sync(torch)
     seconds = time.perf_counter() - started
     kept, run.compiled = run.compiled, None
     eager = steps.engine.test_features(run, device, "test", batch_size=BATCH)
@@ -181,7 +194,7 @@ def run_case(case: str, mode: str, root: Path, tmp: Path, bare_cache: dict) -> d
         except ConfigError as exc:
             return {"refused": True, "message": str(exc), "passed": True}
     if case == "eval_check":
-        return eval_check(torch, config_for("ce", root, mode), tmp / case) if mode != "eager" else {"skipped": "eager"}
+        return eval_check(torch, config_for("ce", root, mode), tmp / case)  # eager: the check checks itself
     views = int(case.split("_")[1]) if case.startswith("bare_") else views_of(config_for(case, root, mode))
     if views not in bare_cache:
         bare_cache[views] = BareSteps(config_for("ce", root, mode), views, mode)
@@ -189,7 +202,7 @@ def run_case(case: str, mode: str, root: Path, tmp: Path, bare_cache: dict) -> d
     bare = bare_cache[views]
     if case.startswith("bare_"):
         first, steady = bare_cache[(views, "warm")]
-        out = {"views": views, "compile_s": round(max(first - steady, 0.0), 1)}
+        out = {"views": views, "compile_s": round(max(first - steady, 0.0), 1) if mode != "eager" else None}
         out.update(measure_pair(torch, bare, None))
         out.update(profiled(torch, bare, PROFILED))
         return out
@@ -197,7 +210,8 @@ def run_case(case: str, mode: str, root: Path, tmp: Path, bare_cache: dict) -> d
     steps = LtbenchSteps(config_for(case, root, mode), tmp / case)
     build_s = time.perf_counter() - started
     first, steady = warm(torch, steps)
-    out = {"views": views, "build_s": round(build_s, 1), "compile_s": round(max(first - steady, 0.0), 1)}
+    out = {"views": views, "build_s": round(build_s, 1),
+           "compile_s": round(max(first - steady, 0.0), 1) if mode != "eager" else None}
     out.update(measure_pair(torch, steps, bare))
     out["ratio_same_mode"] = round(out["images_per_s"] / out["bare_images_per_s"], 3)
     out.update(profiled(torch, steps, PROFILED))
@@ -209,14 +223,17 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=["eager", "inductor", "reduce-overhead"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    ap.add_argument("--smoke", action="store_true", help="on the CPU at tiny sizes: the code runs, figures mean nothing")
     args = ap.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
+    if args.smoke:
+        globals().update(SMOKE)
+    elif not torch.cuda.is_available():
         print("gpu_cases.py: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
-    result = {"mode": args.mode, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "cuda": torch.version.cuda, "batch": BATCH, "cases": {}}
+    result = {"mode": args.mode, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+              "torch": torch.__version__, "cuda": torch.version.cuda, "batch": BATCH, "smoke": args.smoke, "cases": {}}
     with tempfile.TemporaryDirectory(prefix="ltbench-gpu-cases-") as tmp:
         root = write_cifar100(Path(tmp) / "cifar", PER_CLASS, 20)
         bare_cache: dict = {}

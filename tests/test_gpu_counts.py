@@ -93,3 +93,23 @@ def test_the_gpu_cases_stop_without_cuda(script, tmp_path):
     out = subprocess.run([sys.executable, *f"benchmarks/{script}".split()], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2 and "no CUDA device" in out.stderr and not (ROOT / "x.json").exists()
+
+
+@pytest.mark.slow  # about 30 s of CPU: two processes, ResNet-32 at batch 16
+def test_the_gpu_cases_run_on_the_cpu_in_smoke_mode_and_report(tmp_path):
+    """The GPU check's case code, run on the CPU at tiny sizes (its figures mean nothing): ltbench's and the bare
+    loop's steps, the ratio, the evaluation check, and the refusal of micro-batches under reduce-overhead, then
+    the report over both parts."""
+    for mode, cases in (("eager", ["ce", "eval_check"]), ("reduce-overhead", ["ce_micro"])):
+        out = subprocess.run([sys.executable, "benchmarks/gpu_cases.py", "--smoke", "--mode", mode, "--cases", *cases,
+                              "--out", str(tmp_path / f"cases_{mode}.json")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=900)
+        assert out.returncode == 0, out.stdout + out.stderr
+    eager = json.loads((tmp_path / "cases_eager.json").read_text())["cases"]
+    assert eager["ce"]["images_per_s"] > 0 and eager["ce"]["bare_images_per_s"] > 0 and "error" not in eager["ce"]
+    assert eager["eval_check"]["passed"] and eager["eval_check"]["max_abs_difference"] == 0.0
+    graphs = json.loads((tmp_path / "cases_reduce-overhead.json").read_text())["cases"]
+    assert graphs["ce_micro"]["refused"] and "micro_batch_size" in graphs["ce_micro"]["message"]
+    assert gpu_report.main([str(tmp_path), "smoke", "0", "0"]) == 0
+    md = (tmp_path / "gpu_check.md").read_text()
+    assert "| ce | eager |" in md and "| ce_micro | reduce-overhead |" in md and "refused at load" in md
