@@ -11,6 +11,7 @@ from __future__ import annotations
 from ltbench.report.rows import (SELECTION_TEXT, Cell, Row, Table, Unit, group_values, matches_selector, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units)
 from ltbench.recipe.tables import TableSpec
+from ltbench.errors import shorten
 from ltbench.results import identity
 from ltbench.report.significance_marks import compare_rows, mark_similar
 from ltbench.report.tuned import TUNED_MARK, budget_caption, chosen_note, collapse_trials
@@ -227,18 +228,6 @@ def _numerics(rec: dict) -> dict:
     return rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
 
 
-_NUMERICS_TEXTS: dict[str, str] = {}
-
-
-def _numerics_text(numerics: dict) -> str:
-    """``identity.numerics_text``, remembered by content (its repr, which tells 1 from 1.0 and True): 10,000
-    results share a few numerics records."""
-    key = repr(numerics)
-    if key not in _NUMERICS_TEXTS:
-        _NUMERICS_TEXTS[key] = identity.numerics_text(numerics)
-    return _NUMERICS_TEXTS[key]
-
-
 def table_numerics_note(table: Table) -> str | None:
     """The numerics of every run a table shows, said once: 'numerics of every result shown: CPU ..., 1 thread
     (12 results)', or each class (identity.numerics_classes) with the rows made under it and every field
@@ -318,7 +307,7 @@ def cost_notes(table: Table) -> list[str]:
             numerics = rec.get("numerics") or {}
             name = numerics.get("device_model") or numerics.get("cpu_model") or (rec.get("prov") or {}).get("device")
             kind = str((rec.get("prov") or {}).get("device") or "?").split(":")[0].upper()
-            device = f"{kind} {name}" if name else kind
+            device = shorten(f"{kind} {name}" if name else kind, 100)  # names from the disk: bounded
             devices[device] = devices.get(device, 0) + 1
     notes = []
     if devices:

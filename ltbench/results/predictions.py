@@ -21,11 +21,11 @@ from __future__ import annotations
 import io
 import zipfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
-from ltbench.results import safe_read
+from ltbench.results import store
 from ltbench.results.store import atomic_write_bytes
 
 PREDICTIONS = "predictions.npz"
@@ -56,17 +56,19 @@ def save_predictions(run_dir: Path, arrays: Mapping[str, np.ndarray], num_classe
 
 
 MAX_NPZ_MEMBER_BYTES = 8 * 1024 ** 3  # a (N, d) feature matrix of ImageNet-LT's training set is ~1 GB
+MAX_NPZ_BYTES = 32 * 1024 ** 3  # a feature cache's split file; predictions are far smaller
 
 
 def npz_problem(path: Path, max_member_bytes: int = MAX_NPZ_MEMBER_BYTES) -> str:
     """'' when ``path`` is a regular .npz whose members are plain (no object) arrays whose headers agree with
     their stored sizes, else what is wrong. Reads the headers only: a forged header claiming 10^12 entries
     is refused before numpy allocates anything."""
-    problem = safe_read.regular_file_problem(path)
-    if problem:
-        return problem
     try:
-        with zipfile.ZipFile(path) as zf:
+        f = store.open_bounded(path, MAX_NPZ_BYTES)
+    except store.UnusableFile as exc:
+        return exc.reason
+    try:
+        with f, zipfile.ZipFile(f) as zf:
             for info in zf.infolist():
                 if info.file_size > max_member_bytes:
                     return f"member {info.filename[:60]} claims {info.file_size} bytes"
@@ -91,7 +93,7 @@ def load_predictions(run_dir: Path) -> dict[str, np.ndarray] | None:
     if npz_problem(path):
         return None
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with store.open_bounded(path, MAX_NPZ_BYTES) as f, np.load(f, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except Exception:  # zlib.error on a flipped byte inside the stream, CRC errors, EOFError...
         return None
@@ -120,26 +122,3 @@ def correct_by_seed(run_dirs: Mapping[int, Path], head: str = MAIN_HEAD,
     found = {seed: correct(run_dir, head, test_set) for seed, run_dir in run_dirs.items()}
     return {seed: c for seed, c in found.items() if c is not None}
 
-
-def paired_correct(dirs_a: Sequence[Path], dirs_b: Sequence[Path], head: str = MAIN_HEAD,
-                   test_set: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """Stack ``correct`` of two rows' runs into ``(n_pairs, n_images)`` arrays for the bootstrap.
-
-    Runs are paired in the order given (pass them sorted by seed).  None when a side has no run,
-    the sides have different numbers of runs, a run lacks predictions, or the runs were not
-    evaluated on the same labels in the same order: then there is nothing to pair.
-    """
-    if not dirs_a or len(dirs_a) != len(dirs_b):
-        return None
-    rows_a, rows_b, reference = [], [], None
-    for dir_a, dir_b in zip(dirs_a, dirs_b):
-        for run_dir, rows in ((dir_a, rows_a), (dir_b, rows_b)):
-            found = _labels_and_correct(run_dir, head, test_set)
-            if found is None:
-                return None
-            if reference is None:
-                reference = found[0]
-            elif not np.array_equal(found[0], reference):
-                return None
-            rows.append(found[1])
-    return np.stack(rows_a), np.stack(rows_b)
