@@ -13,8 +13,8 @@ on an emulated CUDA device (ltbench/devtools/gpu_cost.py), and counts, per 256-i
 - the syncs' source lines, and Python loop iterations in ltbench/ and methods/ code.
 
 Settings: CE (crop+flip), LA on the strong view (AutoAugment + Cutout) and BAPE+LA with the paper's views
-(strong for LA, two SimAug views for BAPE), ResNet-32 on CIFAR-100-format files (random pixels), batch 256;
-and the ImageNet-size training views alone (``imagenet_train``; BAPE's RandAugment + SimAug views) on 256
+(strong for LA, two SimAug views for BAPE), ProCo and SADE with their default views, ResNet-32 on
+CIFAR-100-format files (random pixels), batch 256; and the ImageNet-size training views alone (``imagenet_train``; BAPE's RandAugment + SimAug views) on 256
 images of 300-500 px sides.
 
 The bare loop is counted at steady state (its step 1, after SGD made its momentum buffers), as the method
