@@ -116,9 +116,8 @@ def compile_for_training(run: Run, setting: str) -> None:
     Not ``fullgraph``: a method's host-side code (a plugin's Python) becomes a graph break, not an error.
     ``reduce-overhead``: Inductor with CUDA graphs (one replay instead of a launch per kernel) and static shapes,
     so an epoch's last, smaller batch is a second graph, not a dynamic one; off CUDA, Inductor skips the
-    graphs and this is ``inductor`` with static shapes. ``isolate_recompiles``: each run's compiled regions have
-    their own recompile budget, not one shared by every run of a process on the same backbone or method code
-    (a grid with ``launcher.jobs: 1``), past which torch would silently run them eagerly."""
+    graphs and this is ``inductor`` with static shapes. Each run's regions have their own recompile budget
+    (``isolate_recompiles``): a grid's runs in one process would otherwise share one, then run eagerly."""
     backend, options = compile_options(setting)
     run.compiled = torch.compile(run.backbone, backend=backend, isolate_recompiles=True, **options)
     run.compiled_loss = torch.compile(run.method.loss, backend=backend, isolate_recompiles=True, **options)
