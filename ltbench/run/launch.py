@@ -32,8 +32,8 @@ def preflight(recipe: Recipe) -> None:
     start (``loggers.check_loggers``), or a dataset could give no benchmark: fewer than two classes by what its
     ``footprint()`` declares, or, when it declares nothing, by what ``load()`` returns (``check_loaded``). The
     dataset's constructor and hooks are plugin code: contained (``registry.call_plugin``)."""
-    from ltbench.data.base import check_loaded  # lazy: keeps --help fast (torch)
-    from ltbench.data.footprints import footprint_of  # lazy: imports the built-in datasets (torch)
+    from ltbench.data.base import check_loaded  # lazy: keeps --help fast
+    from ltbench.data.footprints import footprint_of  # lazy: keeps --help fast
 
     check_loggers(recipe.runs)
     for spec in distinct_data(recipe.runs):
