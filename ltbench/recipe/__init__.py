@@ -283,6 +283,11 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     _check_view_names(method_resolved, mwhere)
     _plugin_run_checks(config, where)
     _epoch_options_check(config, where)
+    micro = config["optim"]["micro_batch_size"]  # under CUDA graphs each backward replay overwrites the last's gradients
+    if config["train"]["compile"] == "reduce-overhead" and micro and micro < config["optim"]["batch_size"]:
+        raise ConfigError(f"{join_path(where, 'optim.micro_batch_size')}: {micro} "
+                          f"accumulates gradients over CUDA-graph replays, which train.compile: reduce-overhead "
+                          f"cannot; use train.compile: inductor, or leave micro_batch_size out")
     config["sampler"] = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
                                          method["name"], join_path(where, "sampler"))
     if config["eval"]["select"] == "best_val" and not declares_validation(config["data"]):
@@ -740,13 +745,13 @@ def data_identity(data: dict, cache: dict) -> str | None:
 
 
 def backbone_identity(backbone: dict, cache: dict) -> str | None:
-    """The sha256 of a pretrained backbone's weights file ('sha256:...'), None for backbones built from
-    scratch; a missing file is a one-line WeightsMissingError (exit 2), so --dry-run checks it too."""
-    from ltbench.pretrained.registered import backbone_identity as ask  # lazy: keeps table and status free of torch
-
+    """What identifies a backbone beyond its options (the Backbone hook ``weights_identity(config)``: the sha256
+    of the weights file it loads, 'sha256:...'), None for backbones built from scratch; a missing file is the
+    backbone's one-line error (exit 2), so --dry-run checks it too."""
     key = "backbone:" + identity.canonical_json(backbone)
     if key not in cache:
-        cache[key] = ask(backbone)
+        ask = getattr(BACKBONES.get(backbone["name"]), "weights_identity", None)
+        cache[key] = ask(BACKBONES.config(backbone, "backbone")) if callable(ask) else None
     return cache[key]
 
 

@@ -90,11 +90,13 @@ def user_key() -> bytes:
 
 
 def code_version() -> str:
-    """What the running ltbench is: size and mtime of every Python file of ltbench and the built-in methods,
-    taken once per process."""
+    """What the running ltbench is: size and mtime of every Python file of ltbench and the built-in methods, and
+    in a checkout of every package beside them (the plugin packages it ships), taken once per process."""
     if not _code_version:
         core = Path(__file__).resolve().parents[1]  # ltbench/ (this file is ltbench/results/caches.py)
-        _code_version.append(code_signature([str(core), str(core.parent / "methods")]) + sys.version)
+        checkout = [d for d in sorted(core.parent.iterdir())
+                    if (core.parent / "pyproject.toml").is_file() and (d / "__init__.py").is_file()]
+        _code_version.append(code_signature([str(d) for d in checkout or [core, core.parent / "methods"]]) + sys.version)
     return _code_version[0]
 
 

@@ -337,7 +337,7 @@ def installed_version(name: str) -> str | None:
 
 
 def data_files(modules: dict[str, tuple[str, bytes]]) -> dict[str, dict]:
-    """{'data:ltbench/pretrained/classnames/places_lt.txt': {'sha256': ...}}: every file a hashed module
+    """{'data:my_plugin/classnames/places_lt.txt': {'sha256': ...}}: every file a hashed module
     names by a string constant (``code.file_names``) next to it, a named folder's files included (not its
     Python packages, hidden files or caches): the class-name and prompt lists a text classifier is built from,
     a split list shipped with a plugin."""

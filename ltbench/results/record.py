@@ -34,7 +34,7 @@ class TrainOutcome:
     world_size: int
     views: list
     numerics: dict  # provenance.numerics: device, CPU/GPU model, effective threads, versions, flags
-    parameters: dict = field(default_factory=dict)  # pretrained.registered.parameter_counts: backbone, method, total, trainable
+    parameters: dict = field(default_factory=dict)  # train.engine.parameter_counts: backbone, method, total, trainable
 
 
 def data_record(data) -> dict:

@@ -1,6 +1,6 @@
 """Checkpoints of one run: the file format, and the policy of when to save and how to resume.
 
-``CheckpointSaver`` (after timm's saver of the same name) owns the whole policy, so the training loop
+``CheckpointSaver`` owns the whole policy, so the training loop
 only says "an epoch ended" or "a step ended": it saves at every epoch end, and mid-epoch after
 ``train.checkpoint_minutes`` of wall time (single process only: under DDP every rank would have to
 agree on the moment). On resume it restores model, optimiser, method state and fp16 loss scale, and

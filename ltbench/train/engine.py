@@ -55,7 +55,6 @@ from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, TestTimeViews, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.results.record import TrainOutcome, data_record
-from ltbench.pretrained.registered import bind_data, parameter_counts
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import DEFAULT_SAMPLER, Sampler, SamplerContext, create_sampler
@@ -116,10 +115,11 @@ def compile_for_training(run: Run, setting: str) -> None:
     Not ``fullgraph``: a method's host-side code (a plugin's Python) becomes a graph break, not an error.
     ``reduce-overhead``: Inductor with CUDA graphs (one replay instead of a launch per kernel) and static shapes,
     so an epoch's last, smaller batch is a second graph, not a dynamic one; off CUDA, Inductor skips the
-    graphs and this is ``inductor`` with static shapes."""
+    graphs and this is ``inductor`` with static shapes. Each run's regions have their own recompile budget
+    (``isolate_recompiles``): a grid's runs in one process would otherwise share one, then run eagerly."""
     backend, options = compile_options(setting)
-    run.compiled = torch.compile(run.backbone, backend=backend, **options)
-    run.compiled_loss = torch.compile(run.method.loss, backend=backend, **options)
+    run.compiled = torch.compile(run.backbone, backend=backend, isolate_recompiles=True, **options)
+    run.compiled_loss = torch.compile(run.method.loss, backend=backend, isolate_recompiles=True, **options)
 
 
 def compile_options(setting: str) -> tuple[str, dict]:
@@ -166,10 +166,17 @@ class Run:
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
-    """The backbone on a batch, in the memory format and (compiled or not) form the run asked for."""
+    """The backbone on a batch, in the memory format and (compiled or not) form the run asked for. Evaluation
+    (no gradients) under ``reduce-overhead`` clones each batch's features: a CUDA graph's replay writes its
+    output into the graph's own buffer, which the next replay overwrites, and evaluation keeps every batch."""
     if run.train.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    return (run.compiled if run.compiled is not None else run.backbone)(x)
+    if run.compiled is None:
+        return run.backbone(x)
+    if run.train.compile != "reduce-overhead" or torch.is_grad_enabled():
+        return run.compiled(x)
+    torch.compiler.cudagraph_mark_step_begin()
+    return run.compiled(x).clone()
 
 
 def dataset_builder(config: dict):
@@ -186,7 +193,8 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
         data = builder.load()
         check_loaded(data, DATASETS.label(config["data"]["name"]))  # a plugin's empty test set: one line, no damaged record
     backbone = BACKBONES.build(config["backbone"], in_channels=data.image.channels, where="backbone")
-    data = bind_data(backbone, data)  # a pretrained backbone's own preprocessing and tune mode
+    bind = getattr(backbone, "bind_data", None)  # Backbone hook: the input it takes, sized for the classes
+    data = bind(data) if callable(bind) else data
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
     sampler = create_sampler(config["sampler"], SamplerContext(data.train_labels, data.num_classes, optim.epochs))
@@ -978,6 +986,24 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
           f"lr {row['lr']:.4g} {row['images_per_s']:.{0 if row['images_per_s'] >= 10 else 2}f} img/s"
           + (f" test_all {row['test']['all']:.4f}" if "test" in row else ""))
     return row
+
+
+def parameter_counts(backbone: nn.Module, method: nn.Module) -> dict:
+    """result.json 'parameters': what a row's model costs. Total and trainable parameters of the backbone (the
+    network: for SADE, the experts it built) and of the method's own modules (heads, projections; a parameter
+    shared by both counted once, in the backbone), their sums, and the backbone's ``parameter_report()`` (a
+    Backbone hook: what its tuning trains) as 'backbone_tuning'."""
+    seen = {id(p) for p in backbone.parameters()}
+    own = [p for p in method.parameters() if id(p) not in seen]
+    out = {"backbone": {"total": sum(p.numel() for p in backbone.parameters()),
+                        "trainable": sum(p.numel() for p in backbone.parameters() if p.requires_grad)},
+           "method": {"total": sum(p.numel() for p in own), "trainable": sum(p.numel() for p in own if p.requires_grad)}}
+    out["total"] = out["backbone"]["total"] + out["method"]["total"]
+    out["trainable"] = out["backbone"]["trainable"] + out["method"]["trainable"]
+    report = getattr(backbone, "parameter_report", None)
+    if callable(report):
+        out["backbone_tuning"] = report()
+    return out
 
 
 def final_outcome(s: Session, started: float, saver: CheckpointSaver) -> TrainOutcome:
