@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from ltbench.errors import LtbenchError
+from ltbench.results import store
 
 SMALL_IMAGES = ("fashion_mnist_lt", "cifar10_lt", "cifar100_lt", "synthetic_lt")
 SPLIT_LISTS = ("imagenet_lt", "places_lt", "inat2018")
@@ -29,7 +30,8 @@ GENERATORS = {  # how each built-in dataset draws its long-tailed training subse
 
 
 def known_variants() -> dict:
-    return yaml.safe_load((resources.files("ltbench.results") / "known_files.yaml").read_text(encoding="utf-8"))
+    return yaml.safe_load(store.read_bounded(Path(str(resources.files("ltbench.results") / "known_files.yaml")),
+                                             follow=True).decode("utf-8"))
 
 
 def _list_variant(digests: dict[str, str]) -> str:
@@ -85,7 +87,7 @@ def record_lists(record: dict) -> dict[str, str] | None:
 
 def _digest(path: Path, algorithm: str) -> str:
     h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
+    with store.open_bounded(path, follow=True) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
