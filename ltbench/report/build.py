@@ -287,7 +287,7 @@ def cost_runs(row: Row) -> list[dict]:
 def row_cost_seconds(row: Row) -> float | None:
     """Device-seconds of ``cost_runs`` (each result's ``device_seconds``: all its sessions, times its devices);
     None when there is no run, or when any of them has no recorded cost (a partial sum would understate it)."""
-    costs = [(rec.get("prov") or {}).get("device_seconds") for rec in cost_runs(row)]
+    costs = [rec["prov"]["device_seconds"] for rec in cost_runs(row)]  # null: the result lists it unrecorded
     if not costs or any(c is None for c in costs):
         return None
     return sum(costs)
@@ -312,7 +312,7 @@ def cost_notes(table: Table) -> list[str]:
     devices, unknown = {}, 0
     for row in table.rows:
         for rec in cost_runs(row):
-            if (rec.get("prov") or {}).get("device_seconds") is None:
+            if rec["prov"]["device_seconds"] is None:  # the result lists it unrecorded (schema.cost_problem)
                 unknown += 1
                 continue
             numerics = rec.get("numerics") or {}
@@ -326,8 +326,9 @@ def cost_notes(table: Table) -> list[str]:
         notes.append(f"Cost: device-hours of the runs behind each row, every session and device counted; a tuned "
                      f"row's cost is its whole search (every trial and seed); on {where}")
     if unknown:
-        notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) record no device_seconds: "
-                     f"made before ltbench kept it, or a stage-2 result, which does not count its stage-1 run)")
+        notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) list device_seconds as "
+                     f"unrecorded: a stage-2 result, which does not count its stage-1 run, or a run recorded before "
+                     f"ltbench kept its cost)")
     return notes
 
 

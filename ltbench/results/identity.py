@@ -453,13 +453,22 @@ NUMERICS_FIELDS = {
     "cuda": _COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
                        "cudnn_benchmark"),
 }
-NOT_RECORDED = "not recorded"  # a numerics field the record cannot tell (made before it was recorded): never a match
+#: The fields a note shows first (``numerics_text``) beside the compared ones: every result records them.
+_SHOWN = ("device_model", "cpu_model", "cpu_capability", "threads")
+NOT_RECORDED = "not recorded"  # in memory only: a numerics field the record lists ``unrecorded`` (never a match)
+
+
+def numerics_required(device) -> tuple[str, ...]:
+    """The numerics fields a result on ``device`` records (schema.numerics_problem): the ones compared on that
+    device (the common ones when the device is unrecorded) and the ones a note shows."""
+    return tuple(dict.fromkeys(("device", *NUMERICS_FIELDS.get(device, _COMMON), *_SHOWN)))
 
 
 def numerics_of(result: dict) -> dict:
-    """A result's ``numerics`` (provenance.numerics; ltbench/results/migrate.py fills them in for older records)."""
-    recorded = result.get("numerics")
-    return dict(recorded) if isinstance(recorded, dict) else {}
+    """A checked done result's ``numerics`` (provenance.numerics), each field it lists ``unrecorded`` as
+    ``NOT_RECORDED``."""
+    unrecorded = {u.removeprefix("numerics.") for u in result["unrecorded"] if u.startswith("numerics.")}
+    return {k: NOT_RECORDED if k in unrecorded else v for k, v in result["numerics"].items()}
 
 
 def _compared(n: dict) -> tuple[str, ...]:
@@ -468,16 +477,15 @@ def _compared(n: dict) -> tuple[str, ...]:
 
 def numerics_difference(a: dict, b: dict) -> tuple[list[str], list[str]]:
     """(fields known on both sides that differ, fields that matter but one side does not know). They match
-    only when both lists are empty; a field absent on both sides (``threads_per_epoch`` of two runs trained
-    in one go) is no difference; absent on one side only (a record made before the field was recorded) or
-    ``NOT_RECORDED`` on either side is unknown."""
+    only when both lists are empty; ``NOT_RECORDED`` on either side is unknown (every result records every
+    field, schema 3: null is a value, such as ``threads_per_epoch`` of a run trained under one thread count)."""
     fields = sorted(set(_compared(a)) | set(_compared(b)))
     differ, unknown = [], []
     for name in fields:
         va, vb = a.get(name), b.get(name)
-        if NOT_RECORDED in (va, vb) or (va is None) != (vb is None):
+        if NOT_RECORDED in (va, vb):
             unknown.append(name)
-        elif va is not None and va != vb:
+        elif va != vb:
             differ.append(name)
     return differ, unknown
 
@@ -510,8 +518,10 @@ def numerics_classes(items: list[dict]) -> tuple[list[tuple[str, list[int]]], li
 def numerics_value(name: str, value) -> str:
     """One field as a note shows it: 'torch 2.14.1', 'channels_last on', 'kernel environment MKL_CBWR=COMPATIBLE',
     'cpu_id not recorded'."""
-    if value is None or value == NOT_RECORDED:
+    if value == NOT_RECORDED:
         return f"{name} not recorded"
+    if value is None:
+        return f"{name} none"
     if name == "kernel_env" and isinstance(value, dict):
         return "kernel environment " + (" ".join(f"{k}={v}" for k, v in sorted(value.items())) or "unset")
     if isinstance(value, bool):

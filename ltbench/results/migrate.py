@@ -15,8 +15,12 @@ new ids atomically, one at a time, after their files are written, so an interrup
 by running it again (idempotent). A folder whose new id is already taken, or whose records cannot be read,
 is left as it is and named.
 
-To change the record format: add a step to ``STEPS`` (and bump ``schema.SCHEMA_VERSION``, or
-``identity.IDENTITY_VERSION`` when what identifies a run changes), with a test in tests/test_migrate.py.
+What is no ltbench record is never touched: a folder whose spec.json or result.json does not name it (a
+project folder), a record of a newer or unknown schema (named: made by a newer ltbench), a damaged record
+(named; everything else is migrated). The dry run plans exactly what the real run applies.
+
+To change the record format: bump ``schema.SCHEMA_VERSION`` and add a step numbered with it to ``STEPS`` (or
+bump ``identity.IDENTITY_VERSION`` when what identifies a run changes), with a test in tests/test_migrate.py.
 docs/architecture.md ("How a record changes format") says the same.
 """
 
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ltbench.errors import shorten
 from ltbench.results import identity, safe_read, schema, store
 from ltbench.results.code import module_path
 from ltbench.results.provenance import portable
@@ -169,29 +174,61 @@ def numerics_from_other_fields(rec: dict) -> None:
     rec["numerics"] = numerics
 
 
+def explicit_fields(rec: dict) -> None:
+    """Schema 3 (issue 48): every field a reader uses is present (``schema.FIELDS``). A field a result lacks
+    gets the value schema 2's readers took its absence for where its type allows null (``kind`` null: a run),
+    else null listed in ``unrecorded`` (``device_seconds``, ``method_display``): never recorded, so no reader
+    guesses. The numerics the same, field by field (``numerics.cpu_id``); the ``not recorded`` marks of step
+    'numerics from other fields' become such entries. ``threads_per_epoch`` was written only when the count
+    changed by a run that recorded ``threads_from``; a stage-2 fit has no epochs."""
+    if "status" not in rec:  # spec.json, started.json: only their version changes
+        return
+    unrecorded = rec["unrecorded"] = list(rec["unrecorded"]) if isinstance(rec.get("unrecorded"), list) else []
+    if rec.get("status") == "done" and "numerics" not in rec:
+        rec["numerics"] = {}  # each of its fields unrecorded, below
+    for key, kinds in schema.required_fields(rec).items():
+        if key not in rec:
+            rec[key] = None
+            unrecorded += [] if None in kinds else [key]
+    numerics = rec.get("numerics")
+    if not isinstance(numerics, dict):
+        return
+    for name in identity.numerics_required(numerics.get("device")):
+        if name == "threads_per_epoch" and name not in numerics and (
+                "threads_from" in numerics or rec.get("kind") == schema.STAGE2_KIND):
+            numerics[name] = None
+        elif numerics.get(name, identity.NOT_RECORDED) == identity.NOT_RECORDED:
+            numerics[name] = None
+            unrecorded.append(f"numerics.{name}")
+
+
 @dataclass(frozen=True)
 class Step:
+    to: int  # the schema version this step brings a record to
     name: str
     apply: Callable[[dict], None]
 
 
-#: Every change of the record format since schema 1, in the order they apply. Each is safe on a record it
-#: does not concern (it changes nothing there).
+#: Every change of the record format, numbered by the schema version it brings a record to, in the order they
+#: apply (Optuna's numbered migrations): a record of version v gets the steps with ``to`` > v.
 STEPS = (
-    Step("explicit defaults", explicit_defaults),
-    Step("sampler explicit", explicit_sampler),
-    Step("augment scheme 1", explicit_augment_scheme),
-    Step("moved modules", moved_modules),
-    Step("portable paths", portable_paths),
-    Step("numerics from other fields", numerics_from_other_fields),
+    Step(2, "explicit defaults", explicit_defaults),
+    Step(2, "sampler explicit", explicit_sampler),
+    Step(2, "augment scheme 1", explicit_augment_scheme),
+    Step(2, "moved modules", moved_modules),
+    Step(2, "portable paths", portable_paths),
+    Step(2, "numerics from other fields", numerics_from_other_fields),
+    Step(3, "every field explicit", explicit_fields),
 )
 
 
-def migrate_record(rec: dict) -> dict:
-    """A copy of ``rec`` in the current format (its id is set by the caller, who knows the folder)."""
+def migrate_record(rec: dict, version: int = 1) -> dict:
+    """A copy of ``rec`` (of schema ``version``) in the current format (its id is set by the caller, who knows
+    the folder)."""
     out = copy.deepcopy(rec)
     for step in STEPS:
-        step.apply(out)
+        if step.to > version:
+            step.apply(out)
     out["schema_version"] = schema.SCHEMA_VERSION
     return out
 
@@ -205,20 +242,30 @@ RECORD_FILES = (store.RESULT, store.SPEC, store.STARTED)
 
 @dataclass
 class Report:
+    """What a migration changes (a dry run: would change; both are planned alike, so they list the same) and
+    every folder it leaves as it is, and why."""
+
     migrated: int = 0  # records rewritten
     renamed: list[tuple[str, str]] = field(default_factory=list)  # (old folder, new folder), relative
     current: int = 0  # records already in the current format
-    left: list[str] = field(default_factory=list)  # one line per folder left as it is, and why
+    left: list[str] = field(default_factory=list)  # one line per record or folder left as it is, and why
+    foreign: int = 0  # folders holding a spec.json or result.json that is no ltbench record: never touched
 
     def lines(self, root: Path, dry_run: bool) -> list[str]:
         verb = "would migrate" if dry_run else "migrated"
-        out = [f"{root}: {verb} {self.migrated} record(s), {'would rename' if dry_run else 'renamed'} "
+        out = [f"{_shown(root)}: {verb} {self.migrated} record(s), {'would rename' if dry_run else 'renamed'} "
                f"{len(self.renamed)} run folder(s) to their new ids; {self.current} already up to date"]
         out += [f"  {old} -> {new}" for old, new in self.renamed[:20]]
         if len(self.renamed) > 20:
             out.append(f"  ... and {len(self.renamed) - 20} more")
         out += [f"  left as it is: {line}" for line in self.left]
+        if self.foreign:
+            out.append(f"  not touched: {self.foreign} folder(s) whose spec.json or result.json is no ltbench record")
         return out
+
+
+def _shown(path) -> str:
+    return shorten(str(path))  # a name read from the disk: never a control character on the terminal
 
 
 def run_folders(root: Path) -> list[Path]:
@@ -227,75 +274,138 @@ def run_folders(root: Path) -> list[Path]:
     return sorted(d for d in found if d.parent.name != store.POSTHOC_DIR)
 
 
-def _load(path: Path) -> dict | None:
-    obj = safe_read.load_json(path) if path.is_file() else None
-    if obj is not None and not isinstance(obj, dict):
-        raise safe_read.UnusableFile(path, "is not a JSON object")
-    return obj
+class Left(Exception):
+    """A folder or record migrate leaves as it is: the one line says why."""
 
 
-def _new_ids(result: dict | None, spec: dict | None, folder: Path) -> tuple[str, str]:
-    """(old id, new id) of a run folder, from its result or else its spec (migrated)."""
-    rec = result if result is not None else spec
-    old = rec.get("migrated_from") or rec.get("run_id") or folder.name
-    return str(old), identity.run_id(rec["config"])
+@dataclass
+class Plan:
+    """One run folder's changes: records to write (path, record) and its new id (None: no ltbench run folder)."""
+
+    writes: list[tuple[Path, dict]] = field(default_factory=list)
+    current: int = 0
+    new_id: str | None = None
+    left: list[str] = field(default_factory=list)  # stage-2 records left as they are, and why
 
 
 def migrate_folder(root: Path, dry_run: bool = False) -> Report:
-    """Bring every record below ``root`` to the current format; see the module docstring."""
-    report = Report()
+    """Bring every ltbench record below ``root`` to the current format; see the module docstring. The real
+    run applies exactly the plan the dry run lists; a folder it cannot change is named, never an error."""
+    report, taken = Report(), set()
     for folder in run_folders(root):
+        name = _shown(folder.relative_to(root))
         try:
             plan = _plan(folder)
-        except (safe_read.UnusableFile, KeyError, TypeError, ValueError) as exc:
-            report.left.append(f"{folder.relative_to(root)}: its records cannot be read ({exc}); nothing changed")
+        except Left as exc:
+            report.left.append(f"{name}: {exc}; nothing changed")
             continue
-        records, new_id = plan
-        target = folder.parent / new_id
-        if new_id != folder.name and target.exists():
-            report.left.append(f"{folder.relative_to(root)}: its new id {new_id} is taken by another folder; "
+        if plan.new_id is None:
+            report.foreign += 1
+            continue
+        target = folder.parent / plan.new_id
+        if plan.new_id != folder.name and (target.exists() or target in taken):
+            report.left.append(f"{name}: its new id {plan.new_id} is taken by another folder; "
                                f"nothing changed (compare the two and remove one)")
             continue
-        changed = [(path, rec) for path, rec, was_current in records if not was_current]
-        report.current += len(records) - len(changed)
-        report.migrated += len(changed)
-        if new_id != folder.name:
-            report.renamed.append((str(folder.relative_to(root)), str(target.relative_to(root))))
-        if dry_run:
+        try:
+            if not dry_run:
+                for path, rec in plan.writes:
+                    store.atomic_write_json(path, rec)
+                if plan.new_id != folder.name:
+                    os.rename(folder, target)  # atomic on one file system; the records already carry the new id
+        except OSError as exc:  # read-only, a concurrent migrate renamed it first: named, the others go on
+            report.left.append(f"{name}: {_shown(exc.strerror or exc)}; run 'ltbench migrate' again")
             continue
-        for path, rec in changed:
-            store.atomic_write_json(path, rec)
-        if new_id != folder.name:
-            os.rename(folder, target)  # atomic on one file system; the records already carry the new id
+        taken.add(target)
+        report.current += plan.current
+        report.migrated += len(plan.writes)
+        report.left += [f"{name}/{line}" for line in plan.left]
+        if plan.new_id != folder.name:
+            report.renamed.append((name, _shown(target.relative_to(root))))
     return report
 
 
-def _plan(folder: Path) -> tuple[list[tuple[Path, dict, bool]], str]:
-    """The run folder's records in the current format, with whether each already was, and its new id."""
+def _load(path: Path) -> dict | None:
+    """A record file's object, None when absent; ``Left`` when it is unreadable or no JSON object."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        obj = safe_read.load_json(path)
+    except safe_read.UnusableFile as exc:
+        raise Left(f"{path.name} {exc.reason}") from None
+    if not isinstance(obj, dict):
+        raise Left(f"{path.name} is not a JSON object")
+    return obj
+
+
+def _version(rec: dict, name: str) -> int:
+    """The record's schema version; ``Left`` when it is newer than this ltbench's or no version at all."""
+    version = schema.version_of(rec, missing=None if name == store.RESULT else 1)
+    if version is None:
+        raise Left(f"{name}'s schema_version {_shown(repr(rec.get('schema_version')))[:40]} is unknown "
+                   f"(made by a newer ltbench, or damaged)")
+    if version > schema.SCHEMA_VERSION:
+        raise Left(f"{name} was made by a newer ltbench (schema {version}; this one knows {schema.SCHEMA_VERSION}): "
+                   f"upgrade ltbench")
+    return version
+
+
+def _migrated(rec: dict, version: int, name: str) -> dict:
+    problem = schema.older_problem(rec)
+    if problem:
+        raise Left(f"{name} is damaged ({problem})")
+    return migrate_record(rec, version)
+
+
+def _plan(folder: Path) -> Plan:
+    """The run folder's records in the current format and its new id; an empty plan (no id) when it holds no
+    ltbench record."""
     loaded = {name: _load(folder / name) for name in RECORD_FILES}
     result, spec = loaded[store.RESULT], loaded[store.SPEC]
-    if result is None and spec is None:
-        raise KeyError("no result.json or spec.json with a configuration")
-    current = {name: rec is not None and not schema.is_older(rec, missing=None if name == store.RESULT else 1)
-               for name, rec in loaded.items()}
-    new = {name: (rec if current[name] else migrate_record(rec)) for name, rec in loaded.items() if rec is not None}
-    old_id, new_id = _new_ids(new.get(store.RESULT), new.get(store.SPEC), folder)
-    out = []
+    if not (schema.names_folder(result, folder.name) or schema.names_folder(spec, folder.name)):
+        return Plan()
+    versions = {name: _version(rec, name) for name, rec in loaded.items() if rec is not None}
+    new = {name: rec if versions[name] == schema.SCHEMA_VERSION else _migrated(rec, versions[name], name)
+           for name, rec in loaded.items() if rec is not None}
+    main = new.get(store.RESULT, new.get(store.SPEC))
+    old_id = main.get("migrated_from") or main.get("run_id") or folder.name
+    try:
+        new_id = identity.run_id(main["config"])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise Left(f"its configuration has no id ({_shown(exc)})") from None
+    plan = Plan(new_id=new_id)
     for name, rec in new.items():
-        if name != store.STARTED and not current[name]:
+        if versions[name] == schema.SCHEMA_VERSION:
+            plan.current += 1
+            continue
+        if name != store.STARTED:
             rec["run_id"] = new_id
             if old_id != new_id:
                 rec["migrated_from"] = old_id
-        out.append((folder / name, rec, current[name]))
+        plan.writes.append((folder / name, rec))
     for path in sorted((folder / store.POSTHOC_DIR).glob(f"*/{store.RESULT}")):
+        _plan_stage2(path, new_id, plan)
+    return plan
+
+
+def _plan_stage2(path: Path, run_id: str, plan: Plan) -> None:
+    """A stage-2 result of the run: migrated with the run's new id, or named and left as it is."""
+    where = f"{store.POSTHOC_DIR}/{_shown(path.parent.name)}"
+    try:
         rec = _load(path)
-        if rec is None or not schema.is_older(rec):
-            out.append((path, rec, True))
-            continue
-        new_rec = migrate_record(rec)
-        new_rec["posthoc_of"] = new_id
-        new_rec["run_id"] = identity.stage2_run_id(new_id, new_rec["posthoc"])
-        if new_rec["run_id"] != rec.get("run_id"):
-            new_rec["migrated_from"] = rec.get("run_id")
-        out.append((path, new_rec, False))
-    return out, new_id
+        version = _version(rec, store.RESULT)
+        if version == schema.SCHEMA_VERSION:
+            plan.current += 1
+            return
+        new_rec = _migrated(rec, version, store.RESULT)
+        new_rec["posthoc_of"] = run_id
+        new_rec["run_id"] = identity.stage2_run_id(run_id, new_rec["posthoc"])
+    except Left as exc:
+        plan.left.append(f"{where}: {exc}; nothing changed")
+        return
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        plan.left.append(f"{where}: its configuration has no id ({_shown(exc)}); nothing changed")
+        return
+    if new_rec["run_id"] != rec.get("run_id"):
+        new_rec["migrated_from"] = rec.get("run_id")
+    plan.writes.append((path, new_rec))

@@ -24,12 +24,13 @@ from typing import Callable
 import torch
 
 from ltbench.errors import LtbenchError
-from ltbench.results import safe_read, store
+from ltbench.results import safe_read, schema, store
 
-CHECKPOINT_FORMAT = 2  # 2: the seconds the run has taken (its cost); a format-1 checkpoint starts its run over
+CHECKPOINT_FORMAT = 3  # 2: the seconds the run has taken (its cost); 3: when its first session started (the
+#  bound of those seconds); a checkpoint of an earlier format starts its run over
 
 
-CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "model", "optimizer")
+CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "run_started", "model", "optimizer")
 BEST_VAL = "best_val.pt"  # RUN_DIR/best_val.pt: the model of the best validation epoch so far
 BEST_VAL_KEYS = ("epoch", "model")
 
@@ -45,12 +46,13 @@ def write_state(path: Path, run, run_id: str, **fields) -> None:
 
 
 def save_checkpoint(path: Path, run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
-                    log_lines: int, seconds: float, scaler: torch.amp.GradScaler | None = None) -> None:
+                    log_lines: int, seconds: float, run_started: float,
+                    scaler: torch.amp.GradScaler | None = None) -> None:
     """The run's checkpoint: model, optimiser, method state, where the run is and the seconds it has taken
-    (all sessions: a resumed run's cost goes on from there)."""
+    (all sessions: a resumed run's cost goes on from there) since its first session started."""
     extra = {"scaler": scaler.state_dict()} if scaler is not None and scaler.is_enabled() else {}  # fp16: exact resume
     write_state(path, run, run_id, epoch=epoch,  # the epoch in progress (== epochs done when step == 0)
-                step=step, iteration=iteration, log_lines=log_lines, seconds=seconds,
+                step=step, iteration=iteration, log_lines=log_lines, seconds=seconds, run_started=run_started,
                 optimizer=optimizer.state_dict(), **extra)
 
 
@@ -84,8 +86,12 @@ def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict
         return None
     try:
         state = read_state(path, run_id, CHECKPOINT_KEYS)
-        if not isinstance(state["seconds"], (int, float)) or not 0 <= state["seconds"] < float("inf"):
-            raise ValueError(f"'seconds' is {state['seconds']!r}, not a number of seconds")
+        started, now = state["run_started"], time.time()
+        if not (schema.is_number(started) and started <= now):
+            raise ValueError(f"'run_started' is {str(started)[:40]!r}, not a time before now")
+        if not schema.cost_bound(state["seconds"], started, now):  # the rule of a result's device_seconds
+            raise ValueError(f"'seconds' is {str(state['seconds'])[:40]!r}, not the seconds of a run started at "
+                             f"{started:.0f}")
         return state
     except ValueError as exc:  # all mean "start over"
         say(f"checkpoint {path} is unusable ({exc}); starting this run over")
@@ -117,6 +123,7 @@ class CheckpointSaver:
         self.last_save = time.monotonic()
         self.seconds_before = 0.0  # seconds of the earlier sessions, as the checkpoint resumed from kept them
         self.session_start = time.monotonic() if session_start is None else session_start  # time.monotonic()
+        self.run_started = time.time() - (time.monotonic() - self.session_start)  # wall clock; a resume keeps the first
 
     def seconds(self) -> float:
         """Seconds of this run so far: the earlier sessions' plus this one's (from its start)."""
@@ -142,7 +149,7 @@ class CheckpointSaver:
         run.method.load_extra_state(state.get("method_extra", {}))
         if "scaler" in state:
             scaler.load_state_dict(state["scaler"])
-        self.seconds_before = float(state["seconds"])
+        self.seconds_before, self.run_started = float(state["seconds"]), float(state["run_started"])
         say(f"resuming from checkpoint: epoch {state['epoch']}, step {state['step']}")
         if self.main:  # the log lines written after this checkpoint will be written again
             rows = store.read_jsonl(self.log_path)[: state.get("log_lines", 0)]
@@ -151,7 +158,8 @@ class CheckpointSaver:
 
     def _save(self, run, optimizer, scaler, epoch: int, step: int, iteration: int) -> None:
         save_checkpoint(self.path, run, optimizer, run_id=self.run_id, epoch=epoch, step=step, iteration=iteration,
-                        log_lines=len(store.read_jsonl(self.log_path)), seconds=self.seconds(), scaler=scaler)
+                        log_lines=len(store.read_jsonl(self.log_path)), seconds=self.seconds(),
+                        run_started=self.run_started, scaler=scaler)
 
     def after_step(self, run, optimizer, scaler, *, epoch: int, next_step: int, steps_in_epoch: int,
                    iteration: int, before_save: Callable[[], None] | None = None) -> None:
