@@ -68,8 +68,8 @@ def complete_result(result: dict) -> dict:
         if stage2 and out["device_seconds"] is None and "device_seconds" not in out["unrecorded"]:
             out["unrecorded"] = [*out["unrecorded"], "device_seconds"]
         if not stage2:
-            out = {"device": "cpu", "world_size": 1, "run_started": out["started"], "selection": {"strategy": "last"},
-                   **out}
+            out = {"device": "cpu", "world_size": 1, "threads": 1, "run_started": out["started"], "views": ["default"],
+                   "selection": {"strategy": "last"}, "parameters": {}, **out}
         metrics = out["metrics"] = dict(out["metrics"])
         data = out["data"] = {"num_classes": 4, "class_counts_train": TRAIN_COUNTS, **(out.get("data") or {})}
         metrics.setdefault("groups", THRESHOLDS)

@@ -466,3 +466,30 @@ def test_table_on_a_terminal_shows_bold_and_underline_as_ansi_and_markdown_elsew
     assert shown == for_terminal(piped) and "\x1b[1m" in shown and "**" not in shown
     assert cli.main(["table", str(path), "--format", "markdown"]) == 0
     assert capsys.readouterr().out == piped
+
+
+@pytest.mark.parametrize("damage", ["metrics.per_class", "data.class_counts_test", "data.class_counts_train",
+                                    "device_seconds=1e308", "device_seconds=NaN"])
+def test_a_record_that_cannot_prove_itself_is_named_once_and_never_tabled(write_recipe, damage):
+    """Issue 52's reproducers: ``all: 0.99`` with its per-class values or class counts deleted was tabled as
+    "62.00 ± 52.33" in bold (a record without training counts showed "Many 90.00" with no many-shot class), and
+    a cost of 1e308 printed 305 digits. Each is a damaged record now: named once, its seed not counted."""
+    path = write_recipe("r", {**LA_GRID, "seeds": [0, 1, 2]})
+    recipe = load_recipe(path)
+    populate(recipe)
+    spec = next(s for s in recipe.runs if s.config["method"]["name"] == "la" and s.config["seed"] == 1)
+    result = Path(spec.run_dir) / "result.json"
+    data = json.loads(result.read_text())
+    data["metrics"].update(all=0.99, many=0.9)
+    if "=" in damage:
+        key, value = damage.split("=")
+        data[key] = float(value)
+    else:
+        section, key = damage.split(".")
+        del data[section][key]
+    result.write_text(json.dumps(data))
+    row = rows_by_label(table_of(path, use_cache=False))["la"]
+    all_cell, many_cell = row.cells[(0, 3)], row.cells[(0, 0)]
+    assert all_cell.seeds == [0, 2] and all_cell.mean < 70 and many_cell.mean < 90
+    text = report.render(table_of(path, use_cache=False), "markdown")
+    assert text.count("damaged") == 1 and "99.00" not in text and "e+" not in text

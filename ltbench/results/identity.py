@@ -460,8 +460,10 @@ NOT_RECORDED = "not recorded"  # in memory only: a numerics field the record lis
 
 def numerics_required(device) -> tuple[str, ...]:
     """The numerics fields a result on ``device`` records (schema.numerics_problem): the ones compared on that
-    device (the common ones when the device is unrecorded) and the ones a note shows."""
-    return tuple(dict.fromkeys(("device", *NUMERICS_FIELDS.get(device, _COMMON), *_SHOWN)))
+    device (on any device when its device is unrecorded: it may be compared with either) and the ones a note
+    shows."""
+    compared = NUMERICS_FIELDS[device] if device in NUMERICS_FIELDS else sum(NUMERICS_FIELDS.values(), ())
+    return tuple(dict.fromkeys(("device", *compared, *_SHOWN)))
 
 
 def numerics_of(result: dict) -> dict:

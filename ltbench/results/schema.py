@@ -46,11 +46,12 @@ FIELDS = {
     "done": {"metrics": (dict,), "data": (dict,), "numerics": (dict,), "method_extras": (dict,),
              "device_seconds": (NUMBER,)},
     "failed": {"error": (str,), "error_type": (str, None), "traceback_file": (str, None)},
-    "run done": {"device": (str,), "world_size": (WHOLE,), "run_started": (NUMBER,), "selection": (dict,)},
+    "run done": {"device": (str,), "world_size": (WHOLE,), "threads": (WHOLE,), "run_started": (NUMBER,),
+                 "selection": (dict,), "views": (list,), "parameters": (dict,)},
     "stage2": {"posthoc": (dict,), "posthoc_of": (str,), "features": (dict,)},
 }
 #: Optional fields (absent: the run had none; never "recorded before it existed") and their types.
-OPTIONAL_TYPES = {"views": list, "parameters": dict, "traceback": str}
+OPTIONAL_TYPES = {"traceback": str}
 TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", None: "null", NUMBER: NUMBER, WHOLE: WHOLE}
 
 
@@ -79,7 +80,13 @@ def is_count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
+def _number(value: float | None) -> str:
+    return "null" if value is None else f"{value:.6g}"
+
+
 def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
     return repr(str(value)[:40]) if not isinstance(value, (dict, list)) else type(value).__name__
 
 
@@ -370,7 +377,7 @@ def agreement_problem(metrics: dict, data: dict, where: str, test_counts_key: st
         return f"{where}.all is {metrics['all']!r}, but no class has test images"
     got = sum(a * test[i] for i, a in scored) / sum(test)
     if metrics["all"] is None or abs(got - metrics["all"]) > AGREEMENT_TOLERANCE:
-        return f"{where}.all is {_shown(metrics['all'])}, its per-class accuracies give {got:.6g}"
+        return f"{where}.all is {_number(metrics['all'])}, its per-class accuracies give {got:.6g}"
     if metrics.get("macro") is not None and abs(sum(a for _, a in scored) / len(scored) - metrics["macro"]) \
             > AGREEMENT_TOLERANCE:
         return f"{where}.macro is {metrics['macro']:.6g}, its per-class accuracies give " \
@@ -383,7 +390,7 @@ def agreement_problem(metrics: dict, data: dict, where: str, test_counts_key: st
         if not values and recorded is not None:
             return f"{where}.{group} is {recorded:.6g}, but no {group}-shot class has test images"
         if values and (recorded is None or abs(sum(values) / len(values) - recorded) > AGREEMENT_TOLERANCE):
-            return f"{where}.{group} is {_shown(recorded)}, its classes' accuracies give {sum(values) / len(values):.6g}"
+            return f"{where}.{group} is {_number(recorded)}, its classes' accuracies give {sum(values) / len(values):.6g}"
     return ""
 
 

@@ -90,8 +90,8 @@ def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict
         if not (schema.is_number(started) and started <= now):
             raise ValueError(f"'run_started' is {str(started)[:40]!r}, not a time before now")
         if not schema.cost_bound(state["seconds"], started, now):  # the rule of a result's device_seconds
-            raise ValueError(f"'seconds' is {str(state['seconds'])[:40]!r}, not the seconds of a run started at "
-                             f"{started:.0f}")
+            raise ValueError(f"'seconds' is {str(state['seconds'])[:40]!r}, not a number of seconds since the run "
+                             f"started at {started:.0f}")
         return state
     except ValueError as exc:  # all mean "start over"
         say(f"checkpoint {path} is unusable ({exc}); starting this run over")
