@@ -44,9 +44,12 @@ def agreeing(values: dict) -> tuple[list, list]:
     schema.agreement_problem checks it: the many-shot pair is split around its mean to carry ``all``."""
     a = values["all"]
     m, d, f = (values.get(g, a) for g in ("many", "medium", "few"))
-    for k, jd, jf in itertools.product(range(2, 12), range(1, 30), range(1, 30)):
-        tests = [1, k, jd if d is not None else 0, jf if f is not None else 0]
-        delta = (sum(tests) * a - (1 + k) * m - (d or 0) * tests[2] - (f or 0) * tests[3]) / (1 - k)
+    smaller = [(1, 1), (1, 3), (3, 1), (3, 3), (1, 9), (9, 1), (9, 9), (1, 29), (29, 1), (29, 29)]
+    for (jd, jf), t0, t1 in itertools.product(smaller, range(1, 61), range(1, 61)):
+        if t0 == t1:
+            continue
+        tests = [t0, t1, jd if d is not None else 0, jf if f is not None else 0]
+        delta = (sum(tests) * a - (t0 + t1) * m - (d or 0) * tests[2] - (f or 0) * tests[3]) / (t0 - t1)
         per_class = [m + delta, m - delta, d, f]
         if all(v is None or 0 <= v <= 1 for v in per_class):
             return per_class, tests
@@ -68,7 +71,9 @@ def complete_result(result: dict) -> dict:
         if stage2 and out["device_seconds"] is None and "device_seconds" not in out["unrecorded"]:
             out["unrecorded"] = [*out["unrecorded"], "device_seconds"]
         if not stage2:
-            out = {"device": "cpu", "world_size": 1, "threads": 1, "run_started": out["started"], "views": ["default"],
+            elapsed = (out["device_seconds"] or 0) / out.get("world_size", 1) + 1.0  # within the cost's bound
+            out = {"device": "cpu", "world_size": 1, "threads": 1, "run_started": out["ended"] - elapsed,
+                   "views": ["default"],
                    "selection": {"strategy": "last"}, "parameters": {}, **out}
         metrics = out["metrics"] = dict(out["metrics"])
         data = out["data"] = {"num_classes": 4, "class_counts_train": TRAIN_COUNTS, **(out.get("data") or {})}

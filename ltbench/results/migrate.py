@@ -66,8 +66,8 @@ MOVED_MODULES = {
     "ltbench.expansion": "ltbench.recipe.expansion", "ltbench.recipe_tables": "ltbench.recipe.tables",
 }
 
-#: The numerics fields compared when schema 2 was made: the ones such a record marks ``not recorded``. Fields
-#: recorded since are absent from it, which ``identity.numerics_difference`` reads as unknown too.
+#: The numerics fields compared when schema 2 was made: the ones such a record marks ``not recorded`` (the step
+#: to schema 3 makes those, and the fields recorded since, null and lists them ``unrecorded``).
 _SCHEMA2_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size")
 SCHEMA2_NUMERICS = {
     "cpu": _SCHEMA2_COMMON + ("cpu_model", "cpu_capability", "threads"),
@@ -325,87 +325,69 @@ def migrate_folder(root: Path, dry_run: bool = False) -> Report:
     return report
 
 
-def _load(path: Path) -> dict | None:
-    """A record file's object, None when absent; ``Left`` when it is unreadable or no JSON object."""
+def _current(path: Path, name: str) -> tuple[dict | None, bool]:
+    """(the record in ``path`` in the current format, whether it already was); (None, True) when absent.
+    ``Left`` when it is unreadable, of a newer or unknown schema, or too damaged to migrate."""
     if not os.path.lexists(path):
-        return None
+        return None, True
     try:
-        obj = safe_read.load_json(path)
+        rec = safe_read.load_json(path)
     except safe_read.UnusableFile as exc:
-        raise Left(f"{path.name} {exc.reason}") from None
-    if not isinstance(obj, dict):
-        raise Left(f"{path.name} is not a JSON object")
-    return obj
-
-
-def _version(rec: dict, name: str) -> int:
-    """The record's schema version; ``Left`` when it is newer than this ltbench's or no version at all."""
+        raise Left(f"{name} {exc.reason}") from None
     version = schema.version_of(rec, missing=None if name == store.RESULT else 1)
-    if version is None:
-        raise Left(f"{name}'s schema_version {_shown(repr(rec.get('schema_version')))[:40]} is unknown "
-                   f"(made by a newer ltbench, or damaged)")
-    if version > schema.SCHEMA_VERSION:
-        raise Left(f"{name} was made by a newer ltbench (schema {version}; this one knows {schema.SCHEMA_VERSION}): "
-                   f"upgrade ltbench")
-    return version
-
-
-def _migrated(rec: dict, version: int, name: str) -> dict:
+    if not isinstance(rec, dict) or version is None or version > schema.SCHEMA_VERSION:
+        raise Left(f"{name} is not a JSON object" if not isinstance(rec, dict) else
+                   f"{name} has schema_version {_shown(repr(rec.get('schema_version')))[:40]}, which this ltbench "
+                   f"(schema {schema.SCHEMA_VERSION}) does not know: made by a newer ltbench (upgrade it), or damaged")
+    if version == schema.SCHEMA_VERSION:
+        return rec, True
     problem = schema.older_problem(rec)
     if problem:
         raise Left(f"{name} is damaged ({problem})")
-    return migrate_record(rec, version)
+    return migrate_record(rec, version), False
 
 
 def _plan(folder: Path) -> Plan:
     """The run folder's records in the current format and its new id; an empty plan (no id) when it holds no
     ltbench record."""
-    loaded = {name: _load(folder / name) for name in RECORD_FILES}
-    result, spec = loaded[store.RESULT], loaded[store.SPEC]
-    if not (schema.names_folder(result, folder.name) or schema.names_folder(spec, folder.name)):
+    if _foreign(folder):
         return Plan()
-    versions = {name: _version(rec, name) for name, rec in loaded.items() if rec is not None}
-    new = {name: rec if versions[name] == schema.SCHEMA_VERSION else _migrated(rec, versions[name], name)
-           for name, rec in loaded.items() if rec is not None}
-    main = new.get(store.RESULT, new.get(store.SPEC))
+    new = {name: _current(folder / name, name) for name in RECORD_FILES}
+    main = (new[store.RESULT][0] or new[store.SPEC][0])
     old_id = main.get("migrated_from") or main.get("run_id") or folder.name
     try:
-        new_id = identity.run_id(main["config"])
+        plan = Plan(new_id=identity.run_id(main["config"]))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise Left(f"its configuration has no id ({_shown(exc)})") from None
-    plan = Plan(new_id=new_id)
-    for name, rec in new.items():
-        if versions[name] == schema.SCHEMA_VERSION:
+    for name, (rec, was_current) in new.items():
+        if rec is not None and was_current:
             plan.current += 1
-            continue
-        if name != store.STARTED:
-            rec["run_id"] = new_id
-            if old_id != new_id:
-                rec["migrated_from"] = old_id
-        plan.writes.append((folder / name, rec))
+        elif rec is not None:
+            if name != store.STARTED:
+                rec.update(run_id=plan.new_id, **({"migrated_from": old_id} if old_id != plan.new_id else {}))
+            plan.writes.append((folder / name, rec))
     for path in sorted((folder / store.POSTHOC_DIR).glob(f"*/{store.RESULT}")):
-        _plan_stage2(path, new_id, plan)
+        try:
+            rec, was_current = _current(path, store.RESULT)
+            if not was_current:
+                old = rec.get("migrated_from") or rec.get("run_id")
+                rec.update(posthoc_of=plan.new_id, run_id=identity.stage2_run_id(plan.new_id, rec["posthoc"]))
+                rec.update({"migrated_from": old} if old != rec["run_id"] else {})
+                plan.writes.append((path, rec))
+            plan.current += was_current
+        except (Left, ValueError, TypeError) as exc:  # one stage-2 result: named, the run and the others migrated
+            plan.left.append(f"{store.POSTHOC_DIR}/{_shown(path.parent.name)}: {_shown(exc)}; nothing changed")
     return plan
 
 
-def _plan_stage2(path: Path, run_id: str, plan: Plan) -> None:
-    """A stage-2 result of the run: migrated with the run's new id, or named and left as it is."""
-    where = f"{store.POSTHOC_DIR}/{_shown(path.parent.name)}"
-    try:
-        rec = _load(path)
-        version = _version(rec, store.RESULT)
-        if version == schema.SCHEMA_VERSION:
-            plan.current += 1
-            return
-        new_rec = _migrated(rec, version, store.RESULT)
-        new_rec["posthoc_of"] = run_id
-        new_rec["run_id"] = identity.stage2_run_id(run_id, new_rec["posthoc"])
-    except Left as exc:
-        plan.left.append(f"{where}: {exc}; nothing changed")
-        return
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        plan.left.append(f"{where}: its configuration has no id ({_shown(exc)}); nothing changed")
-        return
-    if new_rec["run_id"] != rec.get("run_id"):
-        new_rec["migrated_from"] = rec.get("run_id")
-    plan.writes.append((path, new_rec))
+def _foreign(folder: Path) -> bool:
+    """Whether the folder's spec.json and result.json are readable and neither names it: someone else's files
+    (an unreadable one may be ltbench's: it is named, never touched)."""
+    for name in (store.RESULT, store.SPEC):
+        try:
+            rec = safe_read.load_json(folder / name) if os.path.lexists(folder / name) else None
+        except safe_read.UnusableFile:
+            return False
+        if schema.names_folder(rec, folder.name):
+            return False
+    return True

@@ -50,8 +50,6 @@ FIELDS = {
                  "selection": (dict,), "views": (list,), "parameters": (dict,)},
     "stage2": {"posthoc": (dict,), "posthoc_of": (str,), "features": (dict,)},
 }
-#: Optional fields (absent: the run had none; never "recorded before it existed") and their types.
-OPTIONAL_TYPES = {"traceback": str}
 TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", None: "null", NUMBER: NUMBER, WHOLE: WHOLE}
 
 
@@ -115,17 +113,20 @@ def names_folder(obj: Any, folder_name: str) -> bool:
 def older_problem(obj: dict) -> str:
     """Why a record of an earlier schema cannot be migrated ('' when it can): ``ltbench migrate`` names it and
     leaves it, and every command reads it as damaged, never as 'older' (which a migration would end)."""
-    config = obj.get("config")
-    if not isinstance(config, dict) or not all(
-            isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in ("data", "backbone", "method")):
-        return "config (data, backbone, method names) is missing"
-    try:
-        json.dumps(config, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        return "config holds a NaN or an infinity"
-    if obj.get("kind") == STAGE2_KIND and not (isinstance(obj.get("posthoc"), dict) and isinstance(obj["posthoc"].get("name"), str)):
+    problem = _names_problem(obj.get("config"))
+    if not problem and obj.get("kind") == STAGE2_KIND and _names_problem(obj, ("posthoc",)):
         return "posthoc (the stage-2 method) is missing"
-    return ""
+    try:
+        return problem or json.dumps(obj["config"], allow_nan=False) and ""
+    except ValueError:
+        return "config holds a NaN or an infinity"
+
+
+def _names_problem(config: Any, sections=("data", "backbone", "method")) -> str:
+    if isinstance(config, dict) and all(isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str)
+                                        for s in sections):
+        return ""
+    return f"config ({', '.join(sections)} names) is missing"
 
 
 def result_problem(obj: Any) -> str:
@@ -142,7 +143,7 @@ def result_problem(obj: Any) -> str:
     if version_of(obj) != SCHEMA_VERSION:
         return (f"schema_version is {_shown(obj.get('schema_version'))}, expected {SCHEMA_VERSION}"
                 + (" (made by a newer ltbench: upgrade ltbench)" if (version_of(obj) or 0) > SCHEMA_VERSION else ""))
-    for check in (fields_problem, _config_problem, _header_problem, code_problem):
+    for check in (fields_problem, _config_problem, _display_problem, code_problem):
         problem = check(obj)
         if problem:
             return problem
@@ -224,11 +225,9 @@ def cost_problem(obj: dict) -> str:
 def _config_problem(obj: dict) -> str:
     """The run's configuration: the plugin names every row and label reads, the seed, and ``optim``
     validated as a recipe's is (stage 2 reads its epochs; a table shows its values)."""
-    config = obj.get("config")
-    sections = ("data", "backbone", "method")
-    if not isinstance(config, dict) or not all(
-            isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in sections):
-        return "config (data, backbone, method names) is missing"
+    config = obj["config"]
+    if _names_problem(config):
+        return _names_problem(config)
     for seed, where in ((config.get("seed"), "config.seed"), (obj.get("seed"), "seed")):
         if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
             return f"{where} is {_shown(seed)}, expected a whole number"
@@ -269,14 +268,9 @@ def section_problem(cls: type, value: Any, where: str) -> str:
 _HERE = "<section>"  # the path in a remembered message, replaced by the caller's
 
 
-def _header_problem(obj: dict) -> str:
-    """Optional header fields: absent or of their type; the method's display name, which a table prints."""
-    for key, kind in OPTIONAL_TYPES.items():
-        if key in obj and not isinstance(obj[key], kind):
-            return f"{key} is {_shown(obj[key])}, expected {TYPE_NAMES[kind]}"
-    if obj["method_display"] is not None and display_name_problem(obj["method_display"]):
-        return f"method_display {display_name_problem(obj['method_display'])}"
-    return ""
+def _display_problem(obj: dict) -> str:
+    problem = display_name_problem(obj["method_display"]) if obj["method_display"] is not None else ""
+    return problem and f"method_display {problem}"
 
 
 DISPLAY_NAME_LIMIT = 40
