@@ -251,6 +251,7 @@ def test_the_dry_run_lists_exactly_what_the_real_run_does(tmp_path, capsys):
     twin = folders[2].parent / "twin"  # a copy of a run under another name: both want one new id
     shutil.copytree(folders[2], twin)
     _edit(twin / store.RESULT, run_id="twin")
+    _edit(folders[3] / store.RESULT, method_extras={"x": float("nan")})  # a value no JSON write takes
     for stage2 in sorted(root.rglob(f"{store.POSTHOC_DIR}/*/{store.RESULT}"))[:1]:
         stage2.write_text("[]")
     before = _files(root)
@@ -260,7 +261,7 @@ def test_the_dry_run_lists_exactly_what_the_real_run_does(tmp_path, capsys):
     assert cli.main(["migrate", str(root)]) == 0
     done = capsys.readouterr().out
     assert planned.replace("would migrate", "migrated").replace("would rename", "renamed") == done
-    assert "is taken by another folder" in done and "is not a JSON object" in done
+    assert "is taken by another folder" in done and "is not a JSON object" in done and "holds a NaN" in done
 
 
 def test_names_read_from_the_disk_are_printed_without_control_characters(tmp_path, capsys):

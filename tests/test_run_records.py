@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from ltbench.results import record, schema, store
-from ltbench.train.checkpoint import CheckpointSaver, load_checkpoint
+from ltbench.train.checkpoint import MODEL_FORMATS, CheckpointSaver, load_checkpoint, read_state
 from ltbench.results.runspec import RunSpec
 from ltbench.train.selection import select_model
 from tests.reportkit import FAKE_NUMERICS
@@ -179,6 +179,9 @@ def test_a_runs_cost_goes_on_across_sessions_from_what_its_checkpoint_kept(tmp_p
     messages = []
     assert load_checkpoint(tmp_path / store.CHECKPOINT, "rid", say=messages.append) is None
     assert "unknown checkpoint format" in messages[0]
+    del state["run_started"]  # a finished run's checkpoint of that format still gives stage 2 its model
+    torch.save(state, tmp_path / store.CHECKPOINT)
+    assert "model" in read_state(tmp_path / store.CHECKPOINT, "rid", ("epoch", "model"), formats=MODEL_FORMATS)
 
 
 def test_saver_times_mid_epoch_checkpoints_for_one_process_only(tmp_path):

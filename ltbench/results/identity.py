@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import code, safe_read
+from ltbench.results import code, safe_read, schema
 
 #: Part of every hashed identity: bump it (with a migration step) when what identifies a run changes.
 IDENTITY_VERSION = 2
@@ -469,7 +469,7 @@ def numerics_required(device) -> tuple[str, ...]:
 def numerics_of(result: dict) -> dict:
     """A checked done result's ``numerics`` (provenance.numerics), each field it lists ``unrecorded`` as
     ``NOT_RECORDED``."""
-    unrecorded = {u.removeprefix("numerics.") for u in result["unrecorded"] if u.startswith("numerics.")}
+    unrecorded = schema.unrecorded_numerics(result)
     return {k: NOT_RECORDED if k in unrecorded else v for k, v in result["numerics"].items()}
 
 

@@ -27,6 +27,7 @@ docs/architecture.md ("How a record changes format") says the same.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,14 +259,14 @@ class Report:
         out += [f"  {old} -> {new}" for old, new in self.renamed[:20]]
         if len(self.renamed) > 20:
             out.append(f"  ... and {len(self.renamed) - 20} more")
-        out += [f"  left as it is: {line}" for line in self.left]
+        out += [f"  left as it is: {_shown(line)}" for line in self.left]  # names and reasons read from the disk
         if self.foreign:
             out.append(f"  not touched: {self.foreign} folder(s) whose spec.json or result.json is no ltbench record")
         return out
 
 
-def _shown(path) -> str:
-    return shorten(str(path))  # a name read from the disk: never a control character on the terminal
+def _shown(text) -> str:
+    return shorten(str(text), 400)  # a name read from the disk: never a control character on the terminal
 
 
 def run_folders(root: Path) -> list[Path]:
@@ -342,9 +343,14 @@ def _current(path: Path, name: str) -> tuple[dict | None, bool]:
     if version == schema.SCHEMA_VERSION:
         return rec, True
     problem = schema.older_problem(rec)
+    try:
+        new = migrate_record(rec, version)
+        json.dumps(new, allow_nan=False)  # what the write will need: planned, so the dry run names it too
+    except ValueError:
+        problem = problem or "it holds a NaN or an infinity"
     if problem:
         raise Left(f"{name} is damaged ({problem})")
-    return migrate_record(rec, version), False
+    return new, False
 
 
 def _plan(folder: Path) -> Plan:

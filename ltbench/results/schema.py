@@ -171,10 +171,9 @@ def fields_problem(obj: dict) -> str:
         if not (_typed(obj[key], kinds) or (obj[key] is None and key in unrecorded)):
             return f"{key} is {_shown(obj[key])}, expected " + " or ".join(TYPE_NAMES[k] for k in kinds)
     for name in unrecorded:
-        section, _, key = name.partition(".")
-        holder = obj.get(section) if key else obj
-        if not (section in required and isinstance(holder, dict) and key in holder if key else name in required) \
-                or (holder.get(key) if key else obj[name]) is not None:
+        section, _, key = name.rpartition(".")
+        holder = obj.get(section) if section else obj
+        if not ((section or name) in required and isinstance(holder, dict) and key in holder and holder[key] is None):
             return f"unrecorded names {_shown(name)}, which is no null field of this record"
     return ""
 

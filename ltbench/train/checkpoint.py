@@ -31,6 +31,8 @@ CHECKPOINT_FORMAT = 3  # 2: the seconds the run has taken (its cost); 3: when it
 
 
 CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "run_started", "model", "optimizer")
+#: The formats whose model a finished run's stage 2 reads: they differ only in what a resume reads (its cost).
+MODEL_FORMATS = (2, CHECKPOINT_FORMAT)
 BEST_VAL = "best_val.pt"  # RUN_DIR/best_val.pt: the model of the best validation epoch so far
 BEST_VAL_KEYS = ("epoch", "model")
 
@@ -61,8 +63,8 @@ def save_best_val(run_dir: Path, run, *, run_id: str, epoch: int) -> None:
     write_state(run_dir / BEST_VAL, run, run_id, epoch=epoch)
 
 
-def read_state(path: Path, run_id: str, keys: tuple[str, ...]) -> dict:
-    """The state in ``path`` (checkpoint format, this run's, holding ``keys``); ValueError saying why not."""
+def read_state(path: Path, run_id: str, keys: tuple[str, ...], formats: tuple[int, ...] = (CHECKPOINT_FORMAT,)) -> dict:
+    """The state in ``path`` (of one of ``formats``, this run's, holding ``keys``); ValueError saying why not."""
     problem = safe_read.regular_file_problem(path)  # torch.load on a FIFO would block, on /dev/zero never end
     if problem:
         raise ValueError(f"it {problem}")
@@ -70,7 +72,7 @@ def read_state(path: Path, run_id: str, keys: tuple[str, ...]) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only, never code
     except Exception as exc:  # truncated zip, a pickle of anything but tensors and plain data
         raise ValueError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in formats:
         raise ValueError("unknown checkpoint format")
     if state.get("run_id") != run_id:
         raise ValueError(f"it belongs to run {state.get('run_id')}")
