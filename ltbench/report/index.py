@@ -58,7 +58,7 @@ def flat_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def summarize_result(data: dict, run_dir_name: str) -> dict:
+def summarize_result(data: dict) -> dict:
     """The small record a table needs from one usable result (status 'done' or 'failed'). It was checked by
     store.check_result: every field read here is one schema 3 requires of it (tests/test_schema_fields.py)."""
     config = data["config"]
@@ -103,7 +103,7 @@ def read_result_file(path: Path) -> dict:
     run_dir = path.parent
     check = store.check_result(run_dir)
     if check.usable:
-        return summarize_result(check.result, run_dir.name)
+        return summarize_result(check.result)
     if check.state == store.OLDER:
         return {"run_id": run_dir.name, "status": store.OLDER, "note": check.reason}
     return {"run_id": run_dir.name, **_identity_from_spec(run_dir), "status": "damaged",

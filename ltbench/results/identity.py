@@ -63,10 +63,6 @@ BACKBONE_IDENTITY = "backbone_identity"  # top-level config key: the sha256 of a
 FILE_IDENTITIES = (DATA_IDENTITY, BACKBONE_IDENTITY)
 
 
-def is_execution_setting(section: str, key: str) -> bool:
-    return (section, key) in EXECUTION_SETTINGS
-
-
 def identity_of(config: dict) -> dict:
     """What a run computes: its resolved configuration less the execution settings. Sections are copied, so
     ``config`` is left as it is."""
