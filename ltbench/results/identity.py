@@ -176,14 +176,6 @@ def normalized_file_hash(path) -> str | None:
         return None
 
 
-def code_entry(module: str, path: str) -> dict:
-    """What a result records of one module: its path relative to the folder holding its top-level
-    package ('ltbench/backbones.py', 'my_plugins/loss.py'), so a committed result checks on any clone,
-    the sha256 of its bytes, and that of its normalised syntax tree (the one the stale rule compares)."""
-    return {"path": relative_code_path(module, path), "sha256": file_sha256(path),
-            "normalized": normalized_file_hash(path)}
-
-
 def relative_code_path(module: str, path: str) -> str:
     """'ltbench.data.cifar' + '/x/ltbench/data/cifar.py' -> 'ltbench/data/cifar.py': the last components
     of the file's path, as many as the module has parts (a record never stores an absolute path)."""
