@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ltbench import cli
-from ltbench.results import identity, migrate, schema, store
+from ltbench.results import identity, migrate, schema, status_rule, store
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "schema1"
@@ -239,7 +239,7 @@ def test_a_damaged_record_is_named_the_rest_migrated_and_run_reads_it_as_damaged
     assert f"{unreadable.relative_to(root)}: result.json is not valid JSON" in out
     assert _all_current_but(root, damaged, unreadable)  # everything else was migrated
     # every command reads the damaged record as damaged (run it again), never as 'older' (which no migration ends)
-    assert store.check_result(damaged).state == "unusable" and store.run_status(damaged) == "damaged"
+    assert store.check_result(damaged).state == "unusable" and status_rule.run_status(damaged) == "damaged"
     assert damaged not in store.older_records(damaged.parent)
 
 

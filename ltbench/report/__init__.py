@@ -32,7 +32,7 @@ from ltbench.report.expected import source as _source
 from ltbench.report.formats import render as _render
 from ltbench.report.frames import load as _load
 from ltbench.report.published import add_published
-from ltbench.results.safe_read import regular_file_problem
+from ltbench.results.store import regular_file_problem
 
 FORMATS = ("markdown", "latex", "csv")
 

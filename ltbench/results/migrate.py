@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from ltbench.errors import shorten
-from ltbench.results import identity, safe_read, schema, store
+from ltbench.results import identity, schema, store
 from ltbench.results.code import module_path
 from ltbench.results.provenance import portable
 
@@ -332,8 +332,8 @@ def _current(path: Path, name: str) -> tuple[dict | None, bool]:
     if not os.path.lexists(path):
         return None, True
     try:
-        rec = safe_read.load_json(path)
-    except safe_read.UnusableFile as exc:
+        rec = store.load_json(path)
+    except store.UnusableFile as exc:
         raise Left(f"{name} {exc.reason}") from None
     version = schema.version_of(rec, missing=None if name == store.RESULT else 1)
     if not isinstance(rec, dict) or version is None or version > schema.SCHEMA_VERSION:
@@ -391,8 +391,8 @@ def _foreign(folder: Path) -> bool:
     (an unreadable one may be ltbench's: it is named, never touched)."""
     for name in (store.RESULT, store.SPEC):
         try:
-            rec = safe_read.load_json(folder / name) if os.path.lexists(folder / name) else None
-        except safe_read.UnusableFile:
+            rec = store.load_json(folder / name) if os.path.lexists(folder / name) else None
+        except store.UnusableFile:
             return False
         if schema.names_folder(rec, folder.name):
             return False

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from ltbench.errors import LtbenchError
-from ltbench.results import safe_read, schema, store
+from ltbench.results import schema, store
 
 CHECKPOINT_FORMAT = 3  # 2: the seconds the run has taken (its cost); 3: when its first session started (the
 #  bound of those seconds); a checkpoint of an earlier format starts its run over
@@ -35,6 +35,7 @@ CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "run_started", "mode
 MODEL_FORMATS = (2, CHECKPOINT_FORMAT)
 BEST_VAL = "best_val.pt"  # RUN_DIR/best_val.pt: the model of the best validation epoch so far
 BEST_VAL_KEYS = ("epoch", "model")
+MAX_CHECKPOINT_BYTES = 64 * 1024 ** 3  # a checkpoint of the largest backbone with its optimizer state is a few GB
 
 
 def write_state(path: Path, run, run_id: str, **fields) -> None:
@@ -65,11 +66,13 @@ def save_best_val(run_dir: Path, run, *, run_id: str, epoch: int) -> None:
 
 def read_state(path: Path, run_id: str, keys: tuple[str, ...], formats: tuple[int, ...] = (CHECKPOINT_FORMAT,)) -> dict:
     """The state in ``path`` (of one of ``formats``, this run's, holding ``keys``); ValueError saying why not."""
-    problem = safe_read.regular_file_problem(path)  # torch.load on a FIFO would block, on /dev/zero never end
-    if problem:
-        raise ValueError(f"it {problem}")
+    try:  # torch.load on a FIFO would block, on /dev/zero never end, through a link read the user's file
+        f = store.open_bounded(path, MAX_CHECKPOINT_BYTES)
+    except store.UnusableFile as exc:
+        raise ValueError(f"it {exc.reason}") from None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only, never code
+        with f:
+            state = torch.load(f, map_location="cpu", weights_only=True)  # tensors and plain data only, never code
     except Exception as exc:  # truncated zip, a pickle of anything but tensors and plain data
         raise ValueError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     if not isinstance(state, dict) or state.get("format") not in formats:
