@@ -5,7 +5,7 @@ results, with stage-2 results, and on the golden demo, which holds a failed run)
 read from them: the top level, ``numerics`` (also as the tables carry them on, ``identity.numerics_of``) and
 ``metrics``. Each key must be one ``schema.FIELDS`` requires of
 that record (by status and kind), a numerics field
-``identity.numerics_required`` names for its device, or a metrics field the schema checks. A reader that
+``schema.numerics_required`` names for its device, or a metrics field the schema checks. A reader that
 starts to read a key the schema does not require (and so would have to guess from its absence) fails here.
 """
 
@@ -91,7 +91,7 @@ def test_every_key_a_reader_takes_from_a_result_is_one_the_schema_requires(tmp_p
     strays = set()
     for rec, keys in read:
         allowed = set(schema.required_fields(rec))
-        allowed |= {f"numerics.{f}" for f in identity.numerics_required((rec.get("numerics") or {}).get("device"))}
+        allowed |= {f"numerics.{f}" for f in schema.numerics_required((rec.get("numerics") or {}).get("device"))}
         allowed |= {f"metrics.{k}" for k in METRICS_KEYS}
         strays |= {(rec["status"], rec["kind"], key) for key in keys - allowed}
     assert not strays, f"keys read that schema.FIELDS does not require of the record: {sorted(strays, key=str)}"

@@ -452,25 +452,8 @@ KERNEL_ENV = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL
               "ONEDNN_CPU_ISA_HINTS", "DNNL_CPU_ISA_HINTS", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
               "KMP_DETERMINISTIC_REDUCTION", "NVIDIA_TF32_OVERRIDE", "CUBLAS_WORKSPACE_CONFIG")
 
-_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size",
-           "threads_per_epoch", "kernel_env", "float32_matmul_precision")
-NUMERICS_FIELDS = {
-    "cpu": _COMMON + ("cpu_model", "cpu_id", "cpu_capability", "threads", "blas", "onednn", "mkldnn"),
-    # On a GPU the threads only run host-side work: they are recorded, not compared.
-    "cuda": _COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
-                       "cudnn_benchmark"),
-}
-#: The fields a note shows first (``numerics_text``) beside the compared ones: every result records them.
-_SHOWN = ("device_model", "cpu_model", "cpu_capability", "threads")
+NUMERICS_FIELDS, _COMMON = schema.NUMERICS_FIELDS, schema.NUMERICS_COMMON  # compared by device (schema: recorded)
 NOT_RECORDED = "not recorded"  # in memory only: a numerics field the record lists ``unrecorded`` (never a match)
-
-
-def numerics_required(device) -> tuple[str, ...]:
-    """The numerics fields a result on ``device`` records (schema.numerics_problem): the ones compared on that
-    device (on any device when its device is unrecorded: it may be compared with either) and the ones a note
-    shows."""
-    compared = NUMERICS_FIELDS[device] if device in NUMERICS_FIELDS else sum(NUMERICS_FIELDS.values(), ())
-    return tuple(dict.fromkeys(("device", *compared, *_SHOWN)))
 
 
 def numerics_of(result: dict) -> dict:

@@ -194,7 +194,7 @@ def explicit_fields(rec: dict) -> None:
     numerics = rec.get("numerics")
     if not isinstance(numerics, dict):
         return
-    for name in identity.numerics_required(numerics.get("device")):
+    for name in schema.numerics_required(numerics.get("device")):
         if name == "threads_per_epoch" and name not in numerics and (
                 "threads_from" in numerics or rec.get("kind") == schema.STAGE2_KIND):
             numerics[name] = None

@@ -178,6 +178,27 @@ def fields_problem(obj: dict) -> str:
     return ""
 
 
+#: The numerics fields two results of one run id are compared on, by device (``identity.numerics_difference``,
+#: the borrowing rule; docs/results-schema.md says why each is here), and those a note shows first beside them.
+NUMERICS_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size",
+                   "threads_per_epoch", "kernel_env", "float32_matmul_precision")
+NUMERICS_FIELDS = {
+    "cpu": NUMERICS_COMMON + ("cpu_model", "cpu_id", "cpu_capability", "threads", "blas", "onednn", "mkldnn"),
+    # On a GPU the threads only run host-side work: they are recorded, not compared.
+    "cuda": NUMERICS_COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
+                               "cudnn_benchmark"),
+}
+NUMERICS_SHOWN = ("device_model", "cpu_model", "cpu_capability", "threads")
+
+
+def numerics_required(device) -> tuple[str, ...]:
+    """The numerics fields a result on ``device`` records (``numerics_problem``): the ones compared on that
+    device (on any device when its device is unrecorded: it may be compared with either) and the ones a note
+    shows."""
+    compared = NUMERICS_FIELDS[device] if device in NUMERICS_FIELDS else sum(NUMERICS_FIELDS.values(), ())
+    return tuple(dict.fromkeys(("device", *compared, *NUMERICS_SHOWN)))
+
+
 def unrecorded_numerics(obj: dict) -> set[str]:
     """The numerics fields a record lists as never recorded (``unrecorded``: 'numerics.cpu_id')."""
     return {u.removeprefix("numerics.") for u in obj["unrecorded"] if u.startswith("numerics.")}
@@ -185,14 +206,12 @@ def unrecorded_numerics(obj: dict) -> set[str]:
 
 def numerics_problem(numerics: dict, unrecorded: set[str]) -> str:
     """``numerics`` (provenance.numerics): a known device (or one listed unrecorded) and every field
-    ``identity.numerics_required`` names for it, present (null where the machine had no such thing, e.g.
+    ``numerics_required`` names for it, present (null where the machine had no such thing, e.g.
     ``cuda`` on a CPU, or listed unrecorded)."""
-    from ltbench.results import identity  # identity imports this module
-
     device = numerics.get("device")
-    if device not in identity.NUMERICS_FIELDS and not (device is None and "device" in unrecorded):
-        return f"numerics.device is {_shown(device)}, expected one of {', '.join(identity.NUMERICS_FIELDS)}"
-    missing = [f for f in identity.numerics_required(device) if f not in numerics]
+    if device not in NUMERICS_FIELDS and not (device is None and "device" in unrecorded):
+        return f"numerics.device is {_shown(device)}, expected one of {', '.join(NUMERICS_FIELDS)}"
+    missing = [f for f in numerics_required(device) if f not in numerics]
     return f"numerics.{missing[0]} is missing" if missing else ""
 
 
