@@ -1,4 +1,4 @@
-"""Command line: ``ltbench run | posthoc | list | data | table | report | plot | status``.
+"""Command line: ``ltbench run | posthoc | list | data | table | report | plot | status | verify | plan``.
 
 A problem the user can fix is printed as one line on stderr with a non-zero exit and no traceback
 (``--debug`` shows it).
@@ -46,7 +46,8 @@ def cmd_run(args) -> int:
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
     recipe.where = parse_where(args.where)
     if recipe.studies and recipe.where:
-        raise ConfigError(f"{args.recipe}: --where does not apply to a tpe search (its workers share every study); "
+        raise ConfigError(f"{args.recipe}: --where does not apply to a {recipe.found.config.sampler} search (its "
+                          f"workers share every study); "
                           f"narrow the grid with an override instead (grid.<key>=[...])")
     recipe.runs = runs_where(recipe.runs, recipe.where)
     if args.launcher:
@@ -54,7 +55,11 @@ def cmd_run(args) -> int:
     if args.jobs:
         recipe.launcher.jobs = args.jobs
     if args.dry_run:
-        return launch.print_plan(recipe)
+        from ltbench.report.plan import dry_run_lines  # lazy: keeps --help fast
+        code = launch.print_plan(recipe)
+        for line in dry_run_lines(args.recipe, args.overrides, args.results):  # what the seeds can detect
+            print(line)
+        return code
     summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
                             rebuild_checkpoints=args.rebuild_checkpoints)
     return 0 if summary.get("failed", 0) == 0 else 1
@@ -128,12 +133,18 @@ LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 
 def cmd_data(args) -> int:
+    if args.recipe == "verify":  # ltbench data verify ROOT --dataset NAME
+        from ltbench.results import protocol  # lazy: keeps --help fast
+        return protocol.command(args.overrides, args.dataset)
     from ltbench.recipe import distinct_data  # lazy: keeps --help fast
 
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
     from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
     from ltbench.train import resources  # lazy: keeps table and status free of torch
+    from ltbench.results import protocol  # lazy: keeps --help fast
+    from ltbench.report.rows import flatten  # lazy: keeps --help fast
+    from ltbench.results.identity import identity_of  # lazy: keeps --help fast
 
     resources.check_data(distinct_data(recipe.runs), recipe.launcher, str(args.recipe))  # before any allocation
     reports = []
@@ -151,6 +162,7 @@ def cmd_data(args) -> int:
                          "train": int(data.class_counts[c]), "test": int(data.test_counts[c]), "group": str(groups[c])}
                         for c in range(data.num_classes)],
             "groups": {g: int((groups == g).sum()) for g in SHOT_GROUPS},
+            "protocol_id": protocol.protocol_id(flatten(identity_of(spec.config)), protocol.record_lists({"data": {"info": data.info}})),
         })
         if data.val_counts is not None:  # the validation split (docs/protocol.md)
             reports[-1]["val_total"] = int(data.val_counts.sum())
@@ -164,7 +176,8 @@ def cmd_data(args) -> int:
     for r in reports:
         opts = ", ".join(f"{k}={v}" for k, v in r["data"].items() if k != "root")
         print(f"{opts}\ntrain {r['train_total']} images, test {r['test_total']}, subset sha1 {r['subset_hash'][:12]}; "
-              f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}")
+              f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}; "
+              f"protocol {r['protocol_id']} (docs/claims.md)")
         val = "val_total" in r
         if val:
             print(f"validation {r['val_total']} images (never trained on; docs/protocol.md)")
@@ -190,9 +203,14 @@ def cmd_table(args) -> int:
                           correction=None if args.correction == "none" else args.correction,
                           where=parse_where(args.where), notes=args.notes)
     if args.trials:
-        from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
+        from ltbench.report.tuned import export_recipe, trials_of  # lazy: keeps --help fast
+        if args.export:
+            print(export_recipe(built, args.trials, Path(args.path), list(args.overrides or []), Path(args.export)))
+            return 0
         print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
         return 0
+    if args.export:
+        raise ConfigError("--export writes the fixed recipe of a tuned row: give the row with --trials ROW")
     text = report.render_all(built, args.format or "markdown")
     if args.format is None and sys.stdout.isatty():  # a terminal: bold and underline as ANSI, as 'run' ends
         from ltbench.run.screen import for_terminal  # lazy: keeps --help fast
@@ -335,10 +353,12 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
 
     _add_list_command(sub, common)
 
-    p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets")
+    p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets; "
+                       "'data verify ROOT --dataset NAME': which known variant of the files ROOT holds")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--dataset", help="with 'data verify': the dataset whose files ROOT holds")
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
@@ -400,8 +420,10 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--notes", choices=["auto", "full", "short", "none"],
                    help="LaTeX notes under the table (default: the table's 'notes:', auto: full while the float fits "
                         "the page's height, else short: the legend and each row note cut to two lines)")
-    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation and test All, "
-                   "device-hours, which one each seed chose) instead of the table")
+    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation All on each "
+                   "tuning seed, device-hours, the one chosen) instead of the table")
+    p.add_argument("--export", metavar="FILE.yaml", help="with --trials ROW: write a fixed recipe of the row's chosen "
+                   "configuration on its report seeds (its runs have the tuned row's run ids; no search)")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true",
@@ -426,13 +448,39 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, per-class statistics, prior shift, training curves")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
-    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves"], required=True,
+    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves", "search"], required=True,
                    help="class_stats: one figure per recorded per-class statistic (kappa: its earlier name)")
     p.add_argument("--size", choices=["column", "text"], default="column",
                    help="figure width: one column (3.3 in, the default) or the text width (6.9 in); fonts >= 7 pt")
     p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("verify", parents=[common], help="does each claim reproduce on these finished runs? "
+                       "REPRODUCED / NOT REPRODUCED / INCONCLUSIVE / UNTESTED (docs/claims.md)")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
+    p.add_argument("--claims", metavar="DIR", help="a folder of claim files (default: the claims shipped in ltbench/claims)")
+    p.add_argument("--format", choices=["markdown", "csv", "json", "lines"], default="markdown",
+                   help="lines: one line per judged number")
+    p.add_argument("--margin", type=float, help="equivalence margin in points (default: each claim's, else 1)")
+    p.add_argument("--export", metavar="DIR", help="write each configuration of the finished runs as a claim file")
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=lambda args: _lazy("ltbench.report.verify").command(args))
+
+    p = sub.add_parser("plan", parents=[common], help="what the declared seeds can detect per table comparison "
+                       "(80 %% power), and the seeds a difference needs (docs/significance.md)")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
+    p.add_argument("--spread", type=float, help="seed-to-seed std in points, for rows without 2 finished seeds")
+    p.add_argument("--detect", type=float, help="a difference in points: how many seeds per row detect it")
+    p.add_argument("--results", help="results directory holding finished (pilot) runs of the recipe")
+    p.set_defaults(func=lambda args: _lazy("ltbench.report.plan").command(args))
+
+
+def _lazy(module: str):
+    import importlib  # lazy: keeps --help fast (verify and plan import scipy and the table modules)
+    return importlib.import_module(module)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
