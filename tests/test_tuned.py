@@ -217,7 +217,7 @@ def test_tiny_search_runs_trials_on_tuning_seeds_then_the_choice_on_fresh_seeds_
     other = next(Path(s.run_dir) / "result.json" for s in runs
                  if json.dumps([s.config["method"], s.config["optim"]]) not in chosen)
     failed = json.loads(other.read_text())  # a failed trial still costs: its device time is counted
-    failed.update(status="failed", error="boom", error_type="RuntimeError")
+    failed.update(status="failed", error="boom", error_type="RuntimeError", traceback_file=None)
     other.write_text(json.dumps(failed))
     (table,) = report.tables(path, test=None)
     assert "Tuned: 2 draws x 2 tuning seeds on validation (random search, seed 0); reported: 2 fresh seeds" \
