@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ltbench.errors import ConfigError, short_repr
+from ltbench.results.identity import EXECUTION_SETTINGS
 from ltbench.seeding import derive_seed
 
 KINDS = ("log_uniform", "uniform", "int_uniform", "choice")
@@ -198,6 +199,9 @@ def check_core_key(key: str, where: str) -> None:
     if key.split(".")[0] not in (*CORE_KEYS, "method") or "." not in key:
         raise ConfigError(f"{where}.{key}: not an option of a run; a space key is a dotted path under "
                           f"method, {', '.join(CORE_KEYS)} (e.g. optim.lr, method.tau)")
+    if tuple(key.split(".")) in EXECUTION_SETTINGS:
+        raise ConfigError(f"{where}.{key}: an execution setting (how a run is executed, not what it computes: every "
+                          f"draw would give the same run id), so it cannot be searched; set it once ({key}: ...)")
 
 
 def draw_trials(space: dict[str, Distribution], seed: int, method: str, trials: int) -> list[dict[str, Any]]:

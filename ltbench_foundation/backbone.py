@@ -29,7 +29,7 @@ import torch.nn as nn
 from ltbench.backbones import Backbone
 from ltbench.config import check_range
 from ltbench.data.base import ImageSpec
-from ltbench.errors import ConfigError
+from ltbench.errors import ConfigError, shorten
 from ltbench.registry import TUNE_MODES
 from ltbench_foundation import tuning, weights as weights_mod
 from ltbench_foundation.trunks import Trunk
@@ -113,8 +113,10 @@ class PretrainedViT(Backbone):
         with torch.device("meta"):
             probe.model = _built(probe, cfg)[0]
         state = probe.weights_state(path)
-        # Google's .npz names its arrays in its own layout: timm's converter checks them when a run loads them
-        problem = "" if str(path).endswith(".npz") else weights_mod.fit_problem(probe.model, state)
+        # Google's .npz names its arrays in its own layout, which only timm's converter reads: it is tried once
+        # here on a model in memory (a few seconds for a ViT-B), so another layout stops before the first run.
+        problem = _npz_problem(probe, cfg, path) if str(path).endswith(".npz") else \
+            weights_mod.fit_problem(probe.model, state)
         if problem:
             raise weights_mod.WeightsFileError(path, f"these weights do not fit backbone {cls.source.backbone} "
                                                      f"({problem}); check the backbone's shape options")
@@ -224,3 +226,13 @@ def _fill_frozen(module, state_dict, prefix, local_metadata, strict, missing_key
     own = dict(module.named_parameters())
     for name in _frozen_names(module):
         state_dict.setdefault(prefix + name, own[name].detach())
+
+
+def _npz_problem(probe, cfg, path) -> str:
+    """What stops the backbone's own ``load`` from reading an .npz file into a real (CPU) model, or ''."""
+    probe.model = _built(probe, cfg)[0]
+    try:
+        probe.load(path)
+    except Exception as exc:  # noqa: BLE001 - timm's converter raises KeyError, ValueError, RuntimeError...
+        return f"{type(exc).__name__}: {shorten(str(exc), 160)}"
+    return ""

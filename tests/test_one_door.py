@@ -34,6 +34,7 @@ NOT_RESULTS = {  # (file, call): why the file it opens is no results file
     ("ltbench/results/caches.py", "os.open"): "the user's cache key (config folder: made O_EXCL 0600, read O_NOFOLLOW, "
                                               "its owner, mode and size checked)",
     ("ltbench/results/provenance.py", "read_text"): "an installed package's version.py",
+    ("ltbench/results/protocol.py", "read_text"): "known_files.yaml, shipped with ltbench",
     ("ltbench_foundation/prompts.py", "read_text"): "prompt lists shipped with the package",
     ("ltbench_foundation/weights.py", "np.load"): "a weights file the user names (checked: regular, bounded)",
     ("ltbench_foundation/weights.py", "torch.load"): "a weights file the user names (checked: regular, bounded)",

@@ -108,6 +108,9 @@ def test_search_expands_methods_x_trials_x_seeds_with_recorded_trials(write_reci
     ({"search": {**SEARCH, "prune": True}}, "search.prune: true .* set sampler: tpe"),
     ({"grid": {"method.name": ["ce"], "optim.lr": [0.1, 0.2]}}, "the grid sets 'optim.lr'"),
     ({"search": {**SEARCH, "space": {"bogus": {"uniform": [0, 1]}}}}, "not an option of a run"),
+    ({"search": {**SEARCH, "space": {"train.threads": {"choice": [1, 2]}}}}, "train.threads: an execution setting"),
+    ({"grid": {"method.name": ["ce"]}, "search": {**SEARCH, "space": {"optim.lr": None, "optim.weight_decay": None}}},
+     "nothing is left to search for method 'ce'.* its 3 trials would be one run"),
 ])
 def test_bad_search_is_refused_before_any_run(write_recipe, extra, words):
     with pytest.raises(ConfigError, match=words):

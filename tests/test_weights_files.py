@@ -243,3 +243,20 @@ def test_a_large_file_shows_progress_and_one_over_the_bound_is_refused(tmp_path,
         W.weights_identity(path)
     got = run_cli("status", recipe_with(tmp_path, sparse), timeout=240)
     assert got.returncode == 2 and "200.0 GB" in got.stderr, got.stderr
+
+
+def test_an_npz_of_another_layout_is_one_line_at_dry_run(tmp_path):
+    # Google's .npz layout is read by timm's own converter only: the check tries it before the first run, so a
+    # file of another layout (here: a state dict's names saved as .npz) stops --dry-run, not the run's worker.
+    import numpy as np
+
+    from pretrained_kit import timm_backbone, tiny_timm
+
+    bad = tmp_path / "other_layout.npz"
+    np.savez(bad, **{k: v.numpy() for k, v in tiny_timm(0).state_dict().items()})
+    path = recipe_with(tmp_path, bad)
+    recipe = yaml.safe_load(path.read_text())
+    recipe["backbone"] = timm_backbone(bad)
+    path.write_text(yaml.safe_dump(recipe))
+    rc, _, err = cli_main("run", path, "--dry-run")
+    _one_line_before_any_run(tmp_path, bad, "do not fit backbone", rc, err)

@@ -123,6 +123,10 @@ def point_space(found: Search, cfg: dict, point: dict, override_keys: list[str],
                 raise ConfigError(f"{join_path(where, 'space')}: {what} sets '{setter}', which the search draws for "
                                   f"method '{name}'; give it in one place (search.space: {{{key}: null}} keeps "
                                   f"{what}'s value)")
+    if not space and found.config.trials > 1:
+        raise ConfigError(f"{join_path(where, 'space')}: nothing is left to search for method '{name}' (every option "
+                          f"is set to null or by the grid), so its {found.config.trials} trials would be one run; "
+                          f"give options to search, or search.trials: 1")
     found.spaces[name] = space
     return space
 

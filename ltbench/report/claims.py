@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from ltbench.errors import LtbenchError
-from ltbench.priors import is_prior_name
 from ltbench.results import store
+from ltbench.priors import is_prior_name
 from ltbench.results.schema import SHOT_GROUPS
 
 KEYS = {"source", "setting", "settings", "metrics", "seeds", "per_seed", "spread", "spread_n", "protocol",
@@ -78,8 +78,8 @@ def load_claims(folder: Path | None = None) -> list[Claim]:
 
 def read_claim(path: Path, name: str = "") -> Claim:
     try:
-        doc = yaml.safe_load(store.read_bounded(path, 1_000_000, follow=True).decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        doc = yaml.safe_load(store.read_bounded(path, store.MiB, follow=True).decode("utf-8"))
+    except (OSError, store.UnusableFile, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise LtbenchError(f"{path}: cannot read claim ({exc})") from None
 
     def need(ok, text: str) -> None:

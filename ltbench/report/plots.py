@@ -26,8 +26,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ltbench.errors import LtbenchError
 from ltbench.results.schema import SHOT_GROUPS
-from ltbench.results.store import atomic_write_bytes, check_result, make_dirs
-from ltbench.search import trial_problem
+from ltbench.results.store import atomic_write_bytes, make_dirs
 
 FORMATS = ("png", "pdf")
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -452,6 +451,9 @@ def plot_curves(df: pd.DataFrame, out_base, y: str = "loss", size: str = "column
 def search_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per finished trial run of a search (read from its result, data: store.check_result): its method,
     trial, tuning seed, validation All, device-hours and each drawn value (columns 'draw:<key>')."""
+    from ltbench.results.store import check_result  # lazy: keeps --help fast
+    from ltbench.search import trial_problem  # lazy: keeps --help fast
+
     lines = []
     for run_dir in runs.loc[runs["status"] == "done", "dir"] if not runs.empty else []:
         data = check_result(Path(run_dir)).result or {}

@@ -233,7 +233,7 @@ def export(records: list[dict], folder: Path, cite: str, kind: str = "user") -> 
         path = Path(folder) / f"{i:03d}-{setting.get('method')}-{first.get('run_id', '')}.yaml"
         store.make_dirs(path.parent)
         store.atomic_write_bytes(path, yaml.safe_dump(claim_document(claim), sort_keys=False, allow_unicode=True,
-                                                      width=200).encode("utf-8"))
+                                                      width=200).encode())
         written.append(path)
     return written
 

@@ -203,11 +203,12 @@ def installed_plugins() -> list[str]:
     plugin package installed, upgraded or removed changes this; any other package does not. Reads one
     small file per distribution that has one, not the 0.2 s of ``importlib.metadata.entry_points``."""
     out = []
-    # '' on sys.path (python -c) is the working directory, as it is by name under python -m: the same folders
-    # either way (a checkout's editable install keeps its ltbench.egg-info there).
-    for folder in dict.fromkeys(os.path.realpath(p or os.curdir) for p in sys.path if os.path.isdir(p or os.curdir)):
+    # Only *.dist-info: what pip installs, editable installs included. A checkout's *.egg-info (left by an
+    # editable install in the working directory, on sys.path under python -m but not python -c) would make two
+    # processes of one installation disagree.
+    for folder in dict.fromkeys(p for p in sys.path if p and os.path.isdir(p)):
         try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith((".dist-info", ".egg-info")))
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".dist-info"))
         except OSError:
             continue
         for name in names:

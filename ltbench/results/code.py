@@ -27,7 +27,7 @@ import importlib.util
 from typing import Callable
 
 # What a record's ``code_scope`` says when its ``code`` covers every module the run executed (core and
-# plugins). Records without it (made before) hashed only their plugins' bytes: their code reads 'unknown'.
+# plugins). A record whose code_scope is null (migrated from before it) hashed only its plugins' bytes: code unknown.
 CODE_SCOPE = "computation/1"
 TRAINING_ROOT = "ltbench.train.engine"  # a trained run executes the engine and what it imports
 STAGE2_ROOT = "ltbench.stage2.posthoc_runs"  # a stage-2 fit: the driver, the feature cache and the engine

@@ -30,8 +30,7 @@ GENERATORS = {  # how each built-in dataset draws its long-tailed training subse
 
 
 def known_variants() -> dict:
-    return yaml.safe_load(store.read_bounded(Path(str(resources.files("ltbench.results") / "known_files.yaml")),
-                                             follow=True).decode("utf-8"))
+    return yaml.safe_load((resources.files("ltbench.results") / "known_files.yaml").read_text(encoding="utf-8"))
 
 
 def _list_variant(digests: dict[str, str]) -> str:
@@ -87,7 +86,7 @@ def record_lists(record: dict) -> dict[str, str] | None:
 
 def _digest(path: Path, algorithm: str) -> str:
     h = hashlib.new(algorithm)
-    with store.open_bounded(path, follow=True) as f:
+    with store.open_bounded(path, 64 * 1024 * store.MiB, follow=True) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

@@ -1022,7 +1022,7 @@ def final_outcome(s: Session, started: float, saver: CheckpointSaver) -> TrainOu
         save_predictions(run_dir, predictions, run.data.num_classes)
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
                         data=data_record(run.data), train_seconds_this_session=time.time() - started,
-                        device_seconds=saver.seconds() * s.world,
+                        device_seconds=saver.seconds() * s.world, run_started=saver.run_started,
                         threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views(),
                         numerics=session_numerics(s, log), parameters=parameter_counts(run.backbone, run.method))
 
