@@ -11,21 +11,21 @@ import json
 import sys
 from pathlib import Path
 
-from ltbench.errors import ConfigError, LtbenchError, shorten
+from ltbench.errors import LtbenchError, shorten
 from ltbench.results.schema import SHOT_GROUPS
 
 EXIT_USER_ERROR = 2
 MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; echoed values are cut at 200
 
 
-def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None):
+def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None, where: dict | None = None):
     """recipe.load_recipe, then the check that every declared table can be built from its runs (which
     needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run. The
     expansion is kept for the next status and table (report.expected.load_and_remember)."""
     from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
     from ltbench.results import store  # lazy: keeps --help fast
 
-    recipe = load_and_remember(path, overrides, results)
+    recipe = load_and_remember(path, overrides, results, where=where)
     store.guard_writes_under(recipe.root)  # nothing written through a symlinked folder out of it (docs/trust.md)
     return recipe
 
@@ -41,14 +41,11 @@ def _recipe_root(path: str, results: str | None) -> Path:
 
 
 def cmd_run(args) -> int:
+    from ltbench.recipe.selection import parse_where  # lazy: keeps --help fast
+
+    where = parse_where(args.where)  # a malformed --where is refused before anything is imported or expanded
     from ltbench.run import launch  # lazy: keeps --help fast
-    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
-    recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
-    recipe.where = parse_where(args.where)
-    if recipe.studies and recipe.where:
-        raise ConfigError(f"{args.recipe}: --where does not apply to a tpe search (its workers share every study); "
-                          f"narrow the grid with an override instead (grid.<key>=[...])")
-    recipe.runs = runs_where(recipe.runs, recipe.where)
+    recipe = load_checked_recipe(args.recipe, args.overrides, args.results, where)
     if args.launcher:
         recipe.launcher.name = args.launcher
     if args.jobs:
@@ -179,16 +176,18 @@ def cmd_data(args) -> int:
 
 
 def cmd_table(args) -> int:
+    from ltbench.recipe.selection import parse_where  # lazy: keeps --help fast
+
+    where = parse_where(args.where)
     from ltbench import report  # lazy: keeps --help fast
 
     heads = [h.strip() for h in args.heads.split(",") if h.strip()] if args.heads else None
     test = None if args.test == "none" else args.test
-    from ltbench.recipe.expansion import parse_where  # lazy: keeps --help fast
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select,
                           correction=None if args.correction == "none" else args.correction,
-                          where=parse_where(args.where), notes=args.notes)
+                          where=where, notes=args.notes)
     if args.trials:
         from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
         print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
@@ -250,39 +249,42 @@ def cmd_check(args) -> int:
 
 
 def cmd_status(args) -> int:
+    from ltbench.recipe.selection import parse_where  # lazy: keeps --help fast
+
+    where = parse_where(args.where)
     from ltbench.run import run_status_view  # lazy: keeps --help fast
-    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        root, runs, keys = _status_runs(p, args.overrides, args.results)
-        runs = runs_where(runs, parse_where(args.where))
+        root, runs, keys = _status_runs(p, args.overrides, args.results, where)
         if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
             from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
 
             print(no_results_message(p, read_recipe_file(p, args.overrides)[0], Path(root), args.results))
         return run_status_view.print_status(root, runs, keys)
-    if args.overrides or args.where:
-        raise LtbenchError(f"{p}: {'overrides' if args.overrides else '--where'} need a recipe file, not a results folder")
-    return run_status_view.print_status(_recipe_root(args.path, args.results))
+    if args.overrides:
+        raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
+    return run_status_view.print_status(_recipe_root(args.path, args.results), where=where)
 
 
-def _status_runs(path: Path, overrides: list[str], results: str | None) -> tuple[Path, list, list[str]]:
+def _status_runs(path: Path, overrides: list[str], results: str | None,
+                 where: dict) -> tuple[Path, list, list[str]]:
     """(results folder, run specs, override keys) of a recipe file: from the expansion cache when nothing
     the expansion depends on changed (no torch; ltbench/recipe/expansion.py), else expanded (plugins, torch) and
     cached for the next time."""
     from ltbench.recipe import expansion  # lazy: keeps --help fast
-    from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
+    from ltbench.report.expected import cache_key, load_and_remember  # lazy: keeps --help fast
 
+    key = cache_key(overrides, where)
     try:
         recipe_file = expansion.read_recipe(path, overrides, results)
-        before = recipe_file, expansion.expansion_signature(recipe_file, overrides)
-        hit = expansion.cached_runs(recipe_file, overrides, before[1])
+        before = recipe_file, expansion.expansion_signature(recipe_file, key)
+        hit = expansion.cached_runs(recipe_file, key, before[1])
     except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
         before = hit = None
     if hit is not None:
         return before[0].root, *hit
-    recipe = load_and_remember(path, overrides, results, before)  # and cached for the next status and table
+    recipe = load_and_remember(path, overrides, results, before, where)  # and cached for the next status and table
     return recipe.root, recipe.runs, recipe.override_keys
 
 

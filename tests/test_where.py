@@ -9,7 +9,7 @@ import pytest
 from conftest import deep_update
 from ltbench import cli
 from ltbench.errors import ConfigError
-from ltbench.recipe.expansion import parse_where, select_where
+from ltbench.recipe.selection import parse_where, select_where
 
 GRID = {"grid": {"method": [{"name": "ce"}, {"name": "la", "tau": 1.0}], "data.imb_factor": [4, 6]}}
 
@@ -58,3 +58,75 @@ def test_table_where_keeps_the_rows_of_the_selected_runs(write_recipe, capsys):
     assert cli.main(["table", str(path), "--where", "method.name=la"]) == 0
     out = capsys.readouterr().out
     assert "| la" in out and "| ce" not in out and "not runs of this recipe" not in out
+
+
+LDAM_GRID = {"grid": {"method": [{"name": "ce"}, {"name": "la", "tau": 1.0}, {"name": "ldam_drw", "drw_epoch": 24}]},
+             "optim": {"epochs": 30}}
+NO_TORCH_BEFORE_SELECTION = """
+import sys
+import ltbench.recipe as recipe
+seeds_where = recipe._seeds_where
+def spy(*args):
+    print("torch before the selection:", "torch" in sys.modules)
+    return seeds_where(*args)
+recipe._seeds_where = spy
+from ltbench import cli
+code = cli.main(sys.argv[1:])
+print("exit", code)
+"""
+
+
+def test_where_narrows_before_any_run_is_validated_and_before_torch(write_recipe, tmp_path):
+    """Issue 51: a run --where leaves out is never validated (ldam_drw's drw_epoch 24 is past optim.epochs=2),
+    the selection happens before torch is imported, and a malformed --where costs no import at all."""
+    import subprocess
+    import sys
+
+    path = write_recipe("ldam", LDAM_GRID)
+    args = ["run", str(path), "optim.epochs=2", "--where", "method.name=ce,la", "--dry-run"]
+    done = subprocess.run([sys.executable, "-c", NO_TORCH_BEFORE_SELECTION, *args], capture_output=True, text=True)
+    assert "torch before the selection: False" in done.stdout and "exit 0" in done.stdout, done.stderr
+    assert "2 run(s)" in done.stdout and "ldam_drw" not in done.stdout
+    bad = "import sys; from ltbench import cli; code = cli.main(sys.argv[1:]); print('torch', 'torch' in sys.modules, code)"
+    done = subprocess.run([sys.executable, "-c", bad, "run", str(path), "--where", "method.name", "--dry-run"],
+                          capture_output=True, text=True)
+    assert "torch False 2" in done.stdout and "expected KEY=VALUE" in done.stderr
+
+
+def test_an_error_a_command_line_override_causes_names_the_override(write_recipe, capsys):
+    path = write_recipe("ldam", LDAM_GRID)
+    assert cli.main(["run", str(path), "optim.epochs=2", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "command-line override 'optim.epochs=2': method.drw_epoch: 24 is not before the end" in err
+    assert str(path) not in err  # the recipe file is not at fault
+    assert cli.main(["run", str(path), "--where", "method.name=bape", "--dry-run"]) == 2
+    assert "command-line --where method.name=bape: no run has this value" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # trains two tiny runs (torch)
+def test_status_and_table_of_a_results_folder_take_where(write_recipe, capsys):
+    path = write_recipe("folder", GRID)
+    assert cli.main(["run", str(path), "--where", "data.imb_factor=4"]) == 0
+    folder = path.parent / "results" / "folder"
+    capsys.readouterr()
+    assert cli.main(["status", str(folder), "--where", "method.name=la"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith("1 done") and " la " in out and " ce " not in out
+    assert cli.main(["table", str(folder), "--where", "method.name=ce"]) == 0
+    out = capsys.readouterr().out
+    assert "| ce" in out.lower() and "| la" not in out.lower()
+    assert cli.main(["status", str(folder), "--where", "method.name=bape"]) == 2
+    assert "no run has this value; the runs have method.name = ce, la" in capsys.readouterr().err
+
+
+def test_where_and_the_tables_where_are_one_rule_an_absent_key_matches_nothing():
+    """One selector rule (issue 48): --where and a table's where: both use recipe/selection.matches."""
+    from ltbench.recipe.selection import matches
+    from ltbench.report.rows import matches_selector
+
+    flat = {"method.name": "la", "method.tau": 1.0, "data.imb_factor": 100}
+    for selector in ({"method.tau": 1}, {"method.tau": 2}, {"method.gamma": 1}, {"data.imb_factor": 100.0}):
+        assert matches_selector(flat, selector) == matches(flat, {k: [v] for k, v in selector.items()})
+    assert matches(flat, {"method.gamma": [1]}) is False  # absent: no match, in both
+    assert matches(flat, {"method.gamma": [1]}, absent=None) is None  # undecided only before the plugins' defaults
+    assert matches(flat, {"method.gamma": [1], "method.name": ["ce"]}, absent=None) is False

@@ -29,6 +29,7 @@ from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
+from ltbench.recipe.selection import matches, select_where
 from ltbench.recipe import tpe
 from ltbench.recipe.trials import check_space_used, parse_search, plan_lines, point_space, trial_configs, trial_record, with_values
 from ltbench.results.runspec import RunSpec
@@ -132,7 +133,7 @@ class Recipe:
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
     overrides: list = field(default_factory=list)  # the overrides as typed (what `ltbench table` is given too)
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
-    where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
+    where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/selection.py)
     search: list = field(default_factory=list)  # what --dry-run says of the search (trials.plan_lines)
     studies: list = field(default_factory=list)  # sampler tpe: one recipe.tpe.Study per grid point and seed
     probes: list = field(default_factory=list)  # sampler tpe: run specs checked before any run, never run
@@ -520,23 +521,28 @@ def _check_yaml_size(data: Any, where: str) -> None:
     visit(data, 0)
 
 
-def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | Path | None = None) -> Recipe:
+def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | Path | None = None,
+                where: dict | None = None) -> Recipe:
     """A recipe file with dotted overrides. An override of a run's configuration (data, backbone, method,
     optim, train, eval) applies to every run, after the grid: the command line wins, as in Hydra. One under
     a plugin's section (method.tau) applies to the runs whose plugin has that option and must fit at
-    least one of them; any other override (seeds, launcher.jobs, grid...) edits the recipe itself."""
+    least one of them; any other override (seeds, launcher.jobs, grid...) edits the recipe itself.
+    ``where`` (--where, recipe/selection.py): only these runs, chosen before any run is validated."""
     path = Path(path)
     raw, run_overrides = read_recipe_file(path, overrides)
-    where = str(path)
+    named = str(path)
     # Errors carry the file name in front of the dotted field.
     try:
         top = from_dict(RecipeConfig, raw, "")
-        recipe = _expand(path, raw, top, results_dir, run_overrides)
+        recipe = _expand(path, raw, top, results_dir, run_overrides, where or {})
         recipe.overrides, recipe.results_arg = list(overrides), None if results_dir is None else str(results_dir)
+        recipe.where = where or {}
         return recipe
     except ConfigError as exc:
         msg = str(exc)
-        raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+        if msg.startswith(("override ", "--where ")):  # the command line's fault, not the file's
+            raise ConfigError(f"command-line {msg}") from None
+        raise ConfigError(msg if msg.startswith(named) else f"{named}: {msg}") from None
 
 
 def read_recipe_file(path: Path, overrides: list[str] = ()) -> tuple[dict, list[RunOverride]]:
@@ -803,7 +809,8 @@ def _run_config(cfg: dict, seed: int, identities: dict) -> dict:
     return config
 
 
-def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = ()) -> Recipe:
+def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = (),
+            where: dict | None = None) -> Recipe:
     name = recipe_name(path, top.name)
     tables = parse_tables(top.tables, "tables")  # checked before any run, like every other field
     plugins = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in top.plugins]
@@ -816,15 +823,18 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         raise ConfigError(f"grid x {'search.trials x ' if found else ''}seeds: {len(points)} x "
                           f"{f'{trials} x ' if found else ''}{len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
                           f"(split it into several recipes)")
+    base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
+    seeds_of = _seeds_where(base, points, top.seeds, run_overrides, where, found)  # before any plugin (torch)
     try:
         registry.add_plugin_paths(plugins)
     except RegistryError as exc:  # a bad $LTBENCH_PLUGIN_PATH folder is not the recipe's plugins: fault
         raise ConfigError(str(exc) if isinstance(exc, registry.EnvPluginError) else f"plugins: {exc}") from None
-    base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen, used, identities, studies, probes = [], set(), set(), {}, [], []
     asks = found is not None and found.config.sampler == "tpe"
     idle, acting = {}, set()  # options given that cannot act in a run (key: why), and those that act in one
-    for point in points:
+    for point, seeds in zip(points, seeds_of):
+        if not seeds:
+            continue
         cfg = copy.deepcopy(base)
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
@@ -839,14 +849,18 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                     _note_idle_options(cfg, probe.config, idle, acting)
             continue
         for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
-            for seed in top.seeds:
-                config = _trial_config(trial_cfg, seed, identities, trial)
+            for seed in seeds:
+                config = _blamed(run_overrides, _trial_config, trial_cfg, seed, identities, trial)
                 _note_idle_options(trial_cfg, config, idle, acting)
                 spec = _spec(name, out_dir, config, point, trial)
                 if spec.run_id not in seen:
                     seen.add(spec.run_id)
                     runs.append(spec)
     check_overrides_used(list(run_overrides), used, runs + probes)
+    if where:  # the full configurations decide (a key only a plugin's default sets); refused if none is kept
+        left_out = [{**c, "seed": s} for c, seeds in zip(_declared(base, points, run_overrides), seeds_of)
+                    for s in top.seeds if s not in seeds]
+        runs = [r for r, kept in zip(runs, select_where([r.config for r in runs] + left_out, where)) if kept]
     refuse_idle_options(idle, acting)
     if found:
         check_space_used(found, [spec.config["method"]["name"] for spec in runs + probes], "search")
@@ -863,6 +877,35 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     if asks:
         recipe.runs = tpe_recorded_runs(recipe)
     return recipe
+
+
+def _declared(base: dict, points: list[dict], run_overrides: list[RunOverride]) -> list[dict]:
+    """Each grid point's configuration as the recipe and the command line write it, before any plugin fills in
+    its defaults or checks it: what --where can decide on without the plugins (torch)."""
+    out = []
+    for point in points:
+        cfg = copy.deepcopy(base)
+        for key, value in [*point.items(), *((ov.key, ov.value) for ov in run_overrides)]:
+            set_dotted(cfg, key, value, f"grid.{key}")
+        out.append(cfg)
+    return out
+
+
+def _seeds_where(base: dict, points: list[dict], seeds: list, run_overrides: list[RunOverride], where: dict | None,
+                 found) -> list[list]:
+    """The seeds of each grid point that --where may keep, decided on the declared configuration: a point it
+    leaves out is never validated, so it cannot block a launch. A key the declaration lacks (a plugin default)
+    leaves the point in, for its full configuration to decide. Refused here when nothing can be kept."""
+    if not where:
+        return [list(seeds)] * len(points)
+    if found is not None and found.config.sampler == "tpe":
+        raise ConfigError("--where does not apply to a tpe search (its workers share every study); narrow the grid "
+                          "with an override instead (grid.<key>=[...])")
+    declared = _declared(base, points, run_overrides)
+    out = [[s for s in seeds if matches({**cfg, "seed": s}, where, absent=None) is not False] for cfg in declared]
+    if not any(out):
+        select_where([{**cfg, "seed": s} for cfg in declared for s in seeds], where)  # raises, naming the values
+    return out
 
 
 def _spec(name: str, out_dir: Path, config: dict, point: dict, trial: dict | None) -> RunSpec:
@@ -930,6 +973,18 @@ def tpe_recorded_runs(recipe: Recipe) -> list[RunSpec]:
                 seen.add(spec.run_id)
                 runs.append(spec)
     return runs
+
+
+def _blamed(run_overrides: list[RunOverride], check, *args):
+    """``check(*args)``, its refusal naming the command-line overrides it quotes (optim.epochs=2 makes
+    LDAM-DRW's drw_epoch 24 too late): the fix is on the command line, not in the recipe file."""
+    try:
+        return check(*args)
+    except ConfigError as exc:
+        given = [ov.text for ov in run_overrides if ov.key in str(exc)]
+        if not given:
+            raise
+        raise ConfigError(f"override {short_repr(' '.join(given), 80)}: {exc}") from None
 
 
 def _trial_config(cfg: dict, seed: int, identities: dict, trial: dict | None) -> dict:

@@ -20,11 +20,9 @@ Python API::
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from ltbench.errors import LtbenchError
-from ltbench.recipe.expansion import select_where
 from ltbench.recipe.tables import default_table
 from ltbench.report import index
 from ltbench.report.build import build_table
@@ -49,9 +47,9 @@ def render(table, fmt: str = "markdown") -> str:
     return _render(table, fmt)
 
 
-def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
+def source(path, results=None, use_cache: bool = True, overrides: list[str] = (), where: dict | None = None):
     """(records, RecipeRuns or None, root) for a results folder or a recipe file (report/expected.py)."""
-    return _source(path, results, use_cache, overrides)
+    return _source(path, results, use_cache, overrides, where)
 
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
@@ -59,10 +57,8 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
            overrides: list[str] = (), digits: int | None = None, select: str | None = None,
            correction: str | None = None, where: dict | None = None, notes: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table; ``where``: only the runs
-    of the recipe with these values (``ltbench table --where``, recipe/expansion.select_where)."""
-    records, recipe, _ = source(path, results, use_cache, overrides)
-    if where:
-        records, recipe = _only_where(path, records, recipe, where)
+    with these values (``ltbench table --where``, recipe/selection.py), of a recipe or of a results folder."""
+    records, recipe, _ = source(path, results, use_cache, overrides, where)
     declared = dict(recipe.tables) if recipe is not None else {}
     if name is not None and name not in declared:
         known = ", ".join(declared) or "none declared"
@@ -105,18 +101,6 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     if recipe is not None and out and specs is declared:  # every declared table built: what none of them shows
         _note_runs_in_no_table(out, records, recipe)
     return out
-
-
-def _only_where(path, records: list[dict], recipe, where: dict) -> tuple[list[dict], object]:
-    """The recipe's expected runs that ``where`` keeps, and the records less those of the runs it leaves out
-    (they are runs of this recipe, not foreign folders)."""
-    if recipe is None:
-        raise LtbenchError(f"{path}: --where selects among a recipe's runs; give the recipe file")
-    keep = select_where([{**e["flat"], "seed": e["seed"]} for e in recipe.expected], where)
-    dropped = {e["run_id"] for e, kept in zip(recipe.expected, keep) if not kept}
-    expected = [e for e, kept in zip(recipe.expected, keep) if kept]
-    records = [r for r in records if _run_id(r) not in dropped]
-    return records, dataclasses.replace(recipe, expected=expected, seeds=list(dict.fromkeys(e["seed"] for e in expected)))
 
 
 def _run_id(rec: dict) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 from ltbench.results import caches, identity, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import expansion_signature, read_recipe, save_runs
+from ltbench.recipe.selection import matches, select_where, where_tokens
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, load_recipe, no_results_message, results_elsewhere
 from ltbench.results.runspec import RunSpec
@@ -120,26 +121,31 @@ def _save_expected(cache_path: Path, signature: str, expected: list[dict], rows:
 
 
 def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: bool = True,
-                overrides: list[str] = ()) -> RecipeRuns:
-    """Expected runs and declared tables of a recipe file (with the same dotted overrides as
+                overrides: list[str] = (), where: dict | None = None) -> RecipeRuns:
+    """Expected runs and declared tables of a recipe file (with the same dotted overrides and --where as
     ``ltbench run``), from the cache when nothing changed."""
     path = Path(path)
     recipe_file = read_recipe(path, overrides, results)
     raw, name, root = recipe_file.raw, recipe_file.name, recipe_file.root
-    signature = expansion_signature(recipe_file, overrides)
-    cache_path = _cache_path(root, name, list(overrides))
+    signature = expansion_signature(recipe_file, cache_key(overrides, where))
+    cache_path = _cache_path(root, name, cache_key(overrides, where))
     expected = _cached_expected(cache_path, signature) if use_cache else None
     if expected is not None:
         tables = parse_tables(raw.get("tables"), f"{path}: tables")
         return RecipeRuns(name, path, root, expected, tables, list(dict.fromkeys(e["seed"] for e in expected)))
-    recipe = load_and_remember(path, overrides, results, (recipe_file, signature))
+    recipe = load_and_remember(path, overrides, results, (recipe_file, signature), where)
     expected = expected_of(recipe.runs, recipe.posthoc)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
 
 
+def cache_key(overrides: list[str], where: dict | None) -> list[str]:
+    """What names an expansion in the caches beside the recipe file: its overrides and its --where."""
+    return list(overrides) + where_tokens(where or {})
+
+
 def load_and_remember(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
-                      before: tuple | None = None) -> Recipe:
+                      before: tuple | None = None, where: dict | None = None) -> Recipe:
     """load_recipe, the check that every declared table can be built from its runs, then the expansion kept
     for both ``status`` (recipe/expansion.py) and tables (this module's cache): whichever command expanded a
     recipe (run, --dry-run, status, table, report), the next of any of them needs no torch. ``before``:
@@ -149,18 +155,19 @@ def load_and_remember(path: str | Path, overrides: list[str] = (), results: str 
     if before is None:
         try:
             recipe_file = read_recipe(path, overrides, results)
-            before = recipe_file, expansion_signature(recipe_file, overrides)
+            before = recipe_file, expansion_signature(recipe_file, cache_key(overrides, where))
         except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
             before = None
-    recipe = load_recipe(path, list(overrides), results_dir=results)
+    recipe = load_recipe(path, list(overrides), results_dir=results, where=where)
     check_recipe_tables(recipe)
     # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
     # any file these caches watch: such a recipe is expanded every time, never cached.
     if before is not None and not any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES):
         recipe_file, signature = before
-        save_runs(recipe_file, list(overrides), signature, recipe)
+        save_runs(recipe_file, cache_key(overrides, where), signature, recipe)
         expected, rows = expected_rows(recipe.runs, recipe.posthoc)
-        _save_expected(_cache_path(recipe_file.root, recipe_file.name, list(overrides)), signature, expected, rows)
+        _save_expected(_cache_path(recipe_file.root, recipe_file.name, cache_key(overrides, where)), signature,
+                       expected, rows)
     return recipe
 
 
@@ -185,15 +192,16 @@ def check_recipe_tables(recipe: Recipe) -> None:
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
-def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file. Writes under the root are
+def source(path, results=None, use_cache: bool = True, overrides: list[str] = (), where: dict | None = None):
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file; ``where`` (--where): only the
+    runs it selects (recipe/selection.py), in the expansion and among the records. Writes under the root are
     guarded from here on (``store.guard_writes_under``): a report, a figure or a cache never goes through a
     symlinked folder out of it."""
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
+        recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides, where=where)
         store.guard_writes_under(recipe.root)
-        records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
+        records = _where(index.scan(recipe.root, use_cache), where) if recipe.root.is_dir() else []
         records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
         if not records and not recipe.root.is_dir():  # launched from elsewhere? say where it looked
             raw = read_recipe(p, overrides, results).raw
@@ -205,4 +213,17 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
     if not p.is_dir():
         raise LtbenchError(f"{p}: no such results directory or recipe file")
     store.guard_writes_under(p)
-    return index.scan(p, use_cache), None, p
+    records = index.scan(p, use_cache)
+    if where:  # a results folder: every run there, less those --where leaves out (refused if it keeps none)
+        select_where([_config(r) for r in records], where)
+    return _where(records, where), None, p
+
+
+def _where(records: list[dict], where: dict | None) -> list[dict]:
+    """The records --where keeps, by the rule of the expansion (a damaged record, without a configuration, is
+    kept: it is said out loud, never dropped)."""
+    return [r for r in records if not where or not r.get("config") or matches(_config(r), where)]
+
+
+def _config(record: dict) -> dict:
+    return {**(record.get("config") or {}), "seed": record.get("seed")}

@@ -27,6 +27,7 @@ from ltbench.results.identity import DATA_IDENTITY, numerics_contrast
 from ltbench.results.store import OLDER
 from ltbench.priors import prior_order
 from ltbench.search import trial_problem
+from ltbench.recipe.selection import matches
 from ltbench.recipe.tables import ALL_PRIORS, TEMPLATE_FIELD, TableSpec, column_metric, versus_targets
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
 
@@ -381,7 +382,7 @@ def matches_selector(flat: dict, where: dict) -> bool:
     ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
     if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
         return False
-    return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
+    return matches(flat, {k: [v] for k, v in where.items()})  # the one selector rule (recipe/selection.py)
 
 
 def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],

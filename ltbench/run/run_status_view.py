@@ -5,11 +5,14 @@ Read-only and torch-free, so it works on a login node while runs are going on el
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ltbench.results import schema, store
 from ltbench.errors import DataMissingError, one_line
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
+from ltbench.recipe.selection import select_where
+from ltbench.report.index import scan
 from ltbench.results.runspec import RunSpec
 
 
@@ -33,6 +36,15 @@ def _run_dirs_under(root: Path) -> list[Path]:
         inner = [] if _is_run_dir(child) else children(child)
         out += inner if any(_is_run_dir(p) for p in inner) else [child]
     return out
+
+
+def _where(root: Path, run_dirs: list[Path], where: dict) -> list[Path]:
+    """The run folders whose configuration (from the index the tables read) ``where`` keeps; the rule and the
+    refusals of a recipe's --where (recipe/selection.py)."""
+    configs = {rec["dir"]: {**rec["config"], "seed": rec.get("seed")} for rec in scan(root)
+               if isinstance(rec.get("config"), dict)}
+    keep = dict(zip(configs, select_where(list(configs.values()), where)))
+    return [d for d in run_dirs if keep.get(os.fspath(d))]
 
 
 def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
@@ -85,12 +97,16 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
     return status, "; ".join(notes)
 
 
-def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: list[str] = ()) -> int:
+def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: list[str] = (),
+                 where: dict | None = None) -> int:
     """Each run's state read from disk, and a summary line. ``specs``: the runs of a recipe (so runs
-    never launched show as pending); otherwise every folder under ``root``. Each line names the run
-    (method, dataset, imbalance, seed, the settings in which the runs differ), its state and notes."""
+    never launched show as pending); otherwise every folder under ``root``, less those ``where`` (--where)
+    leaves out. Each line names the run (method, dataset, imbalance, seed, the settings in which the runs
+    differ), its state and notes."""
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s.run_dir) for s in specs]
+    if where and specs is None:
+        run_dirs = _where(root, run_dirs, where)
     described = describe_found(root, run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
     statuses, stale_stage2 = [], 0
     for run_dir in run_dirs:
