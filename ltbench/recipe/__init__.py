@@ -981,7 +981,7 @@ def _blamed(run_overrides: list[RunOverride], check, *args):
     try:
         return check(*args)
     except ConfigError as exc:
-        given = [ov.text for ov in run_overrides if ov.key in str(exc)]
+        given = [ov.text for ov in run_overrides if re.search(rf"\b{re.escape(ov.key.rsplit('.', 1)[-1])}\b", str(exc))]
         if not given:
             raise
         raise ConfigError(f"override {short_repr(' '.join(given), 80)}: {exc}") from None
