@@ -130,3 +130,21 @@ def test_where_and_the_tables_where_are_one_rule_an_absent_key_matches_nothing()
     assert matches(flat, {"method.gamma": [1]}) is False  # absent: no match, in both
     assert matches(flat, {"method.gamma": [1]}, absent=None) is None  # undecided only before the plugins' defaults
     assert matches(flat, {"method.gamma": [1], "method.name": ["ce"]}, absent=None) is False
+
+
+def test_a_command_line_axis_gives_one_group_per_value_and_a_kept_value_is_named(write_recipe, capsys):
+    """Issue 51: rows split by a command-line grid axis stay together under one group line per value (markdown and
+    LaTeX); --where keeping one value of a grid axis names it in the caption, which describes the whole grid."""
+    tables = {"tables": {"main": {"caption": "Synthetic-LT (rho 4)", "columns": ["all"]}}}
+    path = write_recipe("axes", tables)
+    (path.parent / "results" / "axes").mkdir(parents=True)
+    axes = ["grid.method=[{name: ce}, {name: la, tau: 1.0}]", "grid.data.imb_factor=[4,6]"]
+    for fmt, group in (("markdown", "*imb_factor={}*"), ("latex", "\\textit{{imb\\_factor={}}}")):
+        assert cli.main(["table", str(path), *axes, "--format", fmt]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        at = [i for i, line in enumerate(lines) if group.format(4) in line or group.format(6) in line]
+        assert len(at) == 2, lines  # two group lines, each above its two rows
+        for block in (lines[at[0]:at[1]], lines[at[1]:at[1] + 4]):
+            assert sum(line.lower().startswith(("| ce", "| la", "ce", "la")) for line in block) == 2, block
+    assert cli.main(["table", str(path), *axes, "--where", "data.imb_factor=6"]) == 0
+    assert "**Synthetic-LT (rho 4) (imb_factor=6 only)**" in capsys.readouterr().out

@@ -59,6 +59,7 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     """The declared tables of a recipe (or the one named), or the default table; ``where``: only the runs
     with these values (``ltbench table --where``, recipe/selection.py), of a recipe or of a results folder."""
     records, recipe, _ = source(path, results, use_cache, overrides, where)
+    kept = _kept_axis_values(path, overrides, results, where) if recipe is not None and where else ""
     declared = dict(recipe.tables) if recipe is not None else {}
     if name is not None and name not in declared:
         known = ", ".join(declared) or "none declared"
@@ -75,6 +76,8 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     where = f"{recipe.path}: tables" if recipe is not None else "tables"
     out = []
     for table_name, spec in specs.items():
+        if kept and spec.caption:  # the caption describes the whole grid: say which part of an axis is shown
+            spec.caption = f"{spec.caption.rstrip()} ({kept})"
         if published is not None:
             spec.published = published
         if digits is not None:
@@ -101,6 +104,19 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     if recipe is not None and out and specs is declared:  # every declared table built: what none of them shows
         _note_runs_in_no_table(out, records, recipe)
     return out
+
+
+def _kept_axis_values(path, overrides: list[str], results, where: dict) -> str:
+    """'imb_factor=10 only' when --where keeps one value of an axis of the recipe's grid (its caption, written for
+    the whole grid, cannot say which); '' otherwise."""
+    from ltbench.config import value_text
+    from ltbench.recipe.expansion import read_recipe
+
+    grid = read_recipe(path, overrides, results).raw.get("grid")
+    axes = {a for g in (grid if isinstance(grid, list) else [grid]) if isinstance(g, dict) for a in g}
+    picked = [f"{k.rsplit('.', 1)[-1]}={value_text(v[0])}" for k, v in where.items()
+              if len(v) == 1 and any(k == a or k.startswith(a + ".") for a in axes)]
+    return f"{', '.join(picked)} only" if picked else ""
 
 
 def _run_id(rec: dict) -> str:
