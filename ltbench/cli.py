@@ -7,11 +7,14 @@ A problem the user can fix is printed as one line on stderr with a non-zero exit
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import os
 import sys
 from pathlib import Path
 
 from ltbench.errors import LtbenchError, shorten
+from ltbench.run.screen import VERBOSE_ENV
 from ltbench.results.schema import SHOT_GROUPS
 
 EXIT_USER_ERROR = 2
@@ -46,6 +49,8 @@ def cmd_run(args) -> int:
     where = parse_where(args.where)  # a malformed --where is refused before anything is imported or expanded
     from ltbench.run import launch  # lazy: keeps --help fast
     recipe = load_checked_recipe(args.recipe, args.overrides, args.results, where)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # read by the progress lines, here and in the workers
     if args.launcher:
         recipe.launcher.name = args.launcher
     if args.jobs:
@@ -292,7 +297,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit 2) like every other bad input."""
 
     def error(self, message: str):
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {shorten(message, 300)} (see '{self.prog} --help')\n")
+        typed = [w.split("=")[0] for w in message.split() if w.startswith("--")] if "unrecognized" in message else []
+        close = [m for w in typed for m in difflib.get_close_matches(w, list(self._option_string_actions), n=1)]
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {shorten(message, 300)}{hint} (see '{self.prog} --help')\n")
 
 
 def _positive_int(text: str) -> int:
@@ -335,6 +343,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rerun-stale", action="store_true",
                    help="run again (from scratch) finished runs made by code that has changed since (status says which)")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
+    p.add_argument("--verbose", action="store_true",
+                   help="a line per epoch also when the output is not a terminal (a log file gets starts and ends)")
     p.add_argument("--rebuild-checkpoints", action="store_true",
                    help="train again finished runs whose final checkpoint.pt is missing or unusable (stage 2 needs it)")
     p.set_defaults(func=cmd_run)

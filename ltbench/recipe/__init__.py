@@ -12,6 +12,7 @@ lands in the same directory.
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import json
 import math
@@ -756,7 +757,10 @@ def check_overrides_used(overrides: list[RunOverride], used: set[str], runs: lis
         if ov.text not in used:
             section = ov.key.split(".")[0]
             names = sorted({r.config[section]["name"] for r in runs})
-            raise ConfigError(f"override {short_repr(ov.text, 80)}: no run of this recipe has '{ov.key}' (its "
+            options = {f"{section}.{k}" for r in runs for k in r.config[section]}
+            close = difflib.get_close_matches(ov.key, sorted(options), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"override {short_repr(ov.text, 80)}: no run of this recipe has '{ov.key}'{hint} (its "
                               f"{section} plugins: {', '.join(names)}); 'ltbench list {_LIST_KIND[section]}' and "
                               f"the plugin's Config say which options each has")
 
