@@ -46,7 +46,8 @@ def test_finished_runs_outside_every_declared_table_are_counted_with_the_command
     assert "| la" not in capsys.readouterr().out  # the tables at the end show the part it ran (la, never run: its id)
     assert cli.main(["table", str(path)]) == 0  # the declared table selects 2 epochs; the run made 1
     out = capsys.readouterr().out
-    assert "1 finished run(s) in" in out and "are in none of these tables" in out and "'ltbench table " in out
+    assert "1 run folder(s) in" in out and "are in none of these tables" in out and "'ltbench table " in out
+    assert out.count("are in none of these tables") == 1  # one note per fact (issue 51)
     folder = out.split("'ltbench table ")[1].split("'")[0]
     assert cli.main(["table", folder]) == 0  # the command the note gives shows the run
     assert "| CE" in capsys.readouterr().out  # the display name the run recorded

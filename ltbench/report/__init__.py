@@ -30,6 +30,7 @@ from ltbench.report.expected import source as _source
 from ltbench.report.formats import render as _render
 from ltbench.report.frames import load as _load
 from ltbench.report.published import add_published
+from ltbench.report.rows import shown_path
 from ltbench.results.safe_read import regular_file_problem
 
 FORMATS = ("markdown", "latex", "csv")
@@ -124,26 +125,19 @@ def _run_id(rec: dict) -> str:
 
 
 def _note_runs_in_no_table(built: list, records: list[dict], recipe) -> None:
-    """Finished runs in the recipe's folder that no table shows (its ``where:`` selects 90 epochs, the runs were
-    made with optim.epochs=2 from the command line...) are counted on the last table, with the command that
-    shows them, so that 'never run' on a declared row is never all the user sees."""
+    """Finished runs of the recipe that no table shows (a table's ``where:`` selects 90 epochs, a grid holds 180
+    too) are counted on the last table, with the command that shows them, so that 'never run' on a declared row
+    is never all the user sees. Runs of other settings (command-line overrides) have rows.gather_units' note."""
     units = [v for t in built for row in t.rows for u in row.units.values() for v in [u, *u.trials]]  # tuned: its trials
     shown = {key for u in units  # a 'select:' unit names its settings
              for key in (u.key.split(":", 1)[1].split(",") if u.key.startswith("select:") else [u.key])}
+    ours = {e["run_id"] for e in recipe.expected}  # the others have their note (rows.gather_units): one per fact
     hidden = {_run_id(r) for r in records if r.get("status") == "done" and r.get("key") and r["key"] not in shown
-              and "+" not in _run_id(r)}  # trained runs: a stage-2 sweep's settings are there to be chosen among
+              and "+" not in _run_id(r) and _run_id(r) in ours}  # trained runs: a stage-2 sweep's settings are chosen among
     if hidden:
-        folder = _shown_path(recipe.root)
-        built[-1].notes.append(f"{len(hidden)} finished run(s) in {folder} are in none of these tables (other settings "
-                               f"than they select, e.g. command-line overrides): 'ltbench table {folder}' shows them")
-
-
-def _shown_path(path) -> str:
-    """A folder as a command line would name it: relative to the working directory when inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve())) or "."
-    except ValueError:
-        return str(path)
+        folder = shown_path(recipe.root)
+        built[-1].notes.append(f"{len(hidden)} finished run(s) of this recipe in {folder} are in none of these tables "
+                               f"(their where: selects other settings): 'ltbench table {folder}' shows them")
 
 
 def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:
