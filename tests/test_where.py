@@ -149,3 +149,15 @@ def test_a_command_line_axis_gives_one_group_per_value_and_a_kept_value_is_named
             assert sum(line.lower().startswith(("| ce", "| la", "ce", "la")) for line in block) == 2, block
     assert cli.main(["table", str(path), *axes, "--where", "data.imb_factor=6"]) == 0
     assert "**Synthetic-LT (rho 4) (imb_factor=6 only)**" in capsys.readouterr().out
+
+
+def test_did_you_mean_for_an_option_and_an_override_key(write_recipe, capsys):
+    """Issue 51's small things: '--were' and 'data.nam=' get a suggestion; a far-off key gets none."""
+    path = write_recipe("typo", GRID)
+    with pytest.raises(SystemExit):
+        cli.main(["run", str(path), "--were", "method.name=ce"])
+    assert "(did you mean --where?)" in capsys.readouterr().err
+    assert cli.main(["run", str(path), "method.nam=x", "--dry-run"]) == 2
+    assert "did you mean 'method.name'?" in capsys.readouterr().err
+    assert cli.main(["run", str(path), "method.gamma=1", "--dry-run"]) == 2
+    assert "did you mean" not in capsys.readouterr().err

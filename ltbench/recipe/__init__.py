@@ -757,12 +757,12 @@ def check_overrides_used(overrides: list[RunOverride], used: set[str], runs: lis
         if ov.text not in used:
             section = ov.key.split(".")[0]
             names = sorted({r.config[section]["name"] for r in runs})
-            options = {f"{section}.{k}" for r in runs for k in r.config[section]}
-            close = difflib.get_close_matches(ov.key, sorted(options), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"override {short_repr(ov.text, 80)}: no run of this recipe has '{ov.key}'{hint} (its "
-                              f"{section} plugins: {', '.join(names)}); 'ltbench list {_LIST_KIND[section]}' and "
-                              f"the plugin's Config say which options each has")
+            options = sorted({k for r in runs for k in r.config[section]})
+            close = difflib.get_close_matches(ov.key.split(".", 1)[-1], options, n=1, cutoff=0.8)
+            hint = f"; did you mean '{section}.{close[0]}'? " if close else "; "
+            raise ConfigError(f"override {short_repr(ov.text, 80)}: no run of this recipe has '{ov.key}' (its "
+                              f"{section} plugins: {', '.join(names)}){hint}'ltbench list {_LIST_KIND[section]}' "
+                              f"and the plugin's Config say which options each has")
 
 
 _LIST_KIND = {"data": "datasets", "backbone": "backbones", "method": "methods"}

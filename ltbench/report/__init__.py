@@ -26,31 +26,15 @@ from ltbench.errors import LtbenchError
 from ltbench.recipe.tables import default_table
 from ltbench.report import index
 from ltbench.report.build import build_table
-from ltbench.report.expected import source as _source
-from ltbench.report.formats import render as _render
-from ltbench.report.frames import load as _load
+from ltbench.report.expected import source  # (records, RecipeRuns or None, root) of a results folder or recipe
+from ltbench.report.formats import render
+from ltbench.report.frames import load
 from ltbench.report.published import add_published
 from ltbench.report.rows import shown_path
 from ltbench.results.safe_read import regular_file_problem
 
 FORMATS = ("markdown", "latex", "csv")
-
-
-def load(path, results=None, overrides=(), stage2: bool = False):
-    """Tidy pandas DataFrames of every run below ``path`` (a results folder or a recipe file, with
-    the recipe's overrides): runs, heads, shift, test_sets, per_class, class_stats, curves. See
-    ``ltbench.report.frames`` for the columns. ``stage2``: include stage-2 results (ltbench posthoc) as
-    rows too; off by default, since a grid adds hundreds of rows per run."""
-    return _load(path, results=results, overrides=overrides, stage2=stage2)
-
-
-def render(table, fmt: str = "markdown") -> str:
-    return _render(table, fmt)
-
-
-def source(path, results=None, use_cache: bool = True, overrides: list[str] = (), where: dict | None = None):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file (report/expected.py)."""
-    return _source(path, results, use_cache, overrides, where)
+__all__ = ["FORMATS", "load", "render", "render_all", "source", "tables", "recipe_tables_text"]
 
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,

@@ -11,8 +11,7 @@ from pathlib import Path
 from ltbench.results import schema, store
 from ltbench.errors import DataMissingError, one_line
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
-from ltbench.recipe.selection import select_where
-from ltbench.report.index import scan
+from ltbench.report.expected import source
 from ltbench.results.runspec import RunSpec
 
 
@@ -36,15 +35,6 @@ def _run_dirs_under(root: Path) -> list[Path]:
         inner = [] if _is_run_dir(child) else children(child)
         out += inner if any(_is_run_dir(p) for p in inner) else [child]
     return out
-
-
-def _where(root: Path, run_dirs: list[Path], where: dict) -> list[Path]:
-    """The run folders whose configuration (from the index the tables read) ``where`` keeps; the rule and the
-    refusals of a recipe's --where (recipe/selection.py)."""
-    configs = {rec["dir"]: {**rec["config"], "seed": rec.get("seed")} for rec in scan(root)
-               if isinstance(rec.get("config"), dict)}
-    keep = dict(zip(configs, select_where(list(configs.values()), where)))
-    return [d for d in run_dirs if keep.get(os.fspath(d))]
 
 
 def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
@@ -105,8 +95,9 @@ def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: 
     differ), its state and notes."""
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s.run_dir) for s in specs]
-    if where and specs is None:
-        run_dirs = _where(root, run_dirs, where)
+    if where and specs is None:  # the records the tables would show (report.expected.source: the one rule)
+        kept = {rec["dir"] for rec in source(root, where=where)[0]}
+        run_dirs = [d for d in run_dirs if os.fspath(d) in kept]
     described = describe_found(root, run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
     statuses, stale_stage2 = [], 0
     for run_dir in run_dirs:
