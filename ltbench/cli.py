@@ -33,16 +33,6 @@ def load_checked_recipe(path, overrides: list[str] = (), results: str | None = N
     return recipe
 
 
-def _recipe_root(path: str, results: str | None) -> Path:
-    """A results folder, or a recipe file whose results folder is wanted."""
-    p = Path(path)
-    if p.is_file() and p.suffix in (".yaml", ".yml"):
-        return load_checked_recipe(p, results=results).root
-    if not p.exists():
-        raise LtbenchError(f"{p}: no such results directory or recipe file")
-    return p
-
-
 def cmd_run(args) -> int:
     from ltbench.recipe.selection import parse_where  # lazy: keeps --help fast
 
@@ -269,7 +259,9 @@ def cmd_status(args) -> int:
         return run_status_view.print_status(root, runs, keys)
     if args.overrides:
         raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
-    return run_status_view.print_status(_recipe_root(args.path, args.results), where=where)
+    if not p.is_dir():
+        raise LtbenchError(f"{p}: no such results directory or recipe file")
+    return run_status_view.print_status(p, where=where)
 
 
 def _status_runs(path: Path, overrides: list[str], results: str | None,
