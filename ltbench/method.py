@@ -88,6 +88,13 @@ class Method(nn.Module):
         self.num_classes = ctx.num_classes
         self.register_buffer("log_train_prior", torch.log(ctx.train_prior.clamp_min(1e-12)), persistent=False)
 
+    @classmethod
+    def idle_options(cls, cfg: Any) -> dict[str, str]:
+        """Options of ``cfg`` that cannot act under its other options: {option: why, with the fix}. A recipe that
+        gives one of them, and nowhere gives it a setting in which it acts, is refused at load (two run ids for
+        one computation otherwise). Default: none."""
+        return {}
+
     # -- the network ---------------------------------------------------------------------------
     @classmethod
     def build_model(cls, cfg: Any, backbone: nn.Module) -> nn.Module:
@@ -212,10 +219,6 @@ class TestTimeViews(list):
     def redraw(self, epoch: int) -> list[torch.Tensor]:
         """The views of test-time epoch ``epoch`` (epoch 0, or no redraw available: the first draw)."""
         return list(self) if epoch == 0 or self._draw is None else self._draw(epoch)
-
-
-def method_config(name: str, options: dict, where: str) -> Any:
-    return METHODS.config({**options, "name": name}, where)
 
 
 def create_method(spec: dict, ctx: MethodContext, where: str = "method") -> Method:

@@ -136,10 +136,6 @@ class PosthocMethod:
         return {}
 
 
-def posthoc_config(name: str, options: dict, where: str) -> Any:
-    return POSTHOC.config({**options, "name": name}, where)
-
-
 def resolved_posthoc_spec(spec: dict, where: str = "posthoc") -> dict:
     """``{'name': ..., **options}`` with every default filled in: what a stage-2 result is named by."""
     return POSTHOC.resolved(spec, where)

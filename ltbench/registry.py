@@ -203,7 +203,7 @@ class ProcessExitCalled(SystemExit):
 
 
 @contextlib.contextmanager
-def exits_contained(run_id: str) -> Iterator[None]:
+def exits_contained(who: str) -> Iterator[None]:
     """While a run trains, ``os._exit`` called by this process's main thread raises ProcessExitCalled (a
     SystemExit: the runner records it as the run's failure, as it does a plugin's ``sys.exit``). A forked child
     (a DataLoader worker) inherits the replacement and must really exit, so any other process gets the real
@@ -217,8 +217,8 @@ def exits_contained(run_id: str) -> Iterator[None]:
         if os.getpid() != pid:
             real(code)
         if threading.current_thread() is not main:
-            print(f"ltbench: error: a plugin of run {run_id} called os._exit({short_repr(code, 60)}) in thread "
-                  f"{threading.current_thread().name!r}; ltbench ends here, the run resumes at the next launch",
+            print(f"ltbench: error: {who} called os._exit({short_repr(code, 60)}) in thread "
+                  f"{threading.current_thread().name!r}; ltbench ends here (a run resumes at the next launch)",
                   file=sys.__stderr__, flush=True)
             real(code)
         raise ProcessExitCalled(code)
@@ -243,13 +243,11 @@ def plugin_call_message(label: str, hook: str, exc: BaseException) -> str:
 
 def checked_return(label: str, hook: str, value: Any, kind: type | tuple, limit: int | None = None,
                    expected: str = "") -> Any:
-    """A plugin hook's return value, type-checked (a subclass of str is taken as the plain string it holds)
-    and, with ``limit``, size-checked; PluginError naming the hook otherwise."""
+    """A plugin hook's return value, type-checked and, with ``limit``, size-checked; PluginError naming the hook
+    otherwise."""
     if not isinstance(value, kind):
         raise PluginError(f"{label}: {hook} returned {short_repr(value, 80)} ({type(value).__name__}), expected "
                           f"{expected or getattr(kind, '__name__', kind)}; fix the plugin")
-    if isinstance(value, str) and type(value) is not str:
-        value = str.__str__(value)  # a str subclass may override __eq__, __hash__ or __str__: the text only
     if limit is not None and len(value) > limit:
         raise PluginError(f"{label}: {hook} returned {len(value)} items or characters, at most {limit} are "
                           f"allowed{f' ({expected})' if expected else ''}; fix the plugin")
@@ -322,7 +320,8 @@ def _plugin_error(what: str, exc: BaseException) -> RegistryError:
                              f"({shorten(str(exc), 120) or 'no message'}); a plugin module must only define and "
                              f"register (if you pressed Ctrl-C, run the command again)")
     if isinstance(exc, SystemExit):  # otherwise the whole command would end, silently, with the plugin's code
-        return RegistryError(f"could not load {what}: importing it called sys.exit({short_repr(exc.code, 60)}); "
+        call = "os._exit" if isinstance(exc, ProcessExitCalled) else "sys.exit"
+        return RegistryError(f"could not load {what}: importing it called {call}({short_repr(exc.code, 60)}); "
                              f"a plugin module must only define and register (move script code under "
                              f"'if __name__ == \"__main__\":')")
     return RegistryError(f"could not load {what}: {type(exc).__name__}: {shorten(str(exc))}")
@@ -340,7 +339,7 @@ def _load_entry_points() -> None:
             label = f"entry point '{ep.name}' ({registry.group}) of {dist_label}"
             _entry_point_labels.append(label)
             try:
-                with _source(label):
+                with _source(label), exits_contained(label):
                     _import_package_modules(ep.value.split(":")[0])
             except BaseException as exc:  # a broken plugin names itself (KeyboardInterrupt raised by it too)
                 raise _plugin_error(label, exc) from exc
@@ -384,7 +383,7 @@ def _import_plugin_folder(folder: Path) -> None:
         sys.path.insert(0, parent)
     label = f"plugin folder {folder}"
     try:
-        with _source(label):
+        with _source(label), exits_contained(label):
             _import_package_modules(name)
     except BaseException as exc:
         _plugin_paths.remove(folder)  # never handed to a worker as if it had loaded

@@ -195,7 +195,7 @@ def _train_into(result: dict, spec: RunSpec, run_dir: Path, say, writes_files: b
     """engine.train, its outcome or its failure recorded in ``result``. A crash is recorded (the grid goes on);
     a fault of the storage and Ctrl-C are not the computation's and pass through."""
     try:
-        with registry.exits_contained(spec.run_id):  # a plugin's os._exit fails this run, not the launch
+        with registry.exits_contained(f"a plugin of run {spec.run_id}"):  # a plugin's os._exit fails this run, not the launch
             record.done(result, engine.train(spec, run_dir, say=say, on_epoch=on_epoch))
     except KeyboardInterrupt:
         raise

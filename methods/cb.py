@@ -78,6 +78,13 @@ class ClassBalanced(Method):
     Config = CBConfig
     search_space = {"beta": {"choice": [0.9, 0.99, 0.999, 0.9999]}}  # the paper's grid (docs/methods.md)
 
+    @classmethod
+    def idle_options(cls, cfg):
+        if cfg.loss_type == "focal":
+            return {}
+        return {"gamma": f"{cfg.gamma} has no effect: the focal exponent is read by loss_type focal only (here "
+                         f"{cfg.loss_type}); remove it or set method.loss_type: focal"}
+
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.head = nn.Linear(ctx.feature_dim, ctx.num_classes)

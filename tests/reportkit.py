@@ -28,7 +28,14 @@ def fake_metrics(config: dict, seed: int) -> dict:
 
 # Every made-up result records a code record that checks as unchanged (this very file, hashed when it is
 # written) and one set of numerics, so the tables' notes are about what each test is about.
-FAKE_CODE = {"code": {"tests.reportkit": identity.code_entry("tests.reportkit", __file__)},
+def code_entry(module: str, path: str) -> dict:
+    """What a result records of one module (as ltbench's code record does): its relative path, the sha256 of
+    its bytes and that of its normalised syntax tree."""
+    return {"path": identity.relative_code_path(module, path), "sha256": identity.file_sha256(path),
+            "normalized": identity.normalized_file_hash(path)}
+
+
+FAKE_CODE = {"code": {"tests.reportkit": code_entry("tests.reportkit", __file__)},
              "code_scope": code.CODE_SCOPE}
 FAKE_NUMERICS = {"device": "cpu", "cpu_model": "a test CPU", "cpu_capability": "DEFAULT", "threads": 1,
                  "torch": "x", "torchvision": "x", "precision": "fp32", "compile": "off", "channels_last": False,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ltbench.results import code, identity
+from tests.reportkit import code_entry
 from ltbench.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +57,7 @@ def test_execution_settings_leave_the_id_and_the_row_alone():
 def test_code_paths_are_recorded_relative(tmp_path):
     import ltbench.backbones as module
 
-    entry = identity.code_entry("ltbench.backbones", module.__file__)
+    entry = code_entry("ltbench.backbones", module.__file__)
     assert entry["path"] == "ltbench/backbones.py" and entry["normalized"]
     assert identity.changed_code({"code": {"ltbench.backbones": entry}}) == ([], [])
     assert identity.changed_code({"code": {"ltbench.backbones": {**entry, "normalized": "0" * 64}}}) == (["ltbench.backbones"], [])
@@ -66,7 +67,7 @@ def test_code_paths_are_recorded_relative(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "loss.py").write_text("X = 1\n")
-    plugin = identity.code_entry("my_plugins.loss", str(pkg / "loss.py"))
+    plugin = code_entry("my_plugins.loss", str(pkg / "loss.py"))
     assert plugin["path"] == "my_plugins/loss.py"
     result = {"code": {"my_plugins.loss": plugin}, "plugins": [str(pkg)], "code_scope": code.CODE_SCOPE}
     assert identity.changed_code(result) == ([], []) and identity.code_state(result).status == "done"

@@ -7,7 +7,7 @@ import pytest
 
 from ltbench.results import store
 from ltbench.evaluation import summarize
-from ltbench.results.predictions import (PREDICTIONS, compact, correct, correct_by_seed, load_predictions, paired_correct,
+from ltbench.results.predictions import (PREDICTIONS, compact, correct, correct_by_seed, load_predictions,
                                  save_predictions)
 from ltbench.report.significance import paired_bootstrap_pvalue
 
@@ -47,22 +47,12 @@ def test_run_writes_predictions_that_reproduce_the_recorded_accuracy(la_run):
         assert not list(run_dir.glob(".*tmp*"))
 
 
-def test_two_runs_pair_for_the_bootstrap(la_run):
-    a, b = paired_correct(la_run[:1], la_run[1:])
+def test_runs_by_seed_for_the_bootstrap(la_run):
+    a, b = correct(la_run[0])[None], correct(la_run[1])[None]
     assert a.shape == b.shape == (1, 32) and a.dtype == bool
     assert 0.0 < paired_bootstrap_pvalue(a, b, n_resamples=500) <= 1.0
-    assert paired_correct(la_run, la_run[:1]) is None  # unequal numbers of runs
-    assert paired_correct(la_run[:1], la_run[1:], head="no_such_head") is None
     by_seed = correct_by_seed({0: la_run[0], 1: la_run[1], 7: la_run[0].parent / "missing"})
     assert sorted(by_seed) == [0, 1] and by_seed[0].tolist() == correct(la_run[0]).tolist()
-
-
-def test_runs_on_different_test_labels_do_not_pair(tmp_path):
-    for name, labels in (("a", [0, 1, 2]), ("b", [2, 1, 0])):
-        (tmp_path / name).mkdir()
-        save_predictions(tmp_path / name, {"labels": labels, "head:main": [0, 1, 1]}, num_classes=3)
-    assert paired_correct([tmp_path / "a"], [tmp_path / "b"]) is None
-    assert paired_correct([tmp_path / "a"], [tmp_path / "a"])[0].tolist() == [[True, True, False]]
 
 
 def test_missing_or_damaged_file_reads_as_none(tmp_path):

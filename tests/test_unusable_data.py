@@ -4,12 +4,12 @@ An empty test set used to train to the end and leave a damaged record (exit 0); 
 images of two classes crashed inside the run. Now each is one line naming the file, exit 2, from ``run`` and
 ``run --dry-run`` alike, and nothing is written. The files are generated here in each format: CIFAR pickled
 batches, Fashion-MNIST IDX files, split lists over an image folder tree, and the synthetic dataset's options.
-A plugin dataset whose ``load()`` returns such a split fails its run with the same line (never ``damaged``).
+A plugin dataset is checked by the classes its ``footprint()`` declares or, declaring none, by what ``load()``
+returns: refused before the first run too.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -97,41 +97,51 @@ def test_usable_files_of_each_kind_still_pass_the_check(tmp_path, capsys):
         assert "1 run(s)" in out
 
 
-def test_a_plugin_dataset_with_an_empty_test_set_fails_its_run_in_one_line(tmp_path, capsys):
-    """A plugin's files cannot be read before its run (its check() is its own): what load() returned is checked
-    in the run, which fails with the same line instead of training to a damaged record."""
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    (plugins / "hollow_data.py").write_text('''
+HOLLOW_PLUGIN = '''
 import numpy as np
 import torch
-from ltbench.data.base import ArrayImages, DatasetBuilder, ImageSpec, LTData
+from ltbench.data.base import ArrayImages, DataFootprint, DatasetBuilder, ImageSpec, LTData
 from ltbench.registry import DATASETS
 
 
 @DATASETS.register("hollow")
 class Hollow(DatasetBuilder):
-    """Two classes of training images and a test split of none."""
+    """Training images of CLASSES class(es) and TEST test images; DECLARES declares its classes."""
+
+    def footprint(self):
+        return DataFootprint(1, 3, 8, 0) if DECLARES else None
 
     def load(self):
-        labels = np.array([0] * 8 + [1] * 4)
+        labels = np.array([0] * 8 + [1] * 4) if CLASSES == 2 else np.zeros(12, dtype=np.int64)
         images = torch.zeros(len(labels), 3, 8, 8, dtype=torch.uint8)
-        empty = np.zeros(0, dtype=np.int64)
+        test = labels[:TEST]
         return LTData(name="hollow", num_classes=2, image=ImageSpec(8, 3, (0.5,) * 3, (0.25,) * 3),
                       train=ArrayImages(images, labels), train_labels=labels,
-                      test=ArrayImages(images[:0], empty), test_labels=empty, subset_hash="0")
-''')
+                      test=ArrayImages(images[:TEST], test), test_labels=test, subset_hash="0")
+'''
+
+
+@pytest.mark.parametrize("classes, test, declares, words", [
+    (2, 0, False, "the test set holds no image"),
+    (1, 4, False, "the training set has images of 1 class(es)"),
+    (2, 4, True, "footprint() declares 1 class(es); expected at least 2"),
+], ids=["empty-test", "one-class-loaded", "one-class-declared"])
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_a_plugin_dataset_no_run_can_use_is_refused_before_the_first_run(classes, test, declares, words, dry_run,
+                                                                        tmp_path, capsys):
+    """A plugin dataset's classes come from what its footprint() declares or, when it declares none, from what
+    load() returns: checked before the first run, by --dry-run too, in one line, exit 2, nothing written."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "hollow_data.py").write_text(HOLLOW_PLUGIN.replace("CLASSES", str(classes)).replace("TEST", str(test))
+                                            .replace("DECLARES", str(declares)))
     path = tmp_path / "hollow.yaml"
     path.write_text(yaml.safe_dump(deep_update(TINY, {"data": {"name": "hollow"}, "plugins": [str(plugins)],
                                                       "optim": {"epochs": 1}, "results_dir": str(tmp_path / "r")})))
     from conftest import registries_restored
 
     with registries_restored():
-        code, out, err, _, _ = run_in_process(["run", str(path)], capsys)
-    assert code == 1, err
-    results = list((tmp_path / "r").rglob("result.json"))
-    assert len(results) == 1
-    record = json.loads(results[0].read_text())
-    assert record["status"] == "failed"
-    assert record["error"].startswith("data: dataset 'hollow'") and "the test set holds no image" in record["error"]
-    assert "damaged" not in out
+        code, out, err, _, _ = run_in_process(["run", str(path), *(["--dry-run"] if dry_run else [])], capsys)
+    assert code == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "dataset 'hollow'" in err and words in err, err
+    assert not list((tmp_path / "r").rglob("result.json"))

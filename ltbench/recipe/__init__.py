@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ltbench.results import identity
+from ltbench.results import identity, store
 from ltbench import registry
 from ltbench.config import ConfigError, EvalConfig, OptimConfig, TrainConfig, check_range, from_dict, join_path, to_dict, value_text
 from ltbench.errors import short_repr
@@ -37,10 +37,8 @@ from ltbench.results.runspec import RunSpec
 from ltbench.samplers import DEFAULT_SAMPLER, resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
-# runs, so a typo or a hostile file must be refused quickly and with bounded memory.
+# runs, so a typo (a grid of 10^6 points, a log file given as the recipe) is refused at once.
 MAX_RECIPE_BYTES = 512 * 1024  # the largest recipe in recipes/ is a few KB
-MAX_YAML_VALUES = 100_000  # values in a recipe with YAML aliases expanded (an alias bomb expands to billions)
-MAX_YAML_DEPTH = 50
 MAX_OVERRIDE_CHARS = 10_000
 MAX_RUNS = 10_000  # runs a recipe may expand into (grid points x seeds)
 MAX_SEEDS = 1_000
@@ -234,6 +232,15 @@ def check_grid_key(key: Any, where: str) -> None:
         shown = key if isinstance(key, str) and len(key) < 100 else short_repr(key, 60)
         raise ConfigError(f"{where}.{shown}: not a configuration key; a grid key is a dotted path under "
                           f"{', '.join(RUN_SECTIONS)} (e.g. optim.lr); seeds go under 'seeds:', not the grid")
+    if tuple(key.split(".")) in identity.EXECUTION_SETTINGS - FILE_LOCATIONS:
+        raise ConfigError(f"{where}.{key}: an execution setting (how a run is executed, not what it computes: every "
+                          f"value gives the same run id), so it cannot be a grid axis; set it once ({key}: ...) or "
+                          f"on the command line")
+
+
+# Execution settings that name files: different values may hold different data or weights, which the run id
+# covers through the files' identity (identity.FILE_IDENTITIES), so they may vary over a grid.
+FILE_LOCATIONS = frozenset({("data", "root"), ("data", "split_dir"), ("backbone", "weights")})
 
 
 def _component(section: str, spec: Any, reg: registry.Registry, where: str) -> dict:
@@ -344,6 +351,9 @@ def idle_options(config: dict) -> dict[str, str]:
     if ev["select"] == "best_val" and epochs < 2:
         idle["eval.select"] = (f"best_val has no epoch to choose with optim.epochs {epochs} (the last is the only "
                                f"one); set eval.select: last, or train for more epochs")
+    declared = getattr(registry.METHODS.get(config["method"]["name"]), "idle_options", None)
+    for option, why in (declared(registry.METHODS.config(config["method"], "method")) if declared else {}).items():
+        idle[f"method.{option}"] = why
     return idle
 
 
@@ -351,7 +361,8 @@ def _note_idle_options(raw: dict, config: dict, idle: dict[str, str], acting: se
     """Sort the options this run was given (by the recipe, its grid point or an override) that ``idle_options``
     knows into those that cannot act in it (``idle``: the first run's reason) and those that do (``acting``)."""
     found = idle_options(config)
-    for key in IDLE_CHECKED:
+    given_method = raw.get("method") if isinstance(raw.get("method"), dict) else {}
+    for key in (*IDLE_CHECKED, *(f"method.{option}" for option in given_method)):
         section, option = key.split(".")
         if not (isinstance(raw.get(section), dict) and option in raw[section]):
             continue
@@ -454,18 +465,10 @@ def load_yaml(path: Path) -> dict:
 
 
 def parse_yaml(text: str, where: str) -> Any:
-    """YAML text -> data with the safe loader, refusing alias bombs, recursion and deep nesting.
-
-    PyYAML shares the object an alias points to, so a "billion laughs" document loads in little memory
-    but explodes when copied, hashed or printed; counting values with aliases expanded (and stopping at
-    MAX_YAML_VALUES) refuses it in bounded time and memory, before anything copies it.
-    """
-    if _OPENERS_IN_A_ROW.search(text):  # PyYAML's scanner is quadratic in the depth of such a run: refuse it first
-        raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)")
+    """YAML text -> data with the safe loader. A recipe is code (docs/trust.md): a file that is bad YAML is
+    refused in one line; one written to exhaust the loader is its author's own problem."""
     try:
-        data = yaml.load(text, Loader=_DepthLimitedLoader)  # noqa: S506 - a SafeLoader
-    except _TooDeep:
-        raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)") from None
+        return yaml.safe_load(text)
     except yaml.reader.ReaderError as exc:
         raise ConfigError(f"{where}: not valid YAML: character {exc.character!r} at position {exc.position} "
                           f"is not allowed in YAML") from None
@@ -473,53 +476,6 @@ def parse_yaml(text: str, where: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{where}: not valid YAML{at}: {short_repr(getattr(exc, 'problem', None) or exc)}") from None
-    _check_yaml_size(data, where)
-    return data
-
-
-_OPENERS_IN_A_ROW = re.compile(r"[\[{](?:\s*[\[{]){%d}" % MAX_YAML_DEPTH)
-
-
-class _TooDeep(Exception):
-    pass
-
-
-class _DepthLimitedLoader(yaml.SafeLoader):
-    """The safe loader, stopping at MAX_YAML_DEPTH nested collections (the composer is recursive)."""
-
-    _depth = 0
-
-    def compose_node(self, parent, index):
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise _TooDeep
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-def _check_yaml_size(data: Any, where: str) -> None:
-    count = 0
-    open_containers: set[int] = set()
-
-    def visit(value: Any, depth: int) -> None:
-        nonlocal count
-        count += 1
-        if count > MAX_YAML_VALUES:
-            raise ConfigError(f"{where}: more than {MAX_YAML_VALUES} values once YAML aliases are expanded "
-                              f"(an alias bomb?); write the values out")
-        if depth > MAX_YAML_DEPTH:
-            raise ConfigError(f"{where}: YAML nested too deeply (at most {MAX_YAML_DEPTH} levels)")
-        if isinstance(value, (list, dict)):
-            if id(value) in open_containers:
-                raise ConfigError(f"{where}: a YAML alias refers to itself (a recursive value)")
-            open_containers.add(id(value))
-            for item in (value.values() if isinstance(value, dict) else value):
-                visit(item, depth + 1)
-            open_containers.discard(id(value))
-
-    visit(data, 0)
 
 
 def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | Path | None = None,
@@ -661,14 +617,19 @@ def _split_rows(rows: list[dict], axis: str, values: list) -> list[dict]:
 
 
 def recipe_name(path: Path, declared: str | None) -> str:
-    """The recipe's ``name:``, else its file name's stem, which must then be a plain name as well."""
-    if declared:
-        return declared
-    try:
-        check_plain_name(path.stem, "name")
-    except ValueError as exc:
-        raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
-    return path.stem
+    """The recipe's ``name:``, else its file name's stem, which must then be a plain name as well. Either must not
+    be a folder name ltbench gives its own folders in a results root (status and table skip those)."""
+    name = declared or path.stem
+    if not declared:
+        try:
+            check_plain_name(name, "name")
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (taken from the file name; set 'name:' in the recipe)") from None
+    if name in (*store.OWNED_DIRS, store.POSTHOC_DIR) or name.startswith("_"):
+        source = "name" if declared else "name (taken from the file name)"
+        raise ConfigError(f"{source}: {name!r} is a folder name ltbench keeps for its own files in a results folder "
+                          f"(report, posthoc, names starting with '_'); choose another, e.g. {name.strip('_')}_lt")
+    return name
 
 
 def results_root(configured: str | Path, results_dir: str | Path | None) -> Path:

@@ -227,18 +227,6 @@ def _numerics(rec: dict) -> dict:
     return rec.get("numerics") if isinstance(rec.get("numerics"), dict) else {}
 
 
-_NUMERICS_TEXTS: dict[str, str] = {}
-
-
-def _numerics_text(numerics: dict) -> str:
-    """``identity.numerics_text``, remembered by content (its repr, which tells 1 from 1.0 and True): 10,000
-    results share a few numerics records."""
-    key = repr(numerics)
-    if key not in _NUMERICS_TEXTS:
-        _NUMERICS_TEXTS[key] = identity.numerics_text(numerics)
-    return _NUMERICS_TEXTS[key]
-
-
 def table_numerics_note(table: Table) -> str | None:
     """The numerics of every run a table shows, said once: 'numerics of every result shown: CPU ..., 1 thread
     (12 results)', or each class (identity.numerics_classes) with the rows made under it and every field

@@ -63,10 +63,6 @@ BACKBONE_IDENTITY = "backbone_identity"  # top-level config key: the sha256 of a
 FILE_IDENTITIES = (DATA_IDENTITY, BACKBONE_IDENTITY)
 
 
-def is_execution_setting(section: str, key: str) -> bool:
-    return (section, key) in EXECUTION_SETTINGS
-
-
 def identity_of(config: dict) -> dict:
     """What a run computes: its resolved configuration less the execution settings. Sections are copied, so
     ``config`` is left as it is."""
@@ -178,14 +174,6 @@ def normalized_file_hash(path) -> str | None:
         return _normalized_cache[key]
     except (OSError, TypeError, ValueError, safe_read.UnusableFile):
         return None
-
-
-def code_entry(module: str, path: str) -> dict:
-    """What a result records of one module: its path relative to the folder holding its top-level
-    package ('ltbench/backbones.py', 'my_plugins/loss.py'), so a committed result checks on any clone,
-    the sha256 of its bytes, and that of its normalised syntax tree (the one the stale rule compares)."""
-    return {"path": relative_code_path(module, path), "sha256": file_sha256(path),
-            "normalized": normalized_file_hash(path)}
 
 
 def relative_code_path(module: str, path: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 import zipfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
@@ -120,26 +120,3 @@ def correct_by_seed(run_dirs: Mapping[int, Path], head: str = MAIN_HEAD,
     found = {seed: correct(run_dir, head, test_set) for seed, run_dir in run_dirs.items()}
     return {seed: c for seed, c in found.items() if c is not None}
 
-
-def paired_correct(dirs_a: Sequence[Path], dirs_b: Sequence[Path], head: str = MAIN_HEAD,
-                   test_set: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """Stack ``correct`` of two rows' runs into ``(n_pairs, n_images)`` arrays for the bootstrap.
-
-    Runs are paired in the order given (pass them sorted by seed).  None when a side has no run,
-    the sides have different numbers of runs, a run lacks predictions, or the runs were not
-    evaluated on the same labels in the same order: then there is nothing to pair.
-    """
-    if not dirs_a or len(dirs_a) != len(dirs_b):
-        return None
-    rows_a, rows_b, reference = [], [], None
-    for dir_a, dir_b in zip(dirs_a, dirs_b):
-        for run_dir, rows in ((dir_a, rows_a), (dir_b, rows_b)):
-            found = _labels_and_correct(run_dir, head, test_set)
-            if found is None:
-                return None
-            if reference is None:
-                reference = found[0]
-            elif not np.array_equal(found[0], reference):
-                return None
-            rows.append(found[1])
-    return np.stack(rows_a), np.stack(rows_b)

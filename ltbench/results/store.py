@@ -493,18 +493,6 @@ def to_run(status: str, redo: tuple[str, ...] = ()) -> bool:
     return status in redo if status in ("failed", "stale") else True
 
 
-def iter_results(root: Path) -> list[dict]:
-    """Every usable result.json below ``root`` (recursively), each with its run directory added.
-    Unusable ones are listed by :func:`iter_result_checks`, for callers that must report them."""
-    out = []
-    for run_dir, check in iter_result_checks(root):
-        if check.usable:
-            result = dict(check.result)
-            result["run_dir"] = str(run_dir)
-            out.append(result)
-    return out
-
-
 def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
     """(run directory, check) for every result.json below ``root``, usable or not."""
     return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]

@@ -29,8 +29,12 @@ from ltbench.results.runspec import RunSpec
 
 def preflight(recipe: Recipe) -> None:
     """Stop before any run starts when a dataset is missing (one message, not one per run) or a logger cannot
-    start (``loggers.check_loggers``). The dataset's constructor and ``check()`` are plugin code: contained
-    (``registry.call_plugin``)."""
+    start (``loggers.check_loggers``), or a dataset could give no benchmark: fewer than two classes by what its
+    ``footprint()`` declares, or, when it declares nothing, by what ``load()`` returns (``check_loaded``). The
+    dataset's constructor and hooks are plugin code: contained (``registry.call_plugin``)."""
+    from ltbench.data.base import check_loaded  # lazy: keeps --help fast
+    from ltbench.data.footprints import footprint_of
+
     check_loggers(recipe.runs)
     for spec in distinct_data(recipe.runs):
         label = DATASETS.label(spec.config["data"]["name"])
@@ -38,6 +42,12 @@ def preflight(recipe: Recipe) -> None:
         check = getattr(builder, "check", None)
         if callable(check):
             call_plugin(label, "check()", check)
+        declared = call_plugin(label, "footprint()", footprint_of(builder))
+        if declared is None:
+            check_loaded(call_plugin(label, "load()", builder.load), label)
+        elif declared.num_classes < 2:
+            raise LtbenchError(f"data: {label}: footprint() declares {declared.num_classes} class(es); expected at "
+                               f"least 2; fix the dataset's options or its footprint()")
 
 
 def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, int]]:
