@@ -858,9 +858,8 @@ def _declared(base: dict, points: list[dict], run_overrides: list[RunOverride]) 
 
 def _seeds_where(base: dict, points: list[dict], seeds: list, run_overrides: list[RunOverride], where: dict | None,
                  found) -> list[list]:
-    """The seeds of each grid point that --where may keep, decided on the declared configuration: a point it
-    leaves out is never validated, so it cannot block a launch. A key the declaration lacks (a plugin default)
-    leaves the point in, for its full configuration to decide. Refused here when nothing can be kept."""
+    """The seeds of each grid point that --where may keep, decided on the declared configurations: what it
+    leaves out is never validated, so it cannot block a launch (a key only a default sets: decided later)."""
     if not where:
         return [list(seeds)] * len(points)
     if found is not None and found.config.sampler == "tpe":

@@ -33,8 +33,7 @@ def parse_where(items: list[str] | None) -> dict[str, list]:
     return out
 
 
-def where_tokens(where: dict[str, list]) -> list[str]:
-    """A selection as text, part of what names a narrowed expansion in the caches (beside the overrides)."""
+def where_tokens(where: dict[str, list]) -> list[str]:  # as text: names a narrowed expansion in the caches
     return [f"--where {k}={','.join(value_text(v) for v in values)}" for k, values in where.items()]
 
 
@@ -51,17 +50,13 @@ def value_at(config: dict, key: str) -> object:
 
 
 def matches(config: dict, selector: dict[str, list], absent: bool | None = False) -> bool | None:
-    """The rule (module docstring). ``absent``: what a key missing from ``config`` gives when no other key
-    decides: False in a run's full configuration; None (undecided) in what a recipe declares before the
-    plugins fill in their defaults."""
-    verdict: bool | None = True
-    for key, wanted in selector.items():
-        value = value_at(config, key)
-        if value is ABSENT:
-            verdict = absent if verdict else verdict
-        elif value_text(value) not in {value_text(v) for v in wanted}:
-            return False
-    return verdict
+    """The rule (module docstring). ``absent``: what a missing key gives unless another key mismatches: False
+    in a run's full configuration, None (undecided) in a declared one, before the plugins' defaults."""
+    values = [value_at(config, key) for key in selector]
+    if any(v is not ABSENT and value_text(v) not in {value_text(w) for w in wanted}
+           for v, wanted in zip(values, selector.values())):
+        return False
+    return absent if ABSENT in values else True
 
 
 def select_where(configs: list[dict], where: dict[str, list]) -> list[bool]:
