@@ -11,6 +11,8 @@ never checked, so it cannot block a launch. Imports neither torch nor the plugin
 
 from __future__ import annotations
 
+import yaml
+
 from ltbench.config import value_text
 from ltbench.errors import ConfigError
 
@@ -21,16 +23,21 @@ EXAMPLE = "--where data.imb_factor=10,100"
 def parse_where(items: list[str] | None) -> dict[str, list]:
     """``--where`` options as {dotted key: [values]} (values read as YAML scalars: 100, 0.1, true, ce); a key
     given twice takes the values of both."""
-    from ltbench.recipe import parse_yaml  # lazy: this module is imported by ltbench.recipe itself
-
     out: dict[str, list] = {}
     for item in items or []:
         key, sep, values = item.partition("=")
         key = key.strip()
         if not sep or not key or not values.strip():
             raise ConfigError(f"--where {item}: expected KEY=VALUE[,VALUE] (e.g. {EXAMPLE})")
-        out.setdefault(key, []).extend(parse_yaml(v.strip(), f"--where {key}") for v in values.split(","))
+        out.setdefault(key, []).extend(_scalar(v.strip(), key) for v in values.split(","))
     return out
+
+
+def _scalar(text: str, key: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ConfigError(f"--where {key}={text}: not a YAML value; expected e.g. 10, 0.1, true or ce") from None
 
 
 def where_tokens(where: dict[str, list]) -> list[str]:  # as text: names a narrowed expansion in the caches

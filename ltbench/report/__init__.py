@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ltbench.config import value_text
 from ltbench.errors import LtbenchError
+from ltbench.recipe.expansion import read_recipe
 from ltbench.recipe.tables import default_table
 from ltbench.report import index
 from ltbench.report.build import build_table
@@ -94,9 +96,6 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
 def _kept_axis_values(path, overrides: list[str], results, where: dict) -> str:
     """'imb_factor=10 only' when --where keeps one value of an axis of the recipe's grid (its caption, written for
     the whole grid, cannot say which); '' otherwise."""
-    from ltbench.config import value_text
-    from ltbench.recipe.expansion import read_recipe
-
     grid = read_recipe(path, overrides, results).raw.get("grid")
     axes = {a for g in (grid if isinstance(grid, list) else [grid]) if isinstance(g, dict) for a in g}
     picked = [f"{k.rsplit('.', 1)[-1]}={value_text(v[0])}" for k, v in where.items()
