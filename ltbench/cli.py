@@ -248,10 +248,11 @@ def cmd_status(args) -> int:
 
     where = parse_where(args.where)
     from ltbench.run import run_status_view  # lazy: keeps --help fast
+    from ltbench.report.expected import status_runs  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        root, runs, keys = _status_runs(p, args.overrides, args.results, where)
+        root, runs, keys = status_runs(p, args.overrides, args.results, where)  # no torch when the expansion is cached
         if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
             from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
 
@@ -262,27 +263,6 @@ def cmd_status(args) -> int:
     if not p.is_dir():
         raise LtbenchError(f"{p}: no such results directory or recipe file")
     return run_status_view.print_status(p, where=where)
-
-
-def _status_runs(path: Path, overrides: list[str], results: str | None,
-                 where: dict) -> tuple[Path, list, list[str]]:
-    """(results folder, run specs, override keys) of a recipe file: from the expansion cache when nothing
-    the expansion depends on changed (no torch; ltbench/recipe/expansion.py), else expanded (plugins, torch) and
-    cached for the next time."""
-    from ltbench.recipe import expansion  # lazy: keeps --help fast
-    from ltbench.report.expected import cache_key, load_and_remember  # lazy: keeps --help fast
-
-    key = cache_key(overrides, where)
-    try:
-        recipe_file = expansion.read_recipe(path, overrides, results)
-        before = recipe_file, expansion.expansion_signature(recipe_file, key)
-        hit = expansion.cached_runs(recipe_file, key, before[1])
-    except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
-        before = hit = None
-    if hit is not None:
-        return before[0].root, *hit
-    recipe = load_and_remember(path, overrides, results, before, where)  # and cached for the next status and table
-    return recipe.root, recipe.runs, recipe.override_keys
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,6 +22,8 @@ def pytest_configure(config):
 
     if "LTBENCH_CACHE_DIR" not in os.environ:
         config._ltbench_cache_dir = os.environ["LTBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="ltbench-test-cache-")
+    if "LTBENCH_CACHE_KEY" not in os.environ:  # the caches' key (ltbench/results/caches.py), never the user's own
+        os.environ["LTBENCH_CACHE_KEY"] = os.path.join(tempfile.mkdtemp(prefix="ltbench-test-key-"), "cache.key")
 
 
 @contextlib.contextmanager

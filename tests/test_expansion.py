@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cachekit import read_json_cache, write_json_cache
+from cachekit import read_json_cache, runs_edit, sealed_as_owner
 from conftest import ROOT, caches_in_the_results_folder, run_cli
 
 NO_TORCH = "import sys; sys.modules['torch'] = None; from ltbench.cli import main; raise SystemExit(main(sys.argv[1:]))"
@@ -58,27 +58,28 @@ def test_status_of_a_recipe_needs_no_torch_once_cached_and_never_shows_a_stale_c
     assert status_without_torch(recipe).stdout == second.stdout
 
 
-def test_a_forged_or_damaged_runs_cache_is_not_used(write_recipe, tmp_path):
+def test_a_cached_run_folder_outside_the_results_root_is_expanded_again(write_recipe, tmp_path, monkeypatch):
+    """The one check of a cache's entries (ltbench/results/caches.py): even under a good seal, a run folder
+    that does not lie inside the results root sends the command back to the expansion."""
     from ltbench.recipe import expansion
-    from ltbench.recipe import load_recipe
+    from ltbench.report import expected
 
     path = write_recipe("tiny")
     (tmp_path / "results" / "tiny").mkdir(parents=True)
-    recipe_file = expansion.read_recipe(path, [], None)
-    signature = expansion.expansion_signature(recipe_file, [])
-    recipe = load_recipe(path)
     with caches_in_the_results_folder():
-        expansion.save_runs(recipe_file, [], signature, recipe)
-        (cache,) = recipe.root.glob(".ltbench-runs-tiny-*.json")
-        runs, keys = expansion.cached_runs(recipe_file, [], signature)
-        assert [r.run_dir for r in runs] == [r.run_dir for r in recipe.runs] and keys == []
-        assert expansion.cached_runs(recipe_file, [], "another signature") is None
+        recipe = expected.load_and_remember(path)
+        recipe_file = expansion.read_recipe(path, [], None)
+        (cache,) = recipe.root.glob(".ltbench-expansion-tiny-*.json")
+        loads = []
+        real = expected.load_recipe
+        monkeypatch.setattr(expected, "load_recipe", lambda *a, **k: loads.append(a) or real(*a, **k))
+        assert expected.status_runs(path)[1][0].run_dir == recipe.runs[0].run_dir and not loads
         saved = read_json_cache(cache)
-        saved["runs"][0]["run_dir"] = str(tmp_path / "elsewhere")  # a run folder outside the recipe's results
-        write_json_cache(cache, saved)  # sealed again: the entry check refuses it
-        assert expansion.cached_runs(recipe_file, [], signature) is None
-        cache.write_text("{not json")
-        assert expansion.cached_runs(recipe_file, [], signature) is None
+        for where in (str(tmp_path / "elsewhere"), str(recipe.root / ".." / recipe.runs[0].run_id)):
+            runs_edit(lambda runs: runs[0].__setitem__("run_dir", where))(saved)
+            cache.write_bytes(sealed_as_owner(json.dumps(saved).encode(), expansion.expansion_inputs(recipe_file, [])))
+            assert expected.status_runs(path)[1][0].run_dir == recipe.runs[0].run_dir and loads
+            loads.clear()
 
 
 def test_the_table_cache_sees_a_change_in_a_plugin_path_folder(write_recipe, tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ PER_RUN_KINDS = {  # case -> files inside a run folder; the command that must na
     "predictions_log_spec_started": (("predictions.npz", "log.jsonl", "spec.json", "started.json"), ()),
 }
 ROOT_KINDS = ("caches",)  # the index and the expansion caches of the recipe's results folder, damaged together
-ROOT_FILES = (".ltbench-index", ".ltbench-recipe-*", ".ltbench-runs-*")
+ROOT_FILES = (".ltbench-index", ".ltbench-expansion-*")
 COMMANDS = ("table", "status", "report", "plot", "posthoc", "run")
 ALARM_S = 120  # far above any command here (seconds), far below the test's timeout
 
@@ -71,7 +71,7 @@ def damage(path: Path, how: str) -> None:
 def huge_header(name: str) -> bytes:
     """Content whose header claims far more than it holds: deep JSON, an npz member of 10^12 entries,
     an index cache whose JSON part claims 2^60 bytes."""
-    if name.endswith((".json", ".jsonl")) or name.startswith((".ltbench-recipe", ".ltbench-runs")):
+    if name.endswith((".json", ".jsonl")) or name.startswith(".ltbench-expansion"):
         return b"[" * 200_000
     if name == ".ltbench-index":
         return b"LTBENCH-INDEX\n" + (2 ** 60).to_bytes(8, "little") + b"{}"

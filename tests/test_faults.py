@@ -181,7 +181,7 @@ def _forged_index(root: Path, change) -> None:
     from ltbench.report import index
 
     path = root / index.INDEX_FILE
-    meta, blob = index_parts(path)  # a forger who seals it again: the entry checks still refuse it
+    meta, blob = index_parts(path)  # a forger who seals it again, without the key: the seal refuses it
     meta, values = change(meta, np.frombuffer(blob, dtype=np.float64).copy())
     write_index(path, meta, values.tobytes())
 
@@ -222,7 +222,7 @@ def test_a_forged_index_cache_is_rebuilt_not_shown(fake_tree, how):
     report.tables(root)  # the cache, written by a table of the folder alone
     _forged_index(root, FORGERIES[how])
     assert [report.render(report.tables(p)[0], "markdown") for p in (root, path)] == clean[::-1]
-    meta, _, values = index._load_cache(root / index.INDEX_FILE)
+    meta, _, values = index._load_cache(root / index.INDEX_FILE, str(root))
     assert not meta.get("unusable") and values is not None  # rewritten
 
 
@@ -240,7 +240,7 @@ def test_a_cache_that_is_a_fifo_dev_zero_or_forged_neither_hangs_nor_crashes(fak
         cache.unlink()
         cache.symlink_to("/dev/zero")
     else:
-        (expansion,) = root.glob(".ltbench-recipe-*")
+        (expansion,) = root.glob(".ltbench-expansion-*")
         forged = read_json_cache(expansion)
         forged["rows"] = {k: 5 for k in forged["rows"]}
         forged["expected"] = [[0]]
@@ -259,7 +259,7 @@ def test_no_cache_repairs_the_cache_and_report_accepts_it(fake_tree):
     report.tables(path)
     _forged_index(root, FORGERIES["metric 1.5"])
     report.tables(path, use_cache=False)
-    values = index._load_cache(root / index.INDEX_FILE)[2]
+    values = index._load_cache(root / index.INDEX_FILE, str(root))[2]
     assert values is not None and all(v != 1.5 for v in values)
     rc, out, err = cli_main("report", path, "--no-cache", "--test", "none")
     assert rc == 0, out + err

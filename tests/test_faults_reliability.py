@@ -21,7 +21,7 @@ from ltbench import report
 from ltbench.errors import DiskFullError
 from ltbench.recipe import load_recipe
 from ltbench.results import caches, identity, store
-from cachekit import edit_json_cache, edit_keeping_seal, index_parts, write_index
+from cachekit import edit_json_cache, edit_keeping_seal, index_parts, runs_edit, write_index
 from reportkit import populate, write_run
 from tests.conftest import ROOT, caches_in_the_results_folder, registries_restored
 
@@ -58,7 +58,8 @@ def fake_tree(write_recipe):
 
 
 # ------------------------------------------------------------------------------------------------
-# 1. A cache can only make a command faster: every entry checked against what it claims, writes best effort
+# 1. A cache can only make a command faster: one whose seal does not verify (forged without the key, edited with
+#    its seal kept) is rebuilt, never shown; writes best effort
 
 
 def _edit_json(path: Path, change) -> None:
@@ -68,12 +69,12 @@ def _edit_json(path: Path, change) -> None:
 
 
 def _tables_cache_moves_a_seed(root: Path) -> None:
-    (cache,) = root.glob(".ltbench-recipe-*")
+    (cache,) = root.glob(".ltbench-expansion-*")
     edit_json_cache(cache, lambda d: d["expected"][0].__setitem__(2, 2))  # seed 0's run claims seed 2
 
 
 def _tables_cache_edits_a_row(root: Path) -> None:
-    (cache,) = root.glob(".ltbench-recipe-*")
+    (cache,) = root.glob(".ltbench-expansion-*")
 
     def edit(d):  # rows of configurations (now), or flattened ones (the cache of 2199fab)
         if "rows" in d:
@@ -104,28 +105,28 @@ def test_a_forged_cache_entry_is_rebuilt_and_never_shown(fake_tree, forge):
 def test_a_runs_cache_with_an_edited_option_is_expanded_again(fake_tree):
     path, recipe = fake_tree
     clean = cli_main("status", path)
-    (cache,) = recipe.root.glob(".ltbench-runs-*")
-    edit_json_cache(cache, lambda d: d["runs"][0]["config"]["data"].__setitem__("imb_factor", 2.0))
+    (cache,) = recipe.root.glob(".ltbench-expansion-*")
+    edit_json_cache(cache, runs_edit(lambda runs: runs[0]["config"]["data"].__setitem__("imb_factor", 2.0)))
     assert cli_main("status", path) == clean
-    edit_json_cache(cache, lambda d: d["runs"][0]["config"]["train"].__setitem__("threads", -3))  # id kept: not hashed
+    edit_json_cache(cache, runs_edit(lambda runs: runs[0]["config"]["train"].__setitem__("threads", -3)))
     assert cli_main("status", path) == clean
 
 
-def _foreign_run(d):
+def _foreign_run(runs):
     """A self-consistent entry the recipe never had: seed 31337, lr 0.5, its own id and folder."""
-    spec = json.loads(json.dumps(d["runs"][0]))
+    spec = json.loads(json.dumps(runs[0]))
     spec["config"]["seed"], spec["config"]["optim"]["lr"] = 31337, 0.5
     spec["run_id"] = identity.config_id(spec["config"])
     spec["run_dir"] = str(Path(spec["run_dir"]).parent / spec["run_id"])
-    d["runs"][-1] = spec
+    runs[-1] = spec
 
 
 @pytest.mark.parametrize("edit", ["drop", "swap"])
 def test_a_runs_cache_edited_with_its_seal_kept_is_rebuilt_and_status_agrees_with_run(fake_tree, edit):
     path, recipe = fake_tree
     clean = cli_main("status", path)
-    (cache,) = recipe.root.glob(".ltbench-runs-*")
-    edit_keeping_seal(cache, (lambda d: d["runs"].pop()) if edit == "drop" else _foreign_run)
+    (cache,) = recipe.root.glob(".ltbench-expansion-*")
+    edit_keeping_seal(cache, runs_edit((lambda runs: runs.pop()) if edit == "drop" else _foreign_run))
     rc, out, err = cli_main("status", path)
     assert (rc, out, err) == clean and "31337" not in out
     listed = {line.split()[0] for line in out.splitlines()[:-1]}
@@ -140,7 +141,7 @@ def test_a_table_cache_edited_with_its_seal_kept_is_rebuilt(fake_tree, cache_kin
     path, recipe = fake_tree
     clean = report.render(report.tables(path)[0], "markdown")
     if cache_kind == "tables":
-        (cache,) = recipe.root.glob(".ltbench-recipe-*")
+        (cache,) = recipe.root.glob(".ltbench-expansion-*")
         edit_keeping_seal(cache, lambda d: d["expected"].pop())  # 'la' shown 2/3, or gone
     else:
         cache = recipe.root / index.INDEX_FILE
@@ -151,17 +152,6 @@ def test_a_table_cache_edited_with_its_seal_kept_is_rebuilt(fake_tree, cache_kin
         write_index(cache, meta, values)
         cache.write_bytes(seal + b"\n" + cache.read_bytes().partition(b"\n")[2])
     assert report.render(report.tables(path)[0], "markdown") == clean
-
-
-def test_cached_run_ids_are_the_ids_identity_gives():
-    from ltbench.results import caches
-
-    row = {"data": {"name": "x", "k": [1, 2]}, "backbone": {"name": "b"}, "method": {"name": "m", "t": 0.5},
-           "optim": {"lr": 0.1}, "train": {}, "eval": {}}
-    ids = caches.SeededIds(row)
-    assert [ids(s) for s in (0, 7, 2**32 - 1)] == [identity.run_id({**row, "seed": s}) for s in (0, 7, 2**32 - 1)]
-    stage2 = {**row, "posthoc": {"name": "tau_norm", "tau": 1.0}}
-    assert caches.SeededIds(stage2)(3) == identity.config_id({**stage2, "seed": 3})
 
 
 @pytest.mark.parametrize("fault", [errno.EDQUOT, errno.EACCES, "disk full"])

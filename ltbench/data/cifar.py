@@ -247,8 +247,7 @@ LABEL_COUNTS_CACHE = "cifar-label-counts.json"
 def batch_label_counts(layout: Layout, path: Path) -> list[int]:
     """Images per class in one batch file (``read_split``'s checks included), remembered by file version."""
     return caches.remembered_for_file(
-        LABEL_COUNTS_CACHE, path, lambda p: np.bincount(read_split(layout, [p])[1], minlength=layout.num_classes).tolist(),
-        lambda v: isinstance(v, list) and len(v) == layout.num_classes and all(type(n) is int and n >= 0 for n in v))
+        f"{LABEL_COUNTS_CACHE}:{layout.num_classes}", path, lambda p: np.bincount(read_split(layout, [p])[1], minlength=layout.num_classes).tolist())
 
 
 def class_names(layout: Layout, folder: Path) -> list[str]:

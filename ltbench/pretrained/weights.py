@@ -122,8 +122,7 @@ def weights_identity(path: Path) -> str:
     folder keyed by (real path, size, mtime, inode, device) (``caches.remembered_for_file``), so a status of a CLIP
     grid does not read 600 MB per call; a file over ``SHOW_PROGRESS_BYTES`` says how far the hashing is on stderr."""
     checked_stat(path)
-    digest = caches.remembered_for_file(SHA_CACHE_FILE, path, _sha256,
-                                        lambda v: isinstance(v, str) and len(v) == 64)
+    digest = caches.remembered_for_file(SHA_CACHE_FILE, path, _sha256)
     return f"sha256:{digest}"
 
 

@@ -1,41 +1,35 @@
-"""The runs a recipe expects (run id, configuration, seed), in grid order, for tables.
+"""The runs a recipe expects (run id, configuration, seed), in grid order, for status and tables.
 
-Expanding a recipe validates every run against the plugins' Config classes, which imports the
-method modules and therefore torch (about 2 s). A table must not pay that each time, so the
-expansion is cached (``.ltbench-recipe-<name>.json`` in the results folder, or where ``store.cache_file``
-says), by whichever command expanded the recipe (``load_and_remember``), keyed by
-``expansion.expansion_signature``: the recipe file's path and bytes, the overrides, the results folder,
-$LTBENCH_PLUGIN_PATH and the size and mtime of every Python file of ltbench, the built-in methods, the
-recipe's plugin folders and the $LTBENCH_PLUGIN_PATH folders, and a tpe search's journal (its trials are its
-runs): editing any of them expands it again. A
-recipe whose dataset names its data by a digest of its files is never cached (its files may change).
-A method installed from another package and upgraded in place is not seen; delete the cache file
-(or run ``ltbench table --no-cache``) after such an upgrade.
+Expanding a recipe validates every run against the plugins' Config classes, which imports the method
+modules and therefore torch (about 2 s). ``status`` and tables must not pay that each time, so the expansion
+is kept in one cache (``.ltbench-expansion-<name>-<overrides hash>.json`` in the results folder, or where
+``store.cache_file`` says) by whichever command expanded the recipe (run, --dry-run, status, table, report),
+holding what both read: the run specs status shows, and the rows and expected runs a table reads.
+It is valid when its seal is (ltbench/results/caches.py), the seal being keyed by what the expansion is a
+function of (``expansion.expansion_inputs``). A recipe whose dataset names its data by a digest of its files
+is never cached (its files may change). ``ltbench table --no-cache`` expands it again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ltbench.results import caches, identity, store
 from ltbench.errors import ConfigError, LtbenchError
-from ltbench.recipe.expansion import expansion_signature, read_recipe, save_runs
+from ltbench.recipe.expansion import RecipeFile, expansion_cache_path, expansion_inputs, read_recipe
 from ltbench.recipe.selection import matches, select_where, where_tokens
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, load_recipe, no_results_message, results_elsewhere
 from ltbench.results.runspec import RunSpec
-from ltbench.search import trial_problem
 from ltbench.report import index
-from ltbench.report.index import cache_file, config_key
+from ltbench.report.index import config_key
 from ltbench.report.build import build_table
 from ltbench.report.rows import flatten
 from ltbench.recipe.tables import TableSpec, parse_tables
 
-CACHE_VERSION = 4  # 3: rows hold configurations, so every cached run id and row key is checked; 4: trials
+SPEC_KEYS = ("recipe", "run_id", "config", "grid", "run_dir")  # what status reads of a run spec
 
 
 @dataclass
@@ -51,124 +45,107 @@ class RecipeRuns:
 def expected_of(runs: list[RunSpec], posthoc: list[dict] = ()) -> list[dict]:
     """The rows' runs in grid order: every run, then every (run, stage-2 setting) of the recipe's
     ``posthoc:`` grid, whose config is the run's plus a ``posthoc`` section (ltbench/stage2/posthoc_runs.py)."""
-    return expected_rows(runs, posthoc)[0]
+    return expected_from(table_part(runs, posthoc))
 
 
-def expected_rows(runs: list[RunSpec], posthoc: list[dict] = ()) -> tuple[list[dict], dict[str, dict]]:
-    """(expected runs as ``expected_of`` gives them, row key -> the row's configuration less the seed)."""
-    out, rows = [], {}
+def table_part(runs: list[RunSpec], posthoc: list[dict] = ()) -> dict:
+    """{rows: row key -> the row's configuration less the seed, expected: [run id, row key, seed, trial]}."""
+    expected, rows = [], {}
     pairs = [(spec.run_id, spec) for spec in runs]
     pairs += [(identity.stage2_run_id(spec.run_id, stage2), spec, stage2) for stage2 in posthoc for spec in runs]
     for run_id, spec, *stage2 in pairs:
         key, row_identity = config_key({**spec.config, "posthoc": stage2[0]} if stage2 else spec.config)
-        if key not in rows:
-            rows[key] = row_identity
-        out.append({"run_id": run_id, "key": key, "seed": spec.seed, "flat": flatten(rows[key]),
-                    "search": None if stage2 else (spec.grid or {}).get("search")})
-    return out, rows
+        rows.setdefault(key, row_identity)
+        expected.append([run_id, key, spec.seed, None if stage2 else (spec.grid or {}).get("search")])
+    return {"rows": rows, "expected": expected}
 
 
-def expansion_cache_problem(cached: Any) -> str:
-    """'' when an expansion cache holds only what it claims (ltbench/results/caches.py): every row's
-    configuration validates as a recipe's and is what its key hashes, every expected run names a row and
-    a seed once, and its run id is the hash of that row's configuration with that seed. A forged or damaged
-    cache (a row's method swapped, an invented run id, a seed added) is expanded again, never shown."""
-    if not isinstance(cached, dict):
-        return "not an object"
-    rows, expected = cached.get("rows"), cached.get("expected")
-    problem = caches.rows_problem(rows, "rows")
-    if problem:
-        return problem
-    if not isinstance(expected, list):
-        return "expected"
-    seen, ids = set(), {}
-    for entry in expected:
-        if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[1], str) and entry[1] in rows
-                and isinstance(entry[2], int) and not isinstance(entry[2], bool) and entry[0] not in seen
-                and (entry[3] is None or not trial_problem(entry[3]))):
-            return f"expected entry {str(entry)[:80]} is malformed or repeated"
-        seen.add(entry[0])
-        ids_of = ids.get(entry[1]) or ids.setdefault(entry[1], caches.SeededIds(rows[entry[1]]))
-        problem = caches.run_id_problem(entry[0], {}, expected=ids_of(entry[2]))
-        if problem:
-            return problem
-    return ""
+def expected_from(part: dict) -> list[dict]:
+    flats = {key: flatten(row) for key, row in part["rows"].items()}
+    return [{"run_id": r, "key": k, "seed": s, "flat": flats[k], "search": t} for r, k, s, t in part["expected"]]
 
 
-def _cache_path(root: Path, name: str, overrides: list[str]) -> Path:
-    tag = hashlib.sha1(json.dumps(list(overrides)).encode()).hexdigest()[:8]
-    return cache_file(root, f".ltbench-recipe-{name}-{tag}.json")
+def expansion_value(recipe: Recipe) -> dict:
+    """What status and tables read of an expansion, as the cache keeps it. The run specs (status's part, the
+    bulk of it: each run's whole configuration) are kept as JSON text, so a table does not parse them."""
+    runs = json.dumps([{k: getattr(spec, k) for k in SPEC_KEYS} for spec in recipe.runs], allow_nan=False)
+    return {"override_keys": list(recipe.override_keys), "runs": runs, **table_part(recipe.runs, recipe.posthoc)}
 
 
-def _cached_expected(cache_path: Path, signature: str) -> list[dict] | None:
-    """The expected runs of the cache, when it is current (``signature``) and passes its check; else None."""
-    cached = caches.read_cache(cache_path)  # None: missing, damaged or edited; expanded again and rewritten
-    if not isinstance(cached, dict) or cached.get("version") != CACHE_VERSION \
-            or cached.get("signature") != signature or expansion_cache_problem(cached):
-        return None
-    flats = {key: flatten(row) for key, row in cached["rows"].items()}
-    return [{"run_id": r, "key": k, "seed": s, "flat": flats[k], "search": t} for r, k, s, t in cached["expected"]]
-
-
-def _save_expected(cache_path: Path, signature: str, expected: list[dict], rows: dict) -> None:
-    """Keep an expansion for the next table (best effort: caches.write_cache)."""
+def expansion(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+              refresh: bool = False, where: dict | None = None) -> tuple[RecipeFile, dict, Recipe | None]:
+    """(the recipe file, its expansion as ``expansion_value`` gives it, the Recipe when this call expanded it):
+    from the cache (``caches.memo``) when its inputs are unchanged, else expanded (load_recipe and the table
+    check: plugins, torch) and kept. ``refresh``: expand and keep anyway (``run`` needs the Recipe). The inputs
+    are read before expanding, so a file edited meanwhile makes the next call miss. Not kept: a recipe whose
+    dataset names its data by a digest of its files, or whose results folder is not where its file says.
+    ``where`` (--where): the part of the grid kept, a cache entry of its own."""
+    path = Path(path)
     try:
-        payload = json.dumps({"version": CACHE_VERSION, "signature": signature, "rows": rows,
-                              "expected": [[e["run_id"], e["key"], e["seed"], e["search"]] for e in expected]}).encode()
-    except (TypeError, ValueError):
-        return
-    caches.write_cache(cache_path, payload)
+        recipe_file = read_recipe(path, overrides, results)
+    except LtbenchError:
+        load_checked(path, overrides, results, where)  # a broken recipe file: load_recipe reports it, in its words
+        raise
+    made: list[Recipe] = []
+
+    def compute() -> dict | None:
+        made.append(load_checked(path, overrides, results, where))
+        keep = made[0].root == recipe_file.root and \
+            not any(key in spec.config for spec in made[0].runs for key in FILE_IDENTITIES)
+        return expansion_value(made[0]) if keep else None
+
+    key = list(overrides) + where_tokens(where or {})  # what names this expansion beside the recipe file
+    value = caches.memo(expansion_cache_path(recipe_file, key), expansion_inputs(recipe_file, key), compute, refresh)
+    return recipe_file, value if value is not None else expansion_value(made[0]), made[0] if made else None
+
+
+def status_runs(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                where: dict | None = None) -> tuple[Path, list[RunSpec], list[str]]:
+    """(results folder, run specs, override keys) of a recipe file for ``status``: from the expansion cache
+    when its inputs are unchanged (no torch), else expanded. A cached run folder outside the results root
+    sends it back to the expansion (the one check of a cache's entries, ``_outside``)."""
+    for refresh in (False, True):
+        recipe_file, value, recipe = expansion(path, overrides, results, refresh, where)
+        if recipe is not None:
+            return recipe.root, recipe.runs, recipe.override_keys
+        runs = json.loads(value["runs"])
+        if not any(_outside(spec, recipe_file.root) for spec in runs):
+            return recipe_file.root, [RunSpec.from_dict(spec) for spec in runs], value["override_keys"]
+    raise AssertionError("a refreshed expansion always holds its Recipe")
+
+
+def _outside(spec: dict, root: Path) -> bool:
+    """The one check of a cache's entries: a cached run's folder must be a folder directly in the results root."""
+    run_id = spec["run_id"]
+    return spec["run_dir"] != str(root / run_id) or Path(run_id).name != run_id or run_id == ".."
+
+
+def load_checked(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                 where: dict | None = None) -> Recipe:
+    """load_recipe, then the check that every declared table can be built from its runs."""
+    recipe = load_recipe(Path(path), list(overrides), results_dir=results, where=where)
+    check_recipe_tables(recipe)
+    return recipe
+
+
+def load_and_remember(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                      where: dict | None = None) -> Recipe:
+    """load_checked, with the expansion kept for the next status and table: whichever command expanded a
+    recipe, the next of any of them needs no torch."""
+    return expansion(path, overrides, results, refresh=True, where=where)[2]
 
 
 def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: bool = True,
                 overrides: list[str] = (), where: dict | None = None) -> RecipeRuns:
     """Expected runs and declared tables of a recipe file (with the same dotted overrides and --where as
     ``ltbench run``), from the cache when nothing changed."""
-    path = Path(path)
-    recipe_file = read_recipe(path, overrides, results)
-    raw, name, root = recipe_file.raw, recipe_file.name, recipe_file.root
-    signature = expansion_signature(recipe_file, cache_key(overrides, where))
-    cache_path = _cache_path(root, name, cache_key(overrides, where))
-    expected = _cached_expected(cache_path, signature) if use_cache else None
-    if expected is not None:
-        tables = parse_tables(raw.get("tables"), f"{path}: tables")
-        return RecipeRuns(name, path, root, expected, tables, list(dict.fromkeys(e["seed"] for e in expected)))
-    recipe = load_and_remember(path, overrides, results, (recipe_file, signature), where)
-    expected = expected_of(recipe.runs, recipe.posthoc)
+    recipe_file, value, recipe = expansion(path, overrides, results, refresh=not use_cache, where=where)
+    expected = expected_from(value)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
-    return RecipeRuns(recipe.name, path, recipe.root, expected, recipe.tables, seeds)
-
-
-def cache_key(overrides: list[str], where: dict | None) -> list[str]:
-    """What names an expansion in the caches beside the recipe file: its overrides and its --where."""
-    return list(overrides) + where_tokens(where or {})
-
-
-def load_and_remember(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
-                      before: tuple | None = None, where: dict | None = None) -> Recipe:
-    """load_recipe, the check that every declared table can be built from its runs, then the expansion kept
-    for both ``status`` (recipe/expansion.py) and tables (this module's cache): whichever command expanded a
-    recipe (run, --dry-run, status, table, report), the next of any of them needs no torch. ``before``:
-    (recipe file, signature) already taken; the signature is always taken before expanding, so a file edited
-    meanwhile makes the caches miss."""
-    path = Path(path)
-    if before is None:
-        try:
-            recipe_file = read_recipe(path, overrides, results)
-            before = recipe_file, expansion_signature(recipe_file, cache_key(overrides, where))
-        except LtbenchError:  # a broken recipe file: load_recipe reports it, in its words
-            before = None
-    recipe = load_recipe(path, list(overrides), results_dir=results, where=where)
-    check_recipe_tables(recipe)
-    # A dataset that names its data by a digest of its files (identity.DATA_IDENTITY) can change without
-    # any file these caches watch: such a recipe is expanded every time, never cached.
-    if before is not None and not any(key in spec.config for spec in recipe.runs for key in FILE_IDENTITIES):
-        recipe_file, signature = before
-        save_runs(recipe_file, cache_key(overrides, where), signature, recipe)
-        expected, rows = expected_rows(recipe.runs, recipe.posthoc)
-        _save_expected(_cache_path(recipe_file.root, recipe_file.name, cache_key(overrides, where)), signature,
-                       expected, rows)
-    return recipe
+    if recipe is not None:
+        return RecipeRuns(recipe.name, recipe.path, recipe.root, expected, recipe.tables, seeds)
+    tables = parse_tables(recipe_file.raw.get("tables"), f"{recipe_file.path}: tables")
+    return RecipeRuns(recipe_file.name, recipe_file.path, recipe_file.root, expected, tables, seeds)
 
 
 def check_tables(tables_by_name: dict, runs: list[RunSpec], where: str, posthoc: list[dict] = ()) -> None:

@@ -25,14 +25,12 @@ from array import array
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
 
 from ltbench.results import caches, identity, safe_read, schema, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
-INDEX_VERSION = 10  # 10: device_seconds of all sessions, as the result records it; 9: method_display; 8: device_seconds; 4: stage-2 results (RUN_DIR/posthoc/*) are records too; 5: the code a result records; 6: validation metrics ('val:all'); 7: numerics, code scope
-CACHE_MAGIC = b"LTBENCH-INDEX\n"  # then 8 bytes JSON length, the JSON, a float64 matrix runs x metrics
+# The cache file's sealed bytes (ltbench/results/caches.py): 8 bytes JSON length, the JSON, a float64 matrix runs x metrics.
 SKIP_DIRS = {*store.OWNED_DIRS, "__pycache__"}
 PROVENANCE_KEYS = ("git_commit", "git_dirty", "ltbench_version", "torch", "python", "hostname", "gpu_name", "cuda")
 
@@ -253,147 +251,30 @@ def _prefixed(columns: dict[str, int], prefix: str) -> list[str]:
 
 
 MAX_CACHE_BYTES = 1024 * safe_read.MiB
-RECORD_STATUSES = ("done", "failed", "damaged", store.OLDER)  # what read_result_file gives a result.json
 
 
-def _load_cache(path: Path) -> tuple[dict, dict[str, int], memoryview | None]:
+def _cache_inputs(root: str) -> list[str]:
+    """What the index is a function of besides the code and the files it summarises: its results folder."""
+    return ["index", os.path.realpath(root)]
+
+
+def _load_cache(path: Path, root: str) -> tuple[dict, dict[str, int], memoryview | None]:
     """(json part, metric column index, float64 matrix) of the cache file, or empty ones when it is missing
-    or unusable (``cache_problem``: the cache is then rebuilt from the result files and rewritten)."""
-    empty = {"version": INDEX_VERSION, "runs": {}, "configs": {}, "codes": {}, "metrics": [], "unusable": False}
-    blob = caches.read_cache_bytes(path, MAX_CACHE_BYTES)  # None: missing, or its seal is not its content's
+    or its seal does not verify (ltbench/results/caches.py: the cache is then rebuilt and rewritten)."""
+    empty = {"runs": {}, "configs": {}, "codes": {}, "metrics": [], "unusable": False}
+    blob = caches.read_sealed(path, _cache_inputs(root), MAX_CACHE_BYTES)
     if blob is None:
         return {**empty, "unusable": os.path.lexists(path)}, {}, None
-    try:
-        if not blob.startswith(CACHE_MAGIC):
-            raise ValueError("not an index cache")
-        n = int.from_bytes(blob[len(CACHE_MAGIC):len(CACHE_MAGIC) + 8], "little")
-        start = len(CACHE_MAGIC) + 8
-        meta = safe_read.parse_json(blob[start:start + n], path)
-        if not isinstance(meta, dict) or meta.get("version") != INDEX_VERSION:
-            raise ValueError("another version")
-        tail = blob[start + n:]
-        if n > len(blob) - start or len(tail) % 8:
-            raise ValueError("truncated")
-        values = memoryview(tail).cast("d")
-        problem = cache_problem(meta, values)
-        if problem:
-            raise ValueError(problem)
-        return meta, {name: i for i, name in enumerate(meta["metrics"])}, values
-    except (ValueError, TypeError, safe_read.UnusableFile):
-        return {**empty, "unusable": True}, {}, None
+    n = int.from_bytes(blob[:8], "little")
+    meta = json.loads(blob[8:8 + n])
+    return meta, {name: i for i, name in enumerate(meta["metrics"])}, memoryview(blob[8 + n:]).cast("d")
 
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def cache_problem(meta: dict, values: memoryview) -> str:
-    """'' when every entry of the cache holds only what it claims (ltbench/results/caches.py): the configs part
-    validates as recipes' configurations and each is what its key hashes, each code set is what its key
-    hashes, each run entry passes :func:`_record_problem` (the run id of a done or failed run is the hash of
-    its configuration and seed) and the metric values are fractions or NaN: a cache is data ltbench wrote,
-    but it is read back under the same rules as a result.json, and a cache that fails is rebuilt."""
-    metrics, runs, configs = meta.get("metrics"), meta.get("runs"), meta.get("configs")
-    if not (isinstance(metrics, list) and all(isinstance(m, str) for m in metrics) and isinstance(runs, dict)):
-        return "metrics or runs of the wrong type"
-    problem = caches.rows_problem(configs, "configs") or _codes_problem(meta.get("codes", {}))
-    if problem:
-        return problem
-    if len(values) != len(metrics) * len(runs):
-        return "the metric matrix does not match the runs"
-    rows, ids = set(), {}
-    for rel, entry in runs.items():
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list) and len(entry[0]) == 2
-                and all(_is_int(x) for x in entry[0]) and isinstance(entry[1], dict) and _is_int(entry[2])
-                and 0 <= entry[2] < len(runs)) or entry[2] in rows:
-            return f"run entry {rel[:80]!r} is malformed"
-        rows.add(entry[2])
-        problem = _record_problem(entry[1], configs, meta.get("codes", {}), ids)
-        if problem:
-            return f"run entry {rel[:80]!r}: {problem}"
-    matrix = np.asarray(values)
-    if ((matrix < 0.0) | (matrix > 1.0)).any():  # NaN (not recorded) is neither
-        return "a metric is outside [0, 1]"
-    return _headline_problem(runs, metrics, values)
-
-
-def _codes_problem(codes) -> str:
-    if not isinstance(codes, dict):
-        return "codes of the wrong type"
-    for key, code in codes.items():
-        if not isinstance(code, dict) or not isinstance(code.get("code"), dict) or schema.code_problem(code) \
-                or not isinstance(code.get("plugins", []), (list, dict)) or key != _code_key(code):
-            return f"code set {str(key)[:20]!r} is malformed or not what its key hashes"
-    return ""
-
-
-def _headline_problem(runs: dict, metrics: list[str], values: memoryview) -> str:
-    """A done run's 'all' is recorded (result.json's rule: ``metrics.all`` is never null)."""
-    col = metrics.index("all") if "all" in metrics else None
-    for rel, (_, rec, row) in runs.items():
-        if rec["status"] == "done" and (col is None or values[row * len(metrics) + col] != values[row * len(metrics) + col]):
-            return f"run entry {rel[:80]!r}: a done run without its accuracy"
-    return ""
-
-
-def _record_problem(rec: dict, configs: dict, codes: dict, ids: dict) -> str:
-    if rec.get("status") not in RECORD_STATUSES:
-        return "no valid status"
-    for key in ("run_id", "recipe", "key", "error", "note", "borrowed", "code_key"):
-        if rec.get(key) is not None and not isinstance(rec[key], str):
-            return f"{key} is not a string"
-    if rec.get("seed") is not None and not _is_int(rec["seed"]):
-        return "seed is not a whole number"
-    if rec.get("method_display") is not None and schema.display_name_problem(rec["method_display"]):
-        return "method_display is not a display name"
-    for key in ("grid", "prov"):
-        if rec.get(key) is not None and not isinstance(rec[key], dict):
-            return f"{key} is not an object"
-    if rec.get("key") is not None and rec["key"] not in configs:
-        return "its configuration is missing"
-    if rec.get("code_key") is not None and rec["code_key"] not in codes:
-        return "its code set is missing"
-    if rec["status"] == "damaged":
-        return "a damaged run with metrics" if "metrics" in rec else ""
-    if rec["status"] == "done" and rec.get("metrics") is not True:
-        return "a done run without metrics"
-    if rec.get("key") is None or not _is_int(rec.get("seed")):
-        return "a finished run without its configuration or seed"
-    ids_of = ids.get(rec["key"]) or ids.setdefault(rec["key"], caches.SeededIds(configs[rec["key"]]))
-    return caches.run_id_problem(rec.get("run_id"), {}, expected=ids_of(rec["seed"]))
-
-
-def _verified(rec: dict) -> bool:
-    """Whether a record read from a result.json may be cached: only when reading it back will pass
-    cache_problem, i.e. its configuration (if any) validates as a recipe's, and the run id of a done or
-    failed one is the hash of that configuration and its seed. Others (hand-made results with made-up ids,
-    configurations of an older ltbench) are simply read again each time."""
-    ids = _row_ids(rec["key"], rec.get("config")) if "key" in rec else None
-    if "key" in rec and ids is None:
-        return False
-    if rec["status"] not in ("done", "failed"):
-        return True
-    if ids is None or not _is_int(rec.get("seed")):
-        return False
-    return not caches.run_id_problem(rec["run_id"], {}, expected=ids(rec["seed"]))
-
-
-_ROW_IDS: dict[str, caches.SeededIds | None] = {}
-
-
-def _row_ids(key: str, config) -> caches.SeededIds | None:
-    """The run ids of a row whose key summarize_result just computed from ``config`` (so the key names this
-    configuration), or None when the configuration does not validate as a recipe's: decided once per key, not
-    once per run (10,000 runs of a grid share a few hundred rows)."""
-    if key not in _ROW_IDS:
-        if len(_ROW_IDS) > 100_000:
-            _ROW_IDS.clear()
-        ok = isinstance(config, dict) and not caches.config_problem(config, "config", seed=False)
-        _ROW_IDS[key] = caches.SeededIds(config) if ok else None
-    return _ROW_IDS[key]
-
-
-def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], configs: dict,
+def _save_cache(path: Path, root: str, runs: dict[str, list], metrics: dict[str, Mapping], configs: dict,
                 codes: dict | None = None) -> None:
     names = sorted({k for m in metrics.values() for k in m})
     col = {n: i for i, n in enumerate(names)}
@@ -404,25 +285,25 @@ def _save_cache(path: Path, runs: dict[str, list], metrics: dict[str, Mapping], 
             values[row * len(names) + col[k]] = metrics[rel][k]
         meta_runs[rel] = entry + [row]
     try:
-        meta = json.dumps({"version": INDEX_VERSION, "metrics": names, "runs": meta_runs, "configs": configs,
+        meta = json.dumps({"metrics": names, "runs": meta_runs, "configs": configs,
                            "codes": codes or {}}, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError):
         return
     # best effort (a read-only or full results folder): tables still work, only without the cache
-    caches.write_cache(path, CACHE_MAGIC + len(meta).to_bytes(8, "little") + meta + values.tobytes())
+    caches.write_sealed(path, _cache_inputs(root), len(meta).to_bytes(8, "little") + meta + values.tobytes())
 
 
 def scan(root: Path, use_cache: bool = True) -> list[dict]:
     """One summary record per run folder below ``root`` (sorted by path), each with ``dir`` and ``name``."""
     root_s = os.fspath(root)
     cache_path = cache_file(Path(root_s), INDEX_FILE)
-    meta, columns, values = _load_cache(cache_path) if use_cache else ({"runs": {}, "configs": {}}, {}, None)
+    meta, columns, values = _load_cache(cache_path, root_s) if use_cache else ({"runs": {}, "configs": {}}, {}, None)
     rebuild = not use_cache or meta.get("unusable", False)  # --no-cache and a damaged cache: rewritten
     cached, configs, codes = meta["runs"], meta["configs"], meta.get("codes") or {}
     width = len(columns)
     fresh: dict[str, list] = {}
     fresh_metrics: dict[str, Mapping] = {}
-    changed = cacheable = False
+    changed = False
     records = []
     prefix = len(root_s.rstrip("/")) + 1
     for run_dir, names, st in find_run_dirs(root_s):
@@ -431,7 +312,7 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
             sig = [st.st_size, st.st_mtime_ns]
             hit = cached.get(rel)
             if hit is not None and hit[0] == sig and values is not None:
-                rec, cacheable = dict(hit[1]), True
+                rec = dict(hit[1])
                 if "metrics" in rec:
                     rec["metrics"] = Metrics(columns, values[hit[2] * width:(hit[2] + 1) * width])
                 if hit[1].get("metrics", True) is True and "config" not in hit[1]:
@@ -441,17 +322,15 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
                 if "code" in rec:  # a few distinct code sets across thousands of runs: stored once each
                     rec["code_key"] = _code_key(rec["code"])
                     codes[rec["code_key"]] = rec.pop("code")
-                cacheable = _verified(rec)  # else read again next time, never cached
-                changed |= cacheable
-                if "config" in rec and cacheable:
+                changed = True
+                if "config" in rec:
                     configs[rec["key"]] = rec["config"]
             if "key" in rec:
                 rec["config"] = configs.get(rec["key"]) or rec.get("config")
-            if cacheable:
-                if rel not in fresh:
-                    fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
-                if "metrics" in rec:
-                    fresh_metrics[rel] = rec["metrics"]
+            if rel not in fresh:
+                fresh[rel] = [sig, {k: (True if k == "metrics" else v) for k, v in rec.items() if k != "config"}]
+            if "metrics" in rec:
+                fresh_metrics[rel] = rec["metrics"]
         else:
             rec = _unfinished_record(Path(run_dir), names)
         rec["dir"] = run_dir
@@ -460,7 +339,7 @@ def scan(root: Path, use_cache: bool = True) -> list[dict]:
     if rebuild or changed or len(fresh) != len(cached):
         used = {entry[1].get("key") for entry in fresh.values()}
         used_codes = {entry[1].get("code_key") for entry in fresh.values()}
-        _save_cache(cache_path, fresh, fresh_metrics, {k: v for k, v in configs.items() if k in used},
+        _save_cache(cache_path, root_s, fresh, fresh_metrics, {k: v for k, v in configs.items() if k in used},
                     {k: v for k, v in codes.items() if k in used_codes})
     mark_stale(records, codes)
     return records

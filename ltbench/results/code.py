@@ -24,7 +24,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import re
 from typing import Callable
 
 # What a record's ``code_scope`` says when its ``code`` covers every module the run executed (core and
@@ -134,43 +133,11 @@ def made_new_parses() -> bool:
     return bool(_new_parses)
 
 
-def known_parses(entries) -> None:
-    """Take parses kept by earlier processes (``parse_entries``), each read back under the rules it was made
-    by (a hash is 64 hex digits, an import names modules, a file name passes ``_may_name_a_file``); anything
-    else in ``entries`` is left out, and that source is parsed again when asked."""
-    for key, entry in (entries.items() if isinstance(entries, dict) else ()):
-        parsed = _parse_entry(entry)
-        if _HEX64.fullmatch(str(key)) and parsed is not None:
-            _parsed.setdefault(key, parsed)
-
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-def _parse_entry(entry) -> tuple | None:
-    if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], list)):
-        return None
-    digest, imports, names = entry
-    if not (digest is None or (isinstance(digest, str) and _HEX64.fullmatch(digest))) \
-            or not all(isinstance(n, str) and _may_name_a_file(n) for n in names):
-        return None
-    if digest is None or imports is None:
-        return (None, None, frozenset()) if digest is None and imports is None and not names else None
-    out = []
-    for item in imports if isinstance(imports, list) else [None]:
-        if isinstance(item, list) and len(item) == 2 and item[0] == "import" and _module_names(item[1]):
-            out.append(("import", tuple(item[1])))
-        elif isinstance(item, list) and len(item) == 4 and item[0] == "from" and type(item[1]) is int \
-                and 0 <= item[1] < 100 and (item[2] is None or _module_names([item[2]])) and _module_names(item[3], "*"):
-            out.append(("from", item[1], item[2], tuple(item[3])))
-        else:
-            return None
-    return digest, tuple(out), frozenset(names)
-
-
-def _module_names(names, also: str = "") -> bool:
-    return isinstance(names, list) and bool(names) and all(
-        isinstance(n, str) and (n == also or all(p.isidentifier() for p in n.split("."))) for n in names)
+def known_parses(entries: dict) -> None:
+    """Take parses kept by earlier processes (``parse_entries``, from a sealed cache: ltbench/results/caches.py)."""
+    for key, (digest, imports, names) in entries.items():
+        imports = None if imports is None else tuple((*x[:-1], tuple(x[-1])) for x in imports)
+        _parsed.setdefault(key, (digest, imports, frozenset(names)))
 
 
 def _may_name_a_file(text: str) -> bool:

@@ -186,17 +186,16 @@ _code_work_read: list[bool] = []
 def kept_code_work() -> dict | None:
     """What earlier processes kept of the work ``modules_code`` repeats at every run's start (0.3 s of parsing
     and 0.3 s of reading installed distributions' files, on 2 cores): each source's parse by its sha256
-    (``code.known_parses``; a pure function of the bytes) and which distribution provides each top-level package
-    (``identity.known_distributions``; taken only under the sys.path and site-packages folders it was made
-    under, ``caches.site_signature``). Read once per process, sealed like every cache; None when read already."""
+    (``code.known_parses``) and which distribution provides each top-level package
+    (``identity.known_distributions``), kept for the sys.path and site-packages folders it was made under
+    (``_site_key``). Read once per process (``caches.memo``); None when read already."""
     if _code_work_read:
         return None
     _code_work_read.append(True)
-    kept = caches.read_cache(store.cache_home() / CODE_WORK_CACHE)
-    kept = kept if isinstance(kept, dict) else {}
-    code.known_parses(kept.get("parses"))
-    if kept.get("site") == _site_key():
-        identity.known_distributions(kept.get("distributions"))
+    kept = caches.memo(store.cache_home() / CODE_WORK_CACHE, _site_key(), lambda: None) or {}
+    if kept:
+        code.known_parses(kept["parses"])
+        identity.known_distributions(kept["distributions"])
     return kept
 
 
@@ -204,17 +203,15 @@ def keep_code_work(kept: dict | None) -> None:
     """Write the cache ``kept_code_work`` reads, when this process parsed a source it did not hold (best effort)."""
     if kept is None or not code.made_new_parses():
         return
-    folder = store.cache_home()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass  # the write below fails and says so once
-    caches.write_cache(folder / CODE_WORK_CACHE, json.dumps(
-        {"parses": code.parse_entries(), "site": _site_key(), "distributions": identity.distributions_map()}).encode())
+    caches.memo(store.cache_home() / CODE_WORK_CACHE, _site_key(), lambda: {
+        "parses": code.parse_entries(), "distributions": identity.distributions_map()}, refresh=True)
 
 
-def _site_key() -> str:
-    return caches.site_signature() + "\n" + "\n".join(sys.path)
+def _site_key() -> list[str]:
+    """sys.path and the mtime of each site-packages folder on it: installing, upgrading or removing a package
+    renames a ``*.dist-info`` folder there, which changes which distribution provides a package."""
+    return sys.path + [f"{folder}:{os.stat(folder).st_mtime_ns}" for folder in sys.path
+                       if folder.endswith(("site-packages", "dist-packages")) and os.path.isdir(folder)]
 
 
 def numerics(device, *, precision: str, compile: str = "off", channels_last: bool = False,
