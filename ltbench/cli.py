@@ -275,6 +275,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {shorten(message, 300)}{hint} (see '{self.prog} --help')\n")
 
 
+def _add_where(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where data.imb_factor=10,100 --where seed=0 (docs/tables.md)")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -302,9 +308,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="a recipe file (YAML): datasets, methods, grid and seeds, e.g. recipes/quickstart.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
-    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
-                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where data.imb_factor=10,100 --where seed=0")
+    _add_where(p)
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
     p.add_argument("--launcher", choices=["local", "slurm", "debug"],
                    help="where the runs execute (default: the recipe's launcher:, else local): local = this machine "
@@ -347,9 +351,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
-    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
-                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where data.imb_factor=10,100 --where seed=0")
+    _add_where(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("migrate", parents=[common],
@@ -409,9 +411,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="read every result.json again and rewrite the index and expansion caches")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
-    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
-                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where data.imb_factor=10,100 --where seed=0")
+    _add_where(p)
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md, report.html")

@@ -788,12 +788,13 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         raise ConfigError(f"grid x {'search.trials x ' if found else ''}seeds: {len(points)} x "
                           f"{f'{trials} x ' if found else ''}{len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
                           f"(split it into several recipes)")
-    base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
-    seeds_of = _seeds_where(base, points, top.seeds, run_overrides, where, found)  # before any plugin (torch)
+    declared = _declared({k: raw.get(k, {}) for k in RUN_SECTIONS}, points, run_overrides) if where else []
+    seeds_of = _seeds_where(declared, points, top.seeds, where, found)  # before any plugin (torch)
     try:
         registry.add_plugin_paths(plugins)
     except RegistryError as exc:  # a bad $LTBENCH_PLUGIN_PATH folder is not the recipe's plugins: fault
         raise ConfigError(str(exc) if isinstance(exc, registry.EnvPluginError) else f"plugins: {exc}") from None
+    base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen, used, identities, studies, probes = [], set(), set(), {}, [], []
     asks = found is not None and found.config.sampler == "tpe"
     idle, acting = {}, set()  # options given that cannot act in a run (key: why), and those that act in one
@@ -823,8 +824,7 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
                     runs.append(spec)
     check_overrides_used(list(run_overrides), used, runs + probes)
     if where:  # the full configurations decide (a key only a plugin's default sets); refused if none is kept
-        left_out = [{**c, "seed": s} for c, seeds in zip(_declared(base, points, run_overrides), seeds_of)
-                    for s in top.seeds if s not in seeds]
+        left_out = [{**c, "seed": s} for c, seeds in zip(declared, seeds_of) for s in top.seeds if s not in seeds]
         runs = [r for r, kept in zip(runs, select_where([r.config for r in runs] + left_out, where)) if kept]
     refuse_idle_options(idle, acting)
     if found:
@@ -856,8 +856,7 @@ def _declared(base: dict, points: list[dict], run_overrides: list[RunOverride]) 
     return out
 
 
-def _seeds_where(base: dict, points: list[dict], seeds: list, run_overrides: list[RunOverride], where: dict | None,
-                 found) -> list[list]:
+def _seeds_where(declared: list[dict], points: list[dict], seeds: list, where: dict | None, found) -> list[list]:
     """The seeds of each grid point that --where may keep, decided on the declared configurations: what it
     leaves out is never validated, so it cannot block a launch (a key only a default sets: decided later)."""
     if not where:
@@ -865,7 +864,6 @@ def _seeds_where(base: dict, points: list[dict], seeds: list, run_overrides: lis
     if found is not None and found.config.sampler == "tpe":
         raise ConfigError("--where does not apply to a tpe search (its workers share every study); narrow the grid "
                           "with an override instead (grid.<key>=[...])")
-    declared = _declared(base, points, run_overrides)
     out = [[s for s in seeds if matches({**cfg, "seed": s}, where, absent=None) is not False] for cfg in declared]
     if not any(out):
         select_where([{**cfg, "seed": s} for cfg in declared for s in seeds], where)  # raises, naming the values
