@@ -161,3 +161,12 @@ def test_did_you_mean_for_an_option_and_an_override_key(write_recipe, capsys):
     assert "did you mean 'method.name'?" in capsys.readouterr().err
     assert cli.main(["run", str(path), "method.gamma=1", "--dry-run"]) == 2
     assert "did you mean" not in capsys.readouterr().err
+
+
+def test_an_unknown_method_is_said_in_a_short_line(write_recipe, capsys):
+    """Issue 51: the unknown-method error listed every core module ltbench searched (about 900 characters)."""
+    path = write_recipe("unknown", GRID)
+    assert cli.main(["run", str(path), "grid.method=[{name: focall}]", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown method 'focall'" in err and "Searched: ltbench's own modules" in err
+    assert "ltbench.data.synthetic" not in err and len(err) < 700
