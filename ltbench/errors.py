@@ -24,10 +24,16 @@ def one_line(text: str) -> str:
 
 
 def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
-    """``text`` on one line (control characters are spaces), cut to about ``limit`` characters (with a marker
-    saying so)."""
+    """``text`` on one line (control characters are spaces), cut to about ``limit`` characters, with its length
+    and hash when cut (two long values that differ never read alike): the one bound on any text from the
+    environment or the disk that reaches a message or a note (a 100 kB variable is not printed in full)."""
     text = one_line(text)
-    return text if len(text) <= limit else text[: limit - 14] + "... (truncated)"
+    if len(text) <= limit:
+        return text
+    import hashlib
+
+    mark = f"... ({len(text)} characters, sha256 {hashlib.sha256(text.encode(errors='replace')).hexdigest()[:12]})"
+    return text[: max(limit - len(mark), 8)] + mark
 
 
 def short_repr(value: object, limit: int = ECHO_LIMIT) -> str:

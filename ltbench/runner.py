@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from ltbench.results import provenance, record, safe_read, schema, store
+from ltbench.results import provenance, record, schema, status_rule, store
 from ltbench import registry
 from ltbench.errors import DiskFullError, LtbenchError, shorten
 from ltbench.results.runspec import RunSpec
@@ -65,8 +65,8 @@ def prepare_run_dir(spec: RunSpec | dict) -> Path:
     store.guard_writes_under(run_dir.parent)  # a worker's writes (checkpoints, records) stay in the results folder
     store.make_dirs(run_dir)
     try:
-        same = safe_read.load_json(run_dir / store.SPEC) == plain
-    except safe_read.UnusableFile:  # missing, damaged, a FIFO...: written again (atomic rename replaces it)
+        same = store.load_json(run_dir / store.SPEC) == plain
+    except store.UnusableFile:  # missing, damaged, a FIFO...: written again (atomic rename replaces it)
         same = False
     if not same:
         store.atomic_write_json(run_dir / store.SPEC, plain)
@@ -97,19 +97,16 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
     spec = RunSpec.coerce(spec)
     if _rank() != 0:
         run_dir = Path(spec.run_dir)
-        if store.run_status(run_dir) in store.FINISHED:
+        if status_rule.run_status(run_dir) in store.FINISHED:
             return FINISHED_ELSEWHERE
         return _execute(spec, run_dir, say, False, on_epoch)
     run_dir = prepare_run_dir(spec)
     claim = store.claim_run(run_dir, wait_s=claim_wait_s)
     if claim is None:
         owner = store.read_started(run_dir)
-        where = f" (pid {owner.get('pid')} on {owner.get('host')})" if owner else ""
+        where = f" (pid {shorten(owner.get('pid'), 20)} on {shorten(owner.get('host'), 80)})" if owner else ""
         say(f"skipped: another process is running it{where}")
         return CLAIMED
-    if not claim.locked:
-        say(f"warning: the filesystem of {run_dir} refuses file locks; concurrent launches of this recipe "
-            f"could train this run twice (see docs/architecture.md)")
     with claim:
         try:
             if not _needs_running(spec, run_dir, redo, say):
@@ -140,8 +137,8 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
     removed = store.remove_stale_tmp(run_dir)
     if removed:
         say(f"removed {len(removed)} temporary file(s) left by an interrupted write: {', '.join(removed)}")
-    state = store.run_state(run_dir)  # the one status rule; under the lock, 'running' is a dead owner's leftover
-    if not store.to_run(state.status, redo):
+    state = status_rule.run_state(run_dir)  # the one status rule; under the lock, 'running' is a dead owner's leftover
+    if not status_rule.to_run(state.status, redo):
         return False
     if state.status == "stale":
         moved = store.set_aside(run_dir / store.RESULT, "stale")
@@ -157,7 +154,7 @@ def _needs_running(spec: RunSpec, run_dir: Path, redo: tuple[str, ...], say) -> 
             f"(from the checkpoint, if there is a usable one)")
     for name in (store.LOG, store.CHECKPOINT):
         path = run_dir / name
-        if os.path.lexists(path) and safe_read.regular_file_problem(path):  # a folder, a FIFO, a symlink loop
+        if os.path.lexists(path) and store.regular_file_problem(path, follow=False):  # a folder, a FIFO, a link
             moved = store.set_aside(path)
             say(f"{name} was not a file; moved it to {moved.name}")
     return True
@@ -221,13 +218,13 @@ def _write_result(run_dir: Path, result: dict) -> None:
     data ``info``): then the run is recorded as failed with a small record saying so, so that no launch
     trains it again forever because its record is unreadable."""
     data = (json.dumps(result, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
-    if len(data) > safe_read.MAX_JSON_BYTES:
+    if len(data) > store.MAX_JSON_BYTES:
         sizes = {k: len(json.dumps(v, allow_nan=False)) for k, v in result.items()}
         biggest = max(sizes, key=sizes.get)
         small = {k: v for k, v in result.items() if k not in ("metrics", "method_extras", "data", "selection")}
         record.failed(small, LtbenchError(
-            f"the record is {len(data) / safe_read.MiB:.0f} MiB, more than the {safe_read.MAX_JSON_BYTES // safe_read.MiB} "
-            f"MiB a result.json may hold ('{biggest}' takes {sizes[biggest] / safe_read.MiB:.0f} MiB); make the "
+            f"the record is {len(data) / store.MiB:.0f} MiB, more than the {store.MAX_JSON_BYTES // store.MiB} "
+            f"MiB a result.json may hold ('{biggest}' takes {sizes[biggest] / store.MiB:.0f} MiB); make the "
             f"plugin record less (a per-class list, not per-image values)"))
         data = (json.dumps(small, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
     store.atomic_write_bytes(run_dir / store.RESULT, data)
@@ -253,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m ltbench.runner RUN_DIR/spec.json [--redo failed,stale]", file=sys.stderr)
         return 2
     try:
-        spec = json.loads(Path(argv[0]).read_text())
+        spec = store.load_json(argv[0])
         status = run_one(spec, say=lambda msg: print(msg, flush=True), redo=redo)
     except RunInterrupted as exc:  # e.g. the disk filled up: the launcher says so, the next launch resumes
         print(f"ltbench: {exc}", file=sys.stderr)

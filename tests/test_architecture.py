@@ -88,7 +88,7 @@ PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; 
 TORCH_FREE = ("ltbench.report", "ltbench.recipe.tables", "ltbench.results.store", "ltbench.report.significance", "ltbench.report.literature", "ltbench.report.plots",
               "ltbench.evaluation", "ltbench.results.predictions", "ltbench.recipe", "ltbench.train.selection", "ltbench.results.record",
               "ltbench.results.runspec", "ltbench.results.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
-              "ltbench.train.loggers", "ltbench.train.heartbeat", "ltbench.run.progress", "ltbench.run.screen", "ltbench.results.safe_read", "ltbench.run.runlines", "ltbench.run.run_status_view",
+              "ltbench.train.loggers", "ltbench.train.heartbeat", "ltbench.run.progress", "ltbench.run.screen", "ltbench.run.runlines", "ltbench.run.run_status_view",
               "ltbench.recipe.expansion", "ltbench.search")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench.results import store
+from ltbench.results import status_rule, store
 from ltbench.recipe import load_recipe
 from tests.conftest import ROOT
 
@@ -106,5 +106,5 @@ def test_stopping_the_pool_parent_stops_its_workers(tmp_path, write_recipe, sig)
     for run_dir in {p.parent for p in (tmp_path / "results").rglob(store.STARTED)}:
         claim = store.claim_run(run_dir)  # free again: a relaunch resumes these runs
         assert claim is not None
-        claim.release()
-        assert store.run_status(run_dir) == "interrupted"
+        claim.close()
+        assert status_rule.run_status(run_dir) == "interrupted"

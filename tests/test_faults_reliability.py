@@ -20,7 +20,7 @@ import pytest
 from ltbench import report
 from ltbench.errors import DiskFullError
 from ltbench.recipe import load_recipe
-from ltbench.results import caches, identity, store
+from ltbench.results import caches, identity, status_rule, store
 from cachekit import edit_json_cache, edit_keeping_seal, index_parts, runs_edit, write_index
 from reportkit import populate, write_run
 from tests.conftest import ROOT, caches_in_the_results_folder, registries_restored
@@ -290,7 +290,7 @@ def test_an_io_fault_on_a_checkpoint_leaves_the_run_interrupted_and_the_advised_
     monkeypatch.undo()  # the device healthy again
     rc, out, err = cli_main("run", path)  # the same command
     assert rc == 0 and "resuming from checkpoint: epoch 1, step 0" in out, out + err
-    assert store.run_status(run_dir) == "done"
+    assert status_rule.run_status(run_dir) == "done"
 
 
 def test_a_logger_that_fails_while_logging_is_dropped_and_the_run_is_done(write_recipe, monkeypatch):
@@ -312,7 +312,7 @@ def test_a_logger_that_fails_while_logging_is_dropped_and_the_run_is_done(write_
     assert rc == 0, out + err
     assert "tensorboard failed in log() (OSError" in out and "goes on without it" in out
     (spec,) = load_recipe(path).runs
-    assert store.run_status(Path(spec.run_dir)) == "done"
+    assert status_rule.run_status(Path(spec.run_dir)) == "done"
 
 
 def test_an_unusable_tensorboard_folder_is_refused_before_training(write_recipe):

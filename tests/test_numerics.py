@@ -10,7 +10,7 @@ import pytest
 
 from ltbench import report
 from ltbench.recipe import load_recipe
-from ltbench.results import identity, provenance, store
+from ltbench.results import identity, provenance, status_rule, store
 from ltbench.run import local_pool
 from tests.reportkit import FAKE_NUMERICS, write_run
 
@@ -114,7 +114,7 @@ def test_a_result_without_a_code_record_reads_code_unknown_in_tables(tmp_path, w
     result = json.loads((run_dir / store.RESULT).read_text())
     del result["code"], result["code_scope"]
     (run_dir / store.RESULT).write_text(json.dumps(result))
-    assert store.run_status(run_dir) == store.CODE_UNKNOWN
+    assert status_rule.run_status(run_dir) == store.CODE_UNKNOWN
     (table,) = report.tables(path, use_cache=False)
     assert "seed(s) 0: code unknown (no code record); counted" in table.rows[0].notes
 

@@ -92,13 +92,13 @@ def test_a_stage2_method_asks_for_a_feature_space_by_name(runs, monkeypatch):
 def test_a_cache_without_a_declared_space_is_unusable_never_misread(runs, tmp_path, monkeypatch):
     """A cache extracted before the method declared a space (or with one it no longer declares) does not
     load as if it matched: UnusableFile, which 'ltbench posthoc' answers by extracting again."""
-    from ltbench.results import safe_read
+    from ltbench.results import store
 
     run_dir = tmp_path / "run"
     shutil.copytree(runs["dirs"]["ce"], run_dir, ignore=shutil.ignore_patterns("posthoc"))
     method_class = type(frozen_of(runs, "ce").method)
     monkeypatch.setattr(method_class, "feature_spaces", lambda self: {"doubled": lambda h: 2 * h}, raising=False)
-    with pytest.raises(safe_read.UnusableFile, match=r"feature spaces \[\], the run's method declares \[doubled\]"):
+    with pytest.raises(store.UnusableFile, match=r"feature spaces \[\], the run's method declares \[doubled\]"):
         load_frozen(run_dir)
     shutil.rmtree(run_dir / features.FEATURES_DIR)
     features.extract_features(run_dir, say=lambda m: None)

@@ -1,4 +1,4 @@
-"""The JSON depth bound of results/safe_read.py: read from the text, equal to the depth of the parsed values."""
+"""The JSON depth bound of results/store.py: read from the text, equal to the depth of the parsed values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ltbench.results import safe_read
+from ltbench.results import store
 
 
 def _depth(value) -> int:
@@ -38,19 +38,19 @@ def test_the_text_depth_bound_equals_the_depth_of_the_values(ensure_ascii, inden
     for _ in range(400):
         value = _random_value(rng, rng.randint(0, 9))
         raw = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent).encode()
-        assert safe_read.parse_json(raw, "x.json") == value
+        assert store.parse_json(raw, "x.json") == value
         depth = _depth(value)
         if depth:
-            assert not safe_read._too_deep(raw, depth)
-            assert safe_read._too_deep(raw, depth - 1)
+            assert not store._too_deep(raw, depth)
+            assert store._too_deep(raw, depth - 1)
 
 
 def test_a_file_one_level_too_deep_is_refused_and_brackets_in_strings_do_not_count():
     at_bound = "[" * 64 + '"]]]]\\" [[[["' + "]" * 64
-    assert safe_read.parse_json(at_bound.encode(), "ok.json")
+    assert store.parse_json(at_bound.encode(), "ok.json")
     over = '{"a": ' + at_bound + "}"
-    with pytest.raises(safe_read.UnusableFile, match=r"deep.json: is nested more than 64 levels deep"):
-        safe_read.parse_json(over.encode(), "deep.json")
-    with pytest.raises(safe_read.UnusableFile, match="nested more than 3 levels"):
-        safe_read.parse_json(b'{"k": [{"x": []}], "s": "{{{{"}', "d.json", max_depth=3)
-    assert safe_read.parse_json(b'{"k": [{"x": 1}], "s": "[[[[\\\\"}', "d.json", max_depth=3)
+    with pytest.raises(store.UnusableFile, match=r"deep.json: is nested more than 64 levels deep"):
+        store.parse_json(over.encode(), "deep.json")
+    with pytest.raises(store.UnusableFile, match="nested more than 3 levels"):
+        store.parse_json(b'{"k": [{"x": []}], "s": "{{{{"}', "d.json", max_depth=3)
+    assert store.parse_json(b'{"k": [{"x": 1}], "s": "[[[[\\\\"}', "d.json", max_depth=3)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench.results import store
+from ltbench.results import status_rule, store
 from ltbench.run.launch import LAUNCHERS, launch
 from ltbench.recipe import load_recipe
 
@@ -96,7 +96,7 @@ def test_one_array_with_the_recipe_options(fake_sbatch, write_recipe, capsys):
     for i, spec in enumerate(recipe.runs):
         submitted = json.loads((Path(spec.run_dir) / store.SUBMITTED).read_text())
         assert submitted["job_id"] == f"{job_id}_{i}" and submitted["cluster"] == "slurm"
-        assert store.run_status(Path(spec.run_dir)) == "pending"
+        assert status_rule.run_status(Path(spec.run_dir)) == "pending"
     assert f"submitted 3 run(s) as slurm job array {job_id}" in capsys.readouterr().out
 
 
@@ -138,7 +138,7 @@ def test_finished_runs_are_not_submitted_again(fake_sbatch, write_recipe):
 
     recipe = slurm_recipe(write_recipe, [0, 1])
     run_local([recipe.runs[0]])  # seed 0 finishes here (a few seconds on the tiny recipe)
-    assert store.run_status(Path(recipe.runs[0].run_dir)) == "done"
+    assert status_rule.run_status(Path(recipe.runs[0].run_dir)) == "done"
     launch(recipe)
     (job_id, script), = calls(fake_sbatch)
     assert "array" not in sbatch_options(script)  # one run left: a plain job

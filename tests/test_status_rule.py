@@ -1,4 +1,4 @@
-"""One rule for a run's status (``store.run_state``): the launcher, 'ltbench status' and the runner under the
+"""One rule for a run's status (``status_rule.run_state``): the launcher, 'ltbench status' and the runner under the
 run's lock reach the same verdict on every state a run folder can be in, stale included."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench.results import store
+from ltbench.results import status_rule, store
 from ltbench.run.launch import runs_to_launch
 from ltbench.recipe import load_recipe
 from ltbench.run.run_status_view import describe_run, print_status
@@ -61,7 +61,7 @@ def test_launcher_status_and_runner_agree(tmp_path, write_recipe, capsys, state,
     run_dir = Path(spec.run_dir)
     _make_state(spec, state)
 
-    assert store.run_status(run_dir) == state
+    assert status_rule.run_status(run_dir) == state
     todo, found = runs_to_launch(recipe, redo)
     assert found == {state: 1}
     assert describe_run(run_dir, listed=True)[0] == state
@@ -71,7 +71,7 @@ def test_launcher_status_and_runner_agree(tmp_path, write_recipe, capsys, state,
 
     expected_to_run = state not in KEPT or state in redo
     assert (todo == [spec]) is expected_to_run
-    assert store.to_run(state, redo) is expected_to_run
+    assert status_rule.to_run(state, redo) is expected_to_run
     runner_runs = _needs_running(RunSpec.coerce(spec), run_dir, redo, say=lambda msg: None)
     assert runner_runs is expected_to_run  # decided last: a run to redo has its old result set aside
 

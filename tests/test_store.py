@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ltbench.results import store
+from ltbench.results import status_rule, store
 from ltbench.errors import DiskFullError
 from tests.conftest import ROOT
 
@@ -64,18 +64,17 @@ def test_unusable_results_are_named_and_never_done(tmp_path, case):
     assert check.state == "unusable" and not check.usable and check.result is None
     assert reason in check.reason, check.reason
     assert store.read_result(tmp_path) is None
-    assert store.run_status(tmp_path) == "damaged"
-    assert [c.state for _, c in store.iter_result_checks(tmp_path)] == ["unusable"]
+    assert status_rule.run_status(tmp_path) == "damaged"
 
 
 def test_usable_results_and_missing_and_directory(tmp_path):
     (tmp_path / store.RESULT).write_bytes(_with())
     # usable and finished, but it records no code: never plain 'done' (identity.code_state)
-    assert store.check_result(tmp_path).state == "done" and store.run_status(tmp_path) == store.CODE_UNKNOWN
+    assert store.check_result(tmp_path).state == "done" and status_rule.run_status(tmp_path) == store.CODE_UNKNOWN
     (tmp_path / store.RESULT).write_bytes(json.dumps({**GOOD, "status": "failed", "metrics": None}).encode())
-    assert store.run_status(tmp_path) == "failed"
+    assert status_rule.run_status(tmp_path) == "failed"
     (tmp_path / store.RESULT).unlink()
-    assert store.check_result(tmp_path).state == "missing" and store.run_status(tmp_path) == "pending"
+    assert store.check_result(tmp_path).state == "missing" and status_rule.run_status(tmp_path) == "pending"
     (tmp_path / store.RESULT).mkdir()
     assert store.check_result(tmp_path).reason == "result.json is a directory"
 
@@ -85,12 +84,12 @@ def test_started_run_is_running_while_its_process_lives_and_interrupted_after(tm
     import socket
 
     store.atomic_write_json(tmp_path / store.STARTED, {"host": socket.gethostname(), "pid": proc.pid})
-    assert store.run_status(tmp_path) == "running"
+    assert status_rule.run_status(tmp_path) == "running"
     proc.kill()
     proc.wait()
-    assert store.run_status(tmp_path) == "interrupted"
+    assert status_rule.run_status(tmp_path) == "interrupted"
     store.atomic_write_json(tmp_path / store.STARTED, {"host": "another-node", "pid": proc.pid})
-    assert store.run_status(tmp_path) == "running"  # another host: cannot tell, never 'interrupted'
+    assert status_rule.run_status(tmp_path) == "running"  # another host: cannot tell, never 'interrupted'
 
 
 def test_written_files_are_readable_by_others_like_log_jsonl(tmp_path):
@@ -134,7 +133,7 @@ def test_disk_full_names_the_path_and_the_space_needed(tmp_path, monkeypatch):
 def test_a_run_has_one_owner_and_is_free_again_when_the_owner_dies(tmp_path):
     claim = store.claim_run(tmp_path)
     assert claim is not None and store.claim_run(tmp_path) is None  # even from the same process
-    claim.release()
+    claim.close()
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from ltbench.results import store; "
          "c = store.claim_run(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(tmp_path)],
@@ -145,19 +144,21 @@ def test_a_run_has_one_owner_and_is_free_again_when_the_owner_dies(tmp_path):
     holder.wait()
     again = store.claim_run(tmp_path)  # the kernel dropped the dead owner's lock: no cleanup needed
     assert again is not None
-    again.release()
+    again.close()
 
 
-def test_claim_waits_when_asked_and_goes_on_unguarded_where_locks_are_refused(tmp_path, monkeypatch):
+def test_claim_waits_when_asked_and_names_the_mount_where_locks_are_refused(tmp_path, monkeypatch):
     held = store.claim_run(tmp_path)
     t0 = time.monotonic()
     assert store.claim_run(tmp_path, wait_s=0.3) is None and time.monotonic() - t0 >= 0.3
-    held.release()
+    held.close()
     import fcntl
 
     def refuse(fd, op):
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", refuse)
-    unguarded = store.claim_run(tmp_path)
-    assert unguarded is not None and not unguarded.locked
+    with pytest.raises(store.LocksUnsupported, match="file locks do not work on its filesystem"):
+        store.claim_run(tmp_path)
+    with pytest.raises(store.LocksUnsupported, match=r"\(/[^,]*, \w+: No locks available\).*mount"):
+        store.ensure_writable(tmp_path / "new")

@@ -214,7 +214,7 @@ def test_the_sha256_is_cached_by_path_size_mtime_and_inode(tmp_path, tiny_weight
     path = tmp_path / "w.pt"
     shutil.copy(tiny_weights["clip"], path)
     first = W.weights_identity(path)
-    monkeypatch.setattr(W.safe_read, "sha256_of", lambda *a, **k: pytest.fail("hashed again"))
+    monkeypatch.setattr(W.store, "sha256_of", lambda *a, **k: pytest.fail("hashed again"))
     assert W.weights_identity(path) == first  # from weights-sha256.json, in another process too
     os.utime(path, ns=(1, 1))
     monkeypatch.undo()

@@ -27,6 +27,9 @@ from pathlib import Path
 import torch
 
 MAX_PICKLE_BYTES = 64 * 2**20  # data.pkl of ViT-G is ~100 kB: a bound, not a limit anyone meets
+# torch.jit.save stores its members uncompressed, so what an archive's members hold is about its own size; a
+# zip may compress, so the members read may hold more, but never more than this many times the file's size.
+MAX_INFLATION = 4
 STORAGE_DTYPES = {f"{name}Storage": dtype for name, dtype in (
     ("Float", torch.float32), ("Double", torch.float64), ("Half", torch.float16), ("BFloat16", torch.bfloat16),
     ("Long", torch.int64), ("Int", torch.int32), ("Short", torch.int16), ("Char", torch.int8),
@@ -61,10 +64,27 @@ def _scripted_class(qualname: str) -> type:
     return type("_Scripted", (_Scripted,), {"__slots__": (), "qualname_": qualname})
 
 
+class _Members:
+    """The archive's members, each decompressed once however often the pickle names it (a 262 kB file naming
+    one member 60,000 times asked for 16 GB), all of them together at most ``budget`` bytes."""
+
+    def __init__(self, archive: zipfile.ZipFile, budget: int):
+        self.archive, self.budget, self.read = archive, budget, {}
+
+    def __call__(self, name: str) -> bytearray:
+        if name not in self.read:
+            size = self.archive.getinfo(name).file_size
+            if size > self.budget:
+                raise ArchiveError(f"its members hold more than {MAX_INFLATION} times the file's size (at {name})")
+            self.budget -= size
+            self.read[name] = bytearray(self.archive.read(name))
+        return self.read[name]
+
+
 class _DataUnpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, archive: zipfile.ZipFile, prefix: str):
+    def __init__(self, data: bytes, members: _Members, prefix: str):
         super().__init__(io.BytesIO(data))
-        self.archive, self.prefix = archive, prefix
+        self.archive, self.members, self.prefix = members.archive, members, prefix
 
     def find_class(self, module: str, name: str):
         if module.startswith("__torch__.") or module == "__torch__":
@@ -90,8 +110,9 @@ class _DataUnpickler(pickle.Unpickler):
         size = numel * torch.empty((), dtype=dtype).element_size()
         if info.file_size != size:
             raise ArchiveError(f"{member} holds {info.file_size} bytes, its tensor needs {size} (truncated?)")
-        raw = bytearray(self.archive.read(member)) if size else bytearray()
-        untyped = torch.frombuffer(raw, dtype=torch.uint8).untyped_storage() if size else torch.UntypedStorage(0)
+        # frombuffer shares the member's bytes, as the archive's tensors share its storage: nothing more allocated
+        untyped = torch.frombuffer(self.members(member), dtype=torch.uint8).untyped_storage() if size \
+            else torch.UntypedStorage(0)
         return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
 
 
@@ -108,18 +129,19 @@ def read_torchscript(path: Path) -> dict[str, torch.Tensor]:
     archive is not one, or holds anything but tensors in its module tree."""
     try:
         with zipfile.ZipFile(path) as archive:
+            members = _Members(archive, MAX_INFLATION * Path(path).stat().st_size)
             pkl = next((n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1), None)
             if pkl is None:
                 raise ArchiveError("has no data.pkl")
             prefix = pkl[: -len("data.pkl")]
             if archive.getinfo(pkl).file_size > MAX_PICKLE_BYTES:
                 raise ArchiveError(f"its data.pkl is over {MAX_PICKLE_BYTES // 2**20} MiB")
-            order = archive.read(prefix + "byteorder").decode().strip() if prefix + "byteorder" in archive.namelist() \
+            order = members(prefix + "byteorder").decode().strip() if prefix + "byteorder" in archive.namelist() \
                 else "little"
             if order != "little":
                 raise ArchiveError(f"its tensors are {order}-endian")
-            root = _DataUnpickler(archive.read(pkl), archive, prefix).load()
-            names = _declared_names(archive, prefix)
+            root = _DataUnpickler(members(pkl), members, prefix).load()
+            names = _declared_names(members, prefix)
     except (zipfile.BadZipFile, EOFError, pickle.UnpicklingError, UnicodeDecodeError, RuntimeError,
             TypeError, AttributeError, IndexError) as exc:
         raise ArchiveError(f"is a damaged TorchScript archive ({type(exc).__name__}: {str(exc)[:120]})") from None
@@ -130,16 +152,16 @@ def read_torchscript(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _declared_names(archive: zipfile.ZipFile, prefix: str) -> dict[str, set[str]]:
+def _declared_names(members: _Members, prefix: str) -> dict[str, set[str]]:
     """For each class of the archive ('__torch__.a.b.Module'), the names its code declares as parameters and
     buffers: the literal lists ``__parameters__`` and ``__buffers__``, read by parsing (never executing) the code."""
     out: dict[str, set[str]] = {}
-    for name in archive.namelist():
+    for name in members.archive.namelist():
         if not (name.startswith(prefix + "code/") and name.endswith(".py")):
             continue
         module = name[len(prefix + "code/"):-3].replace("/", ".")
         try:
-            tree = ast.parse(archive.read(name).decode())
+            tree = ast.parse(members(name).decode())
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):

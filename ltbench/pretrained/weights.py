@@ -28,7 +28,7 @@ from torch import nn
 
 from ltbench.errors import ConfigError, DataMissingError, LtbenchError, shorten
 from ltbench.pretrained import scripted
-from ltbench.results import caches, safe_read
+from ltbench.results import caches, store
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def find_weights(weights: str | None, source: WeightSource) -> Path:
 
 MAX_WEIGHTS_ENV = "LTBENCH_MAX_WEIGHTS_GB"  # set: a larger (or smaller) bound on a weights file, in GB
 MAX_WEIGHTS_GB = 16.0  # ViT-G/14 in float32 is ~7.5 GB; a file past this is refused, not hashed for minutes
-SHOW_PROGRESS_BYTES = 512 * safe_read.MiB  # hashing a larger file says how far it is
+SHOW_PROGRESS_BYTES = 512 * store.MiB  # hashing a larger file says how far it is
 SHA_CACHE_FILE = "weights-sha256.json"
 
 
@@ -105,7 +105,7 @@ def size_limit_gb() -> float:
 
 def checked_stat(path: Path) -> os.stat_result:
     """The file's stat, when it is a regular file within the size bound; WeightsFileError otherwise."""
-    problem = safe_read.regular_file_problem(path)
+    problem = store.regular_file_problem(path)
     if problem:
         raise WeightsFileError(path, f"it {problem}")
     st = os.stat(path)
@@ -129,8 +129,8 @@ def weights_identity(path: Path) -> str:
 def _sha256(path: Path) -> str:
     show = _Progress(path) if os.stat(path).st_size > SHOW_PROGRESS_BYTES else None
     try:
-        return safe_read.sha256_of(path, show)
-    except safe_read.UnusableFile as exc:
+        return store.sha256_of(path, show)
+    except store.UnusableFile as exc:
         raise WeightsFileError(path, f"it {exc.reason}") from None
     finally:
         if show:

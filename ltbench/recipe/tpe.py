@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ltbench import search
-from ltbench.errors import ConfigError, shorten
-from ltbench.results import safe_read
+from ltbench.errors import ConfigError, WriteError, shorten
+from ltbench.results import store
 
 JOURNAL = "search-tpe.journal"  # in the recipe's results folder: every study of the recipe
 INSTALL = "pip install 'ltbench[tune]'"
@@ -95,6 +95,9 @@ def damaged(path: Path, why: str) -> ConfigError:
                        f"search's studies anew (the finished runs stay in their folders and are not trained again)")
 
 
+MAX_JOURNAL_BYTES = 256 * store.MiB  # one line per trial event: a few kB per trial
+
+
 class FlockJournalLock:
     """Optuna's journal lock as an flock on ``<journal>.flock`` (the lock a run folder has: store.claim_run).
     Optuna's own file locks (a symlink, or a file made with O_EXCL) outlive a process killed while appending:
@@ -102,36 +105,26 @@ class FlockJournalLock:
     appends. The kernel drops an flock when its holder dies in any way."""
 
     def __init__(self, path: Path):
-        self.path, self._fd = Path(str(path) + ".flock"), None
+        self.path, self._lock = Path(str(path) + ".flock"), None
 
     def acquire(self) -> bool:
-        import fcntl
-        import os
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
+        self._lock = store.lock_file(self.path)
         return True
 
     def release(self) -> None:
-        import os
-
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)  # drops the flock
+        if self._lock is not None:
+            self._lock.close()  # drops the flock
+            self._lock = None
 
 
 def open_journal(path: Path, optuna):
     """Optuna's storage over the journal file (created when missing), every line read and replayed now, so a
     damaged journal is said here, in one line, before any run."""
-    if path.exists() or path.is_symlink():
-        problem = safe_read.regular_file_problem(path)
-        if problem:
-            raise damaged(path, problem)
+    try:  # created here (no-follow, inside the root), so Optuna, which opens it itself, finds a regular file
+        store.open_append(path).close()
+        store.open_bounded(path, MAX_JOURNAL_BYTES).close()
+    except (store.UnusableFile, WriteError) as exc:
+        raise damaged(path, exc.reason if isinstance(exc, store.UnusableFile) else exc.strerror) from None
     from optuna.storages.journal import JournalFileBackend
 
     try:  # the backend only calls the lock's acquire() and release()

@@ -33,7 +33,7 @@ from ltbench.report.formats import render
 from ltbench.report.frames import load
 from ltbench.report.published import add_published
 from ltbench.report.rows import shown_path
-from ltbench.results.safe_read import regular_file_problem
+from ltbench.results.store import regular_file_problem
 
 FORMATS = ("markdown", "latex", "csv")
 __all__ = ["FORMATS", "load", "render", "render_all", "source", "tables", "recipe_tables_text"]

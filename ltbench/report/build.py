@@ -11,6 +11,7 @@ from __future__ import annotations
 from ltbench.report.rows import (SELECTION_TEXT, Cell, Row, Table, Unit, group_values, matches_selector, default_rows, group_title,
                                  expand_columns, expand_heads, explicit_rows, flatten, gather_units)
 from ltbench.recipe.tables import TableSpec
+from ltbench.errors import shorten
 from ltbench.results import identity
 from ltbench.report.significance_marks import compare_rows, mark_similar
 from ltbench.report.tuned import TUNED_MARK, budget_caption, chosen_note, collapse_trials
@@ -306,7 +307,7 @@ def cost_notes(table: Table) -> list[str]:
             numerics = rec.get("numerics") or {}
             name = numerics.get("device_model") or numerics.get("cpu_model") or (rec.get("prov") or {}).get("device")
             kind = str((rec.get("prov") or {}).get("device") or "?").split(":")[0].upper()
-            device = f"{kind} {name}" if name else kind
+            device = shorten(f"{kind} {name}" if name else kind, 100)  # names from the disk: bounded
             devices[device] = devices.get(device, 0) + 1
     notes = []
     if devices:

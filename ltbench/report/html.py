@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
+from ltbench.results import store
 from ltbench.report.build import cost_text, n_text
 from ltbench.report.rows import Row, Table
 from ltbench.report.table_text import (SIMILAR_MARK, comparison_n, delta_text, footnotes, has_delta, label_text,
@@ -188,7 +189,7 @@ def table_html(table: Table) -> str:
 def _figure(shown: FigureShown) -> str:
     if shown.png is None:
         return f"<p><strong>{escape(shown.kind)}</strong>: not drawn: {escape(shown.caption)}.</p>"
-    data = base64.b64encode(shown.png.read_bytes()).decode("ascii")
+    data = base64.b64encode(store.read_bounded(shown.png, 64 * store.MiB)).decode("ascii")
     return (f'<figure><img alt="{escape(shown.kind)}" src="data:image/png;base64,{data}">'
             f"<figcaption><strong>{escape(shown.png.stem)}</strong>: {escape(shown.caption)}</figcaption></figure>")
 

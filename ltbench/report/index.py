@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-from ltbench.results import caches, identity, safe_read, schema, store
+from ltbench.results import caches, identity, schema, status_rule, store
 from ltbench.results.store import cache_file
 
 INDEX_FILE = ".ltbench-index"
@@ -112,12 +112,12 @@ def read_result_file(path: Path) -> dict:
 def _identity_from_spec(run_dir: Path) -> dict:
     """The row a run belongs to, read from its spec.json ({} when that is missing or damaged)."""
     try:
-        spec = safe_read.load_json(run_dir / store.SPEC)
+        spec = store.load_json(run_dir / store.SPEC)
         key, identity = config_key(spec["config"])
         seed = spec["config"].get("seed")
         if not (seed is None or _is_int(seed)):
             return {}
-    except (safe_read.UnusableFile, KeyError, TypeError, AttributeError, ValueError):
+    except (store.UnusableFile, KeyError, TypeError, AttributeError, ValueError):
         return {}
     grid = spec.get("grid") if isinstance(spec.get("grid"), dict) else {}
     run_id = spec.get("run_id") if isinstance(spec.get("run_id"), str) else run_dir.name
@@ -130,7 +130,7 @@ def _unfinished_record(run_dir: Path, names: set[str]) -> dict:
         return {"status": "damaged", "note": "empty run folder (no spec.json, no result.json)"}
     if store.RESULT in names:  # there, but no regular file (a FIFO, a device, a symlink loop): damaged, named
         return read_result_file(run_dir / store.RESULT)
-    status = store.unfinished_state(run_dir)[0] if store.STARTED in names else "pending"  # status's own rule
+    status = status_rule.unfinished_state(run_dir)[0] if store.STARTED in names else "pending"  # status's own rule
     rec = {"status": status, "run_id": run_dir.name}
     if store.SPEC not in names:
         rec["note"] = "no spec.json (the launch never completed, or it was deleted)"
@@ -250,7 +250,7 @@ def _prefixed(columns: dict[str, int], prefix: str) -> list[str]:
     return _PREFIXED[key]
 
 
-MAX_CACHE_BYTES = 1024 * safe_read.MiB
+MAX_CACHE_BYTES = 1024 * store.MiB
 
 
 def _cache_inputs(root: str) -> list[str]:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ltbench.errors import LtbenchError, shorten
-from ltbench.results import safe_read, store
+from ltbench.results import store
 
 SEAL = b"ltbench-cache hmac-sha256:"
 KEY_ENV = "LTBENCH_CACHE_KEY"  # the key file's path (tests set it); default: the user's config folder
@@ -117,12 +117,12 @@ def unsealed(blob: bytes, inputs: Any) -> bytes | None:
     return data if newline and hmac.compare_digest(digest, _digest(data, inputs)) else None
 
 
-def read_sealed(path: Path, inputs: Any, limit: int = safe_read.MAX_JSON_BYTES) -> bytes | None:
+def read_sealed(path: Path, inputs: Any, limit: int = store.MAX_JSON_BYTES) -> bytes | None:
     """A cache file's bytes when it is a regular file within ``limit`` and its seal verifies; None otherwise
     (the caller rebuilds it)."""
     try:
-        return unsealed(safe_read.read_bytes(path, limit), inputs)
-    except safe_read.UnusableFile:
+        return unsealed(store.read_bounded(path, limit), inputs)
+    except store.UnusableFile:
         return None
     except (OSError, LtbenchError) as exc:  # no usable key
         _note("cache not used", exc)
@@ -134,7 +134,7 @@ def write_sealed(path: Path, inputs: Any, data: bytes) -> bool:
     fails for any reason. Why any reason: a cache is never needed, so no failure to keep one may cost the
     command its output (a full disk raises DiskFullError, which is not an OSError)."""
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        store.make_dirs(Path(path).parent)
         store.atomic_write_bytes(Path(path), sealed(data, inputs))
         return True
     except (OSError, LtbenchError) as exc:
@@ -150,8 +150,8 @@ def memo(path: Path, inputs: Any, compute: Callable[[], Any], refresh: bool = Fa
         data = read_sealed(path, inputs)
         if data is not None:
             try:
-                return safe_read.parse_json(data, path)
-            except safe_read.UnusableFile:
+                return store.parse_json(data, path)
+            except store.UnusableFile:
                 pass
     value = compute()
     if value is not None:
@@ -201,15 +201,17 @@ def installed_plugins() -> list[str]:
     plugin package installed, upgraded or removed changes this; any other package does not. Reads one
     small file per distribution that has one, not the 0.2 s of ``importlib.metadata.entry_points``."""
     out = []
-    for folder in dict.fromkeys(p for p in sys.path if p and os.path.isdir(p)):
+    # '' on sys.path (python -c) is the working directory, as it is by name under python -m: the same folders
+    # either way (a checkout's editable install keeps its ltbench.egg-info there).
+    for folder in dict.fromkeys(os.path.realpath(p or os.curdir) for p in sys.path if os.path.isdir(p or os.curdir)):
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith((".dist-info", ".egg-info")))
         except OSError:
             continue
         for name in names:
             try:
-                text = safe_read.read_bytes(Path(folder, name, "entry_points.txt"), safe_read.MiB)
-            except (safe_read.UnusableFile, OSError):
+                text = store.read_bounded(Path(folder, name, "entry_points.txt"), store.MiB, follow=True)
+            except (store.UnusableFile, OSError):
                 continue
             if b"[ltbench." in text:
                 out.append(f"{folder}/{name}:{hashlib.sha1(text).hexdigest()}")

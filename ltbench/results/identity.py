@@ -28,6 +28,7 @@ reads an older record differently.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import code, safe_read
+from ltbench.errors import shorten
+from ltbench.results import code, store
 
 #: Part of every hashed identity: bump it (with a migration step) when what identifies a run changes.
 IDENTITY_VERSION = 2
@@ -149,31 +151,28 @@ _sha_cache: dict[tuple, str] = {}
 _normalized_cache: dict[tuple, str | None] = {}
 
 
-def file_sha256(path) -> str | None:
-    """sha256 of a file's bytes, None when it cannot be read; cached per (path, size, mtime), since a
-    status of a large grid asks for the same few files once per run."""
+def _by_stat(cache: dict, path, compute):
+    """``compute(path)`` cached per (path, size, mtime): ``ltbench status`` of 10,000 runs reads each file once;
+    None when it cannot be read (a FIFO or a device never is: the store's reader)."""
     try:
         st = os.stat(path)
         key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in _sha_cache:
-            _sha_cache[key] = safe_read.sha256_of(path)  # a FIFO or a device is no file: never read
-        return _sha_cache[key]
-    except (OSError, TypeError, ValueError, safe_read.UnusableFile):
+        if key not in cache:
+            cache[key] = compute(path)
+        return cache[key]
+    except (OSError, TypeError, ValueError, store.UnusableFile):
         return None
+
+
+def file_sha256(path, limit: int | None = None, follow: bool = True) -> str | None:
+    """sha256 of a file's bytes, None when it cannot be read or is over ``limit`` bytes."""
+    return _by_stat(_sha_cache, path, lambda p: store.sha256_of(p, limit=limit, follow=follow))
 
 
 def normalized_file_hash(path) -> str | None:
-    """``code.normalized_hash`` of a source file now (None: unreadable, or not Python), cached like
-    ``file_sha256``: ``ltbench status`` of 10,000 runs parses each module once."""
-    try:
-        st = os.stat(path)
-        key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in _normalized_cache:
-            data = safe_read.read_bytes(path, limit=16 * safe_read.MiB)
-            _normalized_cache[key] = code.normalized_hash(data)
-        return _normalized_cache[key]
-    except (OSError, TypeError, ValueError, safe_read.UnusableFile):
-        return None
+    """``code.normalized_hash`` of a source file now (None: unreadable, or not Python)."""
+    return _by_stat(_normalized_cache, path,
+                    lambda p: code.normalized_hash(store.read_bounded(p, limit=MAX_SOURCE_BYTES, follow=True)))
 
 
 def relative_code_path(module: str, path: str) -> str:
@@ -190,7 +189,25 @@ def code_file(module: str, entry: dict, plugin_dirs: list[str] = ()) -> Path | N
     plugin folders); None when that package is not here. An entry without a path is at the one its module's
     name gives (``code.code_record`` leaves it out then)."""
     base = _package_parent(module.split(".")[0], plugin_dirs)
-    return base / (entry.get("path") or code.module_path(module)) if base is not None else None
+    rel = entry.get("path") or code.module_path(module)
+    return inside_package(base, rel, module.split(".")[0]) if base is not None and isinstance(rel, str) else None
+
+
+MAX_SOURCE_BYTES = 16 * store.MiB  # a module's source
+MAX_DATA_BYTES = 64 * store.MiB  # a data file a module names (class names, prompts, a split list): hashed up to this
+
+
+@functools.lru_cache(maxsize=None)  # status of 10,000 runs asks for the same few hundred paths
+def inside_package(base: Path, rel: str, top: str | None = None) -> Path | None:
+    """``base / rel`` when, resolved, it lies inside the top-level package ``top`` (``rel``'s first part) below
+    ``base`` (its folder, or the module ``top.py``); None when the path is absolute or leads out (``..``, a link).
+    A path read from a record is data: it never names a file outside the package it names."""
+    top = top or rel.split("/")[0].removesuffix(".py")
+    path, real = base / rel, (base / rel).resolve()
+    package = (base / top).resolve()
+    if real == (base / f"{top}.py").resolve() or (real.is_relative_to(package) and real != package):
+        return path
+    return None
 
 
 def _package_parent(top: str, plugin_dirs: list[str] = ()) -> Path | None:
@@ -326,7 +343,7 @@ def data_files(modules: dict[str, tuple[str, bytes]]) -> dict[str, dict]:
             for path in sorted(target.rglob("*")) if target.is_dir() else [target]:
                 if path.is_file() and not any(part.startswith((".", "__pycache__")) or part.endswith(".pyc")
                                               for part in path.relative_to(base).parts):
-                    out[f"{DATA}{path.relative_to(base).as_posix()}"] = {"sha256": file_sha256(path)}
+                    out[f"{DATA}{path.relative_to(base).as_posix()}"] = {"sha256": file_sha256(path, MAX_DATA_BYTES)}
     return out
 
 
@@ -336,8 +353,9 @@ def source_reader(plugin_dirs: list[str] = ()) -> code.Reader:
     def read(rel: str) -> bytes | None:
         base = _package_parent(rel.split("/")[0], plugin_dirs)
         try:
-            return safe_read.read_bytes(base / rel, limit=16 * safe_read.MiB) if base is not None else None
-        except safe_read.UnusableFile:
+            path = inside_package(base, rel) if base is not None else None
+            return store.read_bounded(path, limit=MAX_SOURCE_BYTES, follow=True) if path is not None else None
+        except store.UnusableFile:
             return None
     return read
 
@@ -354,7 +372,7 @@ def recorded_plugin_folders(plugins) -> list[str]:
     return [p for p in plugins or [] if isinstance(p, str)]
 
 
-CODE_UNKNOWN = "code unknown"  # the status of a finished result whose code cannot be checked
+CODE_UNKNOWN = store.CODE_UNKNOWN  # the status of a finished result whose code cannot be checked
 
 
 @dataclass(frozen=True)
@@ -405,7 +423,8 @@ def _recorded_and_now(key: str, entry, plugin_dirs: list[str]) -> tuple[str | No
     if key.startswith(DATA):
         rel = key[len(DATA):]
         base = _package_parent(rel.split("/")[0], plugin_dirs)
-        return entry.get("sha256"), file_sha256(base / rel) if base is not None else None
+        path = inside_package(base, rel) if base is not None else None
+        return entry.get("sha256"), file_sha256(path, MAX_DATA_BYTES) if path is not None else None
     if not entry.get("normalized"):
         return None, None
     path = code_file(key, entry, plugin_dirs)
@@ -500,13 +519,14 @@ def numerics_value(name: str, value) -> str:
     'cpu_id not recorded'."""
     if value is None or value == NOT_RECORDED:
         return f"{name} not recorded"
-    if name == "kernel_env" and isinstance(value, dict):
-        return "kernel environment " + (" ".join(f"{k}={v}" for k, v in sorted(value.items())) or "unset")
+    if name == "kernel_env" and isinstance(value, dict):  # values from the environment, names from the disk:
+        return "kernel environment " + (" ".join(f"{shorten(k, 40)}={shorten(v, 60)}"  # bounded (errors.shorten)
+                                                 for k, v in sorted(value.items())) or "unset")
     if isinstance(value, bool):
         return f"{name} {'on' if value else 'off'}"
     if isinstance(value, dict):
-        return f"{name} " + ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
-    return f"{name} {value}"
+        return f"{name} " + ", ".join(f"{shorten(k, 40)} {shorten(v, 60)}" for k, v in sorted(value.items()))
+    return f"{name} {shorten(value, 100)}"
 
 
 def numerics_contrast(a: dict, b: dict) -> str:
@@ -524,7 +544,7 @@ def numerics_text(n: dict, also: list[str] = ()) -> str:
     """'CPU Intel(R) Xeon(R) Processor (AVX512), 1 thread' / 'CPU model not recorded, 2 threads (CPU capability
     not recorded)': the fields a reader compares first, then each field of ``also`` (those that differ
     elsewhere in the same note) as ``numerics_value`` writes it."""
-    shown = {k: v for k, v in n.items() if v != NOT_RECORDED}
+    shown = {k: shorten(v, 100) if isinstance(v, str) else v for k, v in n.items() if v != NOT_RECORDED}
     device = shown.get("device") or "device not recorded"
     if device == "cuda":
         where = f"GPU {shown.get('device_model') or 'model not recorded'}"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ltbench.results import identity, safe_read, schema, store
+from ltbench.results import identity, schema, store
 from ltbench.results.code import module_path
 from ltbench.results.provenance import portable
 
@@ -228,9 +228,9 @@ def run_folders(root: Path) -> list[Path]:
 
 
 def _load(path: Path) -> dict | None:
-    obj = safe_read.load_json(path) if path.is_file() else None
+    obj = store.load_json(path) if path.is_file() else None
     if obj is not None and not isinstance(obj, dict):
-        raise safe_read.UnusableFile(path, "is not a JSON object")
+        raise store.UnusableFile(path, "is not a JSON object")
     return obj
 
 
@@ -247,7 +247,7 @@ def migrate_folder(root: Path, dry_run: bool = False) -> Report:
     for folder in run_folders(root):
         try:
             plan = _plan(folder)
-        except (safe_read.UnusableFile, KeyError, TypeError, ValueError) as exc:
+        except (store.UnusableFile, KeyError, TypeError, ValueError) as exc:
             report.left.append(f"{folder.relative_to(root)}: its records cannot be read ({exc}); nothing changed")
             continue
         records, new_id = plan

@@ -25,7 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ltbench.results import safe_read
+from ltbench.results import store
 from ltbench.results.store import atomic_write_bytes
 
 PREDICTIONS = "predictions.npz"
@@ -56,17 +56,19 @@ def save_predictions(run_dir: Path, arrays: Mapping[str, np.ndarray], num_classe
 
 
 MAX_NPZ_MEMBER_BYTES = 8 * 1024 ** 3  # a (N, d) feature matrix of ImageNet-LT's training set is ~1 GB
+MAX_NPZ_BYTES = 32 * 1024 ** 3  # a feature cache's split file; predictions are far smaller
 
 
 def npz_problem(path: Path, max_member_bytes: int = MAX_NPZ_MEMBER_BYTES) -> str:
     """'' when ``path`` is a regular .npz whose members are plain (no object) arrays whose headers agree with
     their stored sizes, else what is wrong. Reads the headers only: a forged header claiming 10^12 entries
     is refused before numpy allocates anything."""
-    problem = safe_read.regular_file_problem(path)
-    if problem:
-        return problem
     try:
-        with zipfile.ZipFile(path) as zf:
+        f = store.open_bounded(path, MAX_NPZ_BYTES)
+    except store.UnusableFile as exc:
+        return exc.reason
+    try:
+        with f, zipfile.ZipFile(f) as zf:
             for info in zf.infolist():
                 if info.file_size > max_member_bytes:
                     return f"member {info.filename[:60]} claims {info.file_size} bytes"
@@ -91,7 +93,7 @@ def load_predictions(run_dir: Path) -> dict[str, np.ndarray] | None:
     if npz_problem(path):
         return None
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with store.open_bounded(path, MAX_NPZ_BYTES) as f, np.load(f, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except Exception:  # zlib.error on a flipped byte inside the stream, CRC errors, EOFError...
         return None

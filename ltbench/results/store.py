@@ -22,26 +22,29 @@ This module imports no torch, so status and tables work on a login node.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ltbench.results import identity, safe_read, schema
+from ltbench.results import schema
 from ltbench.errors import DiskFullError, LtbenchError, WriteError
 
 SPEC, CONFIG, LOG, CHECKPOINT, RESULT = "spec.json", "config.yaml", "log.jsonl", "checkpoint.pt", "result.json"
 STARTED, SUBMITTED = "started.json", "submitted.json"  # worker start (host, pid, Slurm ids); launcher job ids
 LOCK, TRACEBACK = "lock", "traceback.txt"
 TMP_MARK = ".tmp-"  # temporary files are named .<target>.tmp-XXXX
-CODE_UNKNOWN = identity.CODE_UNKNOWN  # a finished result whose code cannot be checked (identity.code_state)
+CODE_UNKNOWN = "code unknown"  # a finished result whose code cannot be checked (identity.code_state)
 OLDER = "older"  # a run folder whose record has an earlier schema: ``ltbench migrate`` brings it up to date
 STATUSES = ("pending", "running", "interrupted", "damaged", "done", CODE_UNKNOWN, "stale", "failed", OLDER)  # run_status
 STATUS_WIDTH = max(len(x) for x in (*STATUSES, "not a run"))  # the status column of status and --dry-run
@@ -60,10 +63,7 @@ RUN_FILES = (SPEC, CONFIG, LOG, CHECKPOINT, RESULT, STARTED, SUBMITTED, LOCK)
 
 def count_statuses(statuses) -> dict[str, int]:
     """How many runs are in each status: the one tally every launcher, status and report line uses."""
-    counts: dict[str, int] = {}
-    for status in statuses:
-        counts[status] = counts.get(status, 0) + 1
-    return counts
+    return dict(collections.Counter(statuses))
 
 
 def format_counts(counts: dict[str, int], order: tuple[str, ...] | None = None) -> str:
@@ -83,7 +83,168 @@ FILE_MODE = 0o666 & ~_umask()
 
 
 # ------------------------------------------------------------------------------------------------
-# Writing
+# The one door to the disk. Every file below a results folder, a cache folder or a journal can be damaged (a
+# truncated write), replaced (a FIFO, a symlink to /dev/zero or to a file of the user's, a 20 GB sparse file)
+# or forged. So no module opens such a file itself (tests/test_one_door.py): it is read with ``read_bounded``
+# (no symlink followed, a FIFO never blocks, regular files only, at most a bound) and written with
+# ``atomic_write_bytes`` (a new file beside it, renamed over it: a planted link is replaced, never written
+# through), ``open_append`` or ``lock_file``, all refused through a folder that leads out of a guarded root.
+
+MiB = 1024 * 1024
+MAX_JSON_BYTES = 64 * MiB  # a JSON record (a result.json of iNaturalist's 8,142 classes is ~1.5 MB)
+MAX_JSON_DEPTH = 64  # nesting a record of ltbench ever has is below 10; anything deeper is damage
+MAX_SMALL_BYTES = MiB  # progress.json, submitted.json, started.json, a feature cache's metadata
+
+
+class UnusableFile(LtbenchError):
+    """A file ltbench wrote cannot be used as it is; ``reason`` says why (without the path), ``path`` which."""
+
+    def __init__(self, path: Path | str, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path}: {reason}")
+
+
+def regular_file_problem(path: Path | str, follow: bool = True) -> str:
+    """'' when ``path`` is a regular file (after following symlinks when ``follow``: never for a results file), else
+    why not; never opens it."""
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+    except (FileNotFoundError, NotADirectoryError):
+        return "is missing"
+    except OSError as exc:
+        return _os_reason(exc)
+    return "" if stat.S_ISREG(st.st_mode) else f"is not a regular file ({_kind(st.st_mode)})"
+
+
+def open_bounded(path: Path | str, limit: int | None = None, follow: bool = False):
+    """A binary file object of a regular file of at most ``limit`` bytes, for a reader that parses it itself
+    (np.load, torch.load, zipfile); UnusableFile otherwise (missing included). Opened with O_NONBLOCK (a FIFO
+    cannot block the open) and, unless ``follow`` (a file the user names: weights, a plugin's source), with
+    O_NOFOLLOW (a planted link is refused, not read); checked with fstat, so the file checked is the file read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    except (FileNotFoundError, NotADirectoryError):
+        raise UnusableFile(path, "is missing") from None
+    except OSError as exc:
+        raise UnusableFile(path, _os_reason(exc, follow)) from None
+    size, mode = os.fstat(fd).st_size, os.fstat(fd).st_mode
+    problem = ("is a directory" if stat.S_ISDIR(mode) else f"is not a regular file ({_kind(mode)})") \
+        if not stat.S_ISREG(mode) else _too_big(size, limit) if limit is not None and size > limit else ""
+    if problem:
+        os.close(fd)
+        raise UnusableFile(path, problem)
+    return os.fdopen(fd, "rb")
+
+
+def _too_big(size: int, limit: int) -> str:
+    return f"is {size / MiB:.1f} MiB, more than the {limit / MiB:.0f} MiB such a file can hold"
+
+
+def read_bounded(path: Path | str, limit: int = MAX_JSON_BYTES, follow: bool = False) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (``open_bounded``); UnusableFile otherwise."""
+    with open_bounded(path, limit, follow) as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise UnusableFile(path, _os_reason(exc, follow)) from None
+    if len(data) > limit:  # it grew while being read
+        raise UnusableFile(path, _too_big(len(data), limit))
+    return data
+
+
+def sha256_of(path: Path | str, progress=None, limit: int | None = None, follow: bool = True) -> str:
+    """sha256 of a regular file's bytes, read in chunks (a checkpoint may be hundreds of MB); UnusableFile for
+    anything else (a FIFO never blocks, /dev/zero is never read) and for a file over ``limit`` bytes (a data file
+    a code record names: a 200 GB sparse file is refused, not hashed). ``progress(done, total)``, when given, is
+    called after each chunk (bytes)."""
+    with open_bounded(path, limit, follow) as f:
+        total, digest, done = os.fstat(f.fileno()).st_size, hashlib.sha256(), 0
+        try:
+            while (chunk := f.read(4 * MiB)) and (limit is None or done <= limit):
+                digest.update(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+        except OSError as exc:
+            raise UnusableFile(path, _os_reason(exc, follow)) from None
+    if limit is not None and done > limit:
+        raise UnusableFile(path, _too_big(done, limit))
+    return digest.hexdigest()
+
+
+def parse_json(raw: bytes, path: Path | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON bytes; UnusableFile (naming ``path``) when they are not UTF-8, not JSON, or nested
+    deeper than ``max_depth``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnusableFile(path, "is not UTF-8 text") from None
+    try:
+        value = json.loads(text)
+    except RecursionError:  # the C parser stops at the interpreter's recursion limit: caught, never fatal
+        raise UnusableFile(path, f"is nested more than {max_depth} levels deep") from None
+    except ValueError as exc:
+        what = "empty" if not text.strip() else f"not valid JSON, truncated? ({getattr(exc, 'msg', exc)})"
+        raise UnusableFile(path, f"is {what}") from None
+    if isinstance(value, (dict, list)) and _too_deep(raw, max_depth):
+        raise UnusableFile(path, f"is nested more than {max_depth} levels deep")
+    return value
+
+
+def load_json(path: Path | str, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """:func:`read_bounded` then :func:`parse_json`: the only way ltbench reads a JSON file back."""
+    return parse_json(read_bounded(path, limit), path, max_depth)
+
+
+def load_json_object(path: Path | str, limit: int = MAX_SMALL_BYTES) -> dict:
+    """A small JSON object (progress.json, submitted.json, started.json); {} when it is missing or unusable."""
+    try:
+        value = load_json(path, limit)
+    except UnusableFile:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# The depth bound, read from the text of a document that parsed (so its brackets nest properly and the kind of
+# bracket does not matter): all but brackets and quotes dropped, '{}' read as '[]'.
+_SQUARE = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKET_OR_QUOTE = bytes(b for b in range(256) if b not in b'[]{}"')
+
+
+def _too_deep(raw: bytes, max_depth: int) -> bool:
+    """True when the containers of a valid JSON text nest deeper than ``max_depth``: it takes one pass per level
+    to remove every innermost ``[]`` pair of the brackets outside strings. Escaped backslashes, then escaped
+    quotes go first, so every quote left opens or closes a string; two adjacent quotes bound an empty piece
+    (an empty string, or the ',' between two strings), and dropping them joins two pieces that are both inside
+    or both outside strings; the strings are then the odd pieces between quotes. A few passes of C over the
+    text, where walking the parsed values cost a Python step per value (the index cache of 10,000 runs holds
+    half a million)."""
+    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    text = text.translate(_SQUARE, _NOT_BRACKET_OR_QUOTE).replace(b'""', b"")
+    brackets = b"".join(text.split(b'"')[::2])
+    for _ in range(max_depth):
+        if not brackets:
+            return False
+        brackets = brackets.replace(b"[]", b"")
+    return bool(brackets)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def _os_reason(exc: OSError, follow: bool = True) -> str:
+    if exc.errno == errno.ELOOP:
+        return "is a symlink loop" if follow else "is a symlink (never followed in a results folder)"
+    if exc.errno == errno.EISDIR:
+        return "is not a regular file (a directory)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot be read (permission denied)"
+    return f"cannot be read ({exc.strerror or exc})"
 
 
 def _disk_full(path: Path, exc: OSError, needed: int) -> DiskFullError:
@@ -105,11 +266,11 @@ class OutsideRootError(LtbenchError):
 
 
 def guard_writes_under(root: Path) -> None:
-    """From now on, in this process, no file under ``root`` (a recipe's results folder) is written, and no folder
-    made, through a symlinked folder that leads out of it (``check_inside``). The commands call it once they know
-    the root (run, posthoc, table, report, plot; every run in its worker), so every writer is covered: reports,
-    figures, tables, feature caches, checkpoints, records. A symlinked *file* is replaced by the atomic rename,
-    never written through; a root that is itself a symlink (a results folder on another disk) is fine."""
+    """From now on, in this process, no file under ``root`` (a recipe's results folder, a cache folder) is
+    written, and no folder made, through a symlinked folder that leads out of it (``check_inside``). The
+    commands call it once they know the root (run, posthoc, table, report, plot; every run in its worker), so
+    every writer is covered. A symlinked *file* is never written through (replaced by the atomic rename,
+    refused by O_NOFOLLOW); a root that is itself a symlink (a results folder on another disk) is fine."""
     _guarded_roots.add(os.path.abspath(root))
 
 
@@ -132,8 +293,10 @@ def make_dirs(folder: Path) -> Path:
     return folder
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path`` (``check_inside`` first).
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to a temporary file beside ``path`` (O_EXCL | O_NOFOLLOW: mkstemp) and rename it over
+    ``path`` (``check_inside`` first): a crash leaves the old file or the new one, and a symlink at ``path`` is
+    replaced, never written through. ``durable``: fsynced (not for a heartbeat: a lost beat costs nothing).
 
     Until the rename both the old and the new file exist, so the space needed is their sum (twice the
     size for a checkpoint rewritten every epoch); a full disk is reported with that figure.
@@ -145,8 +308,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600; results are meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         try:
@@ -159,7 +323,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError) and not isinstance(exc, LtbenchError):
             raise WriteError(path, exc) from None  # EFBIG, EROFS, EIO...: the target is named
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -183,10 +348,36 @@ def canonical_line(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, allow_nan=False) + "\n"
 
 
-def append_jsonl(path: Path, obj: Any) -> None:
-    line = canonical_line(obj)
+def _open_for_writing(path: Path, flags: int) -> int:
+    """A descriptor of the regular file ``path``, created when missing (FILE_MODE): O_NOFOLLOW, so a planted
+    link is refused (ELOOP), never written through; ``check_inside`` first. OSError as ``os.open`` raises it."""
+    check_inside(path)
     try:
-        with open(path, "a") as f:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symlink is there, never written through; move it away") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"is not a regular file ({_kind(mode)})")
+    return fd
+
+
+def open_append(path: Path):
+    """``path`` opened for appending in binary (a worker's log, a run's log.jsonl), created when missing; a
+    symlink, a FIFO or a folder there is refused (WriteError naming the file)."""
+    try:
+        return os.fdopen(_open_for_writing(Path(path), os.O_WRONLY | os.O_APPEND), "ab")
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    line = canonical_line(obj).encode()
+    try:
+        with open_append(path) as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
@@ -196,15 +387,15 @@ def append_jsonl(path: Path, obj: Any) -> None:
         raise WriteError(path, exc) from None
 
 
-MAX_LOG_BYTES = 256 * safe_read.MiB  # one line per epoch: a few MB for the longest schedules
+MAX_LOG_BYTES = 256 * MiB  # one line per epoch: a few MB for the longest schedules
 
 
 def read_jsonl(path: Path) -> list[dict]:
     """Read a JSON-lines log, ignoring a torn (partially written) last line. A log that is not a
     readable file (a directory, say) reads as empty: the run that owns it sets it aside."""
     try:
-        text = safe_read.read_bytes(path, limit=MAX_LOG_BYTES).decode("utf-8", errors="replace")
-    except safe_read.UnusableFile:  # missing, not a regular file (a FIFO never blocks), too big
+        text = read_bounded(path, limit=MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    except UnusableFile:  # missing, not a regular file (a FIFO never blocks), too big
         return []
     rows = []
     for line in text.splitlines():
@@ -219,7 +410,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def ensure_writable(folder: Path) -> Path:
-    """Create ``folder`` if needed and prove we can write there; one clear error otherwise."""
+    """Create ``folder`` if needed and prove we can write there and take a lock there (before the first run's
+    lock: ``_probe_lock`` names the mount where locks do not work); one clear error otherwise."""
     folder = Path(folder)
     check_inside(folder / "x")
     try:
@@ -228,8 +420,11 @@ def ensure_writable(folder: Path) -> Path:
             if time.time() - old.stat().st_mtime > 60:
                 old.unlink(missing_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            _probe_lock(fd, folder)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         raise LtbenchError(
             f"results directory {folder} is not writable ({exc.strerror or exc}); "
@@ -272,68 +467,97 @@ def remove_stale_tmp(run_dir: Path, min_age_s: float = 60.0) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
-# One owner per run
+# The one flock: a run's lock, the search's lock and the TPE journal's lock
 
 
-class RunClaim:
-    """An exclusive ``flock`` on ``RUN_DIR/lock``, held while this process runs the run.
-
-    The kernel drops the lock when the holder exits in any way (kill -9, OOM, Slurm cancel), so a
-    run whose owner died is free again without any cleanup.
-    Shared filesystems: Linux NFS clients (since 2.6.12) turn flock into whole-file NFS byte-range
-    locks, which exclude across nodes with NFSv4 or NFSv3 + lockd; after a node *crash* the server
-    frees its locks only when the client's lease expires (NFSv4: 90 s by default) or, for NFSv3,
-    when the node reboots, so a Slurm task requeued elsewhere waits for the claim (``wait_s``).
-    With the NFS mount option ``nolock`` or ``local_lock=flock|all`` locks are per node and do NOT
-    exclude across nodes; Lustre needs its ``flock`` mount option. Where the filesystem refuses
-    locks altogether, the run goes on unguarded (``locked`` False) and the worker says so.
-    """
-
-    def __init__(self, run_dir: Path, fd: int | None):
-        self.run_dir, self._fd = Path(run_dir), fd
-        self.locked = fd is not None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the last descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "RunClaim":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+class LocksUnsupported(LtbenchError):
+    """The filesystem of a results folder refuses file locks (ENOLCK, ENOSYS, EOPNOTSUPP): one line, exit 2."""
 
 
-def claim_run(run_dir: Path, wait_s: float = 0.0) -> RunClaim | None:
-    """Take the run's lock, retrying for up to ``wait_s`` seconds; None when another process holds it."""
+_NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+
+def mount_of(path: Path) -> tuple[str, str]:
+    """(mount point, filesystem type) holding ``path``, from /proc/self/mounts; ('?', '?') where unknown."""
+    real, best = os.path.realpath(path), ("?", "?")
+    with contextlib.suppress(OSError), open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+        for point, kind in (line.split()[1:3] for line in f if line.count(" ") >= 2):
+            point = point.replace("\\040", " ")
+            if os.path.commonpath([real, point]) == point and len(point) >= len(best[0]):
+                best = (point, kind)
+    return best
+
+
+def _probe_lock(fd: int, folder: Path) -> None:
+    """LocksUnsupported, naming the mount and what to do, when ``flock`` fails on ``fd`` (a file in ``folder``)
+    as it does on a filesystem without locks (NFS mounted ``nolock`` without local locks, Lustre without
+    ``-o flock``, some FUSE filesystems: optuna#1300 'OSError: [Errno 38] Function not implemented')."""
     import fcntl
 
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in _BUSY:
+            return
+        if exc.errno not in _NO_LOCKS:
+            raise
+        point, kind = mount_of(folder)
+        raise LocksUnsupported(
+            f"{folder}: file locks do not work on its filesystem ({point}, {kind}: {exc.strerror or exc}); ltbench "
+            f"needs them so that two launches never train one run twice: use a --results folder on a disk with "
+            f"locks (a local disk), or mount {point} with locking (NFS: without 'nolock'; Lustre: -o flock)") from None
+
+
+def lock_file(path: Path, wait_s: float | None = None):
+    """A file object holding an exclusive ``flock`` on ``path`` (created no-follow inside the root: the lock a run
+    folder, a search and a journal have); closing it drops the lock, and the kernel drops it when the holder
+    dies in any way (kill -9, OOM, Slurm cancel), so nothing is left to clean up. ``wait_s`` None: wait as long
+    as it takes; else None once ``wait_s`` seconds passed with another process holding it.
+    Shared filesystems: Linux NFS clients (since 2.6.12) turn flock into whole-file NFS byte-range locks, which
+    exclude across nodes with NFSv4 or NFSv3 + lockd; after a node *crash* the server frees its locks only when
+    the client's lease expires (NFSv4: 90 s by default) or, for NFSv3, when the node reboots, so a Slurm task
+    requeued elsewhere waits for the claim (``wait_s``). With the NFS mount option ``nolock`` or
+    ``local_lock=flock|all`` locks are per node and do NOT exclude across nodes; Lustre needs its ``flock``
+    mount option. Where the filesystem refuses locks altogether: LocksUnsupported, naming the mount."""
+    import fcntl
+
+    path = Path(path)
+    try:
+        fd = _open_for_writing(path, os.O_RDWR)
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    lock = os.fdopen(fd, "rb")  # closing it drops the lock
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
+                return lock
+            except OSError as exc:
+                if exc.errno not in _BUSY:
+                    _probe_lock(fd, path.parent)  # names the mount when it has no locks
+                    raise
+                if time.monotonic() >= deadline:
+                    lock.close()
+                    return None
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+    except BaseException:
+        lock.close()
+        raise
+
+
+def claim_run(run_dir: Path, wait_s: float = 0.0):
+    """Take the run's lock (``lock_file``), retrying for up to ``wait_s`` seconds: a file to close (or use in a
+    ``with`` block) when the run is done; None when another process holds it."""
     path = Path(run_dir) / LOCK
-    if path.exists() and not path.is_file():
+    if os.path.islink(path) or (path.exists() and not path.is_file()):  # a planted link or a folder: kept aside
         set_aside(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return RunClaim(run_dir, fd)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                os.close(fd)  # ENOLCK, ENOSYS, EOPNOTSUPP...: this filesystem has no usable locks
-                return RunClaim(run_dir, None)
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return None
-        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+    return lock_file(path, wait_s)
 
 
 def read_started(run_dir: Path) -> dict:
-    try:
-        info = safe_read.load_json(Path(run_dir) / STARTED, limit=safe_read.MiB)
-    except safe_read.UnusableFile:
-        return {}
-    return info if isinstance(info, dict) else {}
+    return load_json_object(Path(run_dir) / STARTED)
 
 
 def owner_alive(started: dict) -> bool | None:
@@ -381,8 +605,8 @@ def check_result(run_dir: Path) -> ResultCheck:
     tables, plots and stage 2 all decide with this."""
     path = Path(run_dir) / RESULT
     try:
-        obj = safe_read.load_json(path)
-    except safe_read.UnusableFile as exc:
+        obj = load_json(path)
+    except UnusableFile as exc:
         if exc.reason == "is missing" and not os.path.lexists(path):
             return ResultCheck("missing")
         return ResultCheck("unusable", reason=f"result.json {exc.reason}")
@@ -415,10 +639,10 @@ def older_records(root: Path) -> list[Path]:
     out = []
     for rec in sorted(p for name in (RESULT, SPEC) for p in Path(root).glob(f"*/{name}")):
         try:
-            if schema.is_older(safe_read.load_json(rec), missing=1 if rec.name == SPEC else None) \
+            if schema.is_older(load_json(rec), missing=1 if rec.name == SPEC else None) \
                     and rec.parent not in out:
                 out.append(rec.parent)
-        except safe_read.UnusableFile:
+        except UnusableFile:
             continue
     return out
 
@@ -426,76 +650,6 @@ def older_records(root: Path) -> list[Path]:
 def read_result(run_dir: Path) -> dict | None:
     """The usable result record of a run ('done' or 'failed'), or None (missing or unusable)."""
     return check_result(run_dir).result
-
-
-@dataclass(frozen=True)
-class RunState:
-    """A run's status and what it was decided from, so a caller can say why without reading again.
-
-    ``changed``: for 'stale', the modules whose source changed since the result was made; ``code_reason``:
-    for 'code unknown', why its code cannot be checked; ``check``: the result.json read.
-    """
-
-    status: str
-    check: ResultCheck
-    changed: tuple[str, ...] = ()
-    code_reason: str = ""
-    started: dict = field(default_factory=dict)
-
-
-def run_state(run_dir: Path) -> RunState:
-    """The one rule for a run's status, read from disk (launch, status, the runner and stage 2 all ask it):
-    'done'             a usable result.json of a finished run whose recorded code is unchanged (every
-                       module its computation executed, normalised: ``identity.code_state``);
-    'code unknown'     the same, but its code cannot be checked (no record, an older partial one, a file gone);
-    'stale'            a finished result made by code that has changed since;
-    'failed'           a usable result.json of a run that failed;
-    'damaged'          a result.json that is unusable (``check_result`` says why); run again to redo it;
-    'running'          started, no result, and its process is alive (or ran on another host: unknown);
-    'interrupted'      started, no result, and its process is gone (this host) or said it stopped (an I/O
-                       fault, runner.RunInterrupted); run again to resume;
-    'pending'          submitted or never started.
-    """
-    check = check_result(run_dir)
-    if check.state == "done":
-        verdict = identity.code_state(check.result)
-        return RunState(verdict.status, check, verdict.changed, verdict.reason)
-    if check.usable or check.state == OLDER:
-        return RunState(check.state, check)
-    if check.state == "unusable":
-        return RunState("damaged", check)
-    status, started = unfinished_state(run_dir)
-    return RunState(status, check, started=started)
-
-
-def unfinished_state(run_dir: Path) -> tuple[str, dict]:
-    """('running' | 'interrupted' | 'pending', started.json) of a run without a usable result: the one rule
-    ``status`` (through run_state) and tables (report/index.py) both ask, so they never disagree."""
-    started = read_started(run_dir)
-    if started or (Path(run_dir) / STARTED).exists():
-        stopped = bool(started.get("interrupted")) or owner_alive(started) is False  # an I/O fault, or a dead owner
-        return ("interrupted" if stopped else "running"), started
-    return "pending", started
-
-
-def run_status(run_dir: Path) -> str:
-    """One word from disk (:func:`run_state` says which and why)."""
-    return run_state(run_dir).status
-
-
-def to_run(status: str, redo: tuple[str, ...] = ()) -> bool:
-    """Does a launch run a run in this status? A 'done' or 'code unknown' one never (its result is usable; only
-    its code cannot be compared); a 'failed' or 'stale' one only when asked (``redo`` names it); the others
-    (pending, interrupted, damaged, running) always, since the worker decides again under the run's lock (a
-    run still running elsewhere is then skipped)."""
-    if status in ("done", CODE_UNKNOWN):
-        return False
-    return status in redo if status in ("failed", "stale") else True
-
-
-def iter_result_checks(root: Path) -> list[tuple[Path, ResultCheck]]:
-    """(run directory, check) for every result.json below ``root``, usable or not."""
-    return [(p.parent, check_result(p.parent)) for p in sorted(Path(root).rglob(RESULT))]
 
 
 # The caches ltbench keeps for a results folder (table index, recipe expansions) live in the folder itself
@@ -514,6 +668,7 @@ def cache_file(root: Path, name: str) -> Path:
     cache lives there."""
     root = Path(root)
     if not os.environ.get(CACHE_DIR_ENV) and _caches_beside(root):
+        guard_writes_under(root)
         beside = root / name
         # A recipe cached before its first launch made the folder keeps its cache where it was made.
         if beside.exists() or not _in_cache_dir(user_cache_dir(), root, name, make=False).exists():
@@ -540,7 +695,9 @@ def _caches_beside(root: Path) -> bool:
 def cache_home() -> Path:
     """Where caches that belong to no results folder live (``ltbench list``'s): $LTBENCH_CACHE_DIR, else the
     user's cache folder."""
-    return Path(os.environ.get(CACHE_DIR_ENV) or user_cache_dir())
+    home = Path(os.environ.get(CACHE_DIR_ENV) or user_cache_dir())
+    guard_writes_under(home)
+    return home
 
 
 def user_cache_dir() -> Path:

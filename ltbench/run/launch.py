@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ltbench.run import local_pool
 from ltbench import report
-from ltbench.results import store
+from ltbench.results import status_rule, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data
@@ -32,8 +32,8 @@ def preflight(recipe: Recipe) -> None:
     start (``loggers.check_loggers``), or a dataset could give no benchmark: fewer than two classes by what its
     ``footprint()`` declares, or, when it declares nothing, by what ``load()`` returns (``check_loaded``). The
     dataset's constructor and hooks are plugin code: contained (``registry.call_plugin``)."""
-    from ltbench.data.base import check_loaded  # lazy: keeps --help fast
-    from ltbench.data.footprints import footprint_of
+    from ltbench.data.base import check_loaded  # lazy: keeps --help fast (torch)
+    from ltbench.data.footprints import footprint_of  # lazy: imports the built-in datasets (torch)
 
     check_loggers(recipe.runs)
     for spec in distinct_data(recipe.runs):
@@ -51,8 +51,8 @@ def preflight(recipe: Recipe) -> None:
 
 
 def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, int]]:
-    """Runs to launch now, and the count of each status found on disk (``store.run_status``, the one rule;
-    ``store.to_run`` decides from it). ``redo``: 'failed' and/or 'stale' results to run again. The worker
+    """Runs to launch now, and the count of each status found on disk (``status_rule.run_status``, the one rule;
+    ``status_rule.to_run`` decides from it). ``redo``: 'failed' and/or 'stale' results to run again. The worker
     re-decides under the run's lock, so a run another process finishes meanwhile is not trained twice. Not
     read-only: a run folder whose spec.json is missing gets it written again (``runner.prepare_run_dir``)."""
     statuses, out = [], []
@@ -60,11 +60,11 @@ def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[Run
         run_dir = Path(spec.run_dir)
         if run_dir.is_dir() and not (run_dir / store.SPEC).exists():
             prepare_run_dir(spec)  # a deleted spec.json is rewritten, whatever the run's state
-        status = store.run_status(run_dir)
+        status = status_rule.run_status(run_dir)
         if status in ("done", store.CODE_UNKNOWN) and "checkpoint" in redo and set_aside_without_checkpoint(run_dir):
             status = "no checkpoint"
         statuses.append(status)
-        if store.to_run(status, redo):
+        if status_rule.to_run(status, redo):
             out.append(spec)
     return out, store.count_statuses(statuses)
 
@@ -119,7 +119,7 @@ def print_plan(recipe: Recipe) -> int:
     for text in recipe.search:
         print(text)
     for spec, line in zip(recipe.runs, lines):
-        status = store.run_status(Path(spec.run_dir))
+        status = status_rule.run_status(Path(spec.run_dir))
         print(f"  {spec.run_id}  {status:<{store.STATUS_WIDTH}} {line}")
     changed = other_data_note(recipe.root, recipe.runs)
     if changed:
@@ -255,7 +255,7 @@ def report_elsewhere(specs: list[RunSpec]) -> None:
     """Say what became of the runs another process was running when this one reached them."""
     if not specs:
         return
-    states = [store.run_status(Path(s.run_dir)) for s in specs]
+    states = [status_rule.run_status(Path(s.run_dir)) for s in specs]
     parts = store.format_counts(store.count_statuses(states))
     say(f"\n{len(specs)} run(s) were being run by another process: now {parts}"
           + ("; 'ltbench status' follows them" if any(s in ("running", "pending") for s in states) else ""))
@@ -285,7 +285,7 @@ def print_summary(recipe: Recipe) -> dict[str, int]:
     """After a launch: the recipe's tables exactly as ``ltbench table RECIPE`` (same overrides, same --results)
     prints them, and the status counts; returns the counts. A table that cannot be built now is said in
     one line: the runs themselves are done, and their exit status is theirs."""
-    counts = store.count_statuses(store.run_status(Path(spec.run_dir)) for spec in recipe.runs)
+    counts = store.count_statuses(status_rule.run_status(Path(spec.run_dir)) for spec in recipe.runs)
     try:
         text = report.recipe_tables_text(recipe)
     except LtbenchError as exc:

@@ -211,7 +211,9 @@ def _start_worker(spec: RunSpec, slot: int, jobs: int, redo: tuple[str, ...], gp
     cmd = [sys.executable, "-m", "ltbench.runner", str(run_dir / store.SPEC)]
     cmd += ["--redo", ",".join(redo)] if redo else []
     linux = sys.platform.startswith("linux")
-    with open(run_dir / "worker.log", "a") as log:
+    if store.regular_file_problem(run_dir / "worker.log", follow=False) not in ("", "is missing"):
+        store.set_aside(run_dir / "worker.log")  # a planted link or a FIFO: kept aside, never written through
+    with store.open_append(run_dir / "worker.log") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_die_with_parent if linux else None)
     write(f"started {run_label(spec)} seed {spec.config['seed']} ({spec.run_id}) in slot {slot}"

@@ -19,7 +19,6 @@ pipe, a CI log) each new epoch, evaluation and end is one plain line, so the pro
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -82,11 +81,9 @@ def read_heartbeat(run_dir: Path, since: float | None = None) -> dict | None:
     try:
         if since is not None and path.stat().st_mtime < since:
             return None
-        beat = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except OSError:
         return None
-    if not isinstance(beat, dict):
-        return None
+    beat = store.load_json_object(path)  # a FIFO never blocks, a 20 GB file is never read
     if beat.get("phase") == EVALUATING and {"source", "set", "sets", "step", "steps"} <= set(beat):
         return beat
     if beat.get("phase") == WRITING or {"epoch", "epochs", "step", "steps", "loss", "images_per_s", "seconds"} <= set(beat):
@@ -99,11 +96,8 @@ def finished_line(spec: RunSpec, label: str, status: str) -> str:
     line = f"finished {label} seed {spec.config['seed']} ({spec.run_id}): {status}"
     accuracy = None
     if status == "done":
-        try:
-            result = json.loads((Path(spec.run_dir) / store.RESULT).read_text())
-            accuracy = (result.get("metrics") or {}).get("all")
-        except (OSError, ValueError, AttributeError):
-            accuracy = None
+        result = store.load_json_object(Path(spec.run_dir) / store.RESULT, store.MAX_JSON_BYTES)
+        accuracy = (result.get("metrics") or {}).get("all") if isinstance(result.get("metrics"), dict) else None
     return line + (f", All {100.0 * float(accuracy):.2f} %" if isinstance(accuracy, (int, float)) else "")
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ltbench.results import schema, store
-from ltbench.errors import DataMissingError, one_line
+from ltbench.results import schema, status_rule, store
+from ltbench.errors import DataMissingError, one_line, shorten
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
 from ltbench.report.expected import source
 from ltbench.results.runspec import RunSpec
@@ -39,14 +39,14 @@ def _run_dirs_under(root: Path) -> list[Path]:
 
 def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
     """(status, note) of one run folder for 'ltbench status': never raises on damaged contents. The status is
-    ``store.run_state``'s (the one rule launch and the runner use too); only a folder found by scanning a
+    ``status_rule.run_state``'s (the one rule launch and the runner use too); only a folder found by scanning a
     results directory (not ``listed`` by a recipe) that holds no run file is 'not a run'."""
     if not run_dir.exists():
         return "pending", ""
     if not listed and not _is_run_dir(run_dir):
         empty = not any(run_dir.iterdir())
         return "not a run", ("empty folder" if empty else "no run files in this folder") + "; ignored"
-    state = store.run_state(run_dir)
+    state = status_rule.run_state(run_dir)
     status, notes = state.status, []
     if status == "failed":
         result = state.check.result
@@ -67,17 +67,14 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
         owner = state.started
         notes.append(f"epoch {rows[-1].get('epoch')} done" if rows else "no epoch done")
         if owner:
-            notes.append(f"pid {owner.get('pid')} on {owner.get('host')}")
+            notes.append(f"pid {shorten(owner.get('pid'), 20)} on {shorten(owner.get('host'), 80)}")
         if status == "interrupted":
             why = str(owner.get("interrupted") or "").split(": ", 1)[-1].split("; it keeps", 1)[0]
-            notes.append((f"stopped by {why[:200]}" if why else "its process is gone") + "; run again to resume")
-    if status in ("pending", "running") and (run_dir / store.SUBMITTED).is_file():
-        try:
-            import json
-
-            notes.append(f"job {json.loads((run_dir / store.SUBMITTED).read_text()).get('job_id')}")
-        except (ValueError, OSError, AttributeError):
-            notes.append("submitted.json unreadable")
+            notes.append((f"stopped by {shorten(why)}" if why else "its process is gone") + "; run again to resume")
+    if status in ("pending", "running") and os.path.lexists(run_dir / store.SUBMITTED):
+        submitted = store.load_json_object(run_dir / store.SUBMITTED)
+        notes.append(f"job {shorten(submitted['job_id'], 40)}" if "job_id" in submitted
+                     else "submitted.json unreadable")
     for name in (store.SPEC, store.LOG):
         path = run_dir / name
         if name == store.SPEC and not path.exists():

@@ -45,8 +45,8 @@ def other_data_note(root: Path, specs: list[RunSpec]) -> str:
         record = store.read_result(folder)
         if record is None:
             try:
-                record = json.loads((folder / store.SPEC).read_text())
-            except (OSError, ValueError):
+                record = store.load_json(folder / store.SPEC)
+            except store.UnusableFile:
                 continue
         old = (record.get("config") or {}).get(DATA_IDENTITY) if isinstance(record, dict) else None
         if isinstance(old, str) and old not in now:

@@ -19,7 +19,7 @@ from typing import Callable
 
 import submitit
 
-from ltbench.results import provenance, store
+from ltbench.results import provenance, status_rule, store
 from ltbench.errors import LtbenchError
 from ltbench.recipe import LauncherConfig, Recipe, load_recipe
 from ltbench.runner import prepare_run_dir, run_one
@@ -211,7 +211,7 @@ def wait_for(recipe: Recipe, specs: list[RunSpec], job_ids: list[str], poll_s: f
     last = ""
     gone_since: float | None = None
     while True:
-        states = [store.run_status(Path(s.run_dir)) for s in specs]
+        states = [status_rule.run_status(Path(s.run_dir)) for s in specs]
         left = [s for s, st in zip(specs, states) if st not in (*store.FINISHED, "failed")]
         line = store.format_counts(store.count_statuses(states), order=store.STATUSES)
         if line != last:

@@ -17,7 +17,6 @@ the run's result without training. A pruned trial's run is recorded failed, its 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -42,17 +41,9 @@ class TrialPruned(LtbenchError):
     this message, and the worker tells the study PRUNED."""
 
 
-@contextlib.contextmanager
 def search_lock(root: Path):
     """The search's flock (held while a worker looks at the studies and asks, takes over or tells a trial)."""
-    import fcntl
-
-    fd = os.open(Path(root) / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # drops the flock
+    return store.lock_file(Path(root) / LOCK)
 
 
 def me() -> dict:

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ltbench.results import identity, safe_read, store
+from ltbench.results import identity, store
 from ltbench.train.checkpoint import load_checkpoint
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
@@ -41,7 +41,7 @@ from ltbench.data.validation import declares_validation
 from ltbench.train.engine import build_run
 from ltbench import registry
 from ltbench.errors import LtbenchError
-from ltbench.results.predictions import npz_problem
+from ltbench.results.predictions import MAX_NPZ_BYTES, npz_problem
 
 FEATURES_DIR = "features"
 META = "meta.json"
@@ -138,11 +138,8 @@ def meta_problem(meta) -> str:
 
 def read_meta(run_dir: Path) -> dict | None:
     """meta.json when it is usable (``meta_problem``), else None."""
-    try:
-        meta = safe_read.load_json(Path(run_dir) / FEATURES_DIR / META, limit=safe_read.MiB)
-    except safe_read.UnusableFile:
-        return None
-    return None if meta_problem(meta) else meta
+    meta = store.load_json_object(Path(run_dir) / FEATURES_DIR / META)
+    return None if not meta or meta_problem(meta) else meta
 
 
 def cache_problem(run_dir: Path, meta: dict) -> str:
@@ -150,7 +147,7 @@ def cache_problem(run_dir: Path, meta: dict) -> str:
     folder = Path(run_dir) / FEATURES_DIR
     for split in meta["splits"]:
         path = folder / split_file(split)
-        problem = safe_read.regular_file_problem(path)
+        problem = store.regular_file_problem(path, follow=False)
         if problem:
             return f"{path.name} {problem}"
         if path.stat().st_size != meta["bytes"][split]:
@@ -174,8 +171,8 @@ def set_aside_damaged_cache(run_dir: Path, say: Callable[[str], None]) -> None:
     if not os.path.lexists(meta_path):
         return  # no finished extraction: a partial one resumes (start_fresh_if_foreign)
     try:
-        problem = meta_problem(safe_read.load_json(meta_path, limit=safe_read.MiB))
-    except safe_read.UnusableFile as exc:
+        problem = meta_problem(store.load_json(meta_path, limit=store.MiB))
+    except store.UnusableFile as exc:
         problem = f"meta.json {exc.reason}"
     else:
         problem = problem and f"meta.json {problem}"
@@ -279,12 +276,9 @@ def start_fresh_if_foreign(folder: Path, origin: dict) -> None:
     """Keep split files only when they were extracted from this checkpoint in this dtype (as told by
     meta.json or, mid-extraction, by .partial.json); otherwise delete them and mark the new origin."""
     known = read_meta(folder.parent)
-    if known is None and (folder / PARTIAL).is_file():
-        try:
-            known = safe_read.load_json(folder / PARTIAL, limit=safe_read.MiB)
-        except safe_read.UnusableFile:
-            known = None
-    if isinstance(known, dict) and all(known.get(k) == v for k, v in origin.items()):
+    if known is None:
+        known = store.load_json_object(folder / PARTIAL)
+    if known and all(known.get(k) == v for k, v in origin.items()):
         return
     (folder / META).unlink(missing_ok=True)
     for f in folder.glob("*.npz"):
@@ -313,16 +307,16 @@ def load_split(run_dir: Path, split: str) -> dict[str, np.ndarray]:
     path = Path(run_dir) / FEATURES_DIR / split_file(split)
     problem = npz_problem(path)
     if problem:
-        raise safe_read.UnusableFile(path, problem)
+        raise store.UnusableFile(path, problem)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with store.open_bounded(path, MAX_NPZ_BYTES) as f, np.load(f, allow_pickle=False) as data:
             out = {k: data[k] for k in data.files}
     except Exception as exc:  # BadZipFile, zlib.error (a flipped byte), object arrays, a forged header...
-        raise safe_read.UnusableFile(path, f"cannot be read as arrays ({type(exc).__name__}: "
+        raise store.UnusableFile(path, f"cannot be read as arrays ({type(exc).__name__}: "
                                            f"{str(exc)[:120]})") from None
     problem = split_arrays_problem(out)
     if problem:
-        raise safe_read.UnusableFile(path, problem)
+        raise store.UnusableFile(path, problem)
     out["features"] = out["features"].astype(np.float32)
     return out
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ltbench.stage2 import features
-from ltbench.results import identity, safe_read, schema, store
+from ltbench.results import identity, schema, status_rule, store
 from ltbench import registry
 from ltbench.config import EvalConfig, from_dict
 from ltbench.errors import DiskFullError, LtbenchError
@@ -78,7 +78,7 @@ def load_frozen(run_dir: Path) -> FrozenRun:
     try:
         method = trained_method(config, state, counts, splits["train"].features.shape[1])
     except (RuntimeError, ValueError) as exc:  # load_state_dict: the features do not fit the checkpoint's method
-        raise safe_read.UnusableFile(Path(run_dir) / features.FEATURES_DIR,
+        raise store.UnusableFile(Path(run_dir) / features.FEATURES_DIR,
                                      f"does not fit the run's checkpoint ({str(exc).splitlines()[0][:160]})") from None
     check_spaces_declared(run_dir, splits["train"], method)
     return FrozenRun(result["run_id"], config, counts, method, splits)
@@ -90,7 +90,7 @@ def check_spaces_declared(run_dir: Path, train: SplitInputs, method) -> None:
     (set aside and extracted again), never read as if it matched."""
     declared, cached = sorted(features.declared_spaces(method)), sorted(train.spaces)
     if declared != cached:
-        raise safe_read.UnusableFile(Path(run_dir) / features.FEATURES_DIR / features.split_file("train"),
+        raise store.UnusableFile(Path(run_dir) / features.FEATURES_DIR / features.split_file("train"),
                                      f"holds the feature spaces [{', '.join(cached)}], the run's method declares "
                                      f"[{', '.join(declared)}]")
 
@@ -104,10 +104,10 @@ def check_splits_agree(run_dir: Path, splits: dict[str, SplitInputs], num_classe
     for name, inputs in splits.items():
         path = folder / features.split_file(name)
         if inputs.features.shape[1] != width or {k: v.shape[1] for k, v in inputs.spaces.items()} != space_widths:
-            raise safe_read.UnusableFile(path, f"features of width {inputs.features.shape[1]}, the training split's "
+            raise store.UnusableFile(path, f"features of width {inputs.features.shape[1]}, the training split's "
                                                f"are {width}")
         if len(inputs.labels) and (int(inputs.labels.min()) < 0 or int(inputs.labels.max()) >= num_classes):
-            raise safe_read.UnusableFile(path, f"labels outside 0..{num_classes - 1}")
+            raise store.UnusableFile(path, f"labels outside 0..{num_classes - 1}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def pending_settings(run_dir: Path, specs: list[dict], checkpoint_sha256: str, r
     plugin code has changed since (``identity.changed_code``) are set aside and redone with ``redo_stale``,
     else kept and appended to ``stale``, so the caller says so.
 
-    Not ``store.run_state``: a stage-2 setting is another object than a run (no started.json, so no running
+    Not ``status_rule.run_state``: a stage-2 setting is another object than a run (no started.json, so no running
     or interrupted state; one lock for the whole grid of a run; stale also when fitted on another checkpoint).
     It is decided from the same pieces: ``store.check_result`` and ``identity.changed_code``."""
     todo = []
@@ -320,7 +320,7 @@ def frozen_with_usable_cache(run_dir: Path, dtype: str, say: Callable[[str], Non
         meta = features.extract_features(run_dir, dtype, say)
         try:
             return meta, load_frozen(run_dir)
-        except safe_read.UnusableFile as exc:
+        except store.UnusableFile as exc:
             if attempt == 2:
                 raise
             moved = store.set_aside(run_dir / features.FEATURES_DIR)
@@ -359,7 +359,7 @@ def unfinished_runs(runs: list[RunSpec]) -> list[tuple[RunSpec, str]]:
     """(run spec, status) of every run of the recipe that is not done: reported, never silently skipped."""
     out = []
     for spec in runs:
-        state = store.run_status(Path(spec.run_dir))
+        state = status_rule.run_status(Path(spec.run_dir))
         if state not in store.FINISHED:  # a stale run's model is still its own: stage 2 fits on it
             out.append((spec, state))
     return out

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from ltbench.errors import LtbenchError
-from ltbench.results import safe_read, store
+from ltbench.results import store
 
 CHECKPOINT_FORMAT = 2  # 2: the seconds the run has taken (its cost); a format-1 checkpoint starts its run over
 
@@ -32,6 +32,7 @@ CHECKPOINT_FORMAT = 2  # 2: the seconds the run has taken (its cost); a format-1
 CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "model", "optimizer")
 BEST_VAL = "best_val.pt"  # RUN_DIR/best_val.pt: the model of the best validation epoch so far
 BEST_VAL_KEYS = ("epoch", "model")
+MAX_CHECKPOINT_BYTES = 64 * 1024 ** 3  # a checkpoint of the largest backbone with its optimizer state is a few GB
 
 
 def write_state(path: Path, run, run_id: str, **fields) -> None:
@@ -61,11 +62,13 @@ def save_best_val(run_dir: Path, run, *, run_id: str, epoch: int) -> None:
 
 def read_state(path: Path, run_id: str, keys: tuple[str, ...]) -> dict:
     """The state in ``path`` (checkpoint format, this run's, holding ``keys``); ValueError saying why not."""
-    problem = safe_read.regular_file_problem(path)  # torch.load on a FIFO would block, on /dev/zero never end
-    if problem:
-        raise ValueError(f"it {problem}")
+    try:  # torch.load on a FIFO would block, on /dev/zero never end, through a link read the user's file
+        f = store.open_bounded(path, MAX_CHECKPOINT_BYTES)
+    except store.UnusableFile as exc:
+        raise ValueError(f"it {exc.reason}") from None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only, never code
+        with f:
+            state = torch.load(f, map_location="cpu", weights_only=True)  # tensors and plain data only, never code
     except Exception as exc:  # truncated zip, a pickle of anything but tensors and plain data
         raise ValueError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:

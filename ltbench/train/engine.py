@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -51,7 +50,7 @@ from ltbench.data import batch_augment, device_decode, transforms
 from ltbench.data.base import ArrayImages, LTData, MultiView, check_loaded
 from ltbench.errors import MethodContractError, NonFiniteLossError
 from ltbench.evaluation import label_prior, summarize, target_prior_metrics
-from ltbench.train.heartbeat import HEARTBEAT, PhaseBeat
+from ltbench.train.heartbeat import PhaseBeat, write_beat
 from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, TestTimeViews, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
@@ -849,10 +848,7 @@ def heartbeat(s: Session, meter: EpochMeter, epoch: int, steps_done: int, steps:
     beat = {"epoch": epoch + 1, "epochs": s.run.optim.epochs, "step": steps_done, "steps": steps,
             "loss": meter.sums["loss"] / seen if seen else None,  # None: no read yet this epoch
             "images_per_s": meter.images / max(seconds, 1e-9), "seconds": seconds}
-    path = Path(s.spec.run_dir) / HEARTBEAT
-    tmp = path.with_name(HEARTBEAT + ".tmp")  # replaced, not fsynced: a lost beat costs nothing
-    tmp.write_text(json.dumps(beat))
-    os.replace(tmp, path)
+    write_beat(s.spec.run_dir, beat)
 
 
 

@@ -17,9 +17,10 @@ Torch-free: the launcher imports the names from here.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from ltbench.results import store
 
 HEARTBEAT = "progress.json"
 EVALUATING, WRITING = "evaluating", "writing"
@@ -27,11 +28,9 @@ MIN_INTERVAL_S = 1.0  # at most one beat a second within a phase: a lost or late
 
 
 def write_beat(run_dir: Path, beat: dict) -> None:
-    """Replace RUN_DIR/progress.json (renamed into place, not fsynced: the launcher never reads half a beat)."""
-    path = Path(run_dir) / HEARTBEAT
-    tmp = path.with_name(HEARTBEAT + ".tmp")
-    tmp.write_text(json.dumps(beat))
-    os.replace(tmp, path)
+    """Replace RUN_DIR/progress.json (renamed into place, not fsynced: the launcher never reads half a beat,
+    and a lost beat costs nothing)."""
+    store.atomic_write_bytes(Path(run_dir) / HEARTBEAT, json.dumps(beat).encode(), durable=False)
 
 
 class PhaseBeat:
