@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from ltbench.errors import LtbenchError, shorten
+from ltbench.errors import ConfigError, LtbenchError, shorten
 from ltbench.run.screen import VERBOSE_ENV
 from ltbench.results.schema import SHOT_GROUPS
 
@@ -184,9 +184,14 @@ def cmd_table(args) -> int:
                           correction=None if args.correction == "none" else args.correction,
                           where=where, notes=args.notes)
     if args.trials:
-        from ltbench.report.tuned import trials_of  # lazy: keeps --help fast
+        from ltbench.report.tuned import export_recipe, trials_of  # lazy: keeps --help fast
+        if args.export:
+            print(export_recipe(built, args.trials, Path(args.path), list(args.overrides or []), Path(args.export)))
+            return 0
         print(trials_of(built, args.trials, args.digits if args.digits is not None else 2))
         return 0
+    if args.export:
+        raise ConfigError("--export writes the fixed recipe of a tuned row: give the row with --trials ROW")
     text = report.render_all(built, args.format or "markdown")
     if args.format is None and sys.stdout.isatty():  # a terminal: bold and underline as ANSI, as 'run' ends
         from ltbench.run.screen import for_terminal  # lazy: keeps --help fast
@@ -404,8 +409,10 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--notes", choices=["auto", "full", "short", "none"],
                    help="LaTeX notes under the table (default: the table's 'notes:', auto: full while the float fits "
                         "the page's height, else short: the legend and each row note cut to two lines)")
-    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation and test All, "
-                   "device-hours, which one each seed chose) instead of the table")
+    p.add_argument("--trials", metavar="ROW", help="the trials of this tuned row (its draws, validation All on each "
+                   "tuning seed, device-hours, the one chosen) instead of the table")
+    p.add_argument("--export", metavar="FILE.yaml", help="with --trials ROW: write a fixed recipe of the row's chosen "
+                   "configuration on its report seeds (its runs have the tuned row's run ids; no search)")
     p.add_argument("--select", choices=["val", "test"], help="a row matching several settings takes, per seed, the one "
                    "with the best validation All (val) or test All (test: labelled an oracle); docs/protocol.md")
     p.add_argument("--no-cache", action="store_true",
@@ -428,7 +435,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("plot", parents=[common], help="figures (PNG and PDF): per-class accuracy, per-class statistics, prior shift, training curves")
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
-    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves"], required=True,
+    p.add_argument("--kind", choices=["per_class", "class_stats", "kappa", "shift", "curves", "search"], required=True,
                    help="class_stats: one figure per recorded per-class statistic (kappa: its earlier name)")
     p.add_argument("--size", choices=["column", "text"], default="column",
                    help="figure width: one column (3.3 in, the default) or the text width (6.9 in); fonts >= 7 pt")

@@ -92,7 +92,7 @@ def run_one(spec: RunSpec | dict, say=print, redo: tuple[str, ...] = (), claim_w
     ``claim_wait_s``: how long to wait for a run another process holds (a Slurm task requeued after a
     node crash waits out the dead node's NFS lock lease). Under torchrun only rank 0 takes the lock
     (a duplicate multi-process launch is not guarded).
-    ``on_epoch``: engine.train's per-epoch callback (a tpe search's pruning; ltbench/run/tpe.py).
+    ``on_epoch``: engine.train's per-epoch callback (a search's pruning: search.SearchSampler.prunes).
     """
     spec = RunSpec.coerce(spec)
     if _rank() != 0:

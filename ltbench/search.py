@@ -28,7 +28,6 @@ from ltbench.errors import ConfigError, short_repr
 from ltbench.seeding import derive_seed
 
 KINDS = ("log_uniform", "uniform", "int_uniform", "choice")
-SAMPLERS = ("random", "tpe")  # tpe: Optuna's TPE, asked trial by trial (ltbench/recipe/tpe.py)
 MAX_TRIALS = 1000
 DIGITS = 4  # significant digits of a continuous draw
 
@@ -45,6 +44,64 @@ CORE_KEYS = ("optim", "train", "data", "backbone", "sampler")  # sections a spac
 
 
 @dataclass(frozen=True)
+class SearchSampler:
+    """A search sampler as the core sees it (the core never names one). ``asks``: its draws are asked when each
+    trial starts (they depend on the results before it), so a recipe's trials are those its state in the
+    results folder holds, and its launches go through ``runner`` (a module with ``launch``, ``work``,
+    ``progress_line``, ``refuse_redo``); ``hooks`` is a module with ``check(where)`` and
+    ``recorded_trials(root, studies, trials)``. ``prunes``: it can stop a trial on its validation curve.
+    Both modules are imported only when a recipe uses the sampler."""
+    name: str
+    doc: str
+    asks: bool = False
+    prunes: bool = False
+    hooks: str = ""
+    runner: str = ""
+    startup: int = 0  # draws made at random before the sampler's model guides any (TPE: Optuna's default 10)
+
+    def random_at(self, trials: int) -> bool:
+        """Whether fewer than half of ``trials`` draws are guided: the sampler is then random search."""
+        return self.startup > 0 and trials - min(self.startup, trials) < trials / 2
+
+    def module(self, which: str):
+        import importlib
+
+        return importlib.import_module(getattr(self, which))
+
+
+SAMPLERS: dict[str, SearchSampler] = {}
+
+
+def register_sampler(sampler: SearchSampler) -> SearchSampler:
+    SAMPLERS[sampler.name] = sampler
+    return sampler
+
+
+register_sampler(SearchSampler("random", "every draw made in advance from the seed (this module)"))
+register_sampler(SearchSampler("tpe", "Optuna's TPE, asked trial by trial", asks=True, prunes=True,
+                               hooks="ltbench.recipe.tpe", runner="ltbench.run.tpe", startup=10))
+
+
+def random_note(sampler: str, trials: int) -> str:
+    """'tpe is random search at this budget (...)' when fewer than half of its draws are guided, else ''."""
+    entry = SAMPLERS.get(sampler)
+    if entry is None or not entry.random_at(trials):
+        return ""
+    return (f"{sampler} is random search at this budget: its first {min(entry.startup, trials)} of {trials} draws "
+            f"per study are random start-up draws, so fewer than half are guided")
+
+
+def probe_values(space: dict) -> list[dict]:
+    """Two sets of values every draw lies between: each option at its low end, then at its high end (a
+    choice's first and last value). Checked at load like a random draw, so a space a plugin refuses is said
+    before any run, though an asking sampler draws its values only when each trial starts."""
+    def end(dist, i):
+        return dist.args[i] if dist.kind in ("choice", "int_uniform") else _round(dist.args[i])
+
+    return [{k: end(d, i) for k, d in sorted(space.items())} for i in (0, -1)]
+
+
+@dataclass(frozen=True)
 class Distribution:
     kind: str
     args: tuple
@@ -58,6 +115,16 @@ class Distribution:
         if self.kind == "int_uniform":
             return rng.randint(low, high)
         return self.args[rng.randrange(len(self.args))]
+
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` is a draw of this distribution (a recorded draw read back is data: checked)."""
+        if self.kind == "choice":
+            return any(type(value) is type(a) and value == a for a in self.args)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if self.kind == "int_uniform":
+            return isinstance(value, int) and self.args[0] <= value <= self.args[1]
+        return _round(self.args[0]) <= value <= _round(self.args[1]) or self.args[0] <= value <= self.args[1]
 
     def text(self) -> str:
         return f"{self.kind}[{', '.join(_value_text(a) for a in self.args)}]"
@@ -168,9 +235,21 @@ def trial_problem(info: Any) -> str:
     return ""
 
 
-def budget_text(info: dict) -> str:
-    """'tuned: 16 trials per method on the validation split (random search, seed 0)'; a TPE search
-    ('tpe search') runs one study per method and seed, so its budget is per seed too."""
-    per = "per method and seed" if info["sampler"] == "tpe" else "per method"
-    return (f"tuned: {info['trials']} trials {per} on the validation split "
-            f"({info['sampler']} search, seed {info['seed']})")
+def choose(vals: list[list[float | None]]) -> int | None:
+    """The one selection rule of a search: the index of the draw with the best mean validation All over the
+    tuning seeds, among the draws with a value on every tuning seed (the earliest of ties); None when no draw
+    has. Its report runs are fresh seeds that took no part in it, so their test numbers carry no selection
+    bonus (tests/test_tuned.py simulates it: the tuned-versus-fixed test keeps its nominal size)."""
+    scored = [(sum(v) / len(v), -i) for i, v in enumerate(vals) if v and all(x is not None for x in v)]
+    return -max(scored)[1] if scored else None
+
+
+def draws_per_axis(trials: int, dimension: int) -> float:
+    """trials ** (1/d): how finely a random search of ``trials`` draws covers each of d options."""
+    return float(trials) ** (1.0 / max(dimension, 1))
+
+
+def budget_text(info: dict, tuning: int, report: int) -> str:
+    """'tuned: 8 draws x 2 tuning seeds on validation (random search, seed 0); reported: 3 fresh seeds'."""
+    return (f"tuned: {info['trials']} draws x {tuning} tuning seed{'s' * (tuning != 1)} on validation "
+            f"({info['sampler']} search, seed {info['seed']}); reported: {report} fresh seed{'s' * (report != 1)}")

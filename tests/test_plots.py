@@ -293,3 +293,27 @@ def test_a_shift_figure_without_shifted_priors_says_what_would_produce_them(tmp_
 
     drawn = document.FIGURES["shift"].draw(plots, pd.DataFrame(), tmp_path / "shift", [], "column")
     assert drawn.paths == [] and "eval.target_priors" in drawn.reason and "eval.test_sets" in drawn.reason
+
+
+def test_search_figure_shows_validation_against_each_option_and_the_anytime_curve(tmp_path):
+    """From a search's trial runs (tests/test_tuned.py's populate): one panel per searched option, then the best
+    validation so far against cumulative device-hours; a study without a search says why nothing is drawn."""
+    from pathlib import Path
+
+    from ltbench import report
+    from ltbench.report import document, plots
+    from tests.test_tuned import populate, recipe_file
+
+    path = recipe_file(tmp_path)
+    populate(path, device_seconds=360.0)
+    frames = report.load(path)
+    drawn = document.draw("search", frames, tmp_path / "figs" / "search")
+    assert sorted(Path(p).suffix for p in drawn.paths) == [".pdf", ".png"], drawn.reason
+    assert "against each searched option" in drawn.captions["search"] and "2 tuning seeds" in drawn.captions["search"]
+    trials = plots.search_frame(frames["runs"])
+    assert len(trials) == 3 * 2 and {"draw:optim.lr", "draw:optim.weight_decay"} <= set(trials.columns)
+    figure = plots.figure_search(trials)
+    anytime = figure.axes[-1]
+    assert anytime.get_xlabel() == "device-hours (cumulative)" and len(figure.axes) >= 3
+    empty = document.FIGURES["search"].draw(plots, frames["runs"].iloc[0:0], tmp_path / "s", [], "column")
+    assert not empty.paths and "no finished trial run of a search" in empty.reason

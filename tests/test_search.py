@@ -7,6 +7,7 @@ its Config lacks, or a malformed distribution, fails here.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -15,6 +16,7 @@ from ltbench.config import OptimConfig
 from ltbench.errors import ConfigError
 from ltbench.recipe import load_recipe, resolve_run_config
 from ltbench.registry import METHODS
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize("name", METHODS.names())
@@ -103,7 +105,7 @@ def test_search_expands_methods_x_trials_x_seeds_with_recorded_trials(write_reci
     ({"search": {**SEARCH, "trials": 0}}, "search.trials: must be >= 1"),
     ({"data": {"val_per_class": 0}}, "selected on the validation split, and data 'synthetic_lt' has none"),
     ({"search": {**SEARCH, "sampler": "grid"}}, "search.sampler: expected random, tpe"),
-    ({"search": {**SEARCH, "prune": True}}, "search.prune: true .* needs sampler: tpe"),
+    ({"search": {**SEARCH, "prune": True}}, "search.prune: true .* set sampler: tpe"),
     ({"grid": {"method.name": ["ce"], "optim.lr": [0.1, 0.2]}}, "the grid sets 'optim.lr'"),
     ({"search": {**SEARCH, "space": {"bogus": {"uniform": [0, 1]}}}}, "not an option of a run"),
 ])
@@ -118,8 +120,8 @@ def test_bad_search_exits_2_with_one_line_and_dry_run_lists_the_draws(cli, write
     path = tuned(write_recipe)
     out = cli("run", path, "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert "search: 3 trial(s) per method, random search, seed 0" in out.stdout
-    assert "la: method.tau ~ uniform[0.5, 1.5], optim.lr ~ log_uniform[0.01, 0.4]" in out.stdout
+    assert "search: 3 draw(s) per method x 2 tuning seed(s) [1000, 1001], random search, seed 0" in out.stdout
+    assert "la: 3 draws, d = 3, 1.4 draws per axis: method.tau ~ uniform[0.5, 1.5], optim.lr ~ log_uniform[0.01, 0.4]" in out.stdout
     for r in load_recipe(path).runs:
         line = next(l for l in out.stdout.splitlines() if r.run_id in l)
         assert f"trial {r.grid['search']['trial'] + 1}/3" in line and f"optim.lr={r.config['optim']['lr']:g}" in line
@@ -139,3 +141,54 @@ def test_a_search_space_is_left_out_of_the_code_hash_like_a_docstring():
     assert normalized_hash(plain) == normalized_hash(spaced)
     assert normalized_hash(plain) != normalized_hash(plain.replace(b"return 1", b"return 2"))
     assert normalized_hash(b"search_space = 1\n") != normalized_hash(b"\n")  # only a class's declaration
+
+
+def test_no_search_sampler_is_named_outside_its_own_modules():
+    """Samplers are a registry (search.SAMPLERS): the core reaches a sampler through its entry, never by name.
+    Every name and string (docstrings included) of the product is read; only the registry's home and the
+    sampler's own modules may say 'tpe' or 'optuna' (a cited issue, 'optuna#1300', names no sampler)."""
+    import io
+    import tokenize
+
+    own = {"ltbench/search.py", "ltbench/recipe/tpe.py", "ltbench/run/tpe.py"}
+    found = []
+    for path in sorted(ROOT.glob("ltbench/**/*.py")) + sorted(ROOT.glob("methods/**/*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in own:
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type in (tokenize.NAME, tokenize.STRING) and re.search(r"\btpe\b|optuna(?!#\d)", tok.string, re.I):
+                found.append(f"{rel}:{tok.start[0]}")
+    assert not found, found
+    from ltbench import search
+    assert set(search.SAMPLERS) >= {"random", "tpe"} and search.SAMPLERS["tpe"].asks
+
+
+def test_a_forged_draw_of_an_asking_sampler_is_refused():
+    from ltbench.search import parse_distribution
+
+    lr = parse_distribution({"log_uniform": [0.01, 0.4]}, "x")
+    assert lr.holds(0.05) and not lr.holds(50.0) and not lr.holds(True) and not lr.holds(float("nan"))
+    pick = parse_distribution({"choice": [1, "a"]}, "x")
+    assert pick.holds(1) and pick.holds("a") and not pick.holds(True) and not pick.holds(1.5)
+    n = parse_distribution({"int_uniform": [1, 3]}, "x")
+    assert n.holds(3) and not n.holds(4) and not n.holds(2.0)
+
+
+def test_budget_per_dim_gives_every_method_the_same_draws_per_axis(write_recipe):
+    """ce searches 2 options and la 3: with budget per_dim, 4 draws for ce (2 per axis) make 8 for la (2 per
+    axis); the dry run says each method's d and draws per axis."""
+    recipe = load_recipe(tuned(write_recipe, search={**SEARCH, "trials": 4, "budget": "per_dim", "seeds": [5]}))
+    trials = {}
+    for r in recipe.runs:
+        trials.setdefault(r.config["method"]["name"], set()).add(r.grid["search"]["trial"])
+        assert r.grid["search"]["trials"] == {"ce": 4, "la": 8}[r.config["method"]["name"]]
+    assert {m: len(t) for m, t in trials.items()} == {"ce": 4, "la": 8}
+    lines = "\n".join(recipe.search)
+    assert "ce: 4 draws, d = 2, 2 draws per axis" in lines and "la: 8 draws, d = 3, 2 draws per axis" in lines
+    assert search.draws_per_axis(8, 3) == pytest.approx(2.0)
+
+
+def test_tpe_below_twenty_draws_is_said_to_be_random_search():
+    assert search.random_note("tpe", 8).startswith("tpe is random search at this budget: its first 8 of 8 draws")
+    assert search.random_note("tpe", 16) and not search.random_note("tpe", 20) and not search.random_note("random", 4)

@@ -1,6 +1,7 @@
-"""``search: {sampler: tpe}`` (ltbench/recipe/tpe.py, ltbench/run/tpe.py): one Optuna study per method and seed in
-a journal in the results folder; every trial an ordinary run; concurrent launches share the studies; a killed
-launch's trial is taken over and finished trials are never trained again; the journal is data."""
+"""``search: {sampler: tpe}`` (ltbench/recipe/tpe.py, ltbench/run/tpe.py): one Optuna study per method in a
+journal in the results folder, each trial an ordinary run on every tuning seed, the choice run on the report
+seeds; concurrent launches share the studies; a killed launch's trial is taken over (a dead owner, a reused
+pid) and finished trials are never trained again; the journal is data (forged draws, torn lines)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,16 @@ import yaml
 optuna = pytest.importorskip("optuna")  # the 'tune' extra (in 'dev'): CI installs it
 
 from ltbench.errors import ConfigError
-from ltbench.recipe import load_recipe, tpe_trial_spec
+from ltbench.recipe import asked_trial_spec, load_recipe
 from ltbench.recipe import tpe as tpe_recipe
 from ltbench.results import identity, store
 from ltbench.run import tpe
 from ltbench.runner import run_one
+from ltbench.search import probe_values
 from tests.conftest import ROOT, TINY, deep_update
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-SEARCH = {"sampler": "tpe", "trials": 3, "seed": 0}
+SEARCH = {"sampler": "tpe", "trials": 3, "seed": 0, "seeds": [7]}
 
 
 def recipe_file(tmp_path: Path, **extra) -> Path:
@@ -55,37 +57,41 @@ def trained_epochs(run_dir: Path) -> list[int]:
     return [row["epoch"] for row in store.read_jsonl(run_dir / store.LOG)]
 
 
-def test_tiny_tpe_search_runs_methods_x_trials_x_seeds_as_ordinary_runs(tmp_path):
+def test_tiny_tpe_search_runs_methods_x_trials_x_tuning_seeds_then_the_choice_on_report_seeds(tmp_path):
     path = recipe_file(tmp_path, grid={"method.name": ["ce", "la"]}, seeds=[0, 1])
     plan = ltbench("run", path, "--dry-run")
     assert plan.returncode == 0, plan.stderr
-    assert "4 studies (method x seed) x 3 trials" in plan.stdout and "0 asked" in plan.stdout
+    assert "2 studies (one per method) x 3 trials" in plan.stdout and "0 asked" in plan.stdout
     assert "each draw is asked from its study when the trial starts" in plan.stdout
     out = ltbench("run", path)
     assert out.returncode == 0, out.stderr
-    assert "12 asked (12 complete)" in out.stdout
+    assert "6 asked (6 complete)" in out.stdout and "report runs on fresh seeds (stage 2)" in out.stdout
     recipe = load_recipe(path)
-    assert len(recipe.runs) == 2 * 3 * 2 and len(recipe.studies) == 4
-    for spec in recipe.runs:  # each trial a normal run folder, its id the hash of its resolved configuration
+    trial_runs = [s for s in recipe.runs if s.grid.get("search")]
+    reported = [s for s in recipe.runs if not s.grid.get("search")]
+    assert len(trial_runs) == 2 * 3 * 1 and len(reported) == 2 * 2 and len(recipe.studies) == 2
+    assert {s.seed for s in trial_runs} == {7} and {s.seed for s in reported} == {0, 1}
+    for spec in recipe.runs:  # each run a normal run folder, its id the hash of its resolved configuration
         result = store.read_result(Path(spec.run_dir))
         assert result["status"] == "done" and result["run_id"] == spec.run_id == identity.run_id(result["config"])
-        assert result["grid"]["search"]["sampler"] == "tpe" and trained_epochs(Path(spec.run_dir)) == [1]
+        assert trained_epochs(Path(spec.run_dir)) == [1]
     trials = journal_trials(path)
-    assert sorted(len(t) for t in trials.values()) == [3, 3, 3, 3]
-    for study in recipe.studies:  # the study was told each run's validation All, and drew in its space
+    assert sorted(len(t) for t in trials.values()) == [3, 3]
+    for study in recipe.studies:  # the study was told each trial's validation All, and drew in its space
         for t in trials[study.name]:
-            spec = next(s for s in recipe.runs if s.grid["search"]["trial"] == t.number and s.seed == study.seed
+            spec = next(s for s in trial_runs if s.grid["search"]["trial"] == t.number
                         and s.config["method"]["name"] == study.method)
             assert t.state.name == "COMPLETE"
             assert t.value == store.read_result(Path(spec.run_dir))["metrics"]["val"]["all"]
             assert 0.01 <= spec.config["optim"]["lr"] <= 0.4
     table = ltbench("table", path, "--test", "none")
     assert table.returncode == 0, table.stderr
-    assert "Tuned: 3 trials per method and seed on the validation split (tpe search, seed 0)" in table.stdout
-    assert "chosen on validation" in table.stdout and "selected among" not in table.stdout
+    assert "Tuned: 3 draws x 1 tuning seed on validation (tpe search, seed 0); reported: 2 fresh seeds" in table.stdout
+    assert "tpe is random search at this budget" in table.stdout and "tpe is random search" in plan.stdout
+    assert "chosen on validation" in table.stdout and "chosen among" not in table.stdout
     again = ltbench("run", path)  # nothing left: no trial asked or trained again
-    assert again.returncode == 0 and "12 asked (12 complete)" in again.stdout
-    assert sorted(len(t) for t in journal_trials(path).values()) == [3, 3, 3, 3]
+    assert again.returncode == 0 and "6 asked (6 complete)" in again.stdout
+    assert sorted(len(t) for t in journal_trials(path).values()) == [3, 3]
 
 
 def test_two_concurrent_launches_share_one_study_each_trial_trained_once(tmp_path):
@@ -97,7 +103,7 @@ def test_two_concurrent_launches_share_one_study_each_trial_trained_once(tmp_pat
     (trials,) = journal_trials(path).values()
     assert [t.number for t in trials] == [0, 1, 2, 3] and all(t.state.name == "COMPLETE" for t in trials)
     runs = load_recipe(path).runs
-    assert len(runs) == 4
+    assert len(runs) == 4 + 1  # 4 trials on tuning seed 7, the choice on report seed 0
     for spec in runs:  # trained once: each epoch logged once, one session
         assert trained_epochs(Path(spec.run_dir)) == [1, 2]
         assert store.read_result(Path(spec.run_dir))["status"] == "done"
@@ -152,6 +158,55 @@ def test_a_trial_left_running_by_a_dead_worker_is_taken_over_not_asked_again(tmp
     assert trials[0].user_attrs["values"] == values
 
 
+def test_a_trial_whose_owner_pid_now_names_another_process_is_taken_over(tmp_path):
+    """Owners are host + pid + the pid's start time: a killed worker whose pid now belongs to an unrelated live
+    process (faked: this test's own pid, recorded with another start time) owns nothing; a live owner keeps it."""
+    path = recipe_file(tmp_path, search={**SEARCH, "trials": 1})
+    recipe = load_recipe(path)
+    (study,) = recipe.studies
+    store.make_dirs(recipe.root)
+    storage = tpe_recipe.open_journal(tpe_recipe.journal_path(recipe.root), optuna)
+    trial = tpe.load_study(optuna, storage, study, recipe, 0).ask()
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    owner = {"host": tpe.me()["host"], "pid": killed.pid, "start": tpe.process_start(killed.pid)}
+    assert owner["start"] is not None and not tpe.owner_gone(owner)  # alive: its trial is its own
+    killed.kill()
+    killed.wait()
+    assert tpe.owner_gone(owner)
+    reused = {**owner, "pid": os.getpid()}  # the pid reused by an unrelated live process, started at another time
+    assert not tpe.owner_gone({**reused, "start": tpe.process_start(os.getpid())}) and tpe.owner_gone(reused)
+    trial.set_user_attr("owner", reused)
+    trial.set_user_attr("values", tpe_recipe.suggest(trial, study.space))
+    assert tpe.work(load_recipe(path), out=lambda msg: None) == {"COMPLETE": 1}
+    (trials,) = journal_trials(path).values()
+    assert [(t.number, t.state.name) for t in trials] == [(0, "COMPLETE")]
+
+
+def test_a_forged_draw_is_refused_and_a_torn_last_line_is_cut_before_any_append(tmp_path):
+    path = recipe_file(tmp_path, search={**SEARCH, "trials": 1})
+    recipe = load_recipe(path)
+    (study,) = recipe.studies
+    store.make_dirs(recipe.root)
+    journal = tpe_recipe.journal_path(recipe.root)
+    storage = tpe_recipe.open_journal(journal, optuna)
+    trial = tpe.load_study(optuna, storage, study, recipe, 0).ask()
+    trial.set_user_attr("owner", {"host": "elsewhere", "pid": 1})
+    trial.set_user_attr("values", {**tpe_recipe.suggest(trial, study.space), "optim.lr": 50.0})  # space [0.01, 0.4]
+    for command in (("status", path), ("run", path)):
+        out = ltbench(*command)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert "optim.lr is 50.0, not a draw of its space log_uniform[0.01, 0.4]" in out.stderr
+    journal.unlink()
+    assert ltbench("run", path).returncode == 0
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 5, "trial_id": 0, "us')  # a writer killed mid-append
+    said = []
+    tpe_recipe.cut_torn_tail(journal, said.append)
+    assert journal.read_bytes() == whole and "cut a torn last line" in said[0]
+    tpe_recipe.cut_torn_tail(journal, said.append)  # a whole journal is left as it is
+    assert journal.read_bytes() == whole and len(said) == 1
+
+
 def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -179,7 +234,7 @@ def test_pruning_reports_the_validation_curve_and_stops_a_trial_below_the_median
     # a pruned run stops after the epoch that reported, is recorded failed saying why, and the study is told PRUNED
     recipe = load_recipe(path)
     (study,) = recipe.studies
-    spec = tpe_trial_spec(recipe, study, 1, tpe_recipe.probe_values(study.space)[0])
+    spec = asked_trial_spec(recipe, study, 1, probe_values(study.space)[0], 7)
 
     def prune_now(row):
         raise tpe.TrialPruned(f"pruned by the tpe search after epoch {row['epoch']}")
@@ -205,7 +260,7 @@ def test_one_worker_draws_the_same_trials_in_a_fresh_folder(tmp_path):
 @pytest.mark.parametrize("extra, words", [
     ({"search": {**SEARCH, "prune": True}}, "search.prune: true stops a trial on its validation curve"),
     ({"search": {**SEARCH, "prune": True}, "train": {"eval_every": 1}, "optim": {"epochs": 1}}, "validate only at the end"),
-    ({"search": {**SEARCH, "prune": True, "sampler": "random"}}, "needs sampler: tpe"),
+    ({"search": {**SEARCH, "prune": True, "sampler": "random"}}, "set sampler: tpe"),
 ])
 def test_prune_without_a_validation_curve_is_refused_before_any_run(tmp_path, extra, words):
     with pytest.raises(ConfigError, match=words):

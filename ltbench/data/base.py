@@ -126,6 +126,15 @@ class DatasetBuilder:
         """Called once per distinct data config before any run starts: raise DataMissingError when the
         files are missing, so a grid stops with one message instead of failing in every run. Keep it cheap."""
 
+    def split_ids(self) -> tuple[list, list] | None:
+        """(validation sample ids, test sample ids), compared before the first run so that no validation
+        sample is a test sample (validation.check_disjoint); None without a validation split. Default: what
+        ``load()`` returns (validation.sample_ids). A dataset that can say it from its lists overrides it."""
+        from ltbench.data.validation import sample_ids
+
+        data = self.load()
+        return None if data.val is None else (sample_ids(data.val), sample_ids(data.test))
+
     def load(self) -> LTData:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -198,10 +207,11 @@ def data_roots(root: str | None, folder: str, *extra: str) -> list[Path]:
 class ArrayImages(Dataset):
     """Images held in memory as a uint8 tensor (N, C, H, W)."""
 
-    def __init__(self, images: torch.Tensor, labels: np.ndarray):
+    def __init__(self, images: torch.Tensor, labels: np.ndarray, ids: Sequence | None = None):
         assert images.dtype == torch.uint8 and images.ndim == 4
         self.images = images
         self.labels = np.asarray(labels, dtype=np.int64)
+        self.ids = ids  # each image's identity, e.g. ('train', 17): its pool and index (validation.sample_ids)
 
     def __len__(self) -> int:
         return len(self.labels)

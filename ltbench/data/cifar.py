@@ -319,7 +319,7 @@ class CIFARLT(DatasetBuilder):
             image=ImageSpec(size=32, channels=3, mean=MEAN, std=STD, kind="small"),
             train=ArrayImages(torch.from_numpy(train_x[idx]), sub_y),
             train_labels=sub_y,
-            test=ArrayImages(torch.from_numpy(test_x), test_y),
+            test=ArrayImages(torch.from_numpy(test_x), test_y, [("test", j) for j in range(len(test_y))]),
             test_labels=test_y,
             subset_hash=subset_hash(idx),
             pipelines=dict(VIEW_ALIASES),
@@ -336,7 +336,8 @@ class CIFARLT(DatasetBuilder):
         )
         if cfg.val_per_class:  # after the subset, with its own generator: the LDAM-DRW subset is untouched
             val_idx = unused_per_class(train_y, idx, cfg.val_per_class, cfg.data_seed)
-            data.val, data.val_labels = ArrayImages(torch.from_numpy(train_x[val_idx]), train_y[val_idx]), train_y[val_idx]
+            data.val = ArrayImages(torch.from_numpy(train_x[val_idx]), train_y[val_idx], [("train", int(i)) for i in val_idx])
+            data.val_labels = train_y[val_idx]
             data.info["validation"] = counts_record(data.val_labels, lay.num_classes, cfg.val_per_class)
         return data
 

@@ -116,7 +116,7 @@ class FashionMNISTLT(DatasetBuilder):
             image=ImageSpec(size=28, channels=1, mean=MEAN, std=STD),
             train=ArrayImages(train_x, train_y[idx]),
             train_labels=train_y[idx],
-            test=ArrayImages(test_x, test_y),
+            test=ArrayImages(test_x, test_y, [("test", j) for j in range(len(test_y))]),
             test_labels=test_y,
             subset_hash=subset_hash(idx),
             pipelines=dict(VIEW_ALIASES),
@@ -125,7 +125,8 @@ class FashionMNISTLT(DatasetBuilder):
         )
         if cfg.val_per_class:  # after the subset: the LDAM-DRW draw is exactly as without validation
             val_idx = unused_per_class(train_y, idx, cfg.val_per_class, cfg.data_seed)
-            data.val = ArrayImages(torch.from_numpy(arrays["train_images"][val_idx].copy()).unsqueeze(1), train_y[val_idx])
+            data.val = ArrayImages(torch.from_numpy(arrays["train_images"][val_idx].copy()).unsqueeze(1), train_y[val_idx],
+                                   [("train", int(i)) for i in val_idx])
             data.val_labels = train_y[val_idx]
             data.info["validation"] = counts_record(data.val_labels, 10, cfg.val_per_class)
         return data

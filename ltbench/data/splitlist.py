@@ -124,9 +124,6 @@ class SplitListConfig:
         if self.val_split is not None:
             if not re.fullmatch(r"[A-Za-z0-9_]+", self.val_split) or self.val_split == "train":
                 raise ValueError(f"val_split must name a published list other than train, such as val, got {self.val_split!r}")
-            if self.val_split == self.test_split:
-                raise ValueError(f"val_split {self.val_split!r} is the test list (test_split); choosing on it is choosing "
-                                 f"on the test set: hold images out of train instead with val_per_class")
             if self.val_per_class:
                 raise ValueError("val_split and val_per_class are two validation sets; set one of them")
 
@@ -236,6 +233,11 @@ class FileImages(Dataset):
                 f"data.root is not set: images of {self.source or 'the split list'} cannot be opened")
         return self.root / self.paths[i]
 
+    @property
+    def ids(self) -> list[str]:
+        """Each image's identity: its path under the image root, normalised ('a/./b' is 'a/b')."""
+        return [os.path.normpath(p) for p in self.paths]
+
     def where(self, i: int) -> str:
         if not self.source:
             return ""
@@ -314,6 +316,18 @@ class SplitListDataset(DatasetBuilder):
                         f"image {root / lst.paths[i]} not found (listed at {lst.path}:{lst.lines[i]}); "
                         f"{self.bench.title} needs {self.bench.images} under data.root"
                     )
+
+    def split_ids(self) -> tuple[list, list] | None:
+        """The validation and test images' paths, from the lists alone (no image opened)."""
+        cfg = self.cfg
+        if not (cfg.val_split or cfg.val_per_class):
+            return None
+        train, test, _ = self.lists()
+        if cfg.val_split:
+            val = read_split_list(find_list(self.bench, cfg, cfg.val_split)).paths
+        else:
+            val = [train.paths[i] for i in hold_out(train.labels, cfg.val_per_class, 0)[1]]
+        return [os.path.normpath(p) for p in val], FileImages(None, test.paths, test.labels).ids
 
     def test_set(self, name: str, data: LTData):
         """A published shifted list (e.g. ImageNet_LT_forward50.txt, from SADE) when it can be found."""

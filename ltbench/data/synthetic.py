@@ -80,11 +80,11 @@ class SyntheticLT(DatasetBuilder):
             image=ImageSpec(size=s, channels=c, mean=(0.5,) * c, std=(0.25,) * c),
             train=ArrayImages(train_x, train_y),
             train_labels=train_y,
-            test=ArrayImages(test_x, test_y),
+            test=ArrayImages(test_x, test_y, [("test", j) for j in range(len(test_y))]),
             test_labels=test_y,
             subset_hash=digest,
             pipelines=dict(VIEW_ALIASES),
             info={"counts_profile": counts},
-            val=ArrayImages(*val) if val else None,
+            val=ArrayImages(*val, [("val", j) for j in range(len(val[1]))]) if val else None,
             val_labels=val[1] if val else None,
         )

@@ -11,8 +11,11 @@ NumPy RNG the LDAM-DRW subset depends on).
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
+from ltbench.errors import ConfigError, short_repr
 from ltbench.seeding import derive_seed
 
 
@@ -65,3 +68,26 @@ def counts_record(val_labels: np.ndarray, num_classes: int, asked: int) -> dict:
     counts = np.bincount(np.asarray(val_labels, dtype=np.int64), minlength=num_classes)
     return {"per_class_asked": int(asked), "size": int(counts.sum()),
             "short_classes": [int(c) for c in np.flatnonzero(counts < asked)]}
+
+
+def sample_ids(dataset) -> list:
+    """Each sample's identity: the dataset's ``ids`` (a list file's image paths, an array's (pool, index)),
+    else the sha1 of the image a plugin's dataset returns for it (its content is all that names it)."""
+    ids = getattr(dataset, "ids", None)
+    if ids is not None:
+        return list(ids)
+    return [hashlib.sha1(np.ascontiguousarray(np.asarray(dataset[i][0])).tobytes()).hexdigest()
+            for i in range(len(dataset))]
+
+
+def check_disjoint(ids: tuple[list, list] | None, where: str) -> None:
+    """Refuse, in one line, a validation split that shares a sample with the test set: every choice made on
+    validation (a search, --select val, eval.select: best_val, pruning) would then be made on the test set."""
+    if ids is None:
+        return
+    test = set(ids[1])
+    shared = [v for v in ids[0] if v in test]
+    if shared:
+        raise ConfigError(f"{where}: {len(shared)} of the {len(ids[0])} validation samples are test samples (e.g. "
+                          f"{short_repr(shared[0], 80)}); choosing on them is choosing on the test set; give a "
+                          f"validation split apart from the test set (e.g. data.val_per_class instead of data.val_split)")

@@ -31,9 +31,10 @@ from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
 from ltbench.recipe.selection import matches, select_where
-from ltbench.recipe import tpe
-from ltbench.recipe.trials import check_space_used, parse_search, plan_lines, point_space, trial_configs, trial_record, with_values
+from ltbench.recipe.trials import (Study, check_space_used, check_tuning_seeds, finished_choice, parse_search,
+                                   plan_lines, point_space, trial_configs, trial_record, with_values)
 from ltbench.results.runspec import RunSpec
+from ltbench.search import SAMPLERS, probe_values, space_text
 from ltbench.samplers import DEFAULT_SAMPLER, resolve_sampler
 
 # Bounds on what a recipe may ask for, each far above any real use: a recipe is read before anything
@@ -134,10 +135,11 @@ class Recipe:
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
     where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/selection.py)
     search: list = field(default_factory=list)  # what --dry-run says of the search (trials.plan_lines)
-    studies: list = field(default_factory=list)  # sampler tpe: one recipe.tpe.Study per grid point and seed
-    probes: list = field(default_factory=list)  # sampler tpe: run specs checked before any run, never run
+    studies: list = field(default_factory=list)  # a sampler that asks (search.SAMPLERS): one trials.Study per grid point
+    probes: list = field(default_factory=list)  # its run specs checked before any run, never run
     found: Any = None  # the parsed search: section (trials.Search), None without one
     identities: dict = field(default_factory=dict)  # data and weights identities asked so far (_run_config)
+    seeds: list = field(default_factory=list)  # the report seeds (a search's stage 2 runs on them)
 
     @property
     def root(self) -> Path:
@@ -783,11 +785,11 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     out_dir = results_root(top.results_dir, results_dir)
     points = _grid_points(top.grid, "")
     found = parse_search(top.search)
-    trials = found.config.trials if found else 1
-    if len(points) * trials * len(top.seeds) > MAX_RUNS:
-        raise ConfigError(f"grid x {'search.trials x ' if found else ''}seeds: {len(points)} x "
-                          f"{f'{trials} x ' if found else ''}{len(top.seeds)} runs; at most {MAX_RUNS} per recipe "
-                          f"(split it into several recipes)")
+    check_tuning_seeds(found, top.seeds)
+    per_point = found.config.trials * len(found.config.seeds) + len(top.seeds) if found else len(top.seeds)
+    if len(points) * per_point > MAX_RUNS:
+        raise ConfigError(f"grid x {'(search.trials x search.seeds + seeds)' if found else 'seeds'}: {len(points)} x "
+                          f"{per_point} runs; at most {MAX_RUNS} per recipe (split it into several recipes)")
     declared = _declared({k: raw.get(k, {}) for k in RUN_SECTIONS}, points, run_overrides) if where else []
     seeds_of = _seeds_where(declared, points, top.seeds, where, found)  # before any plugin (torch)
     try:
@@ -796,32 +798,39 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         raise ConfigError(str(exc) if isinstance(exc, registry.EnvPluginError) else f"plugins: {exc}") from None
     base = {k: raw.get(k, {}) for k in RUN_SECTIONS}
     runs, seen, used, identities, studies, probes = [], set(), set(), {}, [], []
-    asks = found is not None and found.config.sampler == "tpe"
+    asks = found is not None and SAMPLERS[found.config.sampler].asks
     idle, acting = {}, set()  # options given that cannot act in a run (key: why), and those that act in one
-    for point, seeds in zip(points, seeds_of):
-        if not seeds:
-            continue
+    def point_cfg(point: dict) -> dict:
         cfg = copy.deepcopy(base)
         for key, value in point.items():
             set_dotted(cfg, key, value, f"grid.{key}")
         apply_run_overrides(cfg, list(run_overrides), used)
+        return cfg
+
+    if found and found.config.budget == "per_dim":  # every method the same draws per axis as the smallest space
+        found.smallest = min(len(point_space(found, point_cfg(p), p, [ov.key for ov in run_overrides], "search"))
+                             for p in points) or None
+    for point, seeds in zip(points, seeds_of):
+        if not seeds:
+            continue
+        cfg = point_cfg(point)
         if asks:
             space = point_space(found, cfg, point, [ov.key for ov in run_overrides], "search")
-            for seed in top.seeds:
-                study, checked = _tpe_study(found, cfg, point, space, seed, identities, name, out_dir)
-                studies.append(study)
-                probes += checked
-                for probe in checked:
-                    _note_idle_options(cfg, probe.config, idle, acting)
+            study, checked = _study(found, cfg, point, space, identities, name, out_dir)
+            studies.append(study)
+            probes += checked
+            for probe in checked:
+                _note_idle_options(cfg, probe.config, idle, acting)
             continue
+        drawn = []  # (configuration, its runs on the tuning seeds) per draw; the point alone without a search
         for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
-            for seed in seeds:
+            drawn.append((trial_cfg, []))
+            for seed in found.config.seeds if found else seeds:
                 config = _blamed(run_overrides, _trial_config, trial_cfg, seed, identities, trial)
                 _note_idle_options(trial_cfg, config, idle, acting)
-                spec = _spec(name, out_dir, config, point, trial)
-                if spec.run_id not in seen:
-                    seen.add(spec.run_id)
-                    runs.append(spec)
+                drawn[-1][1].append(_add_run(runs, seen, _spec(name, out_dir, config, point, trial)))
+        if found:
+            _add_report_runs(runs, seen, name, out_dir, point, identities, top.seeds, drawn)
     check_overrides_used(list(run_overrides), used, runs + probes)
     if where:  # the full configurations decide (a key only a plugin's default sets); refused if none is kept
         left_out = [{**c, "seed": s} for c, seeds in zip(declared, seeds_of) for s in top.seeds if s not in seeds]
@@ -837,10 +846,10 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     # Whether each declared table can be built from these runs is checked by the caller
     # (report.expected.check_recipe_tables, called by the CLI): the recipe never imports report.
     recipe = Recipe(name, path, raw, runs, launcher, out_dir, plugins, tables, posthoc,
-                    [ov.key for ov in run_overrides], search=plan_lines(found), studies=studies, probes=probes,
-                    found=found, identities=identities)
+                    [ov.key for ov in run_overrides], search=plan_lines(found, top.seeds), studies=studies, probes=probes,
+                    found=found, identities=identities, seeds=list(top.seeds))
     if asks:
-        recipe.runs = tpe_recorded_runs(recipe)
+        recipe.runs = asked_runs(recipe)
     return recipe
 
 
@@ -861,13 +870,33 @@ def _seeds_where(declared: list[dict], points: list[dict], seeds: list, where: d
     leaves out is never validated, so it cannot block a launch (a key only a default sets: decided later)."""
     if not where:
         return [list(seeds)] * len(points)
-    if found is not None and found.config.sampler == "tpe":
-        raise ConfigError("--where does not apply to a tpe search (its workers share every study); narrow the grid "
-                          "with an override instead (grid.<key>=[...])")
+    if found is not None and SAMPLERS[found.config.sampler].asks:
+        raise ConfigError(f"--where does not apply to a {found.config.sampler} search (its workers share every "
+                          f"study); narrow the grid with an override instead (grid.<key>=[...])")
     out = [[s for s in seeds if matches({**cfg, "seed": s}, where, absent=None) is not False] for cfg in declared]
     if not any(out):
         select_where([{**cfg, "seed": s} for cfg in declared for s in seeds], where)  # raises, naming the values
     return out
+
+
+def _add_run(runs: list, seen: set, spec: RunSpec) -> RunSpec:
+    """Append ``spec`` unless a run of the same id is already listed; returns it."""
+    if spec.run_id not in seen:
+        seen.add(spec.run_id)
+        runs.append(spec)
+    return spec
+
+
+def _add_report_runs(runs: list, seen: set, name: str, out_dir: Path, point: dict, identities: dict,
+                     seeds: list[int], drawn: list[tuple[dict | None, list | None]]) -> None:
+    """Stage 2 of a search: once every draw's runs on the tuning seeds have ended, the chosen configuration
+    (search.choose) on each report seed, as a plain run with no trial record: its run id is the one a fixed
+    recipe with those values gives, so a run made without a search is reused, never trained twice."""
+    k = finished_choice([specs for _, specs in drawn])
+    if k is None:
+        return
+    for seed in seeds:
+        _add_run(runs, seen, _spec(name, out_dir, _run_config(drawn[k][0], seed, identities), point, None))
 
 
 def _spec(name: str, out_dir: Path, config: dict, point: dict, trial: dict | None) -> RunSpec:
@@ -881,13 +910,14 @@ def _spec(name: str, out_dir: Path, config: dict, point: dict, trial: dict | Non
                    plugins=registry.plugin_paths(), run_dir=str(inside_results(out_dir, name, run_id)))
 
 
-def _tpe_study(found, cfg: dict, point: dict, space: dict, seed: int, identities: dict, name: str,
-               out_dir: Path) -> tuple[tpe.Study, list[RunSpec]]:
-    """One study of a tpe search (a grid point with one seed) and its probes: the configurations at the low
-    and high ends of its space, validated as a random draw would be (their specs are checked, never run)."""
+def _study(found, cfg: dict, point: dict, space: dict, identities: dict, name: str,
+           out_dir: Path) -> tuple[Study, list[RunSpec]]:
+    """One study of a search whose sampler asks (a grid point over its tuning seeds) and its probes: the configurations at
+    the low and high ends of its space, validated as a random draw would be (their specs are checked, never run)."""
+    seed = found.config.seeds[0]
     probes = [_spec(name, out_dir, _trial_config(with_values(cfg, values), seed, identities,
                                                  trial_record(found, 0, space)), point, trial_record(found, 0, space))
-              for values in tpe.probe_values(space)]
+              for values in probe_values(space)]
     if found.config.prune and not validation_curve(probes[0].config):
         raise ConfigError(f"search.prune: true stops a trial on its validation curve, and the runs of method "
                           f"'{cfg['method']['name']}' validate only at the end; set train.eval_every: 1 (validation "
@@ -899,8 +929,9 @@ def _tpe_study(found, cfg: dict, point: dict, space: dict, seed: int, identities
             node = node.get(part, {})
         node.pop(key.rsplit(".", 1)[1], None)
     method = cfg["method"]["name"]
-    return tpe.Study(tpe.study_name(method, seed, identity.run_id(fixed), found, space), method, seed, cfg, point,
-                     space), probes
+    c = found.config
+    study = identity.study_id(method, identity.run_id(fixed), c.seed, c.seeds, space_text(space), c.prune)
+    return Study(study, method, cfg, point, space), probes
 
 
 def validation_curve(config: dict) -> bool:
@@ -910,30 +941,39 @@ def validation_curve(config: dict) -> bool:
     return (config["eval"]["select"] == "best_val" and epochs > 1) or 0 < every < epochs
 
 
-def tpe_trial_spec(recipe: Recipe, study: tpe.Study, number: int, values: dict) -> RunSpec:
-    """The run of trial ``number`` of a tpe study, with its drawn ``values``: an ordinary run, its id the hash
-    of its resolved configuration; its trial record in ``grid['search']``. A value a plugin refuses is a
-    ConfigError naming the trial."""
+def asked_trial_spec(recipe: Recipe, study: Study, number: int, values: dict, seed: int) -> RunSpec:
+    """The run of trial ``number`` of a study on tuning seed ``seed``, with its drawn ``values``: an
+    ordinary run, its id the hash of its resolved configuration; its trial record in ``grid['search']``. A
+    value a plugin refuses is a ConfigError naming the trial."""
     record = trial_record(recipe.found, number, study.space)
-    config = _trial_config(with_values(study.cfg, values), study.seed, recipe.identities, record)
+    config = _trial_config(with_values(study.cfg, values), seed, recipe.identities, record)
     return _spec(recipe.name, recipe.results_dir, config, study.point, record)
 
 
-def tpe_recorded_runs(recipe: Recipe) -> list[RunSpec]:
-    """The runs of the trials a tpe search's journal holds so far (none before its first launch)."""
-    recorded = tpe.recorded_trials(recipe.root, recipe.studies, recipe.found.config.trials)
+def asked_runs(recipe: Recipe) -> list[RunSpec]:
+    """The runs of the trials an asking sampler's state holds so far (none before its first launch), each on
+    every tuning seed; and, once a study has told all its trials, its report runs (stage 2)."""
+    c = recipe.found.config
+    hooks = SAMPLERS[c.sampler].module("hooks")
+    recorded = hooks.recorded_trials(recipe.root, recipe.studies, c.trials)
     runs, seen = [], set()
     for study in recipe.studies:
-        for number, _, values in sorted(recorded.get(study.name, []), key=lambda t: t[0]):
+        drawn, told = [], sorted(recorded.get(study.name, []), key=lambda t: t[0])
+        for number, state, values in told:
             if values is None:
+                drawn.append((None, None))
                 continue
             try:
-                spec = tpe_trial_spec(recipe, study, number, values)
+                specs = [_add_run(runs, seen, asked_trial_spec(recipe, study, number, values, seed)) for seed in c.seeds]
             except ConfigError as exc:
-                raise tpe.damaged(tpe.journal_path(recipe.root), f"trial {number} of study {study.name}: {exc}") from None
-            if spec.run_id not in seen:
-                seen.add(spec.run_id)
-                runs.append(spec)
+                if state == "FAIL":  # a draw its plugin refused: told FAIL, never run
+                    drawn.append((None, None))
+                    continue
+                raise hooks.damaged(recipe.root, f"trial {number} of study {study.name}: {exc}") from None
+            drawn.append((with_values(study.cfg, values), specs))
+        if len(told) == c.trials and all(state != "RUNNING" for _, state, _ in told):  # every trial told
+            _add_report_runs(runs, seen, recipe.name, recipe.results_dir, study.point, recipe.identities,
+                             recipe.seeds, drawn)
     return runs
 
 
@@ -1003,7 +1043,17 @@ def run_label(run: RunSpec) -> str:
     sampler = run.config["sampler"]
     if sampler["name"] != DEFAULT_SAMPLER:
         extras.append(f"sampler={_short(sampler)}")
+    trial = grid.get("search")
+    if isinstance(trial, dict):  # 'trial 3/8 (optim.lr=0.05, method.tau=1.2)': which draw, and what it drew
+        drawn = ", ".join(f"{k}={_short(_dotted(run.config, k))}" for k in trial.get("space") or [])
+        extras.append(f"trial {trial.get('trial', 0) + 1}/{trial.get('trials')} ({drawn})")
     return method["name"] + (f" ({', '.join(extras)})" if extras else "")
+
+
+def _dotted(config: dict, key: str) -> Any:
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def _short(v: Any) -> str:

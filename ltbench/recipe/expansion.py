@@ -8,7 +8,7 @@ of besides ltbench's own code (:func:`expansion_inputs`, :func:`plugin_inputs`):
 YAML less ``tables:``, which no run depends on), its path, the overrides, the results root,
 $LTBENCH_PLUGIN_PATH, the size and mtime of every Python file of the recipe's plugin folders and the
 $LTBENCH_PLUGIN_PATH folders, the installed packages that register ltbench plugins
-(``caches.installed_plugins``), and a tpe search's journal. Not in them, so they keep the caches: a table's
+(``caches.installed_plugins``), and a search's results and sampler state (recipe.trials.search_signature). Not in them, so they keep the caches: a table's
 caption or rows, an unrelated package installed.
 """
 
@@ -25,7 +25,7 @@ from ltbench.recipe import read_recipe_file, recipe_name, results_root, RecipeCo
 from ltbench import registry
 from ltbench.config import describe_options
 from ltbench.registry import PLUGIN_PATH_ENV
-from ltbench.recipe.tpe import JOURNAL
+from ltbench.recipe.trials import search_signature
 from ltbench.results.runspec import RunSpec
 
 
@@ -68,20 +68,7 @@ def expansion_inputs(recipe: RecipeFile, overrides: list[str]) -> list:
     recipe enters as read (``repr`` keeps the YAML's order and types), less ``tables:``."""
     raw = repr({k: v for k, v in recipe.raw.items() if k != "tables"})
     return ["expansion", str(recipe.path.resolve()), raw, str(recipe.root.resolve()), list(overrides),
-            journal_signature(recipe), *plugin_inputs(recipe.plugin_dirs)]
-
-
-def journal_signature(recipe: RecipeFile) -> str:
-    """A tpe search's runs are the trials its journal holds (ltbench/recipe/tpe.py): its size and mtime are
-    part of what the expansion depends on ('' for other recipes, and before the first trial)."""
-    found = recipe.raw.get("search")
-    if not (isinstance(found, dict) and found.get("sampler") == "tpe"):
-        return ""
-    try:
-        info = (recipe.root / JOURNAL).stat()
-    except OSError:
-        return "no journal"
-    return f"{info.st_size}:{info.st_mtime_ns}"
+            search_signature(recipe.raw, recipe.root), *plugin_inputs(recipe.plugin_dirs)]
 
 
 def expansion_cache_path(recipe: RecipeFile, overrides: list[str]) -> Path:

@@ -15,13 +15,11 @@ its run's configuration is rebuilt from the journal exactly; the worker loop is 
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ltbench import search
+from ltbench.recipe.trials import Study
 from ltbench.errors import ConfigError, WriteError, shorten
 from ltbench.results import store
 
@@ -40,35 +38,9 @@ def require_optuna(where: str):
     return optuna
 
 
-@dataclass
-class Study:
-    """One grid point with one seed: ``trials`` trials asked from TPE, each an ordinary run."""
-
-    name: str  # the study's name in the journal: method, seed and a hash of everything else it depends on
-    method: str
-    seed: int  # the runs' seed
-    cfg: dict  # the grid point's configuration (grid and overrides set), without the drawn values
-    point: dict  # the grid point, recorded in each run's spec as its grid
-    space: dict  # dotted key -> search.Distribution
-
-
-def study_name(method: str, seed: int, fixed_id: str, found: Any, space: dict) -> str:
-    """'la-seed0-<12 hex>': the hash covers the run id of the configuration less its searched options
-    (``fixed_id``), the search's seed, its space and whether it prunes: changing any of them is another study.
-    ``trials`` is left out: raising it continues the study."""
-    c = found.config
-    key = json.dumps([fixed_id, c.seed, search.space_text(space), c.prune], sort_keys=True)
-    return f"{method}-seed{seed}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
-
-
-def probe_values(space: dict) -> list[dict]:
-    """Two sets of values every draw lies between: each option at its low end, then at its high end (a
-    choice's first and last value). Checked at load like a random draw, so a space a plugin refuses is said
-    before any run, though TPE draws its values only when each trial starts."""
-    def end(dist, i):
-        return dist.args[i] if dist.kind in ("choice", "int_uniform") else search._round(dist.args[i])
-
-    return [{k: end(d, i) for k, d in sorted(space.items())} for i in (0, -1)]
+def check(where: str) -> None:
+    """A recipe that asks for tpe: Optuna must be importable (search.SearchSampler.hooks)."""
+    require_optuna(where)
 
 
 def suggest(trial: Any, space: dict) -> dict:
@@ -91,6 +63,7 @@ def journal_path(root: Path) -> Path:
 
 
 def damaged(path: Path, why: str) -> ConfigError:
+    path = journal_path(path) if Path(path).is_dir() else path
     return ConfigError(f"{path}: not a usable Optuna journal ({shorten(why, 200)}); move it aside to start the "
                        f"search's studies anew (the finished runs stay in their folders and are not trained again)")
 
@@ -115,6 +88,36 @@ class FlockJournalLock:
         if self._lock is not None:
             self._lock.close()  # drops the flock
             self._lock = None
+
+
+def cut_torn_tail(path: Path, out=print) -> None:
+    """Before any append: a last line without its newline (a writer killed mid-append; Optuna's reader skips
+    it) is cut, under the journal's lock, so the next operation is never appended after it (the two would
+    read as one damaged line, and the journal would be refused for good). Through the store's door: bounded,
+    no-follow."""
+    if not path.is_file() or path.is_symlink():
+        return
+    import os
+
+    lock = FlockJournalLock(path)
+    lock.acquire()
+    try:
+        with store.open_bounded(path, MAX_JOURNAL_BYTES) as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(size - (1 << 20), 0))
+            tail = f.read()
+        if not tail or tail.endswith(b"\n"):
+            return
+        if b"\n" not in tail and size > len(tail):
+            raise damaged(path, "its last line is torn and longer than 1 MiB")
+        keep = size - len(tail) + tail.rfind(b"\n") + 1
+        with store.open_append(path) as f:
+            os.ftruncate(f.fileno(), keep)
+        out(f"{path}: cut a torn last line ({size - keep} bytes, a writer stopped mid-append) before appending")
+    except (store.UnusableFile, WriteError) as exc:
+        raise damaged(path, exc.reason if isinstance(exc, store.UnusableFile) else exc.strerror) from None
+    finally:
+        lock.release()
 
 
 def open_journal(path: Path, optuna):
@@ -179,8 +182,9 @@ def checked_values(values: Any, study: Study, number: int, path: Path) -> dict:
         raise damaged(path, f"trial {number} of study {study.name} records values for {short(values)}, "
                             f"not for its space {sorted(study.space)}")
     for key, value in values.items():
-        if not (value is None or isinstance(value, (str, int, float, bool))):
-            raise damaged(path, f"trial {number} of study {study.name}: {key} is {short(value)}, not a plain value")
+        if not study.space[key].holds(value):
+            raise damaged(path, f"trial {number} of study {study.name}: {key} is {short(value)}, not a draw of its "
+                                f"space {study.space[key].text()}")
     return values
 
 

@@ -14,41 +14,77 @@ and result.json), never into its id. A grid point's space is the core's (``searc
 ``search_space`` and the recipe's ``space``; a ``method.*`` key of the recipe applies to the methods that have
 the option and must fit at least one (the rule of a command-line override). docs/tuning.md.
 
-``sampler: tpe`` asks Optuna's TPE for each trial when it starts (ltbench/recipe/tpe.py, ltbench/run/tpe.py):
-nothing is drawn here; the recipe lists the trials its journal already holds.
+A sampler that asks (``search.SAMPLERS``) draws each trial when it starts: nothing is drawn
+here; the recipe lists the trials its state already holds (``Study``: one per grid point).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ltbench import registry, search
 from ltbench.config import check_range, from_dict, join_path
 from ltbench.errors import ConfigError, short_repr
-from ltbench.recipe.tpe import require_optuna
+from ltbench.results import store
 
 
 @dataclass
 class SearchConfig:
     trials: int = 0
     seed: int = 0
+    # Stage 1 runs every draw on these seeds and chooses on them; stage 2 runs the choice on the recipe's
+    # seeds, which must not be among them (docs/tuning.md: fresh seeds carry no selection bonus).
+    seeds: list[int] = field(default_factory=lambda: [1000, 1001])
     sampler: str = "random"
     space: dict[str, Any] = field(default_factory=dict)
-    prune: bool = False  # tpe: stop a trial whose validation curve falls below the median of earlier trials
+    # equal: every method gets ``trials`` draws; per_dim: a method with a d-option space gets trials ** (d / d0)
+    # (d0: the grid's smallest space), so every method gets the same draws per axis (search.draws_per_axis)
+    budget: str = "equal"
+    prune: bool = False  # a sampler that prunes: stop a trial whose validation curve falls below the median of earlier trials
 
     def validate(self) -> None:
         check_range("trials", self.trials, 1, search.MAX_TRIALS, unit=" (the number of configurations per method)")
         check_range("seed", self.seed, 0, 2**32 - 1)
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds: expected a non-empty list of distinct tuning seeds, e.g. [1000, 1001], got "
+                             f"{short_repr(self.seeds, 60)}")
+        for seed in self.seeds:
+            check_range("seeds[...]", seed, 0, 2**32 - 1)
         if self.sampler not in search.SAMPLERS:
             raise ValueError(f"sampler: expected {', '.join(search.SAMPLERS)}, got {short_repr(self.sampler, 40)}")
-        if self.prune and self.sampler != "tpe":
-            raise ValueError("prune: true stops trials that fall behind on the validation curve of the trials before "
-                             "them, which needs sampler: tpe (random search draws every trial in advance); remove "
-                             "prune or set sampler: tpe")
-        if self.sampler == "tpe":
-            require_optuna("sampler: tpe")
+        if self.budget not in ("equal", "per_dim"):
+            raise ValueError(f"budget: expected equal or per_dim, got {short_repr(self.budget, 40)}")
+        sampler = search.SAMPLERS[self.sampler]
+        if self.prune and not sampler.prunes:
+            pruners = ", ".join(s.name for s in search.SAMPLERS.values() if s.prunes)
+            raise ValueError(f"prune: true stops trials that fall behind on the validation curve of the trials before "
+                             f"them, which needs a sampler that asks trial by trial ({pruners}); {self.sampler} "
+                             f"draws every trial in advance; remove prune or set sampler: {pruners}")
+        if self.budget == "per_dim" and sampler.asks:
+            raise ValueError(f"budget: per_dim scales each method's draws before any run, and {self.sampler} asks one "
+                             f"study per method trial by trial with one budget; use budget: equal with it, or a "
+                             f"sampler that draws in advance ({', '.join(s.name for s in search.SAMPLERS.values() if not s.asks)})")
+        if sampler.hooks:
+            sampler.module("hooks").check(f"sampler: {self.sampler}")
+
+
+@dataclass
+class Study:
+    """One grid point of a search whose sampler asks (search.SearchSampler.asks): ``trials`` trials asked from
+    it, each run on every tuning seed."""
+
+    name: str  # the study's name in the sampler's state (identity.study_id)
+    method: str
+    cfg: dict  # the grid point's configuration (grid and overrides set), without the drawn values
+    point: dict  # the grid point, recorded in each run's spec as its grid
+    space: dict  # dotted key -> search.Distribution
 
 
 @dataclass
@@ -57,6 +93,8 @@ class Search:
     space: dict  # the recipe's overrides: dotted key -> Distribution or None (removed)
     used: set = field(default_factory=set)  # recipe keys that applied to some grid point
     spaces: dict = field(default_factory=dict)  # method name -> its resolved space (for --dry-run)
+    trials: dict = field(default_factory=dict)  # method name -> its draws (budget: per_dim scales them)
+    smallest: int | None = None  # budget per_dim: the smallest space's dimension over the grid (set before drawing)
 
 
 def parse_search(raw: Any, where: str = "search") -> Search | None:
@@ -100,6 +138,59 @@ def point_space(found: Search, cfg: dict, point: dict, override_keys: list[str],
     return space
 
 
+def check_tuning_seeds(found: Search | None, report_seeds: list[int], where: str = "search") -> None:
+    """The report seeds never take part in the choice: a seed in both lists is refused."""
+    shared = sorted(set(found.config.seeds) & set(report_seeds)) if found else []
+    if shared:
+        raise ConfigError(f"{where}.seeds: seed(s) {', '.join(map(str, shared))} are also report seeds (seeds:); the "
+                          f"configuration is chosen on the tuning seeds and reported on fresh ones, so give seeds that "
+                          f"are not in seeds: (e.g. search.seeds: [1000, 1001])")
+
+
+def validation_all(result: dict | None) -> float | None:
+    """A done result's validation All (a finite number), else None."""
+    if not result or result.get("status") != "done":
+        return None
+    value = ((result.get("metrics") or {}).get("val") or {}).get("all")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def finished_choice(trials: list[list | None]) -> int | None:
+    """Stage 1's choice once it has ended: ``trials`` holds, per draw, its runs on the tuning seeds (None: a
+    draw that ended without a run, e.g. refused by its plugin). Each run's result is read from its folder (data:
+    store.read_result); None while any run has no result yet, or when no draw has validation on every seed."""
+    vals = []
+    for specs in trials:
+        results = [store.read_result(Path(spec.run_dir)) for spec in specs or []]
+        if any(r is None for r in results):
+            return None
+        vals.append([validation_all(r) for r in results] if specs else [None])
+    return search.choose(vals)
+
+
+def search_signature(raw: dict, root: Path) -> str:
+    """What a search's runs depend on besides its recipe: its trials' results (its report runs exist once they
+    have ended) and a sampler's state file: the name, size and mtime of each file of the
+    results folder and of each run folder's result.json, for the expansion caches' signature ('' without a
+    search). One stat per run: a cache that waits for results must not miss them."""
+    if not isinstance(raw.get("search"), dict):
+        return ""
+    seen = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return "no results yet"
+    for entry in entries:
+        path = Path(entry.path) / "result.json" if entry.is_dir(follow_symlinks=False) else Path(entry.path)
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        seen.append([str(path.relative_to(root)), info.st_size, info.st_mtime_ns])
+    return hashlib.sha1(json.dumps(seen).encode()).hexdigest()
+
+
 def check_space_used(found: Search, methods: list[str], where: str) -> None:
     for key in found.space:
         if key not in found.used:
@@ -115,11 +206,18 @@ def trial_configs(found: Search | None, cfg: dict, point: dict, override_keys: l
     if found is None:
         return [(cfg, None)]
     space = point_space(found, cfg, point, override_keys, where)
+    c, method = found.config, cfg["method"]["name"]
+    found.trials[method] = trials = draws_for(found, len(space))
+    return [(with_values(cfg, values), trial_record(found, k, space, trials))
+            for k, values in enumerate(search.draw_trials(space, c.seed, method, trials))]
+
+
+def draws_for(found: Search, dimension: int) -> int:
+    """A method's draws: ``trials``, or under budget per_dim trials ** (d / d0), at most search.MAX_TRIALS."""
     c = found.config
-    out = []
-    for k, values in enumerate(search.draw_trials(space, c.seed, cfg["method"]["name"], c.trials)):
-        out.append((with_values(cfg, values), trial_record(found, k, space)))
-    return out
+    if c.budget == "equal" or not found.smallest:
+        return c.trials
+    return min(search.MAX_TRIALS, max(1, round(c.trials ** (dimension / found.smallest))))
 
 
 def with_values(cfg: dict, values: dict) -> dict:
@@ -133,24 +231,30 @@ def with_values(cfg: dict, values: dict) -> dict:
     return trial
 
 
-def trial_record(found: Search, k: int, space: dict) -> dict:
+def trial_record(found: Search, k: int, space: dict, trials: int | None = None) -> dict:
     """What a trial's run records of its search (``search.TRIAL_FIELDS``)."""
     c = found.config
-    return {"trial": k, "trials": c.trials, "seed": c.seed, "sampler": c.sampler, "space": sorted(space)}
+    return {"trial": k, "trials": trials or c.trials, "seed": c.seed, "sampler": c.sampler, "space": sorted(space)}
 
 
-def plan_lines(found: Search | None) -> list[str]:
-    """What ``--dry-run`` says about the search before its runs: the budget and each method's space."""
+def plan_lines(found: Search | None, report_seeds: list[int] = ()) -> list[str]:
+    """What ``--dry-run`` says about the search before its runs: both stages, and each method's budget and space."""
     if found is None:
         return []
     c = found.config
-    if c.sampler == "tpe":
-        lines = [f"search: {c.trials} trial(s) per method and seed, tpe search (Optuna), seed {c.seed}, "
-                 f"{'pruning on the validation curve' if c.prune else 'no pruning'}; selected on the validation split",
-                 "  each draw is asked from its study when the trial starts (it depends on the results before it): "
-                 "the runs below are the trials the journal holds so far"]
-    else:
-        lines = [f"search: {c.trials} trial(s) per method, {c.sampler} search, seed {c.seed}; selected on the "
-                 f"validation split"]
-    lines += [f"  {name}: {search.space_text(space)}" for name, space in found.spaces.items()]
+    per = "draw(s) per method" if c.budget == "equal" else "draw(s) for the smallest space, scaled per dimension"
+    head = (f"search: {c.trials} {per} x {len(c.seeds)} tuning seed(s) {list(c.seeds)}, {c.sampler} search, "
+            f"seed {c.seed}; chosen on validation, reported on the recipe's seeds")
+    lines = [head + (", pruning on the validation curve" if c.prune else ""),
+             f"  stage 2: once a method's trial runs have ended, its chosen configuration on the {len(report_seeds)} "
+             f"report seed(s) {list(report_seeds)} ({len(report_seeds) * len(found.spaces)} runs, listed below once chosen)"]
+    if search.SAMPLERS[c.sampler].asks:
+        lines.append("  each draw is asked from its study when the trial starts (it depends on the results before "
+                     "it): the runs below are the trials its state holds so far")
+    for name, space in found.spaces.items():
+        n = found.trials.get(name, c.trials)
+        lines.append(f"  {name}: {n} draws, d = {len(space)}, {search.draws_per_axis(n, len(space)):.2g} draws per "
+                     f"axis: {search.space_text(space)}")
+        if search.random_note(c.sampler, n):
+            lines.append(f"    {search.random_note(c.sampler, n)}")
     return lines

@@ -267,16 +267,26 @@ def _note_missing_without_recipe(table: Table, seeds: list) -> None:
 
 
 def cost_runs(row: Row) -> list[dict]:
-    """The finished runs a row's numbers cost: those it reports and, for a tuned row, every trial of its search
-    (the budget spent choosing is part of what the row cost)."""
-    return [rec for u in row.units.values() for t in (u.trials or [u]) for rec in t.runs.values()
-            if rec.get("status") == "done"]
+    """The runs a row's numbers cost: those it reports and, for a tuned row, every run of its search (the
+    budget spent choosing is part of what the row cost), failed and pruned trials included."""
+    return [rec for u in row.units.values() for t in ([u, *u.trials] if u.trials else [u])
+            for rec in [*t.runs.values(), *(t.failed.values() if u.trials else ())]
+            if rec.get("status") in ("done", "failed")]
+
+
+def run_seconds(rec: dict) -> float | None:
+    """A result's device-seconds; a failed one records none, so its last session's wall time x its devices."""
+    prov = rec.get("prov") or {}
+    if rec.get("status") == "failed" and prov.get("device_seconds") is None:
+        wall = prov.get("wall_seconds")
+        return wall * (prov.get("world_size") or 1) if isinstance(wall, (int, float)) and wall >= 0 else None
+    return prov.get("device_seconds")
 
 
 def row_cost_seconds(row: Row) -> float | None:
     """Device-seconds of ``cost_runs`` (each result's ``device_seconds``: all its sessions, times its devices);
     None when there is no run, or when any of them has no recorded cost (a partial sum would understate it)."""
-    costs = [(rec.get("prov") or {}).get("device_seconds") for rec in cost_runs(row)]
+    costs = [run_seconds(rec) for rec in cost_runs(row)]
     if not costs or any(c is None for c in costs):
         return None
     return sum(costs)
@@ -301,7 +311,7 @@ def cost_notes(table: Table) -> list[str]:
     devices, unknown = {}, 0
     for row in table.rows:
         for rec in cost_runs(row):
-            if (rec.get("prov") or {}).get("device_seconds") is None:
+            if run_seconds(rec) is None:
                 unknown += 1
                 continue
             numerics = rec.get("numerics") or {}
@@ -313,7 +323,8 @@ def cost_notes(table: Table) -> list[str]:
     if devices:
         where = ", ".join(f"{d} ({n} run{'s' if n > 1 else ''})" for d, n in devices.items())
         notes.append(f"Cost: device-hours of the runs behind each row, every session and device counted; a tuned "
-                     f"row's cost is its whole search (every trial and seed); on {where}")
+                     f"row's cost is its whole search (every trial on every tuning seed, failed and pruned ones at their "
+                     f"last session's wall time, and the report runs); on {where}")
     if unknown:
         notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) record no device_seconds: "
                      f"made before ltbench kept it, or a stage-2 result, which does not count its stage-1 run)")

@@ -64,6 +64,14 @@ def _class_stats(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
     return Drawn([str(p) for p in paths], reason, captions)
 
 
+def _search(plots, df, out_base: Path, all_rows, size: str) -> Drawn:
+    """A search's figure from its trial runs' results (plots.search_frame), or why there is none."""
+    trials = plots.search_frame(df)
+    if trials.empty:
+        return Drawn([], "no finished trial run of a search in these runs (a recipe with search:, docs/tuning.md)")
+    return _one_figure("figure_search")(plots, trials, out_base, all_rows, size)
+
+
 FIGURES = {  # kind -> FigureKind; looked up by ``figure_kind`` (one rule, did-you-mean)
     "per_class": FigureKind("per_class", _one_figure("figure_per_class"), "per-class accuracy against training count"),
     "class_stats": FigureKind("class_stats", _class_stats, "per-class statistics the runs record (a vMF "
@@ -73,6 +81,8 @@ FIGURES = {  # kind -> FigureKind; looked up by ``figure_kind`` (one rule, did-y
         "eval.target_priors (e.g. [forward50, forward10, uniform, backward10, backward50]) or eval.test_sets; "
         "they are part of the run id, so 'ltbench run' then trains those runs (docs/recipes.md)")), "accuracy from forward through uniform to backward test priors"),
     "curves": FigureKind("curves", _one_figure("figure_curves", y="loss"), "training loss per epoch"),
+    "search": FigureKind("runs", _search, "a search's validation against each searched option, "
+                         "and its anytime curve (best validation so far against cumulative device-hours)"),
 }
 # Earlier names of a kind, still accepted: 'kappa' drew the class statistics before it was named for
 # what it draws (docs/results.md and users' commands say --kind kappa).

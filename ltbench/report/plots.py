@@ -470,3 +470,57 @@ def figure_curves(df: pd.DataFrame, y: str = "loss", size: str = "column") -> Fi
 def plot_curves(df: pd.DataFrame, out_base, y: str = "loss", size: str = "column") -> list[Path]:
     """One logged quantity per epoch (from log.jsonl), one line per row; a loss with the accuracy beside it."""
     return save_figure(figure_curves(df, y, size), out_base)
+
+
+def search_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """One line per finished trial run of a search (read from its result, data: store.check_result): its method,
+    trial, tuning seed, validation All, device-hours and each drawn value (columns 'draw:<key>')."""
+    from ltbench.results.store import check_result
+    from ltbench.search import trial_problem
+
+    lines = []
+    for run_dir in runs.loc[runs["status"] == "done", "dir"] if not runs.empty else []:
+        data = check_result(Path(run_dir)).result or {}
+        trial, config = (data.get("grid") or {}).get("search"), data.get("config") or {}
+        val = ((data.get("metrics") or {}).get("val") or {}).get("all")
+        if trial_problem(trial) or not isinstance(val, (int, float)):
+            continue
+        line = {"method": config["method"]["name"], "trial": trial["trial"], "seed": data.get("seed"),
+                "val": float(val), "hours": float(data.get("device_seconds") or 0.0) / 3600}
+        for key in trial["space"]:
+            node = config
+            for part in key.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            line[f"draw:{key}"] = node
+        lines.append(line)
+    return pd.DataFrame(lines)
+
+
+def figure_search(df: pd.DataFrame, size: str = "column") -> Figure:
+    """Left: each trial's validation All (mean over its tuning seeds) against each searched option, one panel
+    per option; right: the anytime curve, the best mean validation All so far against the cumulative
+    device-hours of the trials in their order, per method (``df``: search_frame). Validation only: the test set
+    chose nothing."""
+    if df.empty:
+        raise LtbenchError("search figure: no finished trial run of a search: run a recipe with search:")
+    keys = sorted(c for c in df.columns if c.startswith("draw:"))
+    trials = df.groupby(["method", "trial"], as_index=False).agg(
+        val=("val", "mean"), hours=("hours", "sum"), **{k: (k, "first") for k in keys})
+    figure = new_figure(size, panels=len(keys) + 1)
+    axes = _panels(figure, len(keys) + 1)
+    for ax, key in zip(axes, keys):
+        for method, part in trials.dropna(subset=[key]).groupby("method"):
+            values = pd.to_numeric(part[key], errors="coerce")
+            ax.plot(values if values.notna().all() else part[key].astype(str), 100 * part["val"], "o", label=method)
+        ax.set_xlabel(key.removeprefix("draw:"))
+        ax.set_ylabel("validation All (%)")
+    anytime = axes[-1]
+    for method, part in trials.sort_values("trial").groupby("method"):
+        anytime.step(part["hours"].cumsum(), 100 * part["val"].cummax(), where="post", label=method)
+    anytime.set_xlabel("device-hours (cumulative)")
+    anytime.set_ylabel("best validation All so far (%)")
+    seeds = df["seed"].nunique()
+    set_caption(figure, f"Validation All of each draw (mean over {seeds} tuning seed{'s' * (seeds != 1)}) against each "
+                        f"searched option, and the best so far against the search's cumulative device-hours.")
+    legend_below(figure, anytime)
+    return figure

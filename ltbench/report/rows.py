@@ -193,6 +193,9 @@ class Unit:
     chosen: dict[int, str] = field(default_factory=dict)  # seed -> the setting a selected row took (select:)
     search: dict | None = None  # a trial's record (grid['search']); a tuned unit's: the same less the trial
     trials: list = field(default_factory=list)  # a tuned unit: the trial units it selected among (report/tuned.py)
+    trial_seeds: set = field(default_factory=set)  # seeds on which this configuration ran as a search's trial
+    failed: dict[int, dict] = field(default_factory=dict)  # seed -> a failed record (a search's cost counts it)
+    picked: int | None = None  # a tuned unit: the index in ``trials`` of the draw chosen on validation
 
 
 @dataclass
@@ -240,6 +243,9 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
             u = units.setdefault(e["key"], Unit(e["key"], e["flat"], i, expected=[], search=e.get("search")))
             if e["seed"] not in u.expected:
                 u.expected.append(e["seed"])
+            if e.get("search") is not None:
+                u.search = u.search or e["search"]
+                u.trial_seeds.add(e["seed"])
             by_run[e["run_id"]] = (e["key"], e["seed"])
     foreign, seen_runs, older = [], {}, []
     for rec in records:
@@ -258,6 +264,10 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
             if key not in units:
                 trial = (rec.get("grid") or {}).get("search")
                 units[key] = Unit(key, flatten(rec["config"]), len(units), search=None if trial_problem(trial) else trial)
+            trial = (rec.get("grid") or {}).get("search")
+            if not trial_problem(trial):
+                units[key].search = units[key].search or trial
+                units[key].trial_seeds.add(seed)
         else:
             notes.append(f"{_name(rec)}: {rec.get('note', 'unreadable run folder')}; left out")
             continue
@@ -334,6 +344,8 @@ def _place(unit: Unit, seed, rec: dict) -> None:
         return
     if seed in unit.runs and unit.runs[seed]["status"] == "done":
         return
+    if status == "failed":
+        unit.failed[seed] = rec
     text = {"failed": f"seed {seed} failed" + (f" ({rec['error']})" if rec.get("error") else ""),
             "running": f"seed {seed} still running", "pending": f"seed {seed} pending",
             "interrupted": f"seed {seed} interrupted (ltbench run resumes it)",
@@ -444,7 +456,7 @@ def selected_unit(hits: list[Unit], select: str) -> Unit:
             unit.problems[seed] = (f"seed {seed}: no setting has {'validation' if select == 'val' else 'test'} metrics to "
                                    f"select on" + (" (set data.val_per_class or data.val_split)" if select == "val" else ""))
             continue
-        # the settings that have this seed at all (a tpe search's trials are drawn per seed: each has one)
+        # the settings that have this seed at all
         among = [h for h in hits if seed in h.runs or seed in h.problems or seed in (h.expected or [])]
         _, _, best = max(scored, key=lambda x: (x[0], x[1]))
         unit.runs[seed] = best.runs[seed]

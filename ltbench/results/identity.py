@@ -88,6 +88,17 @@ def id_of_identity_text(text: str) -> str:
     return hashlib.sha1(_versioned(text)).hexdigest()[:12]
 
 
+STUDY_VERSION = 2  # 2: one study per grid point over its tuning seeds (1: one per grid point and report seed)
+
+
+def study_id(method: str, fixed_id: str, seed: int, tuning_seeds: list[int], space_text: str, prune: bool) -> str:
+    """A study's name in its sampler's state, 'la-<12 hex>': the hash covers the run id of the configuration less
+    its searched options (``fixed_id``), the search's seed and tuning seeds, its space and whether it prunes;
+    changing any of them is another study. The number of trials is left out: raising it continues the study."""
+    key = json.dumps([STUDY_VERSION, fixed_id, seed, list(tuning_seeds), space_text, prune], sort_keys=True)
+    return f"{method}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+
+
 def run_id(config: dict) -> str:
     """The run's folder name: sha1 of the identity version and the canonical JSON of its identity, 12 hex
     digits. ValueError for NaN or infinity (a free-form plugin option): such a config has no id."""

@@ -10,16 +10,19 @@ The worker processes of this machine are ``ltbench.run.local_pool``'s; ``ltbench
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
 from ltbench.run import local_pool
 from ltbench import report
 from ltbench.results import status_rule, store
+from ltbench.data.validation import check_disjoint, declares_validation
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
-from ltbench.recipe import Recipe, distinct_data
+from ltbench.recipe import Recipe, distinct_data, load_recipe, run_label
 from ltbench.registry import DATASETS, Registry, call_plugin
+from ltbench.search import SAMPLERS
 from ltbench.run.screen import for_terminal, say
 from ltbench.run.runlines import check_results_root, other_data_note, run_lines
 from ltbench.runner import prepare_run_dir
@@ -32,8 +35,8 @@ def preflight(recipe: Recipe) -> None:
     start (``loggers.check_loggers``), or a dataset could give no benchmark: fewer than two classes by what its
     ``footprint()`` declares, or, when it declares nothing, by what ``load()`` returns (``check_loaded``). The
     dataset's constructor and hooks are plugin code: contained (``registry.call_plugin``)."""
-    from ltbench.data.base import check_loaded  # lazy: keeps --help fast (torch)
-    from ltbench.data.footprints import footprint_of  # lazy: imports the built-in datasets (torch)
+    from ltbench.data.base import check_loaded  # lazy: keeps --help fast
+    from ltbench.data.footprints import footprint_of  # lazy: keeps --help fast
 
     check_loggers(recipe.runs)
     for spec in distinct_data(recipe.runs):
@@ -48,6 +51,8 @@ def preflight(recipe: Recipe) -> None:
         elif declared.num_classes < 2:
             raise LtbenchError(f"data: {label}: footprint() declares {declared.num_classes} class(es); expected at "
                                f"least 2; fix the dataset's options or its footprint()")
+        if declares_validation(spec.config["data"]):  # no validation sample is a test sample (docs/protocol.md)
+            check_disjoint(call_plugin(label, "split_ids()", builder.split_ids), f"data: {label}")
 
 
 def runs_to_launch(recipe: Recipe, redo: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, int]]:
@@ -91,7 +96,7 @@ def checks_before_any_run(recipe: Recipe) -> None:
 
     from ltbench.pretrained.registered import check_weights  # lazy: keeps status and table free of torch
 
-    if recipe.probes:  # a tpe search: its draws are unknown yet, its probes span them (recipe._tpe_study)
+    if recipe.probes:  # a sampler that asks: its draws are unknown yet, its probes span them (recipe._study)
         recipe = dataclasses.replace(recipe, runs=recipe.probes + recipe.runs)
     check_runs_per_gpu(recipe)
     preflight(recipe)  # before the results folder is made: a missing dataset leaves no empty results/<recipe>/ behind
@@ -110,10 +115,9 @@ def print_plan(recipe: Recipe) -> int:
     check_results_root(recipe.root)
     checks_before_any_run(recipe)
     lines = run_lines(recipe.runs, recipe.override_keys)
-    if recipe.studies:
-        from ltbench.run.tpe import progress_line  # lazy: keeps random-search plans free of optuna
-
-        print(f"recipe {recipe.name}: {progress_line(recipe)}; {len(recipe.runs)} run(s) drawn so far -> {recipe.root}")
+    if recipe.studies:  # a sampler that asks: its runs are the trials its state holds so far
+        progress = SAMPLERS[recipe.found.config.sampler].module("runner").progress_line(recipe)
+        print(f"recipe {recipe.name}: {progress}; {len(recipe.runs)} run(s) drawn so far -> {recipe.root}")
     else:
         print(f"recipe {recipe.name}: {len(recipe.runs)} run(s) -> {recipe.root}")
     for text in recipe.search:
@@ -152,18 +156,46 @@ def _announce(recipe: Recipe, specs: list[RunSpec], found: dict[str, int], redo:
 
 def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
            rebuild_checkpoints: bool = False) -> dict[str, int]:
-    redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
-    if recipe.studies:  # a tpe search: workers ask its studies for trials (ltbench/run/tpe.py)
-        from ltbench.run import tpe  # lazy: keeps status and random-search launches free of optuna
+    """Run the recipe's runs; a search's report runs (stage 2) exist once its trials have ended, so after a
+    launch that finished here the recipe is read again and launched on while it has new runs."""
+    outcome = launch_once(recipe, rerun_failed, wait, rerun_stale, rebuild_checkpoints)
+    while recipe.found is not None and (wait or recipe.launcher.name not in ("slurm",)):
+        fresh = load_recipe(recipe.path, recipe.overrides, recipe.results_arg)
+        from ltbench.recipe.expansion import runs_where  # lazy: keeps --help fast
 
-        tpe.refuse_redo(recipe, redo)
+        fresh.where = recipe.where
+        plain = [s for s in runs_where(fresh.runs, recipe.where) if not (s.grid or {}).get("search")]
+        if not runs_to_launch(dataclasses.replace(fresh, runs=plain))[0]:
+            break
+        say("\nthe search has chosen, by mean validation All over its tuning seeds: " + "; ".join(chosen_labels(fresh.runs))
+            + "\nits report runs on fresh seeds (stage 2)")
+        recipe = dataclasses.replace(fresh, runs=plain, studies=[], probes=[])
+        outcome = launch_once(recipe, False, wait, False, False)
+    return outcome
+
+
+def chosen_labels(runs: list[RunSpec]) -> list[str]:
+    """'la (trial 3/8 (optim.lr=0.05, ...))' for each search's chosen draw: the trial whose configuration, less
+    its seed, is a report run's."""
+    trials = {json.dumps({**s.config, "seed": None}, sort_keys=True): s for s in runs if (s.grid or {}).get("search")}
+    picked = [trials.get(json.dumps({**s.config, "seed": None}, sort_keys=True)) for s in runs
+              if not (s.grid or {}).get("search")]
+    return list(dict.fromkeys(run_label(t) for t in picked if t is not None))
+
+
+def launch_once(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun_stale: bool = False,
+                rebuild_checkpoints: bool = False) -> dict[str, int]:
+    redo = ("failed",) * rerun_failed + ("stale",) * rerun_stale + ("checkpoint",) * rebuild_checkpoints
+    if recipe.studies:  # a sampler that asks: its workers ask its studies for trials (SearchSampler.runner)
+        runner = SAMPLERS[recipe.found.config.sampler].module("runner")
+        runner.refuse_redo(recipe, redo)
         checks_before_any_run(recipe)
         submit = None
         if recipe.launcher.name in ("slurm", "debug"):
             from ltbench.run import slurm  # lazy: keeps status and local launches free of submitit
 
             submit = slurm.submit_search
-        return tpe.launch(recipe, wait, submit)
+        return runner.launch(recipe, wait, submit)
     checks_before_any_run(recipe)
     store.refuse_older(recipe.root)
     store.ensure_writable(recipe.root)

@@ -92,13 +92,17 @@ def read_heartbeat(run_dir: Path, since: float | None = None) -> dict | None:
 
 
 def finished_line(spec: RunSpec, label: str, status: str) -> str:
-    """'finished la (tau=1) seed 0 (abc123): done, All 67.20 %' (the accuracy when the run is done)."""
+    """'finished la (tau=1) seed 0 (abc123): done, All 67.20 %' (the accuracy when the run is done); a search's
+    trial shows its validation All only ('validation All 70.10 %'): the test set chooses nothing."""
     line = f"finished {label} seed {spec.config['seed']} ({spec.run_id}): {status}"
-    accuracy = None
+    accuracy, trial = None, bool((spec.grid or {}).get("search"))
     if status == "done":
         result = store.load_json_object(Path(spec.run_dir) / store.RESULT, store.MAX_JSON_BYTES)
-        accuracy = (result.get("metrics") or {}).get("all") if isinstance(result.get("metrics"), dict) else None
-    return line + (f", All {100.0 * float(accuracy):.2f} %" if isinstance(accuracy, (int, float)) else "")
+        metrics = result.get("metrics") if isinstance(result.get("metrics"), dict) else {}
+        accuracy = (metrics.get("val") or {}).get("all") if trial and isinstance(metrics.get("val"), dict) \
+            else None if trial else metrics.get("all")
+    name = "validation All" if trial else "All"
+    return line + (f", {name} {100.0 * float(accuracy):.2f} %" if isinstance(accuracy, (int, float)) else "")
 
 
 @dataclass(frozen=True)

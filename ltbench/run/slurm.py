@@ -22,6 +22,7 @@ import submitit
 from ltbench.results import provenance, status_rule, store
 from ltbench.errors import LtbenchError
 from ltbench.recipe import LauncherConfig, Recipe, load_recipe
+from ltbench.search import SAMPLERS
 from ltbench.runner import prepare_run_dir, run_one
 from ltbench.results.runspec import RunSpec
 
@@ -60,13 +61,13 @@ class PosthocJob(submitit.helpers.Checkpointable):
 
 
 class SearchJob(submitit.helpers.Checkpointable):
-    """What a Slurm task of a tpe search executes: one worker of the shared studies (ltbench/run/tpe.py),
-    the recipe loaded again from its file (the journal says what is left)."""
+    """What a Slurm task of a search whose sampler asks executes: one worker of the shared studies (its
+    ``SearchSampler.runner``), the recipe loaded again from its file (the sampler's state says what is left)."""
 
     def __call__(self, recipe_path: str, overrides: list[str], results: str) -> dict:
-        from ltbench.run import tpe  # lazy: keeps other launches free of optuna
-
-        return tpe.work(load_recipe(recipe_path, overrides, results), out=lambda msg: print(msg, flush=True))
+        recipe = load_recipe(recipe_path, overrides, results)
+        runner = SAMPLERS[recipe.found.config.sampler].module("runner")
+        return runner.work(recipe, out=lambda msg: print(msg, flush=True))
 
     def checkpoint(self, *args) -> submitit.helpers.DelayedSubmission:
         # A requeued worker takes its unfinished trial over again (its run resumes from its checkpoint).
@@ -74,13 +75,13 @@ class SearchJob(submitit.helpers.Checkpointable):
 
 
 def submit_search(recipe: Recipe, tasks: int, cluster: str) -> list:
-    """``tasks`` workers of a tpe search as one job array ('slurm', or 'debug': in this process)."""
+    """``tasks`` workers of a search whose sampler asks, as one job array ('slurm', or 'debug': in this process)."""
     if cluster == "slurm":
         require_sbatch()
     path, results = str(Path(recipe.path).resolve()), str(recipe.results_dir)
     jobs = _map_array(make_executor(recipe, cluster), SearchJob(), [path] * tasks, [list(recipe.overrides)] * tasks,
                       [results] * tasks)
-    print(f"submitted {tasks} tpe worker(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
+    print(f"submitted {tasks} {recipe.found.config.sampler} worker(s) as {cluster} job array {str(jobs[0].job_id).split('_')[0]}")
     return jobs
 
 

@@ -25,12 +25,14 @@ from pathlib import Path
 
 from ltbench import report
 from ltbench.errors import ConfigError, LtbenchError
-from ltbench.recipe import Recipe, load_recipe, tpe_trial_spec
+from ltbench.recipe import Recipe, asked_trial_spec, load_recipe
 from ltbench.recipe import tpe
+from ltbench.recipe.trials import Study
 from ltbench.results import store
 from ltbench.run.local_pool import gpu_slots, sigterm_as_interrupt, visible_gpus, worker_env
 from ltbench.run.screen import say
 from ltbench.runner import CLAIMED, run_one
+from ltbench.search import SAMPLERS
 from ltbench.seeding import derive_seed
 
 LOCK = "search-tpe.lock"  # not the journal's name + '.lock': Optuna's own journal lock is that file
@@ -46,24 +48,48 @@ def search_lock(root: Path):
     return store.lock_file(Path(root) / LOCK)
 
 
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/<pid>/stat, in clock ticks since boot), or None
+    when there is no such process here (or no /proc). A pid names a process only together with it: the kernel
+    reuses pids."""
+    try:
+        text = store.read_bounded(f"/proc/{int(pid)}/stat", 4096, follow=True).decode("ascii", "replace")
+    except (store.UnusableFile, ValueError):
+        return None
+    fields = text[text.rfind(")") + 2:].split()  # after the command name, which may hold spaces: field 3 on
+    return fields[19] if len(fields) > 19 else None
+
+
 def me() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    """This worker as a trial's owner: host, pid and the pid's start time."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
 
 
-def load_study(optuna, storage, study: tpe.Study, recipe: Recipe, number: int):
+def owner_gone(owner: object) -> bool:
+    """Whether a trial's recorded owner is certainly not running it: on this host, no process has its pid, or
+    the process that has it started at another time (the pid was reused). An owner on another host, or one
+    recorded without a start time, counts as gone: the run's own lock then decides (store.claim_run)."""
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return True
+    start = owner.get("start")
+    return start is None or process_start(owner["pid"]) != start
+
+
+def load_study(optuna, storage, study: Study, recipe: Recipe, number: int):
     """The study (created on first use) with a TPE sampler seeded for its trial ``number``: the seed of each
     ask is a function of (search seed, study, trial number), so one worker's draws repeat across restarts.
-    The first half of the budget (at most 10 trials) is TPE's random start; constant_liar keeps concurrent
-    workers from asking the same point."""
+    The first ``SearchSampler.startup`` trials (Optuna's default, 10) are TPE's random start: below 20 trials
+    fewer than half are guided, and --dry-run and the caption say TPE is random search at that budget;
+    constant_liar keeps concurrent workers from asking the same point."""
     c = recipe.found.config
     sampler = optuna.samplers.TPESampler(seed=derive_seed("tpe", c.seed, study.name, number) % 2**32,
-                                         n_startup_trials=max(1, min(10, c.trials // 2)), constant_liar=True)
+                                         n_startup_trials=SAMPLERS[c.sampler].startup, constant_liar=True)
     pruner = optuna.pruners.MedianPruner(n_startup_trials=max(1, min(5, c.trials // 2)), n_warmup_steps=0) \
         if c.prune else optuna.pruners.NopPruner()
     return open_study(optuna, storage, study, sampler, pruner)
 
 
-def open_study(optuna, storage, study: tpe.Study, sampler=None, pruner=None):
+def open_study(optuna, storage, study: Study, sampler=None, pruner=None):
     """The study from the journal, created when it is not there yet (under the search's lock: once). Loaded
     first, since Optuna's create_study(load_if_exists) appends a line to the journal on every call."""
     try:
@@ -73,7 +99,7 @@ def open_study(optuna, storage, study: tpe.Study, sampler=None, pruner=None):
                                    pruner=pruner)
 
 
-def take_trial(optuna, storage, study: tpe.Study, recipe: Recipe, skip: set) -> tuple | None:
+def take_trial(optuna, storage, study: Study, recipe: Recipe, skip: set) -> tuple | None:
     """Under the search's lock: (optuna study, trial number, its values) of a trial to train now (one a dead
     worker left RUNNING, else a new one), or None when every trial of the budget is asked and the rest are
     running elsewhere or done."""
@@ -81,7 +107,7 @@ def take_trial(optuna, storage, study: tpe.Study, recipe: Recipe, skip: set) -> 
         trials = open_study(optuna, storage, study).get_trials(deepcopy=False)
         for t in trials:
             if t.state.name == "RUNNING" and t.number < recipe.found.config.trials and t.number not in skip \
-                    and store.owner_alive(t.user_attrs.get("owner") or {}) is not True:
+                    and owner_gone(t.user_attrs.get("owner")):
                 live = load_study(optuna, storage, study, recipe, t.number)
                 trial = optuna.trial.Trial(live, t._trial_id)
                 values = t.user_attrs.get("values")
@@ -152,31 +178,46 @@ def pruning(optuna, live, number: int, prune: bool):
 
 def work(recipe: Recipe, out=print) -> dict[str, int]:
     """Train trials of every study of the recipe until each study's budget is asked and its trials are done
-    or running elsewhere. Returns what this worker told ('COMPLETE', 'PRUNED', 'FAIL': counts)."""
+    or running elsewhere: each trial on every tuning seed, its study told the mean validation All. Returns what
+    this worker told ('COMPLETE', 'PRUNED', 'FAIL': counts)."""
     optuna = tpe.require_optuna("sampler: tpe")
     store.make_dirs(recipe.root)
+    tpe.cut_torn_tail(tpe.journal_path(recipe.root), out)
     storage = tpe.open_journal(tpe.journal_path(recipe.root), optuna)
     wait = 180.0 if os.environ.get("SLURM_JOB_ID") else 0.0  # a requeued task waits out a dead node's NFS lease
     told: dict[str, int] = {}
+    c = recipe.found.config
     for study in recipe.studies:
         skip: set[int] = set()
         while (taken := take_trial(optuna, storage, study, recipe, skip)) is not None:
             live, number, values = taken
+            drawn = ", ".join(f"{k}={v}" for k, v in values.items())
             try:
-                spec = tpe_trial_spec(recipe, study, number, values)
+                specs = [asked_trial_spec(recipe, study, number, values, seed) for seed in c.seeds]
             except ConfigError as exc:  # a draw a plugin refuses: the trial fails, the search goes on
-                out(f"{study.name} trial {number + 1}: {exc}")
+                out(f"{study.method} trial {number + 1}/{c.trials} ({drawn}): {exc}")
                 state = tell(optuna, live, number, recipe.root, "FAIL", error=str(exc))
                 told[state] = told.get(state, 0) + 1
                 continue
-            out(f"{study.name} trial {number + 1}/{recipe.found.config.trials}: run {spec.run_id} "
-                f"({', '.join(f'{k}={v}' for k, v in values.items())})")
-            status = run_one(spec, say=out, claim_wait_s=wait,
-                             on_epoch=pruning(optuna, live, number, recipe.found.config.prune))
-            if status == CLAIMED:  # its run is trained by a live process elsewhere: that one tells
+            outcomes = []
+            for i, spec in enumerate(specs):  # the first tuning seed's validation curve is the one pruning reads
+                out(f"{study.method} trial {number + 1}/{c.trials} ({drawn}), tuning seed {spec.seed}: run {spec.run_id}")
+                status = run_one(spec, say=out, claim_wait_s=wait,
+                                 on_epoch=pruning(optuna, live, number, c.prune) if i == 0 else None)
+                if status == CLAIMED:  # its run is trained by a live process elsewhere: that one tells
+                    break
+                outcomes.append(outcome(Path(spec.run_dir)))
+                if outcomes[-1][0] != "COMPLETE":
+                    break
+            if len(outcomes) < len(specs) and (not outcomes or outcomes[-1][0] == "COMPLETE"):
                 skip.add(number)
                 continue
-            state = tell(optuna, live, number, recipe.root, *outcome(Path(spec.run_dir)))
+            state, value = outcomes[-1] if outcomes[-1][0] != "COMPLETE" else \
+                ("COMPLETE", sum(v for _, v in outcomes) / len(outcomes))
+            out(f"{study.method} trial {number + 1}/{c.trials} ({drawn}): " +
+                (f"validation All {100 * value:.2f} (mean of {len(outcomes)} tuning seeds)" if value is not None
+                 else state.lower()))
+            state = tell(optuna, live, number, recipe.root, state, value)
             told[state] = told.get(state, 0) + 1
     return told
 
@@ -219,7 +260,7 @@ def progress_line(recipe: Recipe) -> str:
     counts = tpe.state_counts(tpe.recorded_trials(recipe.root, recipe.studies, recipe.found.config.trials))
     asked = sum(counts.values())
     states = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-    return (f"tpe search, {len(recipe.studies)} stud{'y' if len(recipe.studies) == 1 else 'ies'} (method x seed) x "
+    return (f"tpe search, {len(recipe.studies)} stud{'y' if len(recipe.studies) == 1 else 'ies'} (one per method) x "
             f"{recipe.found.config.trials} trials; journal {tpe.JOURNAL}: {asked} asked" + (f" ({states})" if states else ""))
 
 

@@ -968,7 +968,7 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     if run.train.eval_every and (epoch + 1) % run.train.eval_every == 0 and epoch + 1 < o.epochs:
         metrics = evaluate_after(s, epoch + 1)
         row["test"] = headline(metrics)
-        if "val" in metrics:  # the validation curve (a tpe search prunes on it), beside the test curve
+        if "val" in metrics:  # the validation curve (a search's sampler may prune on it), beside the test curve
             row.setdefault("val", headline(metrics["val"]))
     if s.main:
         store.append_jsonl(Path(s.spec.run_dir) / store.LOG, row)
@@ -1005,7 +1005,7 @@ def train(spec: RunSpec | dict, run_dir: Path, say: Callable[[str], None] = prin
           on_epoch: Callable[[dict], None] | None = None) -> TrainOutcome:
     """Train (resuming from the run's checkpoint when there is a usable one) and evaluate one run:
     resume -> for each epoch: train steps -> epoch stats -> checkpoint -> evaluate -> select -> record.
-    ``on_epoch(row)``: called with each epoch's log row once its checkpoint is written (a tpe search reports
+    ``on_epoch(row)``: called with each epoch's log row once its checkpoint is written (a search's sampler reports
     the validation curve to its study there, and stops a pruned trial by raising)."""
     benchmark = torch.backends.cudnn.benchmark  # set for the process by prepare_for_device (CUDA)
     entered = time.monotonic()  # the session's cost counts from here: data and model building included
