@@ -38,6 +38,8 @@ data: setup
 
 quickstart: setup data
 	$(BIN)/ltbench run recipes/quickstart.yaml
+	@echo "Against the README's table (docs/claims.md: one seed each side cannot confirm a match; the line says how far it is and which numerics differ):"
+	$(BIN)/ltbench verify recipes/quickstart.yaml --claims ltbench/claims/29-ltbench-readme-quickstart --format lines
 
 test: setup data
 	PYTHON=$(BIN)/python scripts/run-tests.sh

@@ -13,32 +13,39 @@ on an emulated CUDA device (ltbench/devtools/gpu_cost.py), and counts, per 256-i
 - the syncs' source lines, and Python loop iterations in ltbench/ and methods/ code.
 
 Settings: CE (crop+flip), LA on the strong view (AutoAugment + Cutout) and BAPE+LA with the paper's views
-(strong for LA, two SimAug views for BAPE), ResNet-32 on CIFAR-100-format files (random pixels), batch 256;
-and the ImageNet-size training views alone (``imagenet_train``; BAPE's RandAugment + SimAug views) on 256
+(strong for LA, two SimAug views for BAPE), ProCo and SADE with their default views, ResNet-32 on
+CIFAR-100-format files (random pixels), batch 256; and the ImageNet-size training views alone (``imagenet_train``; BAPE's RandAugment + SimAug views) on 256
 images of 300-500 px sides.
 
 The bare loop is counted at steady state (its step 1, after SGD made its momentum buffers), as the method
-side is; both use SGD(fused=True), as CUDA runs do (``engine.make_optimizer``). ``compiled_step``: the step as
-``train.compile: inductor`` runs it, views included (``count_compiled_step``; minutes of compiling on a CPU,
-``--no-compiled-step`` skips it). ``fp16_step`` (CE): the step with fp16's GradScaler (autocast's casts are not
-counted).
+side is; both use SGD(fused=True), as CUDA runs do (``engine.make_optimizer``). Each setting has its own bare
+loop: the same backbone (SADE: its multi-expert network), the same number of views.
 
-The predicted GPU ratio is a **prediction from a stated cost model, not a measurement**: the bare loop's
-step on one H100 (measured in an earlier review: about 7.7 ms of launch-bound fixed cost plus about 2.4 ms
-of GPU work per 256 images per view, bf16 + channels_last, ResNet-32) is taken as the floor; every launch
-beyond the bare loop's own (counted here the same way) costs ``launch_us`` of host time (5, 10 or 20), and
-every sync 100 us (the device idles while the host refills its queue). Ratio = bare step / predicted step;
-a step with fewer launches than the bare loop is predicted at 1.
+Compiled modes (``--no-compiled-step`` skips them): the regions ``train.compile`` compiles (the backbone's
+forward and backward, the method's loss and its backward, each batched view) are counted from the CUDA (Triton)
+code Inductor generates for them on this CPU with a pretended GPU (benchmarks/gpu_codegen.py), at the batch
+size asked (default 256, the CIFAR recipes'); what stays eager (copies, optimizer, meters, bookkeeping) keeps its
+eager count. ``inductor``: each compiled kernel is a launch. ``reduce-overhead``: each compiled backbone or loss
+graph (forward, backward) is one CUDA-graph replay, the views stay compiled kernels (never graphed). The bare
+loop in a compiled mode compiles its model, head and cross-entropy as one function, forward and backward.
 
-    python benchmarks/gpu_launches.py            # the table
-    python benchmarks/gpu_launches.py --json     # {"bare": {...}, "ce"|"la_strong"|"bape_la": {"augment": ...,
-                                                 #  "step": ..., "compiled_step": ..., "predicted_ratio": ...}}
+The predicted GPU ratio is a **prediction from a stated cost model, not a measurement**. The eager bare loop's
+step on one H100 (an earlier review: about 7.7 ms of launch-bound fixed cost plus 2.4 ms of GPU work per 256
+images per view, bf16 + channels_last, ResNet-32) is the anchor; a step with L launches and S syncs is predicted
+at anchor + (L - the eager bare loop's launches) x launch_us + S x 100 us (the host refills the queue after a
+sync), at 5, 10 and 20 us per launch, and never below the anchor's GPU work. A bare loop of another backbone
+(SADE's) is anchored the same way from ResNet-32's, by its launches: its extra GPU work is not modelled, which
+makes its ratios lower than they would be. Ratios: bare / method, against the bare loop in the same mode and
+against the eager bare loop; no cap (above 1: fewer launches than that bare loop).
+
+    python benchmarks/gpu_launches.py                          # the table
+    python benchmarks/gpu_launches.py --settings proco sade   # fewer settings per call (CPU time)
+    python benchmarks/gpu_launches.py --json                   # per setting: "eager", "inductor",
+        # "reduce-overhead" (launches, syncs), "bare" (launches per mode), "regions", "predicted"
 
 Augmentation section (``--pipelines``, ``--compiled``): every batched pipeline alone (CIFAR-size RGB batch; the
 ImageNet-size ones on a list of 300-500 px images), launches and syncs in eager mode; with ``--compiled``
-also the kernels one call runs once ``torch.compile``'d by Inductor on this CPU
-(``batch_augment.compiled_kernel_count``: fused C++ kernels plus the ops left to ATen; a proxy for CUDA's
-Triton count, since the two backends fuse differently). JSON key ``"pipelines"``.
+also the CUDA kernels one compiled call launches (gpu_codegen.py). JSON key ``"pipelines"``.
 """
 
 from __future__ import annotations
@@ -55,7 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_throughput import BAPE_LA, BareLoop, write_cifar100  # noqa: E402
 
 STEP_SETTINGS = {"ce": {"name": "ce"}, "la_strong": {"name": "la", "tau": 1.0, "views": ["strong"]},
-                 "bape_la": BAPE_LA}
+                 "bape_la": BAPE_LA, "proco": {"name": "proco"}, "sade": {"name": "sade"}}
+MODES = ("eager", "inductor", "reduce-overhead")
 LARGE_SETTINGS = {"imagenet_ce": ["imagenet_train"], "imagenet_bape": ["randaugment", "simaug", "simaug"]}
 BARE_FIXED_MS, BARE_PER_VIEW_MS = 7.7, 2.4  # H100, ResNet-32, batch 256, bf16 + channels_last (earlier review)
 LAUNCH_US, SYNC_US = (5.0, 10.0, 20.0), 100.0
@@ -140,7 +148,9 @@ def summarize(c, model: int, loops) -> dict:
 
 def count_bare(config: dict, views: int) -> dict:
     """Launches and syncs of one steady-state step of the bare loop (gpu_throughput.BareLoop) on the emulated
-    device: step 1, after step 0 created SGD's momentum buffers (one clone per parameter); fused SGD, as on CUDA."""
+    device: step 1, after step 0 created SGD's momentum buffers (one clone per parameter); fused SGD, as on CUDA.
+    ``region``: the launches of the part a compiled bare loop compiles (model, head and cross-entropy, forward
+    and backward), less the backward's seed, which stays eager."""
     import torch
 
     from ltbench.devtools import gpu_cost
@@ -154,25 +164,17 @@ def count_bare(config: dict, views: int) -> dict:
         bare.model.to(gpu_cost.DEVICE)
         bare.opt = torch.optim.SGD(bare.model.parameters(), lr=0.1, momentum=0.9, fused=True)
         bare.device = gpu_cost.DEVICE
-        step = _one_bare_step(bare)
-        step()  # step 0: SGD's momentum buffers
-        c.clear()
-        step()
-    return {"launches": c.launch_count(), "syncs": c.sync_count()}
-
-
-def _one_bare_step(bare):
-    import torch
-    import torch.nn.functional as F
-
-    def step():
-        x, y = bare.images, bare.labels
-        logits = bare.model(torch.cat([bare.view(x) for _ in range(bare.views)])).float()
-        loss = sum(F.cross_entropy(z, y) for z in logits.split(len(y)))
+        bare.step(bare.images, bare.labels)  # step 0: SGD's momentum buffers
+        x = torch.cat([bare.view(bare.images) for _ in range(views)])
         bare.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        bare.opt.step()
-    return step
+        c.clear()
+        bare.loss(x, bare.labels).backward()
+        region = c.launch_count() - 1  # less the backward's seed, which stays eager
+        bare.opt.zero_grad(set_to_none=True)
+        c.clear()
+        bare.step(bare.images, bare.labels)
+    return {"launches": c.launch_count(), "syncs": c.sync_count(), "region": region,
+            "backbone": type(bare.model[0]).__name__, "parameters": sum(p.numel() for p in bare.model.parameters())}
 
 
 def count_large(names: list[str], n: int) -> dict:
@@ -205,30 +207,13 @@ def count_large(names: list[str], n: int) -> dict:
                            for k, o, s, m in c.sync_sites("augment")]}
 
 
-def compiled_kernels(fn, *args) -> int:
-    """Kernel launches of ``fn(*args)`` (forward and, when it calls backward, backward) from the code Inductor
-    generates on this CPU: each call line of a graph's wrapper (fused kernels, library calls, ATen fallbacks) is
-    one launch per step. On CUDA Inductor emits Triton kernels for the same fused nodes, so the count carries
-    over up to the backends' fusion choices."""
-    from torch._inductor.utils import run_and_get_code
-
-    from ltbench.data.batch_augment import _KERNEL_CALL
-
-    _, codes = run_and_get_code(fn, *args)
-    return sum(len(_KERNEL_CALL.findall(code[code.find("def call("):])) for code in codes if "def call(" in code)
-
-
-COMPILE_BATCH = 32  # static shapes: Inductor's kernels per call do not depend on the batch size, its compile time does
-
-
-def count_compiled_step(config: dict, counts: dict, backbone_cache: dict) -> dict:
-    """The step as ``train.compile: inductor`` runs it, views included: the eagerly counted step with the
-    regions that train.compile compiles (the backbone's forward and backward, the method's loss and its
-    backward, each batched view) replaced by Inductor's kernels for them, compiled on this CPU at batch
-    ``COMPILE_BATCH``. What stays eager (copies, the optimizer, the meters, concatenations, bookkeeping) keeps its
-    eager count. Minutes of compiling on a CPU; the backbone's count is shared by the settings."""
+def compiled_regions(config: dict, batch: int, cache: dict) -> dict:
+    """CUDA launches of the regions train.compile compiles for ``config`` at ``batch`` (gpu_codegen.count):
+    the backbone's forward and backward on all views at once, the method's loss and its backward, each view.
+    ``cache`` keeps counts that settings share (a backbone on as many views, a view pipeline)."""
     import torch
 
+    import gpu_codegen
     from ltbench.data import batch_augment
     from ltbench.train import engine
 
@@ -236,38 +221,86 @@ def count_compiled_step(config: dict, counts: dict, backbone_cache: dict) -> dic
     run = engine.build_run(config)
     run.model.train()
     run.method.on_epoch_start(0)
-    views, b = len(run.method.views()), COMPILE_BATCH
-    g = torch.Generator().manual_seed(0)
-    torch._dynamo.reset()
-    key = (type(run.backbone).__name__, sum(p.numel() for p in run.backbone.parameters()))
-    if key not in backbone_cache:
-        x = torch.randn(b, 3, 32, 32, generator=g)
-        backbone = torch.compile(run.backbone, backend="inductor")
-        backbone_cache[key] = compiled_kernels(lambda: backbone(x).float().sum().backward())
-    features = [torch.randn(b, run.backbone.feature_dim, generator=g, requires_grad=True) for _ in range(views)]
-    labels = torch.randint(0, run.data.num_classes, (b,), generator=g)
-    loss = torch.compile(run.method.loss, backend="inductor")
-    loss_kernels = compiled_kernels(lambda: loss(features, labels, epoch=0)["loss"].backward())
-    images = torch.randint(0, 256, (b, 3, 32, 32), dtype=torch.uint8, generator=g)
-    seeds = torch.randint(0, 2**31, (b,), generator=g)
-    pipelines = [batch_augment.build_batch(v, run.data.image, run.data.pipelines) for v in run.method.views()]
-    view_kernels = sum(batch_augment.compiled_kernel_count(p, images, seeds, v)["total"]
-                       for v, p in enumerate(pipelines))
-    eager_rest = (counts["step"]["launches"] - counts["step"]["model"] - counts["step"]["loss_alone"]
-                  + counts["augment"]["launches"] - counts["augment"]["views_alone"])
-    torch._dynamo.reset()
-    return {"launches": eager_rest + backbone_cache[key] + loss_kernels + view_kernels,
-            "syncs": counts["step"]["syncs"] + counts["augment"]["syncs"],
-            "eager_rest": eager_rest, "backbone": backbone_cache[key], "loss": loss_kernels,
-            "views": view_kernels}
+    names, g = run.method.views(), torch.Generator().manual_seed(0)
+    key = ("backbone", type(run.backbone).__name__, sum(p.numel() for p in run.backbone.parameters()), len(names))
+    if key not in cache:
+        cache[key] = gpu_codegen.count(run.backbone, torch.randn(len(names) * batch, 3, 32, 32, generator=g))
+    features = [torch.randn(batch, run.backbone.feature_dim, generator=g, requires_grad=True) for _ in names]
+    labels = torch.randint(0, run.data.num_classes, (batch,), generator=g)
+    loss = gpu_codegen.count(run.method.loss, features, labels, epoch=0)
+    images = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, generator=g)
+    seeds = torch.randint(0, 2**31, (batch,), generator=g)
+    views = []
+    for v, name in enumerate(names):
+        pipeline = batch_augment.build_batch(name, run.data.image, run.data.pipelines)
+        if ("view", name) not in cache:
+            pipeline(images, seeds, v)  # its constants, made eagerly, as CompiledPipeline's first call does
+            cache[("view", name)] = gpu_codegen.count(pipeline.__call__, images, seeds, v, fullgraph=True,
+                                                      dynamic=False)
+        views.append(cache[("view", name)])
+    return {"backbone": cache[key].as_dict(), "loss": loss.as_dict(), "views": [v.as_dict() for v in views]}
 
 
-def predicted_ratios(launches: int, syncs: int, bare_launches: int, views: int) -> dict:
-    """Bare step / predicted step at 5, 10 and 20 us per launch beyond the bare loop's (a sync: 100 us); a
-    step with fewer launches than the bare loop is predicted at 1 (the model cannot say more)."""
-    bare_ms = BARE_FIXED_MS + BARE_PER_VIEW_MS * views
-    return {f"{us:g}": round(bare_ms / (bare_ms + (max(launches - bare_launches, 0) * us + syncs * SYNC_US) / 1000), 2)
-            for us in LAUNCH_US}
+def compiled_bare(config: dict, views: int, batch: int, cache: dict):
+    """CUDA launches of the compiled part of the bare loop: model, head and cross-entropy, forward and backward."""
+    import torch
+
+    import gpu_codegen
+
+    bare = BareLoop(config, torch.device("cpu"), views)
+    key = ("bare", type(bare.model[0]).__name__, sum(p.numel() for p in bare.model.parameters()), views)
+    if key not in cache:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(views * batch, 3, 32, 32, generator=g)
+        cache[key] = gpu_codegen.count(bare.loss, x, torch.randint(0, 100, (batch,), generator=g))
+    return cache[key]
+
+
+def step_modes(counts: dict, regions: dict | None) -> dict:
+    """Launches and syncs of the step in each mode: eager as counted; compiled modes as the eager step with the
+    compiled regions' eager launches replaced by their CUDA count (inductor) or by one CUDA-graph replay per
+    compiled backbone or loss graph, the views' kernels as compiled (reduce-overhead)."""
+    step, augment = counts["step"], counts["augment"]
+    syncs = step["syncs"] + augment["syncs"]
+    out = {"eager": {"launches": step["launches"] + augment["launches"], "syncs": syncs}}
+    if regions is None:
+        return out
+    rest = step["launches"] - step["model"] - step["loss_alone"] + augment["launches"] - augment["views_alone"]
+    views = sum(v["launches"] for v in regions["views"])
+    out["inductor"] = {"launches": rest + regions["backbone"]["launches"] + regions["loss"]["launches"] + views,
+                       "syncs": syncs, "eager_rest": rest}
+    out["reduce-overhead"] = {"launches": rest + regions["backbone"]["wrappers"] + regions["loss"]["wrappers"] + views,
+                              "syncs": syncs, "eager_rest": rest}
+    return out
+
+
+def bare_modes(bare: dict, compiled) -> dict:
+    rest = bare["launches"] - bare["region"]
+    out = {"eager": bare["launches"]}
+    if compiled is not None:
+        out.update({"inductor": rest + compiled.launches, "reduce-overhead": rest + compiled.wrappers})
+    return out
+
+
+def predicted_ms(launches: int, syncs: int, anchor_launches: int, views: int, us: float) -> float:
+    """A step's predicted milliseconds on the H100 (the module's cost model): the eager ResNet-32 bare loop's
+    measured step, plus the launches beyond its own at ``us`` each and 100 us per sync; never below its GPU work."""
+    anchor_ms = BARE_FIXED_MS + BARE_PER_VIEW_MS * views
+    return max(BARE_PER_VIEW_MS * views, anchor_ms + ((launches - anchor_launches) * us + syncs * SYNC_US) / 1000)
+
+
+def predictions(modes: dict, bare: dict, anchor_launches: int, views: int) -> dict:
+    """Bare / method predicted step time, per mode and launch cost: against the bare loop in the same mode and
+    against the eager bare loop. No cap: above 1 when the method launches fewer kernels than that bare loop."""
+    out = {}
+    for mode, step in modes.items():
+        same, eager = {}, {}
+        for us in LAUNCH_US:
+            ms = predicted_ms(step["launches"], step["syncs"], anchor_launches, views, us)
+            same[f"{us:g}"] = round(predicted_ms(bare[mode], 0, anchor_launches, views, us) / ms, 2)
+            eager[f"{us:g}"] = round(predicted_ms(bare["eager"], 0, anchor_launches, views, us) / ms, 2)
+        out[mode] = {"vs_bare_same_mode": same, "vs_bare_eager": eager}
+    return out
 
 
 def parse_args(argv=None):
@@ -275,47 +308,48 @@ def parse_args(argv=None):
     ap.add_argument("--json", action="store_true", help="print the counts as JSON")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--no-compiled-step", action="store_true",
-                    help="skip the step as train.compile: inductor runs it (minutes of compiling on a CPU)")
+                    help="skip the compiled modes (CUDA code generation: minutes of CPU per setting)")
     ap.add_argument("--loops", action="store_true", help="also count Python loop iterations (slow: a line tracer)")
     ap.add_argument("--settings", nargs="+", choices=[*STEP_SETTINGS, *LARGE_SETTINGS],
                     default=[*STEP_SETTINGS, *LARGE_SETTINGS])
     ap.add_argument("--pipelines", action="store_true", help="also count every batched pipeline alone")
     ap.add_argument("--compiled", action="store_true",
-                    help="with --pipelines: also the kernel count under torch.compile (Inductor; minutes on a CPU)")
+                    help="with --pipelines: also the CUDA kernel count under torch.compile (minutes of CPU)")
     return ap.parse_args(argv)
 
 
 def measure(args) -> dict:
+    import time
+
     import torch
 
     from gpu_throughput import views_of
 
     torch.set_num_threads(1)
-    results = {}
+    started, results, cache, bare_counts = time.process_time(), {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="ltbench-launches-") as tmp:
         root = write_cifar100(Path(tmp) / "cifar", max(1, -(-args.batch * 3 // 100)), 1)  # 3 batches: steps 0, 1
         # and the batch that step 1 prepares
-        bare, backbone_cache = None, {}
         for name in args.settings:
             if name in LARGE_SETTINGS:
                 results[name] = count_large(LARGE_SETTINGS[name], args.batch)
                 continue
             config = step_config(STEP_SETTINGS[name], root, args.batch)
-            if bare is None:
-                bare = {"one_view": count_bare(config, 1)["launches"], "three_views": count_bare(config, 3)["launches"]}
-                results["bare"] = bare
-            counts = count_step(config, Path(tmp), loops=args.loops)
             views = views_of(config)
-            reference = bare["one_view"] if views == 1 else bare["three_views"] if views == 3 else \
-                count_bare(config, views)["launches"]
-            counts["bare_loop_launches"] = reference
-            eager = counts["augment"]["launches"] + counts["step"]["launches"]
-            counts["predicted_ratio"] = {"eager": predicted_ratios(
-                eager, counts["augment"]["syncs"] + counts["step"]["syncs"], reference, views)}
-            if not args.no_compiled_step:
-                counts["compiled_step"] = count_compiled_step(config, counts, backbone_cache)
-                counts["predicted_ratio"]["compiled"] = predicted_ratios(
-                    counts["compiled_step"]["launches"], counts["compiled_step"]["syncs"], reference, views)
+            counts = count_step(config, Path(tmp), loops=args.loops)
+            bare = count_bare(config, views)
+            anchor = step_config(STEP_SETTINGS["ce"], root, args.batch)  # the ResNet-32 bare loop: the cost anchor
+            anchor_key = ("resnet32", views)
+            if anchor_key not in bare_counts:
+                bare_counts[anchor_key] = bare if name != "sade" else count_bare(anchor, views)
+            regions = None if args.no_compiled_step else compiled_regions(config, args.batch, cache)
+            compiled = None if args.no_compiled_step else compiled_bare(config, views, args.batch, cache)
+            counts["regions"] = regions
+            counts.update(step_modes(counts, regions))
+            counts["bare"] = {**bare_modes(bare, compiled), "backbone": bare["backbone"],
+                              "parameters": bare["parameters"], "syncs": bare["syncs"]}
+            counts["predicted"] = predictions({m: counts[m] for m in MODES if m in counts}, counts["bare"],
+                                              bare_counts[anchor_key]["launches"], views)
             if name == "ce":
                 fp16 = step_config(STEP_SETTINGS[name], root, args.batch)
                 fp16["train"]["precision"] = "fp16"
@@ -325,6 +359,7 @@ def measure(args) -> dict:
             results[name] = counts
     if args.pipelines:
         results["pipelines"] = count_pipelines(args.batch, args.compiled)
+    results["cpu_seconds"] = round(time.process_time() - started, 1)
     return results
 
 
@@ -332,7 +367,7 @@ def print_table(results: dict, batch: int) -> None:
     print(f"Per training step of {batch} images, counted on the CPU with CUDA emulated (ltbench/devtools/gpu_cost.py)")
     print(f"{'setting':<14} {'aug launches':>12} {'aug syncs':>9} {'step launches':>13} {'model':>6} "
           f"{'optim':>6} {'method':>6} {'step syncs':>10} {'loop iters':>10}")
-    steps = {name: r for name, r in results.items() if name != "bare"}
+    steps = {name: r for name, r in results.items() if isinstance(r, dict)}
     for name, r in steps.items():
         st = r.get("step", {})
         print(f"{name:<14} {r['augment']['launches']:>12} {r['augment']['syncs']:>9} {st.get('launches', '-'):>13} "
@@ -342,39 +377,48 @@ def print_table(results: dict, batch: int) -> None:
     for name, r in steps.items():
         for site in r["sync_sites"]:
             print(f"  {name:<14} {site['phase']:<9} x{site['count']:<4} {site['kind']} ({site['op']}) at {site['site']}")
-    if "bare" in results:
-        print(f"\nBare loop at steady state (step 1): {results['bare']['one_view']} launches per step with one view, "
-              f"{results['bare']['three_views']} with three")
+    print("\nLaunches per step by mode (compiled regions: CUDA code generated for a pretended sm_90 GPU; "
+          "reduce-overhead: one replay per graph), and the bare loop of the same backbone and views:")
+    print(f"{'setting':<14} {'mode':<16} {'launches':>9} {'syncs':>6} {'bare':>6}  regions (launches / wrappers)")
     for name, r in steps.items():
-        if "compiled_step" in r:
-            cs = r["compiled_step"]
-            print(f"  {name:<14} with train.compile: {cs['launches']} launches, {cs['syncs']} syncs (eager rest "
-                  f"{cs['eager_rest']}, backbone {cs['backbone']}, loss {cs['loss']}, views {cs['views']})")
+        if "bare" not in r:
+            continue
+        regions = r.get("regions") or {}
+        detail = ", ".join(f"{k} {v['launches']}/{v['wrappers']}" for k, v in
+                           [("backbone", regions.get("backbone")), ("loss", regions.get("loss"))] if v)
+        detail += f", views {sum(v['launches'] for v in regions['views'])}" if regions else ""
+        for mode in MODES:
+            if mode in r:
+                print(f"{name:<14} {mode:<16} {r[mode]['launches']:>9} {r[mode]['syncs']:>6} {r['bare'][mode]:>6}  "
+                      f"{detail if mode == 'inductor' else ''}")
         if "fp16_step" in r:
-            print(f"  {name:<14} fp16 step: {r['fp16_step']['launches']} launches, {r['fp16_step']['syncs']} syncs")
-    print("\nPREDICTED ratio to the H100 bare loop at 5 / 10 / 20 us per launch (a cost model, not a measurement):")
+            print(f"{name:<14} {'eager fp16':<16} {r['fp16_step']['launches']:>9} {r['fp16_step']['syncs']:>6}")
+    print("\nPREDICTED ratio (bare / method step) at 5 / 10 / 20 us per launch, a cost model, not a measurement:")
     for name, r in steps.items():
-        if "predicted_ratio" in r:
-            spread = "; ".join(f"{mode} " + " / ".join(str(v) for v in ratios.values())
-                               for mode, ratios in r["predicted_ratio"].items())
-            print(f"  {name:<14} bare loop {r['bare_loop_launches']} launches/step; {spread}")
+        for mode, p in r.get("predicted", {}).items():
+            same, eager = (" / ".join(str(v) for v in p[k].values()) for k in ("vs_bare_same_mode", "vs_bare_eager"))
+            print(f"  {name:<14} {mode:<16} vs bare loop, same mode: {same:<18} vs eager bare loop: {eager}")
+    if "cpu_seconds" in results:
+        print(f"\nCPU time of this count: {results['cpu_seconds']} s")
 
 
 def print_pipelines(pipelines: dict, batch: int) -> None:
-    print(f"\nEach batched pipeline alone, batch {batch} (eager; 'compiled': kernels per call under torch.compile, "
-          f"Inductor on this CPU, a proxy for CUDA's count):")
-    print(f"{'pipeline':<36} {'launches':>9} {'syncs':>6} {'compiled':>9} {'(fused + aten)':>15} {'compile s':>10}")
+    print(f"\nEach batched pipeline alone, batch {batch} (eager; 'compiled': CUDA kernels per call under "
+          f"torch.compile, generated for a pretended GPU):")
+    print(f"{'pipeline':<36} {'launches':>9} {'syncs':>6} {'compiled':>9} {'(triton + aten)':>15} {'CPU s':>8}")
     for name, r in pipelines.items():
         c = r.get("compiled")
-        extra = f"{c['total']:>9} {c['fused']:>7} + {c['aten']:<5} {c['compile_seconds']:>10}" if c else ""
+        extra = f"{c['launches']:>9} {c['triton']:>7} + {c['aten']:<5} {c['cpu_seconds']:>8}" if c else ""
         print(f"{name:<36} {r['launches']:>9} {r['syncs']:>6} {extra}")
 
 
 def count_pipelines(batch: int, compiled: bool) -> dict:
     """Launches and syncs of every batched pipeline alone (a second call: the first puts its constants on the
     device) on CIFAR-size RGB images, the ImageNet-size ones on a list of 300-500 px images; BAPE's three
-    views together; with ``compiled``, Inductor's kernel count per call (on plain CPU tensors)."""
+    views together; with ``compiled``, the CUDA kernels of one compiled call (gpu_codegen.count)."""
     import torch
+
+    import gpu_codegen
 
     from ltbench.data import batch_augment
     from ltbench.data.base import ImageSpec
@@ -403,11 +447,13 @@ def count_pipelines(batch: int, compiled: bool) -> dict:
                 for v, pipeline in enumerate(pipelines):
                     pipeline(on_device, device_seeds, view=v)
         out[label] = {"launches": c.launch_count(), "syncs": c.sync_count()}
-        if compiled and len(names) == 1 and spec is cifar:
-            out[label]["compiled"] = batch_augment.compiled_kernel_count(pipelines[0], images, seeds)
-        if compiled and len(names) > 1:
-            counts = [batch_augment.compiled_kernel_count(p, images, seeds, v) for v, p in enumerate(pipelines)]
-            out[label]["compiled"] = {k: round(sum(c[k] for c in counts), 1) for k in counts[0]}
+        if compiled and spec is cifar:
+            for v, pipeline in enumerate(pipelines):  # constants made eagerly, as CompiledPipeline's first call does
+                pipeline(images, seeds, v)
+            counts = [gpu_codegen.count(p.__call__, images, seeds, v, fullgraph=True, dynamic=False).as_dict()
+                      for v, p in enumerate(pipelines)]
+            out[label]["compiled"] = {k: round(sum(c[k] for c in counts), 1) for k in ("launches", "triton", "aten",
+                                                                                        "cpu_seconds")}
     return out
 
 

@@ -9,10 +9,12 @@ Settings (batch 256 unless --quick):
 - ``cifar_ce``, ``cifar_la_strong``, ``cifar_bape_la``: ResNet-32 on data written in the exact CIFAR-100
   python-pickle format (random pixels, real file layout, read by the cifar100_lt plugin, rho 100: 10,847
   training images at full size) with CE (crop+flip), LA on the strong view (AutoAugment + Cutout) and BAPE+LA
-  with the paper's views (strong for LA, two SimAug views for BAPE).
+  with the paper's views (strong for LA, two SimAug views for BAPE); ``cifar_sade``: SADE, whose bare loop runs
+  SADE's own three-expert network (the ratio that compares a multi-expert method with its own network).
   The bare loop holds the training images on the device as uint8 and does, per view, a per-sample random
   crop (padding 4) and flip there with tensor ops, then one backbone pass over all views, a linear head's
-  CE per view and SGD: the compute limit of the model at that batch (the issue's "bare loop").
+  CE per view and SGD: the compute limit of the model at that batch (the issue's "bare loop"). With
+  ``--compile`` it compiles its model, head and cross-entropy in the same mode as the ltbench side.
 - ``imagenet_resnet50``, ``imagenet_resnext50``: ResNet-50 / ResNeXt-50 (32x4d) with CE on an ImageNet-LT
   tree of generated ImageNet-size JPEGs (ltbench/data/imagenet_tree.py; 100 classes, --imagenet-images
   training images) read from disk by ltbench (decode, random resized crop 224, flip, colour jitter). The
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 BAPE_LA = {"name": "bape", "alpha_hat": 40.0, "beta_hat": 8.0, "aux": {"name": "la", "tau": 1.0},
            "aux_views": ["strong"], "bape_views": ["sim", "sim"]}
 CIFAR_METHODS = {"cifar_ce": {"name": "ce"}, "cifar_la_strong": {"name": "la", "tau": 1.0, "views": ["strong"]},
-                 "cifar_bape_la": BAPE_LA}
+                 "cifar_bape_la": BAPE_LA, "cifar_sade": {"name": "sade"}}
 IMAGENET_BACKBONES = {"imagenet_resnet50": "resnet50", "imagenet_resnext50": "resnext50_32x4d"}
 SETTINGS = [*CIFAR_METHODS, *IMAGENET_BACKBONES]
 
@@ -110,7 +112,7 @@ class BareLoop:
     """The plain loop: training images as uint8 on the device, per-sample crop/flip there, one backbone pass
     over all views, a linear head's CE per view, SGD with the same settings; nothing else."""
 
-    def __init__(self, config: dict, device, views: int):
+    def __init__(self, config: dict, device, views: int, compile_mode: str = "off"):
         import torch
         import torch.nn as nn
 
@@ -130,6 +132,28 @@ class BareLoop:
         o = run.optim
         self.opt = torch.optim.SGD(self.model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
                                    fused=True if device.type == "cuda" else None)  # as engine.make_optimizer
+        self.compiled_loss = self.loss  # in a compiled mode: model, head and cross-entropy as one compiled function
+        if compile_mode != "off":
+            from ltbench.train import engine
+
+            backend, options = engine.compile_options(compile_mode)
+            self.compiled_loss = torch.compile(self.loss, backend=backend, **options)
+
+    def loss(self, x, y):
+        """The model on all views at once, then the cross-entropy of each view's logits."""
+        import torch.nn.functional as F
+
+        return sum(F.cross_entropy(z, y) for z in self.model(x).float().split(len(y)))
+
+    def step(self, x, y, dtype=None):
+        import torch
+
+        with torch.autocast(self.device.type, dtype=dtype or torch.bfloat16, enabled=self.cfg.precision != "fp32"):
+            loss = self.compiled_loss(torch.cat([self.view(x) for _ in range(self.views)]), y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return loss
 
     def _device_images(self, dataset):
         """CIFAR: the uint8 array as it is. Large images: decoded and cut to 224x224 once, before timing."""
@@ -162,7 +186,6 @@ class BareLoop:
 
     def train_epoch(self) -> float:
         import torch
-        import torch.nn.functional as F
 
         self.model.train()
         t0 = time.perf_counter()
@@ -171,13 +194,7 @@ class BareLoop:
         loss = None
         for s in range(0, len(order) - 1, self.batch):
             idx = order[s: s + self.batch]
-            x, y = self.images[idx], self.labels[idx]
-            with torch.autocast(self.device.type, dtype=dtype, enabled=self.cfg.precision != "fp32"):
-                logits = self.model(torch.cat([self.view(x) for _ in range(self.views)])).float()
-                loss = sum(F.cross_entropy(z, y) for z in logits.split(len(y)))
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
+            loss = self.step(self.images[idx], self.labels[idx], dtype)
         if loss is not None:
             loss.item()  # waits for the device
         return time.perf_counter() - t0
@@ -241,7 +258,8 @@ def parse_args(argv=None):
     ap.add_argument("--epochs", type=int, default=None, help="epochs per side (the first is a warm-up)")
     ap.add_argument("--imagenet-images", type=int, default=None, help="training JPEGs of the ImageNet settings")
     ap.add_argument("--compile", choices=["off", "inductor", "reduce-overhead"], default="off",
-                    help="train.compile of the ltbench side (the bare loop stays eager)")
+                    help="train.compile of the ltbench side; the bare loop compiles its model, head and loss "
+                         "in the same mode")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
     if args.device == "cpu":
@@ -282,7 +300,7 @@ def main(argv=None) -> int:
         for setting in args.settings:
             root = roots["cifar" if setting in CIFAR_METHODS else "imagenet"]
             config = run_config(setting, root, sizes, args)
-            bare = BareLoop(config, device, views_of(config))
+            bare = BareLoop(config, device, views_of(config), args.compile)
             ltbench_s, bare_s = measure(config, bare)
             n = len(bare.labels)
             mine, theirs = n / statistics.median(ltbench_s), n / statistics.median(bare_s)

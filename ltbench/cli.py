@@ -1,4 +1,4 @@
-"""Command line: ``ltbench run | posthoc | list | data | table | report | plot | status``.
+"""Command line: ``ltbench run | posthoc | list | data | table | report | plot | status | verify | plan``.
 
 A problem the user can fix is printed as one line on stderr with a non-zero exit and no traceback
 (``--debug`` shows it).
@@ -46,7 +46,11 @@ def cmd_run(args) -> int:
     if args.jobs:
         recipe.launcher.jobs = args.jobs
     if args.dry_run:
-        return launch.print_plan(recipe)
+        from ltbench.report.plan import dry_run_lines  # lazy: keeps --help fast
+        code = launch.print_plan(recipe)
+        for line in dry_run_lines(args.recipe, args.overrides, args.results):  # what the seeds can detect
+            print(line)
+        return code
     summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
                             rebuild_checkpoints=args.rebuild_checkpoints)
     return 0 if summary.get("failed", 0) == 0 else 1
@@ -120,12 +124,18 @@ LIST_WIDTH = 100  # 'ltbench list' lines fit a terminal
 
 
 def cmd_data(args) -> int:
+    if args.recipe == "verify":  # ltbench data verify ROOT --dataset NAME
+        from ltbench.results import protocol  # lazy: keeps --help fast
+        return protocol.command(args.overrides, args.dataset)
     from ltbench.recipe import distinct_data  # lazy: keeps --help fast
 
     recipe = load_checked_recipe(args.recipe, args.overrides)  # validate before importing the engine (seconds)
     from ltbench.train import engine  # lazy: keeps table and status free of torch
     from ltbench.evaluation import shot_groups  # lazy: keeps --help fast
     from ltbench.train import resources  # lazy: keeps table and status free of torch
+    from ltbench.results import protocol  # lazy: keeps --help fast
+    from ltbench.report.rows import flatten  # lazy: keeps --help fast
+    from ltbench.results.identity import identity_of  # lazy: keeps --help fast
 
     resources.check_data(distinct_data(recipe.runs), recipe.launcher, str(args.recipe))  # before any allocation
     reports = []
@@ -143,6 +153,7 @@ def cmd_data(args) -> int:
                          "train": int(data.class_counts[c]), "test": int(data.test_counts[c]), "group": str(groups[c])}
                         for c in range(data.num_classes)],
             "groups": {g: int((groups == g).sum()) for g in SHOT_GROUPS},
+            "protocol_id": protocol.protocol_id(flatten(identity_of(spec.config)), protocol.record_lists({"data": {"info": data.info}})),
         })
         if data.val_counts is not None:  # the validation split (docs/protocol.md)
             reports[-1]["val_total"] = int(data.val_counts.sum())
@@ -156,7 +167,8 @@ def cmd_data(args) -> int:
     for r in reports:
         opts = ", ".join(f"{k}={v}" for k, v in r["data"].items() if k != "root")
         print(f"{opts}\ntrain {r['train_total']} images, test {r['test_total']}, subset sha1 {r['subset_hash'][:12]}; "
-              f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}")
+              f"groups: many {r['groups']['many']}, medium {r['groups']['medium']}, few {r['groups']['few']}; "
+              f"protocol {r['protocol_id']} (docs/claims.md)")
         val = "val_total" in r
         if val:
             print(f"validation {r['val_total']} images (never trained on; docs/protocol.md)")
@@ -346,10 +358,12 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
 
     _add_list_command(sub, common)
 
-    p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets")
+    p = sub.add_parser("data", parents=[common], help="per-class train/test counts and shot groups of a recipe's datasets; "
+                       "'data verify ROOT --dataset NAME': which known variant of the files ROOT holds")
     p.add_argument("recipe")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--dataset", help="with 'data verify': the dataset whose files ROOT holds")
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("status", parents=[common], help="state of each run, read from disk")
@@ -442,6 +456,32 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="folder for the figure files (default: <results>/<recipe>/report/figures)")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("verify", parents=[common], help="does each claim reproduce on these finished runs? "
+                       "REPRODUCED / NOT REPRODUCED / INCONCLUSIVE / UNTESTED (docs/claims.md)")
+    p.add_argument("path", help="a results directory or a recipe file")
+    p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
+    p.add_argument("--claims", metavar="DIR", help="a folder of claim files (default: the claims shipped in ltbench/claims)")
+    p.add_argument("--format", choices=["markdown", "csv", "json", "lines"], default="markdown",
+                   help="lines: one line per judged number")
+    p.add_argument("--margin", type=float, help="equivalence margin in points (default: each claim's, else 1)")
+    p.add_argument("--export", metavar="DIR", help="write each configuration of the finished runs as a claim file")
+    p.add_argument("--results", help="results directory, when PATH is a recipe")
+    p.set_defaults(func=lambda args: _lazy("ltbench.report.verify").command(args))
+
+    p = sub.add_parser("plan", parents=[common], help="what the declared seeds can detect per table comparison "
+                       "(80 %% power), and the seeds a difference needs (docs/significance.md)")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*", help="the dotted overrides given to 'ltbench run'")
+    p.add_argument("--spread", type=float, help="seed-to-seed std in points, for rows without 2 finished seeds")
+    p.add_argument("--detect", type=float, help="a difference in points: how many seeds per row detect it")
+    p.add_argument("--results", help="results directory holding finished (pilot) runs of the recipe")
+    p.set_defaults(func=lambda args: _lazy("ltbench.report.plan").command(args))
+
+
+def _lazy(module: str):
+    import importlib  # lazy: keeps --help fast (verify and plan import scipy and the table modules)
+    return importlib.import_module(module)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,7 +1,7 @@
 """The one grammar of a test-prior name: ``uniform``, ``forward<rho>`` or ``backward<rho>``. No torch.
 
 Recipes (``eval.target_priors``, the SADE ``eval.test_sets``), table columns (``forward50``,
-``prior:backward10``), published numbers (``ltbench/report/published.yaml``), shifted-test metrics and the
+``prior:backward10``), published numbers (the claims in ``ltbench/claims/``), shifted-test metrics and the
 shift figure all read a name with :func:`parse_prior`, so a name is accepted, refused and ordered
 alike everywhere. ``rho`` is written in plain decimal digits (``50``, ``2.5``) between 1 and 1e6: no
 exponent (``1e2``), no sign, no space, no underscore, because the name is also the key of the metric

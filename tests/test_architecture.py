@@ -85,7 +85,7 @@ LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder 
 PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; every module in the folder
 
 
-TORCH_FREE = ("ltbench.report", "ltbench.recipe.tables", "ltbench.results.store", "ltbench.report.significance", "ltbench.report.literature", "ltbench.report.plots",
+TORCH_FREE = ("ltbench.report", "ltbench.recipe.tables", "ltbench.results.store", "ltbench.report.significance", "ltbench.report.claims", "ltbench.results.protocol", "ltbench.report.verify", "ltbench.report.plan", "ltbench.report.plots",
               "ltbench.evaluation", "ltbench.results.predictions", "ltbench.recipe", "ltbench.train.selection", "ltbench.results.record",
               "ltbench.results.runspec", "ltbench.results.identity", "ltbench.priors", "ltbench.samplers", "ltbench.seeding",
               "ltbench.train.loggers", "ltbench.train.heartbeat", "ltbench.run.progress", "ltbench.run.screen", "ltbench.run.runlines", "ltbench.run.run_status_view",

@@ -195,7 +195,7 @@ def test_cb_softmax_and_sigmoid_reduce_over_the_batch_size_not_the_weight_sum():
     assert class_balanced_loss(x, y, w, "focal", 0.0).item() == class_balanced_loss(x, y, w, "sigmoid", 0.0).item()
 
 
-# Published numbers of the authors' own material, read by hand from the official repositories (ltbench/report/published.yaml)
+# Published numbers of the authors' own material, read by hand from the official repositories (ltbench/claims/)
 AUTHORS_NUMBERS = [
     ({"source": "LADE code, CVPR 2021 poster (Hong et al., 2021), Table 1", "dataset": "cifar100_lt", "imb_factor": 100,
       "method": "lade"}, {"all": 45.4}),
@@ -211,11 +211,11 @@ AUTHORS_NUMBERS = [
 
 @pytest.mark.parametrize("fields, metrics", AUTHORS_NUMBERS)
 def test_published_numbers_from_the_official_repositories(fields, metrics):
-    from ltbench.report.literature import load_published, match
+    from ltbench.report.claims import load_claims, match
 
     fields = dict(fields)
     source = fields.pop("source")
-    found = [e for e in match(load_published(), **fields) if e.source == source]
+    found = [e for e in match(load_claims(), **fields) if e.source == source]
     assert len(found) == 1 and found[0].metrics == metrics
 
 

@@ -491,7 +491,8 @@ def test_reduce_overhead_is_inductor_with_cuda_graphs_and_static_shapes(monkeypa
     seen = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
     views = engine.compiled_views([B.build_batch("standard", RGB)], "reduce-overhead")
-    assert seen == [{"fullgraph": True, "dynamic": False, "backend": "inductor"}]  # views: no CUDA graph
+    assert seen == [{"fullgraph": True, "dynamic": False, "backend": "inductor",  # views: no CUDA graph,
+                     "isolate_recompiles": True}]  # and a recompile budget of their own (tests/test_recompiles.py)
     assert isinstance(views[0], B.CompiledPipeline)
 
 

@@ -113,7 +113,7 @@ def test_report_and_other_ltbench_folders_are_not_runs(capsys, tmp_path, write_r
 @pytest.mark.parametrize("name", ["forward1e2", "forward 50", "forward+50", "forward5_0", "forwardinf", "forward0.5",
                                   "Forward50", "backward"])
 def test_a_prior_name_outside_the_grammar_is_refused_everywhere(name, write_recipe):
-    from ltbench.report.literature import is_metric
+    from ltbench.report.claims import is_metric
     from ltbench.recipe.tables import check_column
 
     with pytest.raises(ConfigError, match="unknown target prior"):
@@ -127,7 +127,7 @@ def test_a_prior_name_outside_the_grammar_is_refused_everywhere(name, write_reci
 
 @pytest.mark.parametrize("name", ["forward50", "backward2.5", "uniform", "forward1"])
 def test_a_prior_name_inside_the_grammar_is_accepted_everywhere(name, write_recipe):
-    from ltbench.report.literature import is_metric
+    from ltbench.report.claims import is_metric
     from ltbench.recipe.tables import check_column
 
     load_recipe(write_recipe(extra={"eval": {"target_priors": [name]}}))

@@ -337,12 +337,12 @@ def test_include_joins_another_recipes_runs_as_column_groups(write_recipe):
 
 
 def test_published_reference_rows_and_delta(write_recipe, monkeypatch):
-    from ltbench.report import literature
+    from ltbench.report import claims
     from ltbench.report import published
 
-    entry = literature.Published(method="la", dataset="synthetic_lt", imb_factor=6.0, backbone="resnet8",
+    entry = claims.Claim(method="la", dataset="synthetic_lt", imb_factor=6.0, backbone="resnet8",
                                  epochs=2, metrics={"all": 60.0, "few": 30.0}, source="A paper, Table 9")
-    monkeypatch.setattr(published, "load_published", lambda path=None: [entry])  # the name report uses
+    monkeypatch.setattr(published, "load_claims", lambda folder=None: [entry])  # the name report uses
     path = write_recipe("r", {**LA_GRID, "tables": {"t": {"columns": ["few", "all"], "published": True}}})
     populate(load_recipe(path))
     table = table_of(path)

@@ -26,13 +26,12 @@ host-device sync. All of a view's draws come from one hash call over a table of 
 op is computed on the whole batch and chosen per sample with ``torch.where`` (one warp for all geometric
 ops of a policy slot, one blend for its colour ops); resized-crop tries are drawn at once; no branch depends
 on the data; constants live on the device (``batch_ops.device_constant``). So a pipeline also compiles
-with ``torch.compile(fullgraph=True)`` (``compiled_kernel_count``).
+with ``torch.compile(fullgraph=True)`` (``CompiledPipeline``).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -797,39 +796,20 @@ def as_uint8_tensor(image) -> torch.Tensor:
 class CompiledPipeline:
     """A batched pipeline through ``torch.compile(fullgraph=True, dynamic=False)`` (train.compile;
     ``engine.compiled_views``). Its first call runs eagerly, so the device constants it caches
-    (``batch_ops.device_constant``) are made outside the graph, as ``compiled_kernel_count`` does; a list of
-    differently sized images (ImageNet-size data) always runs eagerly, since every size would be a graph."""
+    (``batch_ops.device_constant``) are made outside the graph; a list of differently sized images
+    (ImageNet-size data) always runs eagerly, since every size would be a graph.
+
+    ``isolate_recompiles``: every pipeline shares the code of ``BatchPipeline.__call__``, so without it all of a
+    process's pipelines (a grid's runs with ``launcher.jobs: 1``, a benchmark's settings) share one Dynamo cache
+    of torch's recompile limit (8) and the ninth graph fails under ``fullgraph`` (tests/test_recompiles.py)."""
 
     def __init__(self, pipeline: BatchPipeline, backend: str):
         self.pipeline, self.warm = pipeline, False
-        self.compiled = torch.compile(pipeline.__call__, fullgraph=True, dynamic=False, backend=backend)
+        self.compiled = torch.compile(pipeline.__call__, fullgraph=True, dynamic=False, backend=backend,
+                                      isolate_recompiles=True)
 
     def __call__(self, images, seeds: torch.Tensor, view: int = 0) -> torch.Tensor:
         if not self.warm or not isinstance(images, torch.Tensor):
             self.warm = isinstance(images, torch.Tensor)
             return self.pipeline(images, seeds, view)
         return self.compiled(images, seeds, view)
-
-
-_KERNEL_CALL = re.compile(r"^\s*(?:\w+ = )?((?:cpp_fused|triton)\w*(?:\.run)?|extern_kernels\.\w+"
-                          r"|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\(", re.MULTILINE)
-
-
-def compiled_kernel_count(pipeline: BatchPipeline, images, seeds: torch.Tensor, view: int = 0) -> dict:
-    """What one call of ``pipeline`` launches once ``torch.compile``'d by Inductor (``fullgraph=True``), as
-    ``train.compile`` would run it: the kernel calls in Inductor's generated wrapper, fused kernels
-    (``cpp_fused_*`` on a CPU, ``triton_*`` on CUDA) and the operations it leaves to ATen (sorts, scatters...).
-    On a CPU this is a proxy for CUDA's count: Inductor fuses C++ loops and Triton kernels differently.
-    Returns {"fused": n, "aten": n, "total": n, "compile_seconds": s}."""
-    import time
-
-    from torch._inductor.utils import run_and_get_code
-
-    pipeline(images, seeds, view)  # constants made eagerly, outside the graph
-    torch._dynamo.reset()
-    start = time.perf_counter()
-    _, codes = run_and_get_code(torch.compile(pipeline.__call__, fullgraph=True), images, seeds, view)
-    seconds = time.perf_counter() - start
-    calls = [m.group(1) for code in codes for m in _KERNEL_CALL.finditer(code[code.find("def call("):])]
-    fused = sum(name.startswith(("cpp_fused", "triton")) for name in calls)
-    return {"fused": fused, "aten": len(calls) - fused, "total": len(calls), "compile_seconds": round(seconds, 1)}

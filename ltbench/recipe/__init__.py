@@ -285,6 +285,11 @@ def resolve_run_config(raw: dict, seed: int, where: str) -> dict:
     _check_view_names(method_resolved, mwhere)
     _plugin_run_checks(config, where)
     _epoch_options_check(config, where)
+    micro = config["optim"]["micro_batch_size"]  # under CUDA graphs each backward replay overwrites the last's gradients
+    if config["train"]["compile"] == "reduce-overhead" and micro and micro < config["optim"]["batch_size"]:
+        raise ConfigError(f"{join_path(where, 'optim.micro_batch_size')}: {micro} "
+                          f"accumulates gradients over CUDA-graph replays, which train.compile: reduce-overhead "
+                          f"cannot; use train.compile: inductor, or leave micro_batch_size out")
     config["sampler"] = resolve_sampler(raw.get("sampler"), getattr(registry.METHODS.get(method["name"]), "sampler", None),
                                          method["name"], join_path(where, "sampler"))
     if config["eval"]["select"] == "best_val" and not declares_validation(config["data"]):

@@ -7,7 +7,7 @@ Modules, one concept each:
   build     a filled table: cells, notes, best and second best per group
   formats   markdown, LaTeX, tidy CSV
   frames    ``load(path)``: tidy pandas DataFrames (runs, heads, shift, per_class, class_stats, curves)
-  published reference rows and a delta column from the literature file
+  published reference rows and a delta column from the claims (ltbench/claims/, report/claims.py)
   document  ``ltbench report``: every table and figure in one folder
 
 Python API::

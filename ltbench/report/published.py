@@ -1,8 +1,8 @@
 """Published results beside ours: reference rows marked with a dagger and a delta column.
 
-The numbers and their sources live in ``ltbench/report/published.yaml`` (read by ``ltbench.report.literature``).
+The numbers and their sources are the claims in ``ltbench/claims/`` (read by ``ltbench.report.claims``).
 A row of ours matches a published entry when the dataset, imbalance factor, backbone and epochs of
-its configuration agree and the method is the same (the literature file uses ltbench's method names; a
+its configuration agree and the method is the same (claims use ltbench's method names; a
 table's ``published_method`` names another one for a row). Each matching entry becomes a reference row
 (never bold, no n: it was not run here) and the row of ours gets delta = ours - published on each
 matching column.
@@ -10,7 +10,8 @@ matching column.
 
 from __future__ import annotations
 
-from ltbench.report.literature import load_published, match
+from ltbench.results.protocol import protocol_id
+from ltbench.report.claims import load_claims, match
 from ltbench.config import value_text
 from ltbench.report.rows import Cell, Row, Table
 
@@ -24,15 +25,19 @@ def _published_method(table: Table, row: Row, unit) -> str | None:
 
 def _settings_match(entry, flat: dict) -> bool:
     """An ablation variant (entry.settings, e.g. prior: false) matches only a run with those options."""
-    return all(value_text(flat.get(f"method.{k}", "<absent>")) == value_text(v) for k, v in entry.settings.items())
+    return all(value_text(flat.get(k if "." in k else f"method.{k}", "<absent>")) == value_text(v)
+               for k, v in entry.settings.items())
 
 
 def add_published(table: Table) -> None:
     """Insert, after each row of ours, the published entries that match it: one reference row per
     source (over every column group); a source whose numbers another row already shows is named in
     that row instead of repeating them. Our cells get delta = ours - published (first source)."""
-    entries = load_published()
+    entries = [c for c in load_claims() if c.kind != "reference"]  # this project's own numbers are not published ones
     out: list[Row] = []
+    our_ids: set[str] = set()
+    their_ids: set[str] = set()
+    used: list = []
     for row in table.rows:
         out.append(row)
         if row.published or not row.units:
@@ -50,6 +55,7 @@ def add_published(table: Table) -> None:
                          if _metric(col) in entry.metrics}
                 if not cells:
                     continue
+                used.append(entry)
                 ref = refs.setdefault(entry.source, Row(row.label, row.group, published=entry.source))
                 ref.units[gi] = unit
                 ref.cells.update({k: Cell(values=[v]) for k, v in cells.items()})
@@ -58,7 +64,12 @@ def add_published(table: Table) -> None:
                     if ours is not None and ours.mean is not None and ours.delta is None:
                         ours.delta = ours.mean - v
         out.extend(_fold_repeats(list(refs.values())))
+        for ref in refs.values():
+            our_ids.update(protocol_id(u.flat) for u in row.units.values())
+            their_ids.update(f"{e.protocol_id} ({e.protocol_match})" for e in used if e.source in ref.published)
     table.rows = out
+    if their_ids:  # the protocols behind the two numbers of a delta (docs/claims.md)
+        table.notes.append(f"protocol ids: ours {', '.join(sorted(our_ids))}; published {', '.join(sorted(their_ids))}")
 
 
 def _metric(col: str) -> str:

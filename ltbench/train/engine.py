@@ -116,10 +116,11 @@ def compile_for_training(run: Run, setting: str) -> None:
     Not ``fullgraph``: a method's host-side code (a plugin's Python) becomes a graph break, not an error.
     ``reduce-overhead``: Inductor with CUDA graphs (one replay instead of a launch per kernel) and static shapes,
     so an epoch's last, smaller batch is a second graph, not a dynamic one; off CUDA, Inductor skips the
-    graphs and this is ``inductor`` with static shapes."""
+    graphs and this is ``inductor`` with static shapes. Each run's regions have their own recompile budget
+    (``isolate_recompiles``): a grid's runs in one process would otherwise share one, then run eagerly."""
     backend, options = compile_options(setting)
-    run.compiled = torch.compile(run.backbone, backend=backend, **options)
-    run.compiled_loss = torch.compile(run.method.loss, backend=backend, **options)
+    run.compiled = torch.compile(run.backbone, backend=backend, isolate_recompiles=True, **options)
+    run.compiled_loss = torch.compile(run.method.loss, backend=backend, isolate_recompiles=True, **options)
 
 
 def compile_options(setting: str) -> tuple[str, dict]:
@@ -166,10 +167,17 @@ class Run:
 
 
 def backbone_features(run: Run, x: torch.Tensor) -> torch.Tensor:
-    """The backbone on a batch, in the memory format and (compiled or not) form the run asked for."""
+    """The backbone on a batch, in the memory format and (compiled or not) form the run asked for. Evaluation
+    (no gradients) under ``reduce-overhead`` clones each batch's features: a CUDA graph's replay writes its
+    output into the graph's own buffer, which the next replay overwrites, and evaluation keeps every batch."""
     if run.train.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    return (run.compiled if run.compiled is not None else run.backbone)(x)
+    if run.compiled is None:
+        return run.backbone(x)
+    if run.train.compile != "reduce-overhead" or torch.is_grad_enabled():
+        return run.compiled(x)
+    torch.compiler.cudagraph_mark_step_begin()
+    return run.compiled(x).clone()
 
 
 def dataset_builder(config: dict):
