@@ -48,7 +48,7 @@ def cmd_run(args) -> int:
     if args.dry_run:
         from ltbench.report.plan import dry_run_lines  # lazy: keeps --help fast
         code = launch.print_plan(recipe)
-        for line in dry_run_lines(args.recipe, args.overrides, args.results):  # what the seeds can detect
+        for line in dry_run_lines(recipe):  # what the seeds can detect
             print(line)
         return code
     summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
