@@ -3,7 +3,7 @@
 A GPU pays about 5-10 us of host time per kernel launch and stops queueing ahead at every host-device sync,
 whatever the kernels do; CPU seconds per core say neither. This script runs one steady-state training step
 (the second of an epoch: the first also checks the method contract) of real ltbench runs with their tensors
-on an emulated CUDA device (ltbench/devtools/gpu_cost.py), and counts, per 256-image batch:
+on an emulated CUDA device (benchmarks/devtools/gpu_cost.py), and counts, per 256-image batch:
 
 - ``augment``: building the views on the device (``train.augment_on: batch``), the per-sample seeds included;
 - ``step``: everything else in the step (copies, forward, loss, backward, optimizer, meters), split into
@@ -81,9 +81,9 @@ def step_config(method: dict, root: Path, batch: int) -> dict:
 def count_step(config: dict, tmp: Path, loops: bool = True) -> dict:
     """Launches and syncs of the second step of an epoch (``engine.epoch_step``, the whole per-step body of
     ``engine.train_epoch``: this step's training, the next batch's copies and augmentation, the meters and the
-    host's bookkeeping; counted by ltbench/devtools/step_cost.py), by phase, plus loop iterations; and the
+    host's bookkeeping; counted by benchmarks/devtools/step_cost.py), by phase, plus loop iterations; and the
     eager launches of the regions train.compile compiles (``model``, ``loss_alone``, ``views_alone``)."""
-    from ltbench.devtools.step_cost import counted_epoch_step
+    from benchmarks.devtools.step_cost import counted_epoch_step
 
     with counted_epoch_step(config, tmp, step=1, loops=loops) as (c, s, loop, loop_counter):
         views = loop.upcoming.views
@@ -100,7 +100,7 @@ def count_loss_alone(run, views: int, batch: int, c) -> int:
     eager under train.compile)."""
     import torch
 
-    from ltbench.devtools import gpu_cost
+    from benchmarks.devtools import gpu_cost
 
     g = torch.Generator().manual_seed(0)
     features = [gpu_cost.to_device(torch.randn(batch, run.backbone.feature_dim, generator=g).requires_grad_())
@@ -153,8 +153,8 @@ def count_bare(config: dict, views: int) -> dict:
     and backward), less the backward's seed, which stays eager."""
     import torch
 
-    from ltbench.devtools import gpu_cost
-    from ltbench.devtools.step_cost import fused_sgd_allowed
+    from benchmarks.devtools import gpu_cost
+    from benchmarks.devtools.step_cost import fused_sgd_allowed
 
     bare = BareLoop(config, torch.device("cpu"), views)
     bare.images, bare.labels = bare.images[:bare.batch], bare.labels[:bare.batch]
@@ -184,7 +184,7 @@ def count_large(names: list[str], n: int) -> dict:
 
     from ltbench.data import batch_augment
     from ltbench.data.base import ImageSpec
-    from ltbench.devtools import gpu_cost
+    from benchmarks.devtools import gpu_cost
 
     spec = ImageSpec(224, 3, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), kind="large")
     g = torch.Generator().manual_seed(0)
@@ -364,7 +364,7 @@ def measure(args) -> dict:
 
 
 def print_table(results: dict, batch: int) -> None:
-    print(f"Per training step of {batch} images, counted on the CPU with CUDA emulated (ltbench/devtools/gpu_cost.py)")
+    print(f"Per training step of {batch} images, counted on the CPU with CUDA emulated (benchmarks/devtools/gpu_cost.py)")
     print(f"{'setting':<14} {'aug launches':>12} {'aug syncs':>9} {'step launches':>13} {'model':>6} "
           f"{'optim':>6} {'method':>6} {'step syncs':>10} {'loop iters':>10}")
     steps = {name: r for name, r in results.items() if isinstance(r, dict)}
@@ -422,7 +422,7 @@ def count_pipelines(batch: int, compiled: bool) -> dict:
 
     from ltbench.data import batch_augment
     from ltbench.data.base import ImageSpec
-    from ltbench.devtools import gpu_cost
+    from benchmarks.devtools import gpu_cost
 
     cifar = ImageSpec(32, 3, (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
     large = ImageSpec(224, 3, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), kind="large")

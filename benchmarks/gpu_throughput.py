@@ -16,7 +16,7 @@ Settings (batch 256 unless --quick):
   CE per view and SGD: the compute limit of the model at that batch (the issue's "bare loop"). With
   ``--compile`` it compiles its model, head and cross-entropy in the same mode as the ltbench side.
 - ``imagenet_resnet50``, ``imagenet_resnext50``: ResNet-50 / ResNeXt-50 (32x4d) with CE on an ImageNet-LT
-  tree of generated ImageNet-size JPEGs (ltbench/data/imagenet_tree.py; 100 classes, --imagenet-images
+  tree of generated ImageNet-size JPEGs (scripts/imagenet_tree.py; 100 classes, --imagenet-images
   training images) read from disk by ltbench (decode, random resized crop 224, flip, colour jitter). The
   bare loop holds 224x224 uint8 crops on the device (decoding and resizing already done) and flips them:
   again the model's limit, so the ratio says how far loading and augmentation hold the run back.
@@ -232,7 +232,7 @@ def views_of(config: dict) -> int:
 
 
 def prepare_data(settings: list[str], sizes: Sizes, tmp: Path) -> dict[str, Path]:
-    from ltbench.data.imagenet_tree import TreeSpec, write_tree
+    from scripts.imagenet_tree import TreeSpec, write_tree
 
     roots = {}
     if any(s in CIFAR_METHODS for s in settings):

@@ -15,8 +15,9 @@ and says which one is broken:
 * posthoc (stage-2) method: ``Config`` defaults validate; ``fit()`` then ``predict()`` on a tiny frozen run
   gives finite (N, K) scores with the target-prior promises of a method.
 * sampler: epochs of len(train) indices, a pure function of (seed, epoch).
-* tune mode: ``Config`` defaults validate; applied to a tiny random-weight ViT it gives finite features and
-  gradients to what it trains, and a checkpoint round trip gives the same features.
+* tune mode: ``Config`` defaults validate; the rest is its own ``check(name)`` (the foundation package's: applied
+  to a tiny random-weight ViT it gives finite features and gradients to what it trains, and a checkpoint round
+  trip gives the same features).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import dataclasses
 import io
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,8 +38,6 @@ from ltbench.config import from_dict
 from ltbench.data.base import LTData
 from ltbench.method import Method, MethodContext
 from ltbench.posthoc import FrozenRun, PosthocMethod, SplitInputs
-from ltbench.pretrained.tuning import TuneMode
-from ltbench.registry import BACKBONES
 from ltbench.samplers import Sampler, SamplerContext
 from ltbench.errors import DataMissingError, LtbenchError, shorten
 
@@ -410,46 +408,12 @@ def check_sampler(cls: Any, name: str) -> str:
 
 
 def check_tune_mode(cls: Any, name: str) -> str:
-    """A tune mode on a tiny random-weight timm ViT (2 blocks, width 32, 16 x 16 images): its defaults validate;
-    applied, the backbone gives finite (N, width) features and gradients to what it trains; a features-only mode
-    trains nothing; what it trains is in the checkpoint and comes back from it (the same features)."""
-    _expect(isinstance(cls, type) and issubclass(cls, TuneMode), "a tune mode must subclass "
-            "ltbench.pretrained.tuning.TuneMode")
+    """A tune mode changes backbones the core does not know: its defaults validate here, the rest is the
+    ``check(name)`` its base class gives (the package that defines the backbones it tunes knows how to build one)."""
+    _expect(callable(getattr(cls, "check", None)), "a tune mode must subclass the TuneMode of the backbones it "
+            "tunes (docs/adding-a-tune-mode.md), which gives its check(name)")
     default_config(cls, f"tune mode {name}")
-    try:
-        from timm.models.vision_transformer import VisionTransformer  # lazy: timm only for this check
-    except ImportError:
-        raise Skipped("needs timm (the tiny ViT it is checked on)") from None
-    shape = {"image_size": 16, "patch_size": 8, "width": 32, "layers": 2, "heads": 2}
-    x = torch.rand(3, 3, 16, 16)
-    with tempfile.TemporaryDirectory(prefix="ltbench-check-") as tmp:
-        torch.manual_seed(0)
-        torch.save(VisionTransformer(img_size=16, patch_size=8, embed_dim=32, depth=2, num_heads=2,
-                                     num_classes=0).state_dict(), Path(tmp) / "vit.pt")
-
-        def tuned(seed: int) -> nn.Module:  # another seed: a resumed run's fresh modules start elsewhere
-            torch.manual_seed(seed)
-            spec = {"name": "timm_vit", "weights": str(Path(tmp) / "vit.pt"), "tune": name, **shape}
-            net = BACKBONES.build(spec, in_channels=3, where=f"tune mode {name}")
-            net.apply_tune(num_classes=10)
-            return net
-
-        net, fresh = tuned(1), tuned(2)
-    trained = [p for p in net.parameters() if p.requires_grad]
-    _expect(not (cls.features_only and trained), "a features_only mode must train nothing")
-    out = net.train()(x)
-    _expect(tuple(out.shape) == (3, 32) and bool(torch.isfinite(out).all()),
-            f"the tuned backbone must give finite (N, width) = (3, 32) features, got {tuple(out.shape)}")
-    if trained:
-        out.square().sum().backward()
-        _expect(any(p.grad is not None and bool(p.grad.any()) for p in trained), "nothing it trains gets a gradient")
-    with torch.no_grad():
-        for p in trained:  # away from the initialisation, so the round trip below is not trivially equal
-            p.add_(0.01 * torch.randn_like(p))
-        fresh.load_state_dict(net.state_dict())
-        _expect(torch.equal(fresh.eval()(x), net.eval()(x)), "a checkpoint (state_dict) must hold what the mode "
-                "trains and adds: a fresh backbone that loads it must give the same features")
-    return f"{sum(p.numel() for p in trained)} trainable parameters on a 2-block ViT of width 32"
+    return cls.check(name)
 
 
 # --------------------------------------------------------------------------------------------

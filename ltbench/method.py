@@ -36,7 +36,7 @@ class MethodContext:
     feature_dim: int  # backbone feature size
     epochs: int  # length of the schedule, for epoch-switched methods (DRW)
     # For methods that start from what a pretrained backbone knows (a classifier initialised from the
-    # text embeddings of the class names, zero-shot CLIP): the dataset's registered name, its class
+    # text embeddings of the class names, a zero-shot classifier): the dataset's registered name, its class
     # names (None when it has none) and the run's backbone (read it; the engine trains it).
     dataset: str | None = None
     class_names: tuple[str, ...] | None = None

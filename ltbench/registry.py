@@ -35,7 +35,7 @@ from ltbench.errors import LtbenchError, short_repr, shorten
 from ltbench.results import schema
 
 PLUGIN_PATH_ENV = "LTBENCH_PLUGIN_PATH"
-CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones", "ltbench.pretrained.registered",
+CORE_MODULES = ("ltbench.data.synthetic", "ltbench.data.fashion_mnist", "ltbench.data.cifar", "ltbench.data.splitlist", "ltbench.backbones",
                 "ltbench.samplers.uniform", "ltbench.samplers.class_balanced", "ltbench.samplers.square_root",
                 "ltbench.samplers.progressive")
 # The augmentation pipelines import torch (and, where a pipeline builds one of its transforms, torchvision), so
@@ -341,6 +341,10 @@ def _load_entry_points() -> None:
             try:
                 with _source(label), exits_contained(label):
                     _import_package_modules(ep.value.split(":")[0])
+            except ModuleNotFoundError as exc:  # its package is not here at all (not installed): listed, not an error
+                if exc.name != ep.value.split(":")[0].split(".")[0]:
+                    raise _plugin_error(label, exc) from exc
+                _entry_point_labels[-1] += f" (not loaded: its package {exc.name} is not installed)"
             except BaseException as exc:  # a broken plugin names itself (KeyboardInterrupt raised by it too)
                 raise _plugin_error(label, exc) from exc
 

@@ -1,7 +1,7 @@
 """Write an ImageNet-LT tree of generated JPEGs at the published list paths (for timing and smoke tests).
 
 The images are random colour fields and the class folders made-up names: accuracies on this tree are
-chance and are never results (ltbench/data/imagenet_tree.py says what matches the real benchmark).
+chance and are never results (scripts/imagenet_tree.py says what matches the real benchmark).
 
     python scripts/make_imagenet_lt.py OUT                      # full size: 115,846 + 20,000 + 50,000 JPEGs
     python scripts/make_imagenet_lt.py OUT --classes 32 --train-images 64 --val-per-class 1 --test-per-class 4
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-FULL_TRAIN = 115_846  # ImageNet-LT's training images (ltbench.data.imagenet_tree.FULL_TRAIN, checked by a test)
+FULL_TRAIN = 115_846  # ImageNet-LT's training images (scripts.imagenet_tree.FULL_TRAIN, checked by a test)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print("make_imagenet_lt.py: --classes >= 2, --train-images >= 1, --test-per-class >= 1, "
               "--val-per-class >= 0 and 0 < --scale <= 4", file=sys.stderr)
         return 2
-    from ltbench.data.imagenet_tree import TreeSpec, write_tree  # lazy: keeps --help free of torch
+    from scripts.imagenet_tree import TreeSpec, write_tree  # lazy: keeps --help free of torch
 
     spec = TreeSpec(num_classes=args.classes, train_images=args.train_images, val_per_class=args.val_per_class,
                     test_per_class=args.test_per_class, seed=args.seed, scale=args.scale)

@@ -1,7 +1,7 @@
 """Tiny random-weight models of the foundation track's architectures, saved the ways users bring weights.
 
 A 2-block, 64-wide CLIP ViT (patch 8, 32 x 32 input) with a matching 2-block, 32-wide text tower, and a
-2-block, 64-wide timm ViT: the same classes as the full-size backbones (ltbench/pretrained/), only their
+2-block, 64-wide timm ViT: the same classes as the full-size backbones (ltbench_foundation/), only their
 shape options differ. Files are written once per test session (``weights_dir``), never downloaded.
 """
 
@@ -103,7 +103,6 @@ def build(spec: dict, in_channels: int = 3, num_classes: int = 10):
     """A registered backbone from its recipe section, bound to a dataset of ``num_classes`` classes."""
     import numpy as np
 
-    from ltbench.pretrained.registered import bind_data
     from ltbench.data.base import ImageSpec, LTData
     from ltbench.registry import BACKBONES
 
@@ -111,4 +110,4 @@ def build(spec: dict, in_channels: int = 3, num_classes: int = 10):
     labels = np.arange(num_classes)
     data = LTData("synthetic_lt", num_classes, ImageSpec(16, in_channels, (0.5,) * in_channels, (0.25,) * in_channels),
                   None, labels, None, labels, "h", {"default": "standard", "eval": "eval"})
-    return net, bind_data(net, data)
+    return net, net.bind_data(data)

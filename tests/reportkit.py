@@ -3,6 +3,7 @@ the engine writes them (result.json, spec.json), so tables are tested without tr
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -20,9 +21,7 @@ def fake_metrics(config: dict, seed: int) -> dict:
     groups = {"many": base + 0.2, "medium": base, "few": base - 0.25, "all": base}
     priors = {p: {"all": base + (0.1 - 0.05 * i)} for i, p in enumerate(PRIORS)}
     groups = {k: round(v, 4) for k, v in groups.items()}
-    per_class = [groups["many"], groups["many"], groups["medium"], groups["few"]]  # agrees with the groups
-    return {**groups, "per_class": per_class,
-            "groups": {"many_threshold": 10, "few_threshold": 4}, "target_priors": priors,
+    return {**groups, "target_priors": priors,  # write_run adds per-class values that agree (``agreeing``)
             "heads": {"aux": {g: round(v - 0.01, 4) for g, v in groups.items()}}}
 
 
@@ -39,7 +38,61 @@ FAKE_CODE = {"code": {"tests.reportkit": code_entry("tests.reportkit", __file__)
              "code_scope": code.CODE_SCOPE}
 FAKE_NUMERICS = {"device": "cpu", "cpu_model": "a test CPU", "cpu_capability": "DEFAULT", "threads": 1,
                  "torch": "x", "torchvision": "x", "precision": "fp32", "compile": "off", "channels_last": False,
-                 "world_size": 1}
+                 "world_size": 1, "device_model": "a test CPU", "cpu_id": "test 1/2/3 flags 0", "blas": "x",
+                 "onednn": "x", "mkldnn": {"enabled": True}, "kernel_env": {}, "float32_matmul_precision": "highest",
+                 "threads_per_epoch": None}
+TRAIN_COUNTS = [24, 12, 6, 3]  # with thresholds 10 and 4: two many-shot classes, one medium, one few
+THRESHOLDS = {"many_threshold": 10, "few_threshold": 4}
+
+
+def agreeing(values: dict) -> tuple[list, list]:
+    """(per-class accuracies, test counts) of the four classes of ``TRAIN_COUNTS`` that give exactly the summary
+    ``values`` (all, many, medium, few; a group missing: equal to all; null: the group has no test images), as
+    schema.agreement_problem checks it: the many-shot pair is split around its mean to carry ``all``."""
+    a = values["all"]
+    m, d, f = (values.get(g, a) for g in ("many", "medium", "few"))
+    smaller = [(1, 1), (1, 3), (3, 1), (3, 3), (1, 9), (9, 1), (9, 9), (1, 29), (29, 1), (29, 29)]
+    for (jd, jf), t0, t1 in itertools.product(smaller, range(1, 61), range(1, 61)):
+        if t0 == t1:
+            continue
+        tests = [t0, t1, jd if d is not None else 0, jf if f is not None else 0]
+        delta = (sum(tests) * a - (t0 + t1) * m - (d or 0) * tests[2] - (f or 0) * tests[3]) / (t0 - t1)
+        per_class = [m + delta, m - delta, d, f]
+        if all(v is None or 0 <= v <= 1 for v in per_class):
+            return per_class, tests
+    raise ValueError(f"no four classes give {values}")
+
+
+def complete_result(result: dict) -> dict:
+    """``result`` with every field schema 3 requires that it does not set, as a training run records it (a
+    stage-2 result as stage 2 does), and per-class values and class counts that agree with its metrics."""
+    done, stage2 = result.get("status") == "done", result.get("kind") == schema.STAGE2_KIND
+    out = {"schema_version": schema.SCHEMA_VERSION, "recipe": None, "grid": {}, "plugins": {}, "seed": 0,
+           "provenance": {}, "method_display": result["config"]["method"]["name"], "unrecorded": [], "code": {},
+           "code_scope": None, "code_source": None, "kind": None, "started": 1000.0, "ended": 1001.0,
+           "wall_seconds": 1.0, **result}
+    if done:
+        out.setdefault("method_extras", {})
+        out.setdefault("numerics", dict(FAKE_NUMERICS))
+        out.setdefault("device_seconds", None if stage2 else 1.0)
+        if stage2 and out["device_seconds"] is None and "device_seconds" not in out["unrecorded"]:
+            out["unrecorded"] = [*out["unrecorded"], "device_seconds"]
+        if not stage2:
+            elapsed = (out["device_seconds"] or 0) / out.get("world_size", 1) + 1.0  # within the cost's bound
+            out = {"device": "cpu", "world_size": 1, "threads": 1, "run_started": out["ended"] - elapsed,
+                   "views": ["default"],
+                   "selection": {"strategy": "last"}, "parameters": {}, **out}
+        metrics = out["metrics"] = dict(out["metrics"])
+        data = out["data"] = {"num_classes": 4, "class_counts_train": TRAIN_COUNTS, **(out.get("data") or {})}
+        metrics.setdefault("groups", THRESHOLDS)
+        if "per_class" not in metrics:
+            metrics["per_class"], data["class_counts_test"] = agreeing(metrics)
+        if isinstance(metrics.get("val"), dict) and "per_class" not in metrics["val"]:
+            metrics["val"] = dict(metrics["val"])
+            metrics["val"]["per_class"], data["class_counts_val"] = agreeing(metrics["val"])
+    elif result.get("status") == "failed":
+        out = {"error": "", "error_type": None, "traceback_file": None, **out}
+    return out
 
 
 def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None = None, **fields) -> Path:
@@ -50,16 +103,15 @@ def write_run(spec: RunSpec | dict, status: str = "done", metrics: dict | None =
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(json.dumps({"schema_version": schema.SCHEMA_VERSION, **spec.to_dict()}))
     if status in ("done", "failed"):
-        result = {"schema_version": schema.SCHEMA_VERSION, "run_id": spec.run_id, "recipe": spec.recipe, "status": status,
+        result = {"run_id": spec.run_id, "recipe": spec.recipe, "status": status,
                   "seed": spec.config["seed"], "grid": spec.grid, "config": spec.config,
-                  "data": {"class_counts_train": [24, 12, 6, 3]},
                   "provenance": {"git_commit": "0" * 40, "ltbench_version": "0.1.0", "torch": "x"},
-                  "device": "cpu", "wall_seconds": 1.0, **FAKE_CODE, "numerics": FAKE_NUMERICS, **fields}
+                  "device": "cpu", "wall_seconds": 1.0, **FAKE_CODE, **fields}
         if status == "done":
             result["metrics"] = metrics or fake_metrics(spec.config, spec.config["seed"])
         else:
             result["error"] = "Traceback ...\nRuntimeError: loss is nan at epoch 2"
-        (run_dir / "result.json").write_text(json.dumps(result, indent=1))
+        (run_dir / "result.json").write_text(json.dumps(complete_result(result), indent=1))
     elif status == "running":
         (run_dir / "started.json").write_text("{}")
     return run_dir

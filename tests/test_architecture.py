@@ -75,14 +75,16 @@ LAYERS = {  # rank: the top-level modules of ltbench/ and its folders (a folder 
     6: ("ltbench.cli", "ltbench.__main__"),
     5: ("ltbench.run",),
     4: ("ltbench.recipe", "ltbench.report"),
-    3: ("ltbench.runner", "ltbench.stage2", "ltbench.devtools"),
+    3: ("ltbench.runner", "ltbench.stage2"),
     2: ("ltbench.train", "ltbench.contract"),
     1: ("ltbench.data", "ltbench.samplers", "ltbench.method", "ltbench.posthoc", "ltbench.backbones",
-        "ltbench.experts", "ltbench.evaluation", "ltbench.pretrained"),
+        "ltbench.experts", "ltbench.evaluation"),
     0: ("ltbench", "ltbench.results", "ltbench.registry", "ltbench.config", "ltbench.errors", "ltbench.priors",
         "ltbench.seeding", "ltbench.search"),
 }
-PLUGIN_FOLDERS = {"methods": 1}  # the built-in methods: plugins, not the core; every module in the folder
+# Plugins, not the core; every module in the folder: the built-in methods, and the foundation track's package (its
+# tune modes' check asks ltbench.contract, layer 2, to run the plugin contract).
+PLUGIN_FOLDERS = {"methods": 1, "ltbench_foundation": 2}
 
 
 TORCH_FREE = ("ltbench.report", "ltbench.recipe.tables", "ltbench.results.store", "ltbench.report.significance", "ltbench.report.claims", "ltbench.results.protocol", "ltbench.report.verify", "ltbench.report.plan", "ltbench.report.plots",
@@ -94,7 +96,7 @@ TORCH_FREE = ("ltbench.report", "ltbench.recipe.tables", "ltbench.results.store"
 
 def all_modules() -> dict[str, Path]:
     out = {}
-    for path in sorted([*CORE.rglob("*.py"), *(ROOT / "methods").rglob("*.py")]):
+    for path in sorted([*CORE.rglob("*.py"), *(p for f in PLUGIN_FOLDERS for p in (ROOT / f).rglob("*.py"))]):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -433,7 +435,7 @@ def test_no_file_is_read_back_as_code():
     """Files on disk are data: nothing in the project unpickles with ``weights_only`` off (checkpoint.pt and
     best_val.pt are read by train/checkpoint.py as tensors and plain data; a planted pickle runs nothing)."""
     needle = "weights_only=" + "False"  # spelled apart, so this file does not find itself
-    files = [p for folder in ("ltbench", "methods", "tests", "benchmarks", "scripts", "docs") for p in (ROOT / folder).rglob("*")
+    files = [p for folder in ("ltbench", "methods", "ltbench_foundation", "tests", "benchmarks", "scripts", "docs") for p in (ROOT / folder).rglob("*")
              if p.suffix in (".py", ".md") and "reference-results" not in p.parts]
     assert len(files) > 100
     assert [f"{p.relative_to(ROOT)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)

@@ -147,7 +147,7 @@ def test_engine_decodes_encoded_batches_into_the_same_views(tmp_path, monkeypatc
     batched path (same decoder on a CPU, same per-sample draws)."""
     from ltbench.train import engine
     from ltbench.data import device_decode
-    from ltbench.data.imagenet_tree import TreeSpec, write_tree
+    from scripts.imagenet_tree import TreeSpec, write_tree
     from ltbench.recipe import resolve_run_config
 
     write_tree(tmp_path, TreeSpec(num_classes=3, train_images=6, val_per_class=0, test_per_class=1, scale=0.15),
@@ -246,7 +246,7 @@ def test_a_run_with_refused_files_trains_as_the_worker_decoded_run_and_logs_them
     decoding on the device (ahead, in the background thread, with per-file fallback) trains bit for bit as
     the worker-decoded batched run does, and each epoch's log row counts the two refused files."""
     from ltbench.data import device_decode
-    from ltbench.data.imagenet_tree import TreeSpec, write_tree
+    from scripts.imagenet_tree import TreeSpec, write_tree
     from ltbench.recipe import resolve_run_config
     from ltbench.results import store
     from ltbench.train import engine

@@ -188,7 +188,8 @@ def test_a_cache_write_that_fails_leaves_the_output_unchanged_with_one_note(fake
 
 @pytest.mark.parametrize("change, field", [
     (lambda r: r["metrics"].__setitem__("test_sets", ["forward50"]), "metrics.test_sets"),
-    (lambda r: r["metrics"].__setitem__("val", {"all": 0.5, "per_class": [0.5, 2.0, 0.5, 0.5]}), "metrics.val.per_class"),
+    (lambda r: (r["metrics"].__setitem__("val", {"all": 0.5, "per_class": [0.5, 2.0, 0.5, 0.5]}),
+                r["data"].__setitem__("class_counts_val", [1, 1, 1, 1])), "metrics.val.per_class"),
     (lambda r: r.__setitem__("selection", {"strategy": "oracle", "epoch": 2}), "selection.strategy"),
     (lambda r: r["metrics"].__setitem__("groups", {"many_threshold": "10"}), "metrics.groups.many_threshold"),
     (lambda r: r.__setitem__("code", {"methods.la": {"path": 5, "sha256": "x"}}), "code.methods.la"),

@@ -74,7 +74,7 @@ def test_pretrained_doc_example_registers_and_names_its_weights(tmp_path, monkey
     with registries_restored():
         assert main(["check", str(tmp_path / "my_backbones")]) == 0
         assert "skipped backbone vit_s16_in21k" in capsys.readouterr().out
-        from ltbench.pretrained import WeightsMissingError
+        from ltbench_foundation.weights import WeightsMissingError
         from ltbench.registry import BACKBONES
 
         with pytest.raises(WeightsMissingError, match="backbone vit_s16_in21k: .*vit_small_patch16_224.augreg_in21k"):

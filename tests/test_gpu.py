@@ -189,7 +189,7 @@ def test_nvjpeg_decodes_like_the_cpu(tmp_path):
     import numpy as np
 
     from ltbench.data.device_decode import decode_batch, decode_cpu
-    from ltbench.data.imagenet_tree import random_jpeg
+    from scripts.imagenet_tree import random_jpeg
 
     rng = np.random.default_rng(0)
     encoded = [random_jpeg(rng, scale=0.5) for _ in range(6)]
@@ -244,7 +244,7 @@ def test_a_batched_augmentation_run_on_the_gpu(tmp_path, write_recipe, cli, data
                         "bape_views": ["sim", "sim"]},
              "train": {"augment_on": "batch", "num_workers": 2, "precision": "bf16", "channels_last": True}}
     if data == "jpeg":
-        from ltbench.data.imagenet_tree import TreeSpec, write_tree
+        from scripts.imagenet_tree import TreeSpec, write_tree
 
         write_tree(tmp_path / "inet", TreeSpec(num_classes=5, train_images=40, val_per_class=0, test_per_class=2),
                    say=lambda msg: None)

@@ -386,9 +386,9 @@ def test_output_means_and_stds_per_channel_match_the_per_image_pipeline(name, sp
 
 
 def device_cost(pipelines, images, seeds):
-    """Launches and syncs of the pipelines' views on an emulated CUDA device (ltbench/devtools/gpu_cost.py),
+    """Launches and syncs of the pipelines' views on an emulated CUDA device (benchmarks/devtools/gpu_cost.py),
     after a first call that puts their constants on the device (once per process)."""
-    from ltbench.devtools import gpu_cost
+    from benchmarks.devtools import gpu_cost
 
     with gpu_cost.counting() as c:
         on_device = ([gpu_cost.to_device(im) for im in images] if isinstance(images, list)

@@ -1,8 +1,8 @@
-"""The launch and sync counter (ltbench/devtools/gpu_cost.py): it must see what a GPU pays, and change nothing."""
+"""The launch and sync counter (benchmarks/devtools/gpu_cost.py): it must see what a GPU pays, and change nothing."""
 
 import torch
 
-from ltbench.devtools import gpu_cost
+from benchmarks.devtools import gpu_cost
 
 
 def test_counts_a_launch_per_computing_op_and_none_for_views():

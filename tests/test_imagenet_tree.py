@@ -1,9 +1,9 @@
-"""The generated ImageNet-LT tree (ltbench/data/imagenet_tree.py): the published list sizes at full scale,
+"""The generated ImageNet-LT tree (scripts/imagenet_tree.py): the published list sizes at full scale,
 and a small tree that the ImageNet-LT dataset reads like the real one (lists, images, shifted lists)."""
 
 import numpy as np
 
-from ltbench.data.imagenet_tree import TreeSpec, plan_lists, train_profile, write_tree
+from scripts.imagenet_tree import TreeSpec, plan_lists, train_profile, write_tree
 from ltbench.data.splitlist import IMAGENET_LT, ImageNetLT, SplitListConfig
 
 
@@ -45,7 +45,7 @@ def test_the_generator_script_helps_without_torch_and_agrees_on_the_full_size():
     import sys
     from pathlib import Path
 
-    from ltbench.data.imagenet_tree import FULL_TRAIN
+    from scripts.imagenet_tree import FULL_TRAIN
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "make_imagenet_lt.py"
     out = subprocess.run([sys.executable, "-c", "import sys, runpy; sys.modules['torch'] = None; "

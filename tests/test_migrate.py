@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import os
 import shutil
 import subprocess
 import sys
@@ -19,15 +20,10 @@ from pathlib import Path
 import pytest
 
 from ltbench import cli
-from ltbench.results import identity, migrate, schema, store
+from ltbench.results import identity, migrate, schema, status_rule, store
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "schema1"
-# The names of the read-time compatibility mechanisms the migration replaced: none may come back outside it.
-COMPATIBILITY_NAMES = re.compile(r"\b(added_later|new_runs|new_run_defaults|omitted_default|IMPLIED|NORMALISED|"
-                                 r"LEGACY|MOVED)\b")
-
-
 def _copy(tmp_path: Path) -> Path:
     root = tmp_path / "results"
     shutil.copytree(GOLDEN, root, ignore=shutil.ignore_patterns("*.table.md"))
@@ -48,19 +44,6 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_no_compatibility_mechanism_outside_the_migration_module():
-    offenders = []
-    for folder in ("ltbench", "methods", "scripts", "benchmarks"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            if path == ROOT / "ltbench" / "results" / "migrate.py":
-                continue
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if COMPATIBILITY_NAMES.search(line):
-                    offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
-    assert not offenders, offenders
-    assert not (ROOT / "ltbench" / "slurm.py").exists()  # the pickle shim of job arrays queued before issue 21
-
-
 def test_migrating_keeps_every_number_and_names_each_record_by_its_configuration(tmp_path):
     root = _copy(tmp_path)
     before = {p.relative_to(root): json.loads(p.read_text()) for p in root.rglob(store.RESULT)}
@@ -72,7 +55,7 @@ def test_migrating_keeps_every_number_and_names_each_record_by_its_configuration
     assert len(after) == len(before) == 18
     old_by_id = {r["run_id"]: r for r in before.values()}
     for path, rec in after.items():
-        assert rec["schema_version"] == schema.SCHEMA_VERSION
+        assert rec["schema_version"] == schema.SCHEMA_VERSION and schema.result_problem(rec) == "", path
         assert rec["run_id"] == identity.config_id(rec["config"])
         if rec.get("kind") != "posthoc":
             assert path.parent.name == rec["run_id"]
@@ -176,3 +159,117 @@ def test_a_selector_naming_an_option_at_its_default_matches_the_runs_that_used_i
     first, other = table.rows
     assert first.units and all(u.runs for u in first.units.values())
     assert not any(u.runs for u in other.units.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# Only ltbench's own records (issue 48): foreign folders, newer schemas and damaged records
+
+
+def _golden_run(root: Path) -> Path:
+    """One run folder of the golden quickstart results (schema 1) under ``root``."""
+    folder = next(p.parent for p in sorted((GOLDEN / "quickstart").glob(f"*/{store.RESULT}")))
+    shutil.copytree(folder, root / "quickstart" / folder.name)
+    return root / "quickstart" / folder.name
+
+
+def _all_current_but(root: Path, *left: Path) -> bool:
+    """Every record below ``root`` is in the current format, but those in the folders ``left``."""
+    versions = {p: json.loads(p.read_text()).get("schema_version") for name in (store.RESULT, store.SPEC)
+                for p in root.rglob(name) if not any(f in p.parents for f in left)}
+    return bool(versions) and set(versions.values()) == {schema.SCHEMA_VERSION}
+
+
+def _edit(path: Path, **changes) -> None:
+    rec = json.loads(path.read_text())
+    rec.update(changes)
+    path.write_text(json.dumps(rec))
+
+
+def test_numbered_steps_bring_each_version_only_what_it_lacks():
+    assert max(step.to for step in migrate.STEPS) == schema.SCHEMA_VERSION
+    rec = json.loads(next((GOLDEN / "quickstart").glob(f"*/{store.RESULT}")).read_text())
+    from_two = migrate.migrate_record(rec, 2)  # as if it were schema 2: the step to 3 only
+    assert from_two["config"] == rec["config"] and from_two["unrecorded"]
+    assert migrate.migrate_record(rec, 1)["config"] != rec["config"]  # schema 1 gets the explicit defaults too
+
+
+def test_a_folder_holding_no_ltbench_record_is_never_touched(tmp_path, capsys):
+    root = tmp_path / "results"
+    run = _golden_run(root)
+    project = root / "my_project"
+    project.mkdir()
+    (project / store.SPEC).write_text(json.dumps({"config": {"data": {"name": "d"}, "backbone": {"name": "b"},
+                                                            "method": {"name": "m"}}, "lr": 0.1}))
+    (project / store.RESULT).write_text('{"status": "done", "run_id": "mine"}')
+    before = _files(project)
+    assert cli.main(["migrate", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert _files(project) == before and "not touched: 1 folder(s)" in out and "my_project" not in out
+    assert not run.exists()  # the ltbench run beside it was migrated (and renamed to its new id)
+    assert store.older_records(root) == []  # and `ltbench run` does not take the project for an older record
+
+
+def test_a_record_of_a_newer_or_unknown_schema_is_named_and_left_with_its_folder(tmp_path):
+    root = _copy(tmp_path)
+    first, second = sorted(p.parent for p in (root / "quickstart").glob(f"*/{store.RESULT}"))[:2]
+    _edit(first / store.RESULT, schema_version=schema.SCHEMA_VERSION + 1)
+    _edit(second / store.RESULT, schema_version="x")
+    before = {f: _files(f) for f in (first, second)}
+    report = migrate.migrate_folder(root)
+    assert {f: _files(f) for f in (first, second)} == before  # untouched, and not renamed
+    assert any(first.name in line and "made by a newer ltbench" in line for line in report.left)
+    assert any(second.name in line and "schema_version 'x', which this ltbench" in line for line in report.left)
+    assert report.migrated and _all_current_but(root, first, second)  # every other record was migrated
+
+
+def test_a_damaged_record_is_named_the_rest_migrated_and_run_reads_it_as_damaged(tmp_path, capsys):
+    root = _copy(tmp_path)
+    damaged, unreadable = sorted(p.parent for p in (root / "quickstart").glob(f"*/{store.RESULT}"))[:2]
+    for folder in (damaged,):
+        for name in (store.RESULT, store.SPEC):
+            if (folder / name).exists():
+                rec = json.loads((folder / name).read_text())
+                rec["config"]["data"] = "not a section"
+                (folder / name).write_text(json.dumps(rec))
+    (unreadable / store.RESULT).write_text('{"status": "done", "run_id": "' + unreadable.name + '", ')  # truncated
+    assert cli.main(["migrate", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"{damaged.relative_to(root)}: result.json is damaged (config (data, backbone, method names) is missing)" \
+        in out
+    assert f"{unreadable.relative_to(root)}: result.json is not valid JSON" in out
+    assert _all_current_but(root, damaged, unreadable)  # everything else was migrated
+    # every command reads the damaged record as damaged (run it again), never as 'older' (which no migration ends)
+    assert store.check_result(damaged).state == "unusable" and status_rule.run_status(damaged) == "damaged"
+    assert damaged not in store.older_records(damaged.parent)
+
+
+def test_the_dry_run_lists_exactly_what_the_real_run_does(tmp_path, capsys):
+    root = _copy(tmp_path)
+    folders = sorted(p.parent for p in (root / "quickstart").glob(f"*/{store.RESULT}"))
+    _edit(folders[0] / store.RESULT, schema_version=schema.SCHEMA_VERSION + 1)
+    (folders[1] / store.RESULT).write_text("{")
+    twin = folders[2].parent / "twin"  # a copy of a run under another name: both want one new id
+    shutil.copytree(folders[2], twin)
+    _edit(twin / store.RESULT, run_id="twin")
+    _edit(folders[3] / store.RESULT, method_extras={"x": float("nan")})  # a value no JSON write takes
+    for stage2 in sorted(root.rglob(f"{store.POSTHOC_DIR}/*/{store.RESULT}"))[:1]:
+        stage2.write_text("[]")
+    before = _files(root)
+    assert cli.main(["migrate", str(root), "--dry-run"]) == 0
+    planned = capsys.readouterr().out
+    assert _files(root) == before
+    assert cli.main(["migrate", str(root)]) == 0
+    done = capsys.readouterr().out
+    assert planned.replace("would migrate", "migrated").replace("would rename", "renamed") == done
+    assert "is taken by another folder" in done and "is not a JSON object" in done and "holds a NaN" in done
+
+
+def test_names_read_from_the_disk_are_printed_without_control_characters(tmp_path, capsys):
+    root = tmp_path / "results"
+    run = _golden_run(root)
+    odd = run.parent / "run\x1b[2J\x07"
+    shutil.copytree(run, odd)
+    _edit(odd / store.RESULT, run_id=odd.name, schema_version=99)
+    assert cli.main(["migrate", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "made by a newer ltbench" in out and not any(c in out for c in "\x1b\x07")

@@ -34,16 +34,14 @@ NOT_RESULTS = {  # (file, call): why the file it opens is no results file
     ("ltbench/results/caches.py", "os.open"): "the user's cache key (config folder: made O_EXCL 0600, read O_NOFOLLOW, "
                                               "its owner, mode and size checked)",
     ("ltbench/results/provenance.py", "read_text"): "an installed package's version.py",
-    ("ltbench/report/literature.py", "read_text"): "published.yaml, shipped with ltbench",
-    ("ltbench/pretrained/prompts.py", "read_text"): "prompt lists shipped with ltbench",
-    ("ltbench/pretrained/weights.py", "np.load"): "a weights file the user names (checked: regular, bounded)",
-    ("ltbench/pretrained/weights.py", "torch.load"): "a weights file the user names (checked: regular, bounded)",
-    ("ltbench/pretrained/scripted.py", "zipfile.ZipFile"): "a weights file the user names (checked first)",
+    ("ltbench/results/protocol.py", "read_text"): "known_files.yaml, shipped with ltbench",
+    ("ltbench_foundation/prompts.py", "read_text"): "prompt lists shipped with the package",
+    ("ltbench_foundation/weights.py", "np.load"): "a weights file the user names (checked: regular, bounded)",
+    ("ltbench_foundation/weights.py", "torch.load"): "a weights file the user names (checked: regular, bounded)",
+    ("ltbench_foundation/scripted.py", "zipfile.ZipFile"): "a weights file the user names (checked first)",
     ("ltbench/data/base.py", "open"): "a dataset file the user names",
     ("ltbench/data/cifar.py", "open"): "a dataset file the user names",
     ("ltbench/data/splitlist.py", "read_bytes"): "a split list the user names",
-    ("ltbench/data/imagenet_tree.py", "write_bytes"): "a generated test tree (tests and scripts only)",
-    ("ltbench/data/imagenet_tree.py", "write_text"): "a generated test tree (tests and scripts only)",
 }
 
 
@@ -73,7 +71,7 @@ def _door_names(tree: ast.AST) -> set[str]:
 
 def test_no_file_is_opened_by_path_outside_the_store():
     found, used = [], set()
-    for path in sorted([*ROOT.glob("ltbench/**/*.py"), *ROOT.glob("methods/**/*.py")]):
+    for path in sorted([*ROOT.glob("ltbench/**/*.py"), *ROOT.glob("methods/**/*.py"), *ROOT.glob("ltbench_foundation/**/*.py")]):
         rel = path.relative_to(ROOT).as_posix()
         if rel == "ltbench/results/store.py":
             continue
@@ -290,7 +288,7 @@ def _archive(path: Path, refs: int, numel: int, compress: int) -> Path:
 
 
 def test_a_torchscript_member_named_many_times_is_decompressed_once(tmp_path, monkeypatch):
-    scripted = pytest.importorskip("ltbench.pretrained.scripted")
+    scripted = pytest.importorskip("ltbench_foundation.scripted")
     reads = []
     original = zipfile.ZipFile.read
     monkeypatch.setattr(zipfile.ZipFile, "read", lambda self, name, *a: reads.append(name) or original(self, name, *a))
@@ -300,7 +298,7 @@ def test_a_torchscript_member_named_many_times_is_decompressed_once(tmp_path, mo
 
 
 def test_a_torchscript_member_inflating_past_the_files_size_is_refused(tmp_path):
-    scripted = pytest.importorskip("ltbench.pretrained.scripted")
+    scripted = pytest.importorskip("ltbench_foundation.scripted")
     bomb = _archive(tmp_path / "bomb.pt", refs=1, numel=16 * 2**20, compress=zipfile.ZIP_DEFLATED)  # 64 MB of zeros
     assert bomb.stat().st_size < 2**20
     with pytest.raises(scripted.ArchiveError, match="more than 4 times the file's size"):

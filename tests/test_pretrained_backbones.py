@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from ltbench.config import ConfigError
-from ltbench.pretrained import WeightsMissingError
+from ltbench_foundation.weights import WeightsMissingError
 from ltbench.registry import TUNE_MODES
 from pretrained_kit import CLIP_SHAPE, build, clip_backbone, timm_backbone, tiny_weights  # noqa: F401
 
@@ -54,8 +54,8 @@ def test_library_cache_is_found_without_a_path(tmp_path, monkeypatch, tiny_weigh
     snapshot.mkdir(parents=True)
     shutil.copy(tiny_weights["timm"], snapshot / "model.safetensors")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    from ltbench.pretrained.timm_vit import ViTB16In21k
-    from ltbench.pretrained.weights import find_weights
+    from ltbench_foundation.timm_vit import ViTB16In21k
+    from ltbench_foundation.weights import find_weights
 
     assert find_weights(None, ViTB16In21k.source) == snapshot / "model.safetensors"
 
@@ -230,7 +230,7 @@ def test_the_tune_mode_contract_catches_what_a_checkpoint_would_lose():
     import torch.nn as nn
 
     from ltbench import contract
-    from ltbench.pretrained.tuning import TuneMode
+    from ltbench_foundation.tuning import TuneMode
     from tests.conftest import registries_restored
 
     class Forgotten(TuneMode):

@@ -186,7 +186,7 @@ def test_lift_text_init_loss_and_tte_equal_lift(b16):
     from ltbench.method import MethodContext
     from ltbench.data.base import ImageSpec
     from ltbench.data.transforms import CropEnsemble
-    from methods.lift import LIFT, LIFTConfig
+    from ltbench_foundation.methods.lift import LIFT, LIFTConfig
 
     net, sd, _ = b16
     counts = torch.tensor([40, 10, 3])
@@ -194,7 +194,7 @@ def test_lift_text_init_loss_and_tte_equal_lift(b16):
                         backbone=net)
     method = LIFT(LIFTConfig(templates="cifar100"), ctx)  # 18 templates: the ensemble path, cheaper than 80
     # trainer.init_head_text_feat's 'ensemble' arithmetic: mean of unit text features, @ proj.t(), normalise
-    from ltbench.pretrained import prompts
+    from ltbench_foundation import prompts
     from open_clip.tokenizer import SimpleTokenizer
 
     templates = prompts.templates("cifar100", None)

@@ -17,7 +17,7 @@ from ltbench.errors import ConfigError
 from ltbench.results import store
 from ltbench.cli import load_checked_recipe
 from ltbench.recipe import load_recipe
-from reportkit import populate, run_key, write_run
+from reportkit import complete_result, populate, run_key, write_run
 
 GOLDEN = Path(__file__).parent / "golden"
 LA_GRID = {"grid": {"method": [{"name": "ce"}, {"name": "la", "tau": 1.0}]}, "seeds": [0, 1, 2]}
@@ -225,8 +225,9 @@ def test_the_cache_is_invalidated_by_a_changed_result(write_recipe):
     spec = next(s for s in recipe.runs if s.config["method"]["name"] == "la")
     result = Path(spec.run_dir) / "result.json"
     data = json.loads(result.read_text())
-    data["metrics"]["all"] = 0.5
-    result.write_text(json.dumps(data))  # another size: read again
+    data["metrics"]["all"] = 0.5  # and per-class values that agree with it
+    del data["metrics"]["per_class"], data["data"]["class_counts_test"]
+    result.write_text(json.dumps(complete_result(data)))  # another size: read again
     assert rows_by_label(table_of(path))["la"].cells[(0, 3)].mean == pytest.approx(50.0)
     cached = index.scan(recipe.root)
     assert {r["status"] for r in cached} == {"done"} and all("config" in r for r in cached)
@@ -437,13 +438,13 @@ def test_a_damaged_display_name_makes_the_record_damaged(write_recipe):
 
 def test_a_run_records_its_methods_display_name_from_its_registration():
     """The built-in methods declare display names where they register; a result records it (record.header),
-    and a method registered without one records none (its id labels its rows). A bad display name is refused
+    and a method registered without one records its id (which labels its rows). A bad display name is refused
     when the method registers."""
     from ltbench.registry import METHODS, Registry, RegistryError
     from ltbench.results import record
 
-    assert record.method_display({"method": {"name": "ldam_drw"}}) == {"method_display": "LDAM-DRW"}
-    assert record.method_display({"method": {"name": "balanced_softmax"}}) == {"method_display": "Balanced Softmax"}
+    assert record.method_display({"method": {"name": "ldam_drw"}}) == "LDAM-DRW"
+    assert record.method_display({"method": {"name": "balanced_softmax"}}) == "Balanced Softmax"
     assert all(e.display for e in METHODS.entries() if e.module.startswith("methods."))
     with pytest.raises(RegistryError, match="display name"):
         Registry("method", None).register("x", display="two\nlines")
@@ -466,3 +467,30 @@ def test_table_on_a_terminal_shows_bold_and_underline_as_ansi_and_markdown_elsew
     assert shown == for_terminal(piped) and "\x1b[1m" in shown and "**" not in shown
     assert cli.main(["table", str(path), "--format", "markdown"]) == 0
     assert capsys.readouterr().out == piped
+
+
+@pytest.mark.parametrize("damage", ["metrics.per_class", "data.class_counts_test", "data.class_counts_train",
+                                    "device_seconds=1e308", "device_seconds=NaN"])
+def test_a_record_that_cannot_prove_itself_is_named_once_and_never_tabled(write_recipe, damage):
+    """Issue 52's reproducers: ``all: 0.99`` with its per-class values or class counts deleted was tabled as
+    "62.00 ± 52.33" in bold (a record without training counts showed "Many 90.00" with no many-shot class), and
+    a cost of 1e308 printed 305 digits. Each is a damaged record now: named once, its seed not counted."""
+    path = write_recipe("r", {**LA_GRID, "seeds": [0, 1, 2]})
+    recipe = load_recipe(path)
+    populate(recipe)
+    spec = next(s for s in recipe.runs if s.config["method"]["name"] == "la" and s.config["seed"] == 1)
+    result = Path(spec.run_dir) / "result.json"
+    data = json.loads(result.read_text())
+    data["metrics"].update(all=0.99, many=0.9)
+    if "=" in damage:
+        key, value = damage.split("=")
+        data[key] = float(value)
+    else:
+        section, key = damage.split(".")
+        del data[section][key]
+    result.write_text(json.dumps(data))
+    row = rows_by_label(table_of(path, use_cache=False))["la"]
+    all_cell, many_cell = row.cells[(0, 3)], row.cells[(0, 0)]
+    assert all_cell.seeds == [0, 2] and all_cell.mean < 70 and many_cell.mean < 90
+    text = report.render(table_of(path, use_cache=False), "markdown")
+    assert text.count("damaged") == 1 and "99.00" not in text and "e+" not in text

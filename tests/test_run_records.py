@@ -12,9 +12,10 @@ import torch
 import torch.nn as nn
 
 from ltbench.results import record, schema, store
-from ltbench.train.checkpoint import CheckpointSaver, load_checkpoint
+from ltbench.train.checkpoint import MODEL_FORMATS, CheckpointSaver, load_checkpoint, read_state
 from ltbench.results.runspec import RunSpec
 from ltbench.train.selection import select_model
+from tests.reportkit import FAKE_NUMERICS
 
 SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "results-schema.md"
 CONFIG = {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}, "sampler": {"name": "uniform"},
@@ -66,11 +67,13 @@ def _documented_fields() -> set[str]:
 def _outcome() -> record.TrainOutcome:
     data = SimpleNamespace(num_classes=2, class_counts=[5, 1], test_counts=[3, 3], subset_hash="h",
                            class_names=["a", "b"], info={})
-    return record.TrainOutcome(metrics={**_headline(0.5)}, selection={"strategy": "last", "epoch": 1},
+    metrics = {**_headline(0.5, many=None, medium=None, few=0.5), "per_class": [0.25, 0.75],
+               "groups": {"many_threshold": 100, "few_threshold": 20}}
+    return record.TrainOutcome(metrics=metrics, selection={"strategy": "last", "epoch": 1},
                                method_extras={}, data=record.data_record(data), train_seconds_this_session=1.0,
-                               device_seconds=1.5,
+                               device_seconds=1.5, run_started=10.0,
                                threads=1, device="cpu", world_size=1, views=["default"],
-                               numerics={"device": "cpu", "threads": 1})
+                               numerics=dict(FAKE_NUMERICS))
 
 
 def test_every_result_field_is_documented_and_a_done_record_is_usable():
@@ -154,18 +157,31 @@ def test_a_runs_cost_goes_on_across_sessions_from_what_its_checkpoint_kept(tmp_p
     fresh = CheckpointSaver(tmp_path / "other", "rid", minutes=0, main=True, world=1, session_start=time.monotonic())
     assert fresh.seconds() < 100  # no checkpoint: this session alone
 
-    for bad in ("ten", float("nan"), -1.0, float("inf")):  # a checkpoint is data: a bad count starts the run over
+    # a checkpoint is data: a count that is no number, or more than the time since its run's first session
+    # started allows (the bound of a result's device_seconds), starts the run over, named once
+    started = torch.load(tmp_path / store.CHECKPOINT, weights_only=True)["run_started"]
+    assert time.time() - 200 < started <= time.time() - 100  # the first session's start, on the wall clock
+    for bad in ("ten", "12", True, float("nan"), -1.0, float("inf"), 1e308, time.time() - started + 3600):
         state = torch.load(tmp_path / store.CHECKPOINT, weights_only=True)
         state["seconds"] = bad
         torch.save(state, tmp_path / store.CHECKPOINT)
         messages = []
         assert load_checkpoint(tmp_path / store.CHECKPOINT, "rid", say=messages.append) is None
-        assert "not a number of seconds" in messages[0], messages
-    state.update(format=1, seconds=5.0)  # the format before the cost was kept
+        assert len(messages) == 1 and "not a number of seconds" in messages[0], messages
+    for bad in (time.time() + 3600, "0", float("nan")):  # a first session that starts in the future, or never
+        state.update(seconds=1.0, run_started=bad)
+        torch.save(state, tmp_path / store.CHECKPOINT)
+        messages = []
+        assert load_checkpoint(tmp_path / store.CHECKPOINT, "rid", say=messages.append) is None
+        assert "'run_started' is" in messages[0], messages
+    state.update(format=2, seconds=5.0)  # the format before the first session's start was kept
     torch.save(state, tmp_path / store.CHECKPOINT)
     messages = []
     assert load_checkpoint(tmp_path / store.CHECKPOINT, "rid", say=messages.append) is None
     assert "unknown checkpoint format" in messages[0]
+    del state["run_started"]  # a finished run's checkpoint of that format still gives stage 2 its model
+    torch.save(state, tmp_path / store.CHECKPOINT)
+    assert "model" in read_state(tmp_path / store.CHECKPOINT, "rid", ("epoch", "model"), formats=MODEL_FORMATS)
 
 
 def test_saver_times_mid_epoch_checkpoints_for_one_process_only(tmp_path):

@@ -170,7 +170,7 @@ def test_a_table_difference_over_zero_variance_says_no_test_not_a_p_value(write_
                                            {"label": "LA", "where": {"method.name": "la"}, "versus": "CE"}]}}})
     for spec in load_recipe(path).runs:  # every seed gives the same accuracy: zero variance on both sides
         accuracy = 0.5 if spec.config["method"]["name"] == "la" else 1.0
-        write_run(spec, metrics={**fake_metrics(spec.config, 0), "all": accuracy})
+        write_run(spec, metrics={**fake_metrics(spec.config, 0), **dict.fromkeys(("all", "many", "medium", "few"), accuracy)})
     (table,) = report.tables(path, name="t", test="welch")
     for fmt in ("markdown", "latex", "csv"):
         text = report.render(table, fmt)

@@ -124,9 +124,9 @@ def test_installed_distributions_are_recorded_by_version_and_a_new_version_makes
 
 def test_data_files_a_module_names_are_hashed_and_their_change_makes_the_run_stale(tmp_path, monkeypatch):
     """The CLIP class-name and prompt lists decide the text classifier: a run that builds one records them."""
-    recorded = provenance.modules_code(["ltbench.pretrained.prompts"])
-    assert {"data:ltbench/pretrained/classnames/places_lt.txt",
-            "data:ltbench/pretrained/classnames/templates_photo.txt"} <= set(recorded)
+    recorded = provenance.modules_code(["ltbench_foundation.prompts"])
+    assert {"data:ltbench_foundation/classnames/places_lt.txt",
+            "data:ltbench_foundation/classnames/templates_photo.txt"} <= set(recorded)
     # the same rule on a copy that can be edited: a plugin reading prompt files from a folder next to it
     (tmp_path / "text44").mkdir()
     (tmp_path / "text44" / "__init__.py").write_text("")

@@ -37,7 +37,7 @@ def _make_state(spec: dict, state: str) -> None:
         if state == "stale":  # recorded with a normalised hash the module's file no longer has
             result["code"] = {"ltbench.results.store": {"path": "ltbench/results/store.py", "normalized": "0" * 64}}
         elif state == store.CODE_UNKNOWN:  # recorded before ltbench recorded code at all
-            del result["code"], result["code_scope"]
+            result.update(code=None, code_scope=None)
         (run_dir / store.RESULT).write_text(json.dumps(result))
         return
     run_dir = write_run(spec, "pending")

@@ -1,6 +1,6 @@
 """No host-device sync in a training step: every built-in method, with train.augment_on: batch, counted on the
-emulated CUDA device (ltbench/devtools/gpu_cost.py) through ``engine.epoch_step``, the very function
-``engine.train_epoch`` runs per step (ltbench/devtools/step_cost.py).
+emulated CUDA device (benchmarks/devtools/gpu_cost.py) through ``engine.epoch_step``, the very function
+``engine.train_epoch`` runs per step (benchmarks/devtools/step_cost.py).
 
 A sync makes the host wait for the GPU to drain, so the next kernels cannot be queued ahead
 (docs/performance.md). The counted step is the second of an epoch (the first also checks the method
@@ -21,7 +21,7 @@ import pytest
 import methods  # noqa: F401 - registers the built-in methods
 from ltbench.recipe import resolve_run_config
 from ltbench.registry import METHODS
-from ltbench.devtools.step_cost import counted_epoch_step
+from benchmarks.devtools.step_cost import counted_epoch_step
 
 # zero_shot trains nothing (optim.epochs 0): it has no training step to count.
 BUILT_IN = sorted(e.name for e in METHODS.entries() if e.obj.__module__.startswith("methods.") and e.name != "zero_shot")

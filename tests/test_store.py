@@ -17,12 +17,14 @@ import pytest
 from ltbench.results import status_rule, store
 from ltbench.errors import DiskFullError
 from tests.conftest import ROOT
+from tests.reportkit import complete_result
 
-GOOD = {
-    "schema_version": 2, "status": "done", "run_id": "abc", "seed": 0,
-    "config": {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}},
-    "metrics": {"all": 0.5, "many": 0.75, "medium": None, "few": 0.25, "per_class": [0.75, None, 0.25]},
-}
+HEADER = {"status": "done", "run_id": "abc", "seed": 0,
+          "config": {"data": {"name": "synthetic_lt"}, "backbone": {"name": "resnet8"}, "method": {"name": "ce"}}}
+GOOD = complete_result({
+    **HEADER, "metrics": {"all": 0.5, "many": 0.75, "medium": None, "few": 0.25, "per_class": [0.75, None, 0.25],
+                          "groups": {"many_threshold": 100, "few_threshold": 20}},
+    "data": {"num_classes": 3, "class_counts_train": [200, 50, 10], "class_counts_test": [1, 0, 1]}})
 
 
 def _with(**changes) -> bytes:
@@ -32,6 +34,15 @@ def _with(**changes) -> bytes:
         for part in path[:-1]:
             node = node[part]
         node[path[-1]] = value
+    return json.dumps(out).encode()
+
+
+def _without(*path: str) -> bytes:
+    out = json.loads(json.dumps(GOOD))
+    node = out
+    for part in path[:-1]:
+        node = node[part]
+    del node[path[-1]]
     return json.dumps(out).encode()
 
 
@@ -45,12 +56,26 @@ DAMAGED = {
     "metric is a string": (_with(metrics__all="0.5"), "metrics.all"),
     "metric out of range": (_with(metrics__few=7), "metrics.few"),
     "metric NaN": (json.dumps({**GOOD, "metrics": {**GOOD["metrics"], "many": float("nan")}}).encode(), "metrics.many"),
-    "metrics missing": (_with(metrics=None), "metrics is NoneType"),
+    "metrics missing": (_with(metrics=None), "metrics is null"),
     "all is null": (_with(metrics__all=None), "metrics.all is null"),
     "head metric a string": (_with(metrics__heads={"aux": {"all": "x"}}), "metrics.heads.aux.all"),
     "per_class strings": (_with(metrics__per_class=["a"]), "per_class"),
     "unknown status": (_with(status="running"), "status is 'running'"),
     "no config": (_with(config={}), "config"),
+    # a done record proves its summary (issue 52): without per-class values or class counts it cannot
+    "per_class deleted": (_without("metrics", "per_class"), "metrics.per_class is missing"),
+    "test counts deleted": (_without("data", "class_counts_test"), "data.class_counts_test is missing"),
+    "train counts deleted": (_without("data", "class_counts_train"), "data.class_counts_train is missing"),
+    "groups deleted": (_without("metrics", "groups"), "metrics.groups is missing"),
+    "all disagrees": (_with(metrics__all=0.99), "metrics.all is 0.99, its per-class accuracies give 0.5"),
+    "many without a many-shot class": (_with(data__class_counts_train=[50, 50, 10]), "metrics.many is 0.75, but no"),
+    # cost in the schema: a finite number >= 0 within the run's elapsed time x devices, or null when unrecorded
+    **{f"device_seconds {bad!r}": (_with(device_seconds=bad), "device_seconds is")
+       for bad in (1e308, float("nan"), -5, "12", True, None, 3 * 24 * 3600)},
+    "run_started unrecorded but not listed": (_with(run_started=None), "run_started is null"),
+    "unrecorded names a field with a value": (_with(unrecorded=["device_seconds"]), "unrecorded names 'device_seconds'"),
+    "numerics field missing": (_without("numerics", "cpu_id"), "numerics.cpu_id is missing"),
+    "method_display missing": (_without("method_display"), "method_display is missing"),
     "config section not a mapping": (_with(config__data="synthetic_lt"), "config"),
 }
 
@@ -71,7 +96,7 @@ def test_usable_results_and_missing_and_directory(tmp_path):
     (tmp_path / store.RESULT).write_bytes(_with())
     # usable and finished, but it records no code: never plain 'done' (identity.code_state)
     assert store.check_result(tmp_path).state == "done" and status_rule.run_status(tmp_path) == store.CODE_UNKNOWN
-    (tmp_path / store.RESULT).write_bytes(json.dumps({**GOOD, "status": "failed", "metrics": None}).encode())
+    (tmp_path / store.RESULT).write_bytes(json.dumps(complete_result({**HEADER, "status": "failed"})).encode())
     assert status_rule.run_status(tmp_path) == "failed"
     (tmp_path / store.RESULT).unlink()
     assert store.check_result(tmp_path).state == "missing" and status_rule.run_status(tmp_path) == "pending"

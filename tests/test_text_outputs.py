@@ -16,7 +16,7 @@ import yaml
 from ltbench import report
 from ltbench.errors import ConfigError
 from ltbench.recipe import load_recipe
-from reportkit import populate
+from reportkit import complete_result, populate
 
 from tests.conftest import run_cli
 
@@ -54,6 +54,9 @@ def test_a_control_character_in_a_table_text_is_refused_at_load(tmp_path, field,
     assert "control character" in got.stderr and "Traceback" not in got.stderr
 
 
+FORMULA = '=HYPERLINK("http://x.invalid")'
+
+
 @pytest.fixture
 def forged_folder(tmp_path) -> Path:
     """A results folder whose records carry texts a table prints: a method option with '|', a newline and
@@ -62,7 +65,8 @@ def forged_folder(tmp_path) -> Path:
     populate(recipe)
     specs = recipe.runs
     edits = {specs[-1].run_dir: lambda d: d["config"]["method"].__setitem__("tau", FORGED),
-             specs[0].run_dir: lambda d: d["config"]["method"].__setitem__("name", '=HYPERLINK("http://x.invalid")'),
+             specs[0].run_dir: lambda d: (d["config"]["method"].__setitem__("name", FORMULA),
+                                          d.update(method_display=FORMULA)),
              specs[1].run_dir: lambda d: d.update(status="failed", error="boom\x1b[2J\x1b]0;title\x07")}
     for run_dir, edit in edits.items():
         path = Path(run_dir) / "result.json"
@@ -70,7 +74,7 @@ def forged_folder(tmp_path) -> Path:
         edit(record)
         if record["status"] == "failed":
             record.pop("metrics")
-        path.write_text(json.dumps(record))
+        path.write_text(json.dumps(complete_result(record)))
     return recipe.root
 
 

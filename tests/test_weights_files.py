@@ -1,6 +1,6 @@
 """Weights files are data: nothing in one is executed, and a bad one is one line before the first run.
 
-TorchScript archives are read by ltbench/pretrained/scripted.py (never ``torch.jit.load``); every weights file
+TorchScript archives are read by ltbench_foundation/scripted.py (never ``torch.jit.load``); every weights file
 is checked by ``PretrainedViT.check_weights`` in ``launch.checks_before_any_run`` (``run`` and ``--dry-run``
 alike); its sha256 is cached across processes by (path, size, mtime, inode) and a file over the size bound
 is refused. The subprocess timeouts below are a net against a hang, never a measured duration.
@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 import yaml
 
-from ltbench.pretrained import scripted
-from ltbench.pretrained import weights as W
+from ltbench_foundation import scripted
+from ltbench_foundation import weights as W
 from pretrained_kit import clip_backbone, tiny_weights  # noqa: F401
 
 from tests.conftest import ROOT, run_cli
@@ -195,13 +195,13 @@ def test_bad_weights_are_one_line_before_the_first_run(tmp_path, tiny_weights, c
 
 
 def test_each_weights_file_is_checked_once_per_launch(tmp_path, tiny_weights, monkeypatch):
-    from ltbench.pretrained import backbone
+    from ltbench_foundation import backbone
     from ltbench.recipe import load_recipe
     from ltbench.run import launch
 
     read = []
     real = W.read_state_dict
-    monkeypatch.setattr("ltbench.pretrained.clip.read_state_dict", lambda p: read.append(p) or real(p))
+    monkeypatch.setattr("ltbench_foundation.clip.read_state_dict", lambda p: read.append(p) or real(p))
     recipe = load_recipe(recipe_with(tmp_path, tiny_weights["clip"]))
     assert len(recipe.runs) == 4
     monkeypatch.setattr("ltbench.train.resources.check_recipe", lambda recipe: None)

@@ -130,7 +130,7 @@ class DatasetBuilder:
         """(validation sample ids, test sample ids), compared before the first run so that no validation
         sample is a test sample (validation.check_disjoint); None without a validation split. Default: what
         ``load()`` returns (validation.sample_ids). A dataset that can say it from its lists overrides it."""
-        from ltbench.data.validation import sample_ids
+        from ltbench.data.validation import sample_ids  # lazy: keeps data.base free of an import cycle
 
         data = self.load()
         return None if data.val is None else (sample_ids(data.val), sample_ids(data.test))

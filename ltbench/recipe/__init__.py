@@ -755,13 +755,13 @@ def data_identity(data: dict, cache: dict) -> str | None:
 
 
 def backbone_identity(backbone: dict, cache: dict) -> str | None:
-    """The sha256 of a pretrained backbone's weights file ('sha256:...'), None for backbones built from
-    scratch; a missing file is a one-line WeightsMissingError (exit 2), so --dry-run checks it too."""
-    from ltbench.pretrained.registered import backbone_identity as ask  # lazy: keeps table and status free of torch
-
+    """What identifies a backbone beyond its options (the Backbone hook ``weights_identity(config)``: the sha256
+    of the weights file it loads, 'sha256:...'), None for backbones built from scratch; a missing file is the
+    backbone's one-line error (exit 2), so --dry-run checks it too."""
     key = "backbone:" + identity.canonical_json(backbone)
     if key not in cache:
-        cache[key] = ask(backbone)
+        ask = getattr(BACKBONES.get(backbone["name"]), "weights_identity", None)
+        cache[key] = ask(BACKBONES.config(backbone, "backbone")) if callable(ask) else None
     return cache[key]
 
 

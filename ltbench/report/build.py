@@ -326,8 +326,9 @@ def cost_notes(table: Table) -> list[str]:
                      f"row's cost is its whole search (every trial on every tuning seed, failed and pruned ones at their "
                      f"last session's wall time, and the report runs); on {where}")
     if unknown:
-        notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) record no device_seconds: "
-                     f"made before ltbench kept it, or a stage-2 result, which does not count its stage-1 run)")
+        notes.append(f"Cost: '–' where a run's cost is unknown ({unknown} result(s) list device_seconds as "
+                     f"unrecorded: a stage-2 result, which does not count its stage-1 run, or a run recorded before "
+                     f"ltbench kept its cost)")
     return notes
 
 

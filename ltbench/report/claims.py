@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ltbench.errors import LtbenchError
+from ltbench.results import store
 from ltbench.priors import is_prior_name
 from ltbench.results.schema import SHOT_GROUPS
 
@@ -81,8 +82,8 @@ def load_claims(folder: Path | None = None) -> list[Claim]:
 
 def read_claim(path: Path, name: str = "") -> Claim:
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.stat().st_size < 1_000_000 else None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        doc = yaml.safe_load(store.read_bounded(path, store.MiB, follow=True).decode("utf-8"))
+    except (OSError, store.UnusableFile, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise LtbenchError(f"{path}: cannot read claim ({exc})") from None
 
     def need(ok, text: str) -> None:

@@ -56,38 +56,37 @@ def flat_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def summarize_result(data: dict, run_dir_name: str) -> dict:
-    """The small record a table needs from one usable result (status 'done' or 'failed')."""
+def summarize_result(data: dict) -> dict:
+    """The small record a table needs from one usable result (status 'done' or 'failed'). It was checked by
+    store.check_result: every field read here is one schema 3 requires of it (tests/test_schema_fields.py)."""
     config = data["config"]
     key, row_identity = config_key(config)
     rec = {
         "status": data["status"],
         "run_id": data["run_id"],
-        "recipe": _str(data.get("recipe")),
-        "seed": config.get("seed", data.get("seed")),
+        "recipe": data["recipe"],
+        "seed": config.get("seed", data["seed"]),
         "key": key,
         "config": row_identity,
-        "grid": data.get("grid") if isinstance(data.get("grid"), dict) else {},
+        "grid": data["grid"] or {},
+        "method_display": data["method_display"],  # a row's label (report/rows.py); null: never recorded
     }
-    if data.get("method_display"):  # a row's label (report/rows.py); checked by schema.result_problem
-        rec["method_display"] = data["method_display"]
+    prov = data["provenance"] or {}  # null: unrecorded (nothing to show)
+    rec["prov"] = {k: prov.get(k) for k in PROVENANCE_KEYS if prov.get(k) is not None}
+    run = data["status"] == "done" and data["kind"] is None  # a stage-2 result has no device of its own
+    for k in ("wall_seconds", "started", "ended") + (("device", "world_size") if run else ()):
+        if data[k] is not None:  # null: listed unrecorded
+            rec["prov"][k] = data[k]
     if data["status"] == "done":
         rec["metrics"] = flat_metrics(data["metrics"])
-        code = data.get("code") if isinstance(data.get("code"), dict) else {}
-        rec["code"] = {"code": code, "plugins": data.get("plugins") or [], "code_scope": data.get("code_scope"),
-                       "code_source": data.get("code_source")}
+        rec["code"] = {"code": data["code"] or {}, "plugins": data["plugins"] or [],  # null: unrecorded, none known
+                       "code_scope": data["code_scope"],
+                       "code_source": data["code_source"]}
         rec["numerics"] = identity.numerics_of(data)
+        rec["prov"]["device_seconds"] = data["device_seconds"]  # the run's cost, all sessions; null: unrecorded
     else:
-        err = str(data.get("error") or "").strip().splitlines()
+        err = data["error"].strip().splitlines()
         rec["error"] = err[-1][:200] if err else ""
-    prov = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
-    rec["prov"] = {k: prov.get(k) for k in PROVENANCE_KEYS if prov.get(k) is not None}
-    for k in ("device", "wall_seconds", "started", "ended", "world_size"):
-        if data.get(k) is not None:
-            rec["prov"][k] = data[k]
-    seconds = data.get("device_seconds")  # the run's cost, all sessions (absent from results made before it was kept)
-    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < float("inf"):
-        rec["prov"]["device_seconds"] = float(seconds)
     return rec
 
 
@@ -102,7 +101,7 @@ def read_result_file(path: Path) -> dict:
     run_dir = path.parent
     check = store.check_result(run_dir)
     if check.usable:
-        return summarize_result(check.result, run_dir.name)
+        return summarize_result(check.result)
     if check.state == store.OLDER:
         return {"run_id": run_dir.name, "status": store.OLDER, "note": check.reason}
     return {"run_id": run_dir.name, **_identity_from_spec(run_dir), "status": "damaged",

@@ -475,8 +475,8 @@ def plot_curves(df: pd.DataFrame, out_base, y: str = "loss", size: str = "column
 def search_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per finished trial run of a search (read from its result, data: store.check_result): its method,
     trial, tuning seed, validation All, device-hours and each drawn value (columns 'draw:<key>')."""
-    from ltbench.results.store import check_result
-    from ltbench.search import trial_problem
+    from ltbench.results.store import check_result  # lazy: keeps --help fast
+    from ltbench.search import trial_problem  # lazy: keeps --help fast
 
     lines = []
     for run_dir in runs.loc[runs["status"] == "done", "dir"] if not runs.empty else []:

@@ -106,9 +106,10 @@ def _named_labels(flats: list[dict[str, Any]], skip: set[str], displays: list[st
 
 def display_name(units) -> str | None:
     """The display name the results of a row's units record for their method (``method_display``), None when
-    none does (results made before methods declared one: the id is the label then). Several (results of
-    code versions that named it differently): the one sorted first, so a label never depends on file order."""
-    names = {rec["method_display"] for u in units for rec in u.runs.values() if rec.get("method_display")}
+    every one lists it unrecorded (migrated from before methods declared one: the label is then the method's
+    id, as those results' tables showed it). Several (results of code versions that named it differently):
+    the one sorted first, so a label never depends on file order."""
+    names = {rec["method_display"] for u in units for rec in u.runs.values()} - {None}
     return min(names) if names else None
 
 

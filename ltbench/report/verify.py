@@ -231,8 +231,9 @@ def export(records: list[dict], folder: Path, cite: str, kind: str = "user") -> 
                       protocol_id=g.protocol, protocol_match="exact", numerics=first.get("numerics") or {},
                       implementation=f"ltbench at commit {(first.get('prov') or {}).get('git_commit') or 'not recorded'}")
         path = Path(folder) / f"{i:03d}-{setting.get('method')}-{first.get('run_id', '')}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(claim_document(claim), sort_keys=False, allow_unicode=True, width=200))
+        store.make_dirs(path.parent)
+        store.atomic_write_bytes(path, yaml.safe_dump(claim_document(claim), sort_keys=False, allow_unicode=True,
+                                                      width=200).encode())
         written.append(path)
     return written
 

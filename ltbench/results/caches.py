@@ -90,11 +90,13 @@ def user_key() -> bytes:
 
 
 def code_version() -> str:
-    """What the running ltbench is: size and mtime of every Python file of ltbench and the built-in methods,
-    taken once per process."""
+    """What the running ltbench is: size and mtime of every Python file of ltbench and the built-in methods, and
+    in a checkout of every package beside them (the plugin packages it ships), taken once per process."""
     if not _code_version:
         core = Path(__file__).resolve().parents[1]  # ltbench/ (this file is ltbench/results/caches.py)
-        _code_version.append(code_signature([str(core), str(core.parent / "methods")]) + sys.version)
+        checkout = [d for d in sorted(core.parent.iterdir())
+                    if (core.parent / "pyproject.toml").is_file() and (d / "__init__.py").is_file()]
+        _code_version.append(code_signature([str(d) for d in checkout or [core, core.parent / "methods"]]) + sys.version)
     return _code_version[0]
 
 
@@ -201,11 +203,12 @@ def installed_plugins() -> list[str]:
     plugin package installed, upgraded or removed changes this; any other package does not. Reads one
     small file per distribution that has one, not the 0.2 s of ``importlib.metadata.entry_points``."""
     out = []
-    # '' on sys.path (python -c) is the working directory, as it is by name under python -m: the same folders
-    # either way (a checkout's editable install keeps its ltbench.egg-info there).
-    for folder in dict.fromkeys(os.path.realpath(p or os.curdir) for p in sys.path if os.path.isdir(p or os.curdir)):
+    # Only *.dist-info: what pip installs, editable installs included. A checkout's *.egg-info (left by an
+    # editable install in the working directory, on sys.path under python -m but not python -c) would make two
+    # processes of one installation disagree.
+    for folder in dict.fromkeys(p for p in sys.path if p and os.path.isdir(p)):
         try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith((".dist-info", ".egg-info")))
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".dist-info"))
         except OSError:
             continue
         for name in names:

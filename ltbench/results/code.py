@@ -11,7 +11,7 @@ Why a static closure: the modules a run executes are its roots (the training eng
 driver, and the plugins its configuration names) and, transitively, every module they import that is not
 installed (the harness, a plugin package, a helper package of the user's on ``sys.path``), function-level
 imports included; installed distributions are recorded by their version instead, and data files a module
-names (a string constant naming a file or folder next to it: the CLIP class-name lists) by their bytes. It is read from the source text, never
+names (a string constant naming a file or folder next to it: a text classifier's class-name lists) by their bytes. It is read from the source text, never
 from what a process happens to have imported, so the same function gives the same set in a worker and in
 ``ltbench status``. Modules that only
 record, report or launch (``EXCLUDED``) are left out: editing a table's layout never makes a run stale.
@@ -27,7 +27,7 @@ import importlib.util
 from typing import Callable
 
 # What a record's ``code_scope`` says when its ``code`` covers every module the run executed (core and
-# plugins). Records without it (made before) hashed only their plugins' bytes: their code reads 'unknown'.
+# plugins). A record whose code_scope is null (migrated from before it) hashed only its plugins' bytes: code unknown.
 CODE_SCOPE = "computation/1"
 TRAINING_ROOT = "ltbench.train.engine"  # a trained run executes the engine and what it imports
 STAGE2_ROOT = "ltbench.stage2.posthoc_runs"  # a stage-2 fit: the driver, the feature cache and the engine

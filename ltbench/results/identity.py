@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ltbench.errors import shorten
-from ltbench.results import code, store
+from ltbench.results import code, schema, store
 
 #: Part of every hashed identity: bump it (with a migration step) when what identifies a run changes.
 IDENTITY_VERSION = 2
@@ -337,7 +337,7 @@ def installed_version(name: str) -> str | None:
 
 
 def data_files(modules: dict[str, tuple[str, bytes]]) -> dict[str, dict]:
-    """{'data:ltbench/pretrained/classnames/places_lt.txt': {'sha256': ...}}: every file a hashed module
+    """{'data:my_plugin/classnames/places_lt.txt': {'sha256': ...}}: every file a hashed module
     names by a string constant (``code.file_names``) next to it, a named folder's files included (not its
     Python packages, hidden files or caches): the class-name and prompt lists a text classifier is built from,
     a split list shipped with a plugin."""
@@ -463,21 +463,15 @@ KERNEL_ENV = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "DNNL
               "ONEDNN_CPU_ISA_HINTS", "DNNL_CPU_ISA_HINTS", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
               "KMP_DETERMINISTIC_REDUCTION", "NVIDIA_TF32_OVERRIDE", "CUBLAS_WORKSPACE_CONFIG")
 
-_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size",
-           "threads_per_epoch", "kernel_env", "float32_matmul_precision")
-NUMERICS_FIELDS = {
-    "cpu": _COMMON + ("cpu_model", "cpu_id", "cpu_capability", "threads", "blas", "onednn", "mkldnn"),
-    # On a GPU the threads only run host-side work: they are recorded, not compared.
-    "cuda": _COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
-                       "cudnn_benchmark"),
-}
-NOT_RECORDED = "not recorded"  # a numerics field the record cannot tell (made before it was recorded): never a match
+NUMERICS_FIELDS, _COMMON = schema.NUMERICS_FIELDS, schema.NUMERICS_COMMON  # compared by device (schema: recorded)
+NOT_RECORDED = "not recorded"  # in memory only: a numerics field the record lists ``unrecorded`` (never a match)
 
 
 def numerics_of(result: dict) -> dict:
-    """A result's ``numerics`` (provenance.numerics; ltbench/results/migrate.py fills them in for older records)."""
-    recorded = result.get("numerics")
-    return dict(recorded) if isinstance(recorded, dict) else {}
+    """A checked done result's ``numerics`` (provenance.numerics), each field it lists ``unrecorded`` as
+    ``NOT_RECORDED``."""
+    unrecorded = schema.unrecorded_numerics(result)
+    return {k: NOT_RECORDED if k in unrecorded else v for k, v in result["numerics"].items()}
 
 
 def _compared(n: dict) -> tuple[str, ...]:
@@ -486,16 +480,15 @@ def _compared(n: dict) -> tuple[str, ...]:
 
 def numerics_difference(a: dict, b: dict) -> tuple[list[str], list[str]]:
     """(fields known on both sides that differ, fields that matter but one side does not know). They match
-    only when both lists are empty; a field absent on both sides (``threads_per_epoch`` of two runs trained
-    in one go) is no difference; absent on one side only (a record made before the field was recorded) or
-    ``NOT_RECORDED`` on either side is unknown."""
+    only when both lists are empty; ``NOT_RECORDED`` on either side is unknown (every result records every
+    field, schema 3: null is a value, such as ``threads_per_epoch`` of a run trained under one thread count)."""
     fields = sorted(set(_compared(a)) | set(_compared(b)))
     differ, unknown = [], []
     for name in fields:
         va, vb = a.get(name), b.get(name)
-        if NOT_RECORDED in (va, vb) or (va is None) != (vb is None):
+        if NOT_RECORDED in (va, vb):
             unknown.append(name)
-        elif va is not None and va != vb:
+        elif va != vb:
             differ.append(name)
     return differ, unknown
 
@@ -528,8 +521,10 @@ def numerics_classes(items: list[dict]) -> tuple[list[tuple[str, list[int]]], li
 def numerics_value(name: str, value) -> str:
     """One field as a note shows it: 'torch 2.14.1', 'channels_last on', 'kernel environment MKL_CBWR=COMPATIBLE',
     'cpu_id not recorded'."""
-    if value is None or value == NOT_RECORDED:
+    if value == NOT_RECORDED:
         return f"{name} not recorded"
+    if value is None:
+        return f"{name} none"
     if name == "kernel_env" and isinstance(value, dict):  # values from the environment, names from the disk:
         return "kernel environment " + (" ".join(f"{shorten(k, 40)}={shorten(v, 60)}"  # bounded (errors.shorten)
                                                  for k, v in sorted(value.items())) or "unset")

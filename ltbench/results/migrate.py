@@ -15,19 +15,25 @@ new ids atomically, one at a time, after their files are written, so an interrup
 by running it again (idempotent). A folder whose new id is already taken, or whose records cannot be read,
 is left as it is and named.
 
-To change the record format: add a step to ``STEPS`` (and bump ``schema.SCHEMA_VERSION``, or
-``identity.IDENTITY_VERSION`` when what identifies a run changes), with a test in tests/test_migrate.py.
+What is no ltbench record is never touched: a folder whose spec.json or result.json does not name it (a
+project folder), a record of a newer or unknown schema (named: made by a newer ltbench), a damaged record
+(named; everything else is migrated). The dry run plans exactly what the real run applies.
+
+To change the record format: bump ``schema.SCHEMA_VERSION`` and add a step numbered with it to ``STEPS`` (or
+bump ``identity.IDENTITY_VERSION`` when what identifies a run changes), with a test in tests/test_migrate.py.
 docs/architecture.md ("How a record changes format") says the same.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ltbench.errors import shorten
 from ltbench.results import identity, schema, store
 from ltbench.results.code import module_path
 from ltbench.results.provenance import portable
@@ -61,8 +67,8 @@ MOVED_MODULES = {
     "ltbench.expansion": "ltbench.recipe.expansion", "ltbench.recipe_tables": "ltbench.recipe.tables",
 }
 
-#: The numerics fields compared when schema 2 was made: the ones such a record marks ``not recorded``. Fields
-#: recorded since are absent from it, which ``identity.numerics_difference`` reads as unknown too.
+#: The numerics fields compared when schema 2 was made: the ones such a record marks ``not recorded`` (the step
+#: to schema 3 makes those, and the fields recorded since, null and lists them ``unrecorded``).
 _SCHEMA2_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size")
 SCHEMA2_NUMERICS = {
     "cpu": _SCHEMA2_COMMON + ("cpu_model", "cpu_capability", "threads"),
@@ -169,29 +175,61 @@ def numerics_from_other_fields(rec: dict) -> None:
     rec["numerics"] = numerics
 
 
+def explicit_fields(rec: dict) -> None:
+    """Schema 3 (issue 48): every field a reader uses is present (``schema.FIELDS``). A field a result lacks
+    gets the value schema 2's readers took its absence for where its type allows null (``kind`` null: a run),
+    else null listed in ``unrecorded`` (``device_seconds``, ``method_display``): never recorded, so no reader
+    guesses. The numerics the same, field by field (``numerics.cpu_id``); the ``not recorded`` marks of step
+    'numerics from other fields' become such entries. ``threads_per_epoch`` was written only when the count
+    changed by a run that recorded ``threads_from``; a stage-2 fit has no epochs."""
+    if "status" not in rec:  # spec.json, started.json: only their version changes
+        return
+    unrecorded = rec["unrecorded"] = list(rec["unrecorded"]) if isinstance(rec.get("unrecorded"), list) else []
+    if rec.get("status") == "done" and "numerics" not in rec:
+        rec["numerics"] = {}  # each of its fields unrecorded, below
+    for key, kinds in schema.required_fields(rec).items():
+        if key not in rec:
+            rec[key] = None
+            unrecorded += [] if None in kinds else [key]
+    numerics = rec.get("numerics")
+    if not isinstance(numerics, dict):
+        return
+    for name in schema.numerics_required(numerics.get("device")):
+        if name == "threads_per_epoch" and name not in numerics and (
+                "threads_from" in numerics or rec.get("kind") == schema.STAGE2_KIND):
+            numerics[name] = None
+        elif numerics.get(name, identity.NOT_RECORDED) == identity.NOT_RECORDED:
+            numerics[name] = None
+            unrecorded.append(f"numerics.{name}")
+
+
 @dataclass(frozen=True)
 class Step:
+    to: int  # the schema version this step brings a record to
     name: str
     apply: Callable[[dict], None]
 
 
-#: Every change of the record format since schema 1, in the order they apply. Each is safe on a record it
-#: does not concern (it changes nothing there).
+#: Every change of the record format, numbered by the schema version it brings a record to, in the order they
+#: apply (Optuna's numbered migrations): a record of version v gets the steps with ``to`` > v.
 STEPS = (
-    Step("explicit defaults", explicit_defaults),
-    Step("sampler explicit", explicit_sampler),
-    Step("augment scheme 1", explicit_augment_scheme),
-    Step("moved modules", moved_modules),
-    Step("portable paths", portable_paths),
-    Step("numerics from other fields", numerics_from_other_fields),
+    Step(2, "explicit defaults", explicit_defaults),
+    Step(2, "sampler explicit", explicit_sampler),
+    Step(2, "augment scheme 1", explicit_augment_scheme),
+    Step(2, "moved modules", moved_modules),
+    Step(2, "portable paths", portable_paths),
+    Step(2, "numerics from other fields", numerics_from_other_fields),
+    Step(3, "every field explicit", explicit_fields),
 )
 
 
-def migrate_record(rec: dict) -> dict:
-    """A copy of ``rec`` in the current format (its id is set by the caller, who knows the folder)."""
+def migrate_record(rec: dict, version: int = 1) -> dict:
+    """A copy of ``rec`` (of schema ``version``) in the current format (its id is set by the caller, who knows
+    the folder)."""
     out = copy.deepcopy(rec)
     for step in STEPS:
-        step.apply(out)
+        if step.to > version:
+            step.apply(out)
     out["schema_version"] = schema.SCHEMA_VERSION
     return out
 
@@ -205,20 +243,30 @@ RECORD_FILES = (store.RESULT, store.SPEC, store.STARTED)
 
 @dataclass
 class Report:
+    """What a migration changes (a dry run: would change; both are planned alike, so they list the same) and
+    every folder it leaves as it is, and why."""
+
     migrated: int = 0  # records rewritten
     renamed: list[tuple[str, str]] = field(default_factory=list)  # (old folder, new folder), relative
     current: int = 0  # records already in the current format
-    left: list[str] = field(default_factory=list)  # one line per folder left as it is, and why
+    left: list[str] = field(default_factory=list)  # one line per record or folder left as it is, and why
+    foreign: int = 0  # folders holding a spec.json or result.json that is no ltbench record: never touched
 
     def lines(self, root: Path, dry_run: bool) -> list[str]:
         verb = "would migrate" if dry_run else "migrated"
-        out = [f"{root}: {verb} {self.migrated} record(s), {'would rename' if dry_run else 'renamed'} "
+        out = [f"{_shown(root)}: {verb} {self.migrated} record(s), {'would rename' if dry_run else 'renamed'} "
                f"{len(self.renamed)} run folder(s) to their new ids; {self.current} already up to date"]
         out += [f"  {old} -> {new}" for old, new in self.renamed[:20]]
         if len(self.renamed) > 20:
             out.append(f"  ... and {len(self.renamed) - 20} more")
-        out += [f"  left as it is: {line}" for line in self.left]
+        out += [f"  left as it is: {_shown(line)}" for line in self.left]  # names and reasons read from the disk
+        if self.foreign:
+            out.append(f"  not touched: {self.foreign} folder(s) whose spec.json or result.json is no ltbench record")
         return out
+
+
+def _shown(text) -> str:
+    return shorten(str(text), 400)  # a name read from the disk: never a control character on the terminal
 
 
 def run_folders(root: Path) -> list[Path]:
@@ -227,75 +275,125 @@ def run_folders(root: Path) -> list[Path]:
     return sorted(d for d in found if d.parent.name != store.POSTHOC_DIR)
 
 
-def _load(path: Path) -> dict | None:
-    obj = store.load_json(path) if path.is_file() else None
-    if obj is not None and not isinstance(obj, dict):
-        raise store.UnusableFile(path, "is not a JSON object")
-    return obj
+class Left(Exception):
+    """A folder or record migrate leaves as it is: the one line says why."""
 
 
-def _new_ids(result: dict | None, spec: dict | None, folder: Path) -> tuple[str, str]:
-    """(old id, new id) of a run folder, from its result or else its spec (migrated)."""
-    rec = result if result is not None else spec
-    old = rec.get("migrated_from") or rec.get("run_id") or folder.name
-    return str(old), identity.run_id(rec["config"])
+@dataclass
+class Plan:
+    """One run folder's changes: records to write (path, record) and its new id (None: no ltbench run folder)."""
+
+    writes: list[tuple[Path, dict]] = field(default_factory=list)
+    current: int = 0
+    new_id: str | None = None
+    left: list[str] = field(default_factory=list)  # stage-2 records left as they are, and why
 
 
 def migrate_folder(root: Path, dry_run: bool = False) -> Report:
-    """Bring every record below ``root`` to the current format; see the module docstring."""
-    report = Report()
+    """Bring every ltbench record below ``root`` to the current format; see the module docstring. The real
+    run applies exactly the plan the dry run lists; a folder it cannot change is named, never an error."""
+    report, taken = Report(), set()
     for folder in run_folders(root):
+        name = _shown(folder.relative_to(root))
         try:
             plan = _plan(folder)
-        except (store.UnusableFile, KeyError, TypeError, ValueError) as exc:
-            report.left.append(f"{folder.relative_to(root)}: its records cannot be read ({exc}); nothing changed")
+        except Left as exc:
+            report.left.append(f"{name}: {exc}; nothing changed")
             continue
-        records, new_id = plan
-        target = folder.parent / new_id
-        if new_id != folder.name and target.exists():
-            report.left.append(f"{folder.relative_to(root)}: its new id {new_id} is taken by another folder; "
+        if plan.new_id is None:
+            report.foreign += 1
+            continue
+        target = folder.parent / plan.new_id
+        if plan.new_id != folder.name and (target.exists() or target in taken):
+            report.left.append(f"{name}: its new id {plan.new_id} is taken by another folder; "
                                f"nothing changed (compare the two and remove one)")
             continue
-        changed = [(path, rec) for path, rec, was_current in records if not was_current]
-        report.current += len(records) - len(changed)
-        report.migrated += len(changed)
-        if new_id != folder.name:
-            report.renamed.append((str(folder.relative_to(root)), str(target.relative_to(root))))
-        if dry_run:
+        try:
+            if not dry_run:
+                for path, rec in plan.writes:
+                    store.atomic_write_json(path, rec)
+                if plan.new_id != folder.name:
+                    os.rename(folder, target)  # atomic on one file system; the records already carry the new id
+        except OSError as exc:  # read-only, a concurrent migrate renamed it first: named, the others go on
+            report.left.append(f"{name}: {_shown(exc.strerror or exc)}; run 'ltbench migrate' again")
             continue
-        for path, rec in changed:
-            store.atomic_write_json(path, rec)
-        if new_id != folder.name:
-            os.rename(folder, target)  # atomic on one file system; the records already carry the new id
+        taken.add(target)
+        report.current += plan.current
+        report.migrated += len(plan.writes)
+        report.left += [f"{name}/{line}" for line in plan.left]
+        if plan.new_id != folder.name:
+            report.renamed.append((name, _shown(target.relative_to(root))))
     return report
 
 
-def _plan(folder: Path) -> tuple[list[tuple[Path, dict, bool]], str]:
-    """The run folder's records in the current format, with whether each already was, and its new id."""
-    loaded = {name: _load(folder / name) for name in RECORD_FILES}
-    result, spec = loaded[store.RESULT], loaded[store.SPEC]
-    if result is None and spec is None:
-        raise KeyError("no result.json or spec.json with a configuration")
-    current = {name: rec is not None and not schema.is_older(rec, missing=None if name == store.RESULT else 1)
-               for name, rec in loaded.items()}
-    new = {name: (rec if current[name] else migrate_record(rec)) for name, rec in loaded.items() if rec is not None}
-    old_id, new_id = _new_ids(new.get(store.RESULT), new.get(store.SPEC), folder)
-    out = []
-    for name, rec in new.items():
-        if name != store.STARTED and not current[name]:
-            rec["run_id"] = new_id
-            if old_id != new_id:
-                rec["migrated_from"] = old_id
-        out.append((folder / name, rec, current[name]))
+def _current(path: Path, name: str) -> tuple[dict | None, bool]:
+    """(the record in ``path`` in the current format, whether it already was); (None, True) when absent.
+    ``Left`` when it is unreadable, of a newer or unknown schema, or too damaged to migrate."""
+    if not os.path.lexists(path):
+        return None, True
+    try:
+        rec = store.load_json(path)
+    except store.UnusableFile as exc:
+        raise Left(f"{name} {exc.reason}") from None
+    version = schema.version_of(rec, missing=None if name == store.RESULT else 1)
+    if not isinstance(rec, dict) or version is None or version > schema.SCHEMA_VERSION:
+        raise Left(f"{name} is not a JSON object" if not isinstance(rec, dict) else
+                   f"{name} has schema_version {_shown(repr(rec.get('schema_version')))[:40]}, which this ltbench "
+                   f"(schema {schema.SCHEMA_VERSION}) does not know: made by a newer ltbench (upgrade it), or damaged")
+    if version == schema.SCHEMA_VERSION:
+        return rec, True
+    problem = schema.older_problem(rec)
+    try:
+        new = migrate_record(rec, version)
+        json.dumps(new, allow_nan=False)  # what the write will need: planned, so the dry run names it too
+    except ValueError:
+        problem = problem or "it holds a NaN or an infinity"
+    if problem:
+        raise Left(f"{name} is damaged ({problem})")
+    return new, False
+
+
+def _plan(folder: Path) -> Plan:
+    """The run folder's records in the current format and its new id; an empty plan (no id) when it holds no
+    ltbench record."""
+    if _foreign(folder):
+        return Plan()
+    new = {name: _current(folder / name, name) for name in RECORD_FILES}
+    main = (new[store.RESULT][0] or new[store.SPEC][0])
+    old_id = main.get("migrated_from") or main.get("run_id") or folder.name
+    try:
+        plan = Plan(new_id=identity.run_id(main["config"]))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise Left(f"its configuration has no id ({_shown(exc)})") from None
+    for name, (rec, was_current) in new.items():
+        if rec is not None and was_current:
+            plan.current += 1
+        elif rec is not None:
+            if name != store.STARTED:
+                rec.update(run_id=plan.new_id, **({"migrated_from": old_id} if old_id != plan.new_id else {}))
+            plan.writes.append((folder / name, rec))
     for path in sorted((folder / store.POSTHOC_DIR).glob(f"*/{store.RESULT}")):
-        rec = _load(path)
-        if rec is None or not schema.is_older(rec):
-            out.append((path, rec, True))
-            continue
-        new_rec = migrate_record(rec)
-        new_rec["posthoc_of"] = new_id
-        new_rec["run_id"] = identity.stage2_run_id(new_id, new_rec["posthoc"])
-        if new_rec["run_id"] != rec.get("run_id"):
-            new_rec["migrated_from"] = rec.get("run_id")
-        out.append((path, new_rec, False))
-    return out, new_id
+        try:
+            rec, was_current = _current(path, store.RESULT)
+            if not was_current:
+                old = rec.get("migrated_from") or rec.get("run_id")
+                rec.update(posthoc_of=plan.new_id, run_id=identity.stage2_run_id(plan.new_id, rec["posthoc"]))
+                rec.update({"migrated_from": old} if old != rec["run_id"] else {})
+                plan.writes.append((path, rec))
+            plan.current += was_current
+        except (Left, ValueError, TypeError) as exc:  # one stage-2 result: named, the run and the others migrated
+            plan.left.append(f"{store.POSTHOC_DIR}/{_shown(path.parent.name)}: {_shown(exc)}; nothing changed")
+    return plan
+
+
+def _foreign(folder: Path) -> bool:
+    """Whether the folder's spec.json and result.json are readable and neither names it: someone else's files
+    (an unreadable one may be ltbench's: it is named, never touched)."""
+    for name in (store.RESULT, store.SPEC):
+        try:
+            rec = store.load_json(folder / name) if os.path.lexists(folder / name) else None
+        except store.UnusableFile:
+            return False
+        if schema.names_folder(rec, folder.name):
+            return False
+    return True

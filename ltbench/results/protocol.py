@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from ltbench.errors import LtbenchError
+from ltbench.results import store
 
 SMALL_IMAGES = ("fashion_mnist_lt", "cifar10_lt", "cifar100_lt", "synthetic_lt")
 SPLIT_LISTS = ("imagenet_lt", "places_lt", "inat2018")
@@ -90,7 +91,7 @@ def record_lists(record: dict) -> dict[str, str] | None:
 
 def _digest(path: Path, algorithm: str) -> str:
     h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
+    with store.open_bounded(path, 64 * 1024 * store.MiB, follow=True) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

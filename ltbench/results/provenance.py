@@ -247,6 +247,7 @@ def numerics(device, *, precision: str, compile: str = "off", channels_last: boo
         "compile": compile,
         "channels_last": channels_last,
         "world_size": world_size,
+        "threads_per_epoch": None,  # the thread count of each epoch, when it changed during the run (engine)
     }
 
 

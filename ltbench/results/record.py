@@ -29,12 +29,13 @@ class TrainOutcome:
     # the run's cost: seconds of every session up to this result (those kept in its checkpoint plus this one's)
     # times the devices it ran on; what a killed session did after its last checkpoint is redone and not counted
     device_seconds: float
+    run_started: float  # wall-clock start of the run's first session (kept in its checkpoint): bounds its cost
     threads: int
     device: str
     world_size: int
     views: list
     numerics: dict  # provenance.numerics: device, CPU/GPU model, effective threads, versions, flags
-    parameters: dict = field(default_factory=dict)  # pretrained.registered.parameter_counts: backbone, method, total, trainable
+    parameters: dict = field(default_factory=dict)  # train.engine.parameter_counts: backbone, method, total, trainable
 
 
 def data_record(data) -> dict:
@@ -61,11 +62,10 @@ def plugin_sources(config: dict) -> dict:
     return {e.name: e.source for reg in registry.REGISTRIES.values() for e in reg.entries() if e.name in names}
 
 
-def method_display(config: dict) -> dict:
-    """{"method_display": "LDAM-DRW"} when the run's method declares a display name (its registration), else {}:
-    how tables label its rows, recorded here because table code never imports a method (torch)."""
-    display = registry.METHODS.entry(config["method"]["name"]).display
-    return {"method_display": display} if display else {}
+def method_display(config: dict) -> str:
+    """'LDAM-DRW': the display name the run's method declares (its registration), else its name: how tables
+    label its rows, recorded here because table code never imports a method (torch)."""
+    return registry.METHODS.entry(config["method"]["name"]).display or config["method"]["name"]
 
 
 def header(spec: RunSpec, *, started: float, provenance: dict, code: dict) -> dict:
@@ -78,8 +78,11 @@ def header(spec: RunSpec, *, started: float, provenance: dict, code: dict) -> di
         "config": spec.config,
         "seed": spec.seed,
         "plugins": plugin_sources(spec.config),
-        **method_display(spec.config),
+        "method_display": method_display(spec.config),
+        "unrecorded": [],  # schema 3: every field is recorded (a migrated record lists those it never had)
+        "kind": None,  # a run (a stage-2 result: 'posthoc')
         "code": code,
+        "code_source": None,
         "code_scope": CODE_SCOPE,
         "provenance": provenance,
         "started": started,
@@ -92,6 +95,7 @@ def done(record: dict, outcome: TrainOutcome) -> None:
 
 def failed(record: dict, exc: BaseException, traceback_text: str | None = None) -> None:
     """A failure: LtbenchError messages stand alone; other exceptions keep their type and traceback."""
+    record["traceback_file"] = None  # the worker names the file when it writes one
     if traceback_text is None:
         record.update(status="failed", error=str(exc), error_type=type(exc).__name__)
     else:

@@ -22,19 +22,48 @@ from ltbench.config import ConfigError, OptimConfig, from_dict
 
 #: The format of every record ltbench writes (result.json, spec.json, started.json). A record of another
 #: version is never read on the fly: ltbench/results/migrate.py brings an older one up to date.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATE_HINT = "ltbench migrate {root}"  # what brings an older record up to date
 
 SHOT_GROUPS = ("many", "medium", "few")  # the one list of shot groups (ltbench/evaluation.py defines them)
 HEADLINE_METRICS = ("all", *SHOT_GROUPS)
 RESULT_STATUSES = ("done", "failed")
 SELECTION_STRATEGIES = ("last", "best_val")
-#: Optional header fields and the JSON type each must have when present (null counts as absent).
-OPTIONAL_TYPES = {"recipe": str, "grid": dict, "plugins": (dict, list), "provenance": dict, "error": str,
-                  "error_type": str, "traceback_file": str, "method_extras": dict, "kind": str, "posthoc_of": str,
-                  "posthoc": dict, "features": dict, "views": list, "numerics": dict, "parameters": dict,
-                  "method_display": str}
-TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", (dict, list): "an object or a list"}
+STAGE2_KIND = "posthoc"  # ``kind`` of a stage-2 result (ltbench/stage2/posthoc_runs.py); a run's is null
+
+NUMBER, WHOLE = "a finite number", "a whole number"  # JSON types a Python type cannot name (bool is no number)
+#: Every field a reader uses, by the records that have it: required there (present, even when null), with the
+#: JSON types it may hold (None: null is one of its values). A field of any type may also be null when the
+#: record lists it in ``unrecorded``: its value was never recorded (a record migrated from before it existed),
+#: so no reader guesses it from an absent key. A new field: add it here, bump SCHEMA_VERSION, add a
+#: migration step (docs/architecture.md, "How a record changes format").
+FIELDS = {
+    "every": {"schema_version": (WHOLE,), "run_id": (str,), "status": (str,), "config": (dict,), "seed": (WHOLE, None),
+              "recipe": (str, None), "grid": (dict, None), "plugins": (dict, list), "provenance": (dict,),
+              "method_display": (str,), "unrecorded": (list,), "code": (dict, None), "code_scope": (str, None),
+              "code_source": (str, None), "kind": (str, None), "started": (NUMBER,), "ended": (NUMBER,),
+              "wall_seconds": (NUMBER,)},
+    "done": {"metrics": (dict,), "data": (dict,), "numerics": (dict,), "method_extras": (dict,),
+             "device_seconds": (NUMBER,)},
+    "failed": {"error": (str,), "error_type": (str, None), "traceback_file": (str, None)},
+    "run done": {"device": (str,), "world_size": (WHOLE,), "threads": (WHOLE,), "run_started": (NUMBER,),
+                 "selection": (dict,), "views": (list,), "parameters": (dict,)},
+    "stage2": {"posthoc": (dict,), "posthoc_of": (str,), "features": (dict,)},
+}
+TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", None: "null", NUMBER: NUMBER, WHOLE: WHOLE}
+
+
+def required_fields(obj: dict) -> dict:
+    """The fields ``FIELDS`` requires of this record (by its status and kind), with their types."""
+    stage2 = obj.get("kind") == STAGE2_KIND
+    parts = ["every", obj.get("status")] + (["stage2"] if stage2 else ["run done"] if obj.get("status") == "done" else [])
+    return {k: v for part in parts for k, v in FIELDS.get(part, {}).items()}
+
+
+def _typed(value: Any, kinds: tuple) -> bool:
+    return any(value is None if k is None else is_number(value) if k == NUMBER else
+               (isinstance(value, int) and not isinstance(value, bool)) if k == WHOLE else isinstance(value, k)
+               for k in kinds)
 
 
 def is_number(x: Any) -> bool:
@@ -49,7 +78,13 @@ def is_count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
+def _number(value: float | None) -> str:
+    return "null" if value is None else f"{value:.6g}"
+
+
 def _shown(value: Any) -> str:
+    if value is None:
+        return "null"
     return repr(str(value)[:40]) if not isinstance(value, (dict, list)) else type(value).__name__
 
 
@@ -69,9 +104,34 @@ def is_older(obj: Any, missing: int | None = None) -> bool:
     return v is not None and v < SCHEMA_VERSION
 
 
+def names_folder(obj: Any, folder_name: str) -> bool:
+    """ltbench names a run folder by its run's id: a spec.json or result.json that names neither its folder
+    nor the one it was migrated from is someone else's file (a project folder's spec.json), never migrated."""
+    return isinstance(obj, dict) and folder_name in (obj.get("run_id"), obj.get("migrated_from"))
+
+
+def older_problem(obj: dict) -> str:
+    """Why a record of an earlier schema cannot be migrated ('' when it can): ``ltbench migrate`` names it and
+    leaves it, and every command reads it as damaged, never as 'older' (which a migration would end)."""
+    problem = _names_problem(obj.get("config"))
+    if not problem and obj.get("kind") == STAGE2_KIND and _names_problem(obj, ("posthoc",)):
+        return "posthoc (the stage-2 method) is missing"
+    try:
+        return problem or json.dumps(obj["config"], allow_nan=False) and ""
+    except ValueError:
+        return "config holds a NaN or an infinity"
+
+
+def _names_problem(config: Any, sections=("data", "backbone", "method")) -> str:
+    if isinstance(config, dict) and all(isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str)
+                                        for s in sections):
+        return ""
+    return f"config ({', '.join(sections)} names) is missing"
+
+
 def result_problem(obj: Any) -> str:
-    """Why a parsed result.json is not a usable record ('' when it is): the header of every record, then
-    the outcome of a done one (a failed record has no metrics to read)."""
+    """Why a parsed result.json is not a usable record ('' when it is): the fields ``FIELDS`` requires of it,
+    the header of every record, then the outcome of a done one (a failed record has no metrics to read)."""
     if not isinstance(obj, dict):
         return f"holds a JSON {type(obj).__name__}, expected an object"
     if "status" not in obj:
@@ -83,24 +143,109 @@ def result_problem(obj: Any) -> str:
     if version_of(obj) != SCHEMA_VERSION:
         return (f"schema_version is {_shown(obj.get('schema_version'))}, expected {SCHEMA_VERSION}"
                 + (" (made by a newer ltbench: upgrade ltbench)" if (version_of(obj) or 0) > SCHEMA_VERSION else ""))
-    for check in (_config_problem, _header_problem, code_problem):
+    for check in (fields_problem, _config_problem, _display_problem, code_problem):
         problem = check(obj)
         if problem:
             return problem
     if obj["status"] == "failed":
         return ""
-    problem = metrics_problem(obj.get("metrics"), obj.get("data"))
-    return problem or selection_problem(obj.get("selection")) or extras_problem(obj.get("method_extras"))
+    for key in ("data", "numerics"):  # a done record's own evidence: never only listed unrecorded
+        if not isinstance(obj[key], dict):
+            return f"{key} is {_shown(obj[key])}, expected an object"
+    return (metrics_problem(obj["metrics"], obj["data"]) or cost_problem(obj)
+            or numerics_problem(obj["numerics"], unrecorded_numerics(obj))
+            or selection_problem(obj.get("selection")) or extras_problem(obj["method_extras"]))
+
+
+def fields_problem(obj: dict) -> str:
+    """Every required field present and of its type; null only where its type allows it or the record lists
+    it in ``unrecorded``; ``unrecorded`` names only fields of this record (``numerics.<field>`` for one of
+    the numerics) that are null."""
+    unrecorded = obj.get("unrecorded")
+    if not (isinstance(unrecorded, list) and all(isinstance(u, str) for u in unrecorded)):
+        return f"unrecorded is {_shown(unrecorded)}, expected a list of field names"
+    required = required_fields(obj)
+    for key, kinds in required.items():
+        if key not in obj:
+            return f"{key} is missing"
+        if not (_typed(obj[key], kinds) or (obj[key] is None and key in unrecorded)):
+            return f"{key} is {_shown(obj[key])}, expected " + " or ".join(TYPE_NAMES[k] for k in kinds)
+    for name in unrecorded:
+        section, _, key = name.rpartition(".")
+        holder = obj.get(section) if section else obj
+        if not ((section or name) in required and isinstance(holder, dict) and key in holder and holder[key] is None):
+            return f"unrecorded names {_shown(name)}, which is no null field of this record"
+    return ""
+
+
+#: The numerics fields two results of one run id are compared on, by device (``identity.numerics_difference``,
+#: the borrowing rule; docs/results-schema.md says why each is here), and those a note shows first beside them.
+NUMERICS_COMMON = ("device", "torch", "torchvision", "precision", "compile", "channels_last", "world_size",
+                   "threads_per_epoch", "kernel_env", "float32_matmul_precision")
+NUMERICS_FIELDS = {
+    "cpu": NUMERICS_COMMON + ("cpu_model", "cpu_id", "cpu_capability", "threads", "blas", "onednn", "mkldnn"),
+    # On a GPU the threads only run host-side work: they are recorded, not compared.
+    "cuda": NUMERICS_COMMON + ("device_model", "cuda", "cudnn", "deterministic", "tf32_matmul", "tf32_cudnn",
+                               "cudnn_benchmark"),
+}
+NUMERICS_SHOWN = ("device_model", "cpu_model", "cpu_capability", "threads")
+
+
+def numerics_required(device) -> tuple[str, ...]:
+    """The numerics fields a result on ``device`` records (``numerics_problem``): the ones compared on that
+    device (on any device when its device is unrecorded: it may be compared with either) and the ones a note
+    shows."""
+    compared = NUMERICS_FIELDS[device] if device in NUMERICS_FIELDS else sum(NUMERICS_FIELDS.values(), ())
+    return tuple(dict.fromkeys(("device", *compared, *NUMERICS_SHOWN)))
+
+
+def unrecorded_numerics(obj: dict) -> set[str]:
+    """The numerics fields a record lists as never recorded (``unrecorded``: 'numerics.cpu_id')."""
+    return {u.removeprefix("numerics.") for u in obj["unrecorded"] if u.startswith("numerics.")}
+
+
+def numerics_problem(numerics: dict, unrecorded: set[str]) -> str:
+    """``numerics`` (provenance.numerics): a known device (or one listed unrecorded) and every field
+    ``numerics_required`` names for it, present (null where the machine had no such thing, e.g.
+    ``cuda`` on a CPU, or listed unrecorded)."""
+    device = numerics.get("device")
+    if device not in NUMERICS_FIELDS and not (device is None and "device" in unrecorded):
+        return f"numerics.device is {_shown(device)}, expected one of {', '.join(NUMERICS_FIELDS)}"
+    missing = [f for f in numerics_required(device) if f not in numerics]
+    return f"numerics.{missing[0]} is missing" if missing else ""
+
+
+#: How far a run's cost may exceed what its own times allow (wall and monotonic clocks drift apart a little).
+COST_SLACK = (1.01, 60.0)  # (factor, seconds)
+
+
+def cost_bound(seconds: float, since: float, until: float) -> bool:
+    """Can a run (or a checkpoint) have taken ``seconds`` of one device between wall-clock times ``since``
+    and ``until``? Sessions never overlap, so their elapsed times sum to at most ``until - since``."""
+    return is_number(seconds) and seconds >= 0 and seconds <= COST_SLACK[0] * max(until - since, 0) + COST_SLACK[1]
+
+
+def cost_problem(obj: dict) -> str:
+    """``device_seconds``: a finite number >= 0, at most the record's own elapsed time (its first session's
+    start, ``run_started``, to its end) times its devices; null only when listed unrecorded (a stage-2 result,
+    whose stage-1 run's cost it does not count, or a record migrated from before ltbench kept it). A run
+    migrated from schema 2 has no ``run_started``: its bound is the weakest one, from 1970."""
+    seconds = obj["device_seconds"]
+    if seconds is None:
+        return ""
+    world = obj.get("world_size") if obj.get("kind") != STAGE2_KIND else 1
+    since = obj.get("run_started")
+    if not cost_bound(seconds / max(world, 1), 0.0 if since is None else since, obj["ended"]):
+        return f"device_seconds is {_shown(seconds)}, more than the run's elapsed time x {world} device(s) allows"
+    return ""
 
 
 def _config_problem(obj: dict) -> str:
     """The run's configuration: the plugin names every row and label reads, the seed, and ``optim``
     validated as a recipe's is (stage 2 reads its epochs; a table shows its values)."""
-    config = obj.get("config")
-    sections = ("data", "backbone", "method")
-    if not isinstance(config, dict) or not all(
-            isinstance(config.get(s), dict) and isinstance(config[s].get("name"), str) for s in sections):
-        return "config (data, backbone, method names) is missing"
+    config = obj["config"]
+    if _names_problem(config):
+        return _names_problem(config)
     for seed, where in ((config.get("seed"), "config.seed"), (obj.get("seed"), "seed")):
         if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
             return f"{where} is {_shown(seed)}, expected a whole number"
@@ -141,16 +286,9 @@ def section_problem(cls: type, value: Any, where: str) -> str:
 _HERE = "<section>"  # the path in a remembered message, replaced by the caller's
 
 
-def _header_problem(obj: dict) -> str:
-    """Optional header fields: absent, null, or of their type (a reader may then use them as that type)."""
-    for key, kind in OPTIONAL_TYPES.items():
-        if obj.get(key) is not None and not isinstance(obj[key], kind):
-            return f"{key} is {_shown(obj[key])}, expected {TYPE_NAMES[kind]}"
-    if obj.get("data") is not None and not isinstance(obj["data"], dict):
-        return f"data is {type(obj['data']).__name__}, expected an object"
-    if obj.get("method_display") is not None and display_name_problem(obj["method_display"]):
-        return f"method_display {display_name_problem(obj['method_display'])}"
-    return ""
+def _display_problem(obj: dict) -> str:
+    problem = display_name_problem(obj["method_display"]) if obj["method_display"] is not None else ""
+    return problem and f"method_display {problem}"
 
 
 DISPLAY_NAME_LIMIT = 40
@@ -202,8 +340,10 @@ def metric_problem(values: Any, where: str, required: tuple[str, ...] = ()) -> s
 
 def metrics_problem(metrics: Any, data: Any) -> str:
     """``metrics`` of a done record: the headline (``all`` measured), ``macro``, ``groups``, every head, prior
-    and test set, the validation split (what ``--select val`` reads) and the per-class lists."""
-    problem = metric_problem(metrics, "metrics", required=HEADLINE_METRICS)
+    and test set, the validation split (what ``--select val`` reads), and the per-class accuracies with the
+    class counts they are checked against: a record that cannot show its summary is what its classes give
+    is damaged (issue 52: without them ``all: 0.99`` was tabled beside per-class values averaging 0.62)."""
+    problem = metric_problem(metrics, "metrics", required=(*HEADLINE_METRICS, "per_class", "groups"))
     if problem:
         return problem
     if not is_number(metrics["all"]):
@@ -218,63 +358,51 @@ def metrics_problem(metrics: Any, data: Any) -> str:
             problem = metric_problem(values, f"metrics.{section}.{str(name)[:60]}")
             if problem:
                 return problem
-    problem = _groups_problem(metrics.get("groups"))
-    if problem:
-        return problem
-    counts, problem = class_counts(data)
+    problem = _groups_problem(metrics["groups"]) or class_counts_problem(data, val=metrics.get("val") is not None)
     if problem:
         return problem
     if metrics.get("val") is not None:
-        problem = metric_problem(metrics["val"], "metrics.val", required=("all",)) \
-            or per_class_problem(metrics["val"].get("per_class"), counts, "metrics.val.per_class")
+        problem = metric_problem(metrics["val"], "metrics.val", required=("all", "per_class")) \
+            or per_class_problem(metrics["val"]["per_class"], data["class_counts_val"], "metrics.val.per_class") \
+            or agreement_problem({**metrics["val"], "groups": metrics["groups"]}, data, "metrics.val", "class_counts_val")
         if problem:
             return problem
-    return per_class_problem(metrics.get("per_class"), counts, "metrics.per_class") \
-        or agreement_problem(metrics, data, "metrics", "class_counts_test") \
-        or (agreement_problem({**metrics["val"], "groups": metrics.get("groups")}, data, "metrics.val", "class_counts_val")
-            if isinstance(metrics.get("val"), dict) else "")
+    return per_class_problem(metrics["per_class"], data["class_counts_test"], "metrics.per_class") \
+        or agreement_problem(metrics, data, "metrics", "class_counts_test")
 
 
 #: How far a recorded mean may be from the one its per-class values give (float sums in another order).
 AGREEMENT_TOLERANCE = 1e-6
 
 
-def agreement_problem(metrics: dict, data: Any, where: str, test_counts_key: str) -> str:
+def agreement_problem(metrics: dict, data: dict, where: str, test_counts_key: str) -> str:
     """'' when the summary metrics are what the record's own per-class accuracies give (ltbench/evaluation.py):
     ``all`` the test-count-weighted mean, ``macro`` the mean, Many/Medium/Few the mean over the classes of each
     group (from training counts and the recorded thresholds) and null exactly when the group has no class with
     test images. A record that contradicts itself (all 0.99 beside per-class values averaging 0.25; Many 0.90
-    with no many-shot class) is damaged: no table may show it."""
-    per_class = metrics.get("per_class")
-    if per_class is None or not isinstance(data, dict):
-        return ""
+    with no many-shot class) is damaged: no table may show it. The caller checked the lists' lengths."""
+    per_class, test, train = metrics["per_class"], data[test_counts_key], data["class_counts_train"]
+    if any((n > 0) != (a is not None) for n, a in zip(test, per_class)):
+        return f"{where}.per_class has a value for a class without test images, or none for one with them"
     scored = [(i, a) for i, a in enumerate(per_class) if a is not None]
-    test = data.get(test_counts_key)
-    if isinstance(test, list) and len(test) == len(per_class):
-        if any((n > 0) != (a is not None) for n, a in zip(test, per_class)):
-            return f"{where}.per_class has a value for a class without test images, or none for one with them"
-        total = sum(test)
-        if total and metrics.get("all") is not None:
-            got = sum(per_class[i] * test[i] for i, _ in scored) / total
-            if abs(got - metrics["all"]) > AGREEMENT_TOLERANCE:
-                return f"{where}.all is {metrics['all']:.6g}, its per-class accuracies give {got:.6g}"
-    if metrics.get("macro") is not None and scored:
-        got = sum(a for _, a in scored) / len(scored)
-        if abs(got - metrics["macro"]) > AGREEMENT_TOLERANCE:
-            return f"{where}.macro is {metrics['macro']:.6g}, its per-class accuracies give {got:.6g}"
-    train = data.get("class_counts_train")
-    if not (isinstance(train, list) and len(train) == len(per_class)):
-        return ""
-    groups = metrics.get("groups") if isinstance(metrics.get("groups"), dict) else {}
-    many, few = groups.get("many_threshold", 100), groups.get("few_threshold", 20)
+    if not scored:
+        return f"{where}.all is {metrics['all']!r}, but no class has test images"
+    got = sum(a * test[i] for i, a in scored) / sum(test)
+    if metrics["all"] is None or abs(got - metrics["all"]) > AGREEMENT_TOLERANCE:
+        return f"{where}.all is {_number(metrics['all'])}, its per-class accuracies give {got:.6g}"
+    if metrics.get("macro") is not None and abs(sum(a for _, a in scored) / len(scored) - metrics["macro"]) \
+            > AGREEMENT_TOLERANCE:
+        return f"{where}.macro is {metrics['macro']:.6g}, its per-class accuracies give " \
+               f"{sum(a for _, a in scored) / len(scored):.6g}"
+    many, few = metrics["groups"]["many_threshold"], metrics["groups"]["few_threshold"]
     for group, member in (("many", lambda n: n > many), ("medium", lambda n: few <= n <= many),
                           ("few", lambda n: n < few)):
         values = [a for i, a in scored if member(train[i])]
         recorded = metrics.get(group)
         if not values and recorded is not None:
             return f"{where}.{group} is {recorded:.6g}, but no {group}-shot class has test images"
-        if values and recorded is not None and abs(sum(values) / len(values) - recorded) > AGREEMENT_TOLERANCE:
-            return f"{where}.{group} is {recorded:.6g}, its classes' accuracies give {sum(values) / len(values):.6g}"
+        if values and (recorded is None or abs(sum(values) / len(values) - recorded) > AGREEMENT_TOLERANCE):
+            return f"{where}.{group} is {_number(recorded)}, its classes' accuracies give {sum(values) / len(values):.6g}"
     return ""
 
 
@@ -302,41 +430,37 @@ def extras_problem(extras: Any) -> str:
 
 
 def _groups_problem(groups: Any) -> str:
-    if groups is None:
-        return ""
     if not isinstance(groups, dict):
         return f"metrics.groups is {type(groups).__name__}, expected an object"
     for key in ("many_threshold", "few_threshold"):
-        if groups.get(key) is not None and not is_count(groups[key]):
-            return f"metrics.groups.{key} is {_shown(groups[key])}, expected a whole number >= 0"
+        if not is_count(groups.get(key)):
+            return f"metrics.groups.{key} is {_shown(groups.get(key))}, expected a whole number >= 0"
     return ""
 
 
-def class_counts(data: Any) -> tuple[list | None, str]:
-    """(training class counts or None, problem): class counts are whole numbers >= 0, ``num_classes`` their
-    number, so a plot or a stage-2 fit may read them as they are."""
-    if data is None:
-        return None, ""
-    if not isinstance(data, dict):
-        return None, f"data is {type(data).__name__}, expected an object"
-    for key in ("class_counts_train", "class_counts_test", "class_counts_val"):
+def class_counts_problem(data: dict, val: bool) -> str:
+    """Class counts: training and test (and validation when the record has validation metrics) lists of whole
+    numbers >= 0 of one length, ``num_classes`` their number, so a plot or a stage-2 fit may read them as they
+    are and the agreement check can weigh every class."""
+    keys = ("class_counts_train", "class_counts_test") + (("class_counts_val",) if val else ())
+    for key in keys:
         values = data.get(key)
-        if values is not None and not (isinstance(values, list) and all(is_count(v) for v in values)):
-            return None, f"data.{key} is not a list of whole numbers >= 0"
-    counts = data.get("class_counts_train")
-    if data.get("num_classes") is not None and not (is_count(data["num_classes"]) and (
-            counts is None or data["num_classes"] == len(counts))):
-        return None, f"data.num_classes is {_shown(data['num_classes'])}, not the number of class counts"
-    return counts, ""
+        if not (isinstance(values, list) and values and all(is_count(v) for v in values)):
+            return f"data.{key} is {'missing' if values is None else 'not a list of whole numbers >= 0'}"
+    counts = data["class_counts_train"]
+    for key in keys[1:]:
+        if len(data[key]) != len(counts):
+            return f"data.{key} has {len(data[key])} classes, class_counts_train {len(counts)}"
+    if data.get("num_classes") is not None and data["num_classes"] != len(counts):
+        return f"data.num_classes is {_shown(data['num_classes'])}, not the number of class counts"
+    return ""
 
 
-def per_class_problem(per_class: Any, counts: list | None, where: str) -> str:
+def per_class_problem(per_class: Any, counts: list, where: str) -> str:
     """Per-class accuracies: fractions (or null for a class without images), one per class."""
-    if per_class is None:
-        return ""
     if not (isinstance(per_class, list) and all(v is None or is_fraction(v) for v in per_class)):
         return f"{where} is not a list of fractions in [0, 1]"
-    if counts is not None and len(per_class) != len(counts):
+    if len(per_class) != len(counts):
         return f"{where} has {len(per_class)} values for {len(counts)} classes"
     return ""
 

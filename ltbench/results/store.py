@@ -610,9 +610,10 @@ def check_result(run_dir: Path) -> ResultCheck:
         if exc.reason == "is missing" and not os.path.lexists(path):
             return ResultCheck("missing")
         return ResultCheck("unusable", reason=f"result.json {exc.reason}")
-    if schema.is_older(obj):
+    problem = schema.older_problem(obj) if schema.is_older(obj) else ""  # an older record migrate cannot read
+    if schema.is_older(obj) and not problem:
         return ResultCheck("older", reason=older_note(Path(run_dir).parent))
-    problem = schema.result_problem(obj)
+    problem = problem or schema.result_problem(obj)
     if problem:
         return ResultCheck("unusable", reason=f"result.json {problem}")
     return ResultCheck(obj["status"], obj)
@@ -639,8 +640,9 @@ def older_records(root: Path) -> list[Path]:
     out = []
     for rec in sorted(p for name in (RESULT, SPEC) for p in Path(root).glob(f"*/{name}")):
         try:
-            if schema.is_older(load_json(rec), missing=1 if rec.name == SPEC else None) \
-                    and rec.parent not in out:
+            obj = load_json(rec)
+            if schema.is_older(obj, missing=1 if rec.name == SPEC else None) and not schema.older_problem(obj) \
+                    and schema.names_folder(obj, rec.parent.name) and rec.parent not in out:  # a damaged one: damaged
                 out.append(rec.parent)
         except UnusableFile:
             continue

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from ltbench.run import local_pool
 from ltbench import report
-from ltbench.results import status_rule, store
+from ltbench.results import identity, status_rule, store
 from ltbench.data.validation import check_disjoint, declares_validation
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.run.local_pool import gpu_slots, pool_size, run_local, run_pool, sigterm_as_interrupt
 from ltbench.recipe import Recipe, distinct_data, load_recipe, run_label
-from ltbench.registry import DATASETS, Registry, call_plugin
+from ltbench.registry import BACKBONES, DATASETS, Registry, call_plugin
 from ltbench.search import SAMPLERS
 from ltbench.run.screen import for_terminal, say
 from ltbench.run.runlines import check_results_root, other_data_note, run_lines
@@ -90,11 +90,9 @@ def set_aside_without_checkpoint(run_dir: Path) -> bool:
 def checks_before_any_run(recipe: Recipe) -> None:
     """Every check a launch makes before the first run, in one place, so ``--dry-run`` refuses exactly what
     ``run`` refuses: the launcher settings against the GPUs torch sees, loggers and datasets (``preflight``),
-    pretrained weights files (``registered.check_weights``), and the memory the configurations ask for (``ltbench.train.resources``)."""
+    weights files (``check_weights``), and the memory the configurations ask for (``ltbench.train.resources``)."""
     from ltbench.train import resources  # lazy: keeps status and table free of torch (the meta-device models)
     from ltbench.recipe.expansion import cached_estimates, save_estimates  # lazy: keeps --help fast
-
-    from ltbench.pretrained.registered import check_weights  # lazy: keeps status and table free of torch
 
     if recipe.probes:  # a sampler that asks: its draws are unknown yet, its probes span them (recipe._study)
         recipe = dataclasses.replace(recipe, runs=recipe.probes + recipe.runs)
@@ -106,6 +104,19 @@ def checks_before_any_run(recipe: Recipe) -> None:
     resources.check_recipe(recipe)
     if resources.known_estimates() != known_before:
         save_estimates(signature, resources.known_estimates())
+
+
+def check_weights(configs: list[dict]) -> None:
+    """Each distinct weights file of these run configurations checked once by its backbone (the Backbone hook
+    ``check_weights(config)``: readable, fitting, finite), before the first run; a backbone whose configuration
+    names no weights file (no ``backbone_identity``) has nothing to check."""
+    seen = set()
+    for config in configs:
+        ask = getattr(BACKBONES.get(config["backbone"]["name"]), "check_weights", None)
+        key = (config.get(identity.BACKBONE_IDENTITY), repr(sorted((k, str(v)) for k, v in config["backbone"].items())))
+        if key[0] and callable(ask) and key not in seen:
+            seen.add(key)
+            ask(BACKBONES.config(config["backbone"], "backbone"))
 
 
 def print_plan(recipe: Recipe) -> int:

@@ -37,7 +37,7 @@ def columns(text: str) -> int:
     return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-def clip(text: str, width: int) -> str:
+def truncate(text: str, width: int) -> str:
     """``text`` cut to ``width`` columns, ending in '…' when cut."""
     if columns(text) <= width:
         return text
@@ -102,8 +102,8 @@ def fit(head: str, parts: list[tuple[str, int]], tail: str, width: int) -> str:
     room = width - columns(tail) - (1 if tail else 0)  # columns for the head and the parts
     rest = columns(body("")) + (1 if head and kept else 0)
     if head and room - rest >= 4:
-        return whole(clip(head, room - rest))
-    return clip(body(head), room) + " " + tail if room > 0 else clip(tail, width)
+        return whole(truncate(head, room - rest))
+    return truncate(body(head), room) + " " + tail if room > 0 else truncate(tail, width)
 
 
 class Screen:
@@ -155,7 +155,7 @@ class Screen:
         lines = self.status
         if len(lines) > height - 1:  # taller than the terminal: cursor-up could not come back
             lines = lines[: max(height - 2, 0)] + [f"… and {len(lines) - max(height - 2, 0)} more"]
-        return len(lines), "".join(clip(line, width - 1) + "\n" for line in lines)
+        return len(lines), "".join(truncate(line, width - 1) + "\n" for line in lines)
 
     def _write(self, text: str) -> None:
         """One write to the terminal per redraw: a line-buffered stream would flush at every newline, and

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ltbench.results import identity, store
-from ltbench.train.checkpoint import load_checkpoint
+from ltbench.train.checkpoint import MODEL_FORMATS, read_state
 from ltbench.data import transforms
 from ltbench.data.base import MultiView
 from ltbench.data.validation import declares_validation
@@ -74,13 +74,11 @@ def finished_result(run_dir: Path) -> dict:
 def load_final_state(run_dir: Path, result: dict) -> dict:
     """checkpoint.pt of a finished run, checked to be the model its result was computed from."""
     path = Path(run_dir) / store.CHECKPOINT
-    problems: list[str] = []
-    state = load_checkpoint(path, result["run_id"], problems.append)
     epochs = result["config"]["optim"]["epochs"]
-    if state is None:
-        why = problems[0].split(" is unusable (", 1)[-1].rsplit("); starting this run over", 1)[0][:200] \
-            if problems else "it is missing"
-        raise LtbenchError(f"{path}: no usable final checkpoint ({why}); {REBUILD_HINT}")
+    try:  # its model only: a checkpoint of the format before ltbench kept the run's start serves too
+        state = read_state(path, result["run_id"], ("epoch", "step", "model"), formats=MODEL_FORMATS)
+    except ValueError as exc:
+        raise LtbenchError(f"{path}: no usable final checkpoint ({str(exc)[:200]}); {REBUILD_HINT}") from None
     if state["epoch"] != epochs or state["step"] != 0:
         raise LtbenchError(f"{path}: the checkpoint is at epoch {state['epoch']}, step {state['step']}, not at the "
                            f"end of the {epochs} epochs the result reports; {REBUILD_HINT}")

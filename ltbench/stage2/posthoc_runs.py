@@ -193,8 +193,11 @@ def stage2_record(run_result: dict, spec: dict, meta: dict, provenance: dict) ->
             "features": {k: meta.get(k) for k in ("checkpoint_sha256", "dtype", "view")},
             "code": plugin_code(spec["name"], run_result["config"]), "code_scope": code.CODE_SCOPE,
             "numerics": stage2_numerics(str(meta.get("dtype"))), "plugins": run_result.get("plugins") or [],
-            **{k: run_result[k] for k in ("method_display",) if run_result.get(k)},  # its run's method, as named
-            "provenance": provenance, "started": time.time()}
+            "method_display": run_result["method_display"],  # its run's method, as named
+            # a stage-2 result does not count its stage-1 run's cost: a row of it has none (schema.cost_problem)
+            "device_seconds": None, "unrecorded": ["device_seconds"] + [u for u in run_result["unrecorded"]
+                                                                       if u == "method_display"],
+            "code_source": None, "provenance": provenance, "started": time.time()}
 
 
 def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, out_dir: Path,
@@ -214,10 +217,10 @@ def fit_and_record(frozen: FrozenRun, run_result: dict, spec: dict, meta: dict, 
     except (OSError, DiskFullError) as exc:  # an I/O fault is no property of the setting: not stored, retried
         raise_io_fault(out_dir, exc)
     except LtbenchError as exc:
-        record.update(status="failed", error=str(exc), error_type=type(exc).__name__)
+        record.update(status="failed", error=str(exc), error_type=type(exc).__name__, traceback_file=None)
     except Exception as exc:  # a plugin's own bug: kept with its traceback, the grid goes on
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}", error_type=type(exc).__name__,
-                      traceback=traceback.format_exc())
+                      traceback=traceback.format_exc(), traceback_file=None)
     record["ended"] = time.time()
     record["wall_seconds"] = record["ended"] - record["started"]
     try:

@@ -1,6 +1,6 @@
 """Checkpoints of one run: the file format, and the policy of when to save and how to resume.
 
-``CheckpointSaver`` (after timm's saver of the same name) owns the whole policy, so the training loop
+``CheckpointSaver`` owns the whole policy, so the training loop
 only says "an epoch ended" or "a step ended": it saves at every epoch end, and mid-epoch after
 ``train.checkpoint_minutes`` of wall time (single process only: under DDP every rank would have to
 agree on the moment). On resume it restores model, optimiser, method state and fp16 loss scale, and
@@ -24,12 +24,15 @@ from typing import Callable
 import torch
 
 from ltbench.errors import LtbenchError
-from ltbench.results import store
+from ltbench.results import schema, store
 
-CHECKPOINT_FORMAT = 2  # 2: the seconds the run has taken (its cost); a format-1 checkpoint starts its run over
+CHECKPOINT_FORMAT = 3  # 2: the seconds the run has taken (its cost); 3: when its first session started (the
+#  bound of those seconds); a checkpoint of an earlier format starts its run over
 
 
-CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "model", "optimizer")
+CHECKPOINT_KEYS = ("epoch", "step", "iteration", "seconds", "run_started", "model", "optimizer")
+#: The formats whose model a finished run's stage 2 reads: they differ only in what a resume reads (its cost).
+MODEL_FORMATS = (2, CHECKPOINT_FORMAT)
 BEST_VAL = "best_val.pt"  # RUN_DIR/best_val.pt: the model of the best validation epoch so far
 BEST_VAL_KEYS = ("epoch", "model")
 MAX_CHECKPOINT_BYTES = 64 * 1024 ** 3  # a checkpoint of the largest backbone with its optimizer state is a few GB
@@ -46,12 +49,13 @@ def write_state(path: Path, run, run_id: str, **fields) -> None:
 
 
 def save_checkpoint(path: Path, run, optimizer, *, run_id: str, epoch: int, step: int, iteration: int,
-                    log_lines: int, seconds: float, scaler: torch.amp.GradScaler | None = None) -> None:
+                    log_lines: int, seconds: float, run_started: float,
+                    scaler: torch.amp.GradScaler | None = None) -> None:
     """The run's checkpoint: model, optimiser, method state, where the run is and the seconds it has taken
-    (all sessions: a resumed run's cost goes on from there)."""
+    (all sessions: a resumed run's cost goes on from there) since its first session started."""
     extra = {"scaler": scaler.state_dict()} if scaler is not None and scaler.is_enabled() else {}  # fp16: exact resume
     write_state(path, run, run_id, epoch=epoch,  # the epoch in progress (== epochs done when step == 0)
-                step=step, iteration=iteration, log_lines=log_lines, seconds=seconds,
+                step=step, iteration=iteration, log_lines=log_lines, seconds=seconds, run_started=run_started,
                 optimizer=optimizer.state_dict(), **extra)
 
 
@@ -60,8 +64,8 @@ def save_best_val(run_dir: Path, run, *, run_id: str, epoch: int) -> None:
     write_state(run_dir / BEST_VAL, run, run_id, epoch=epoch)
 
 
-def read_state(path: Path, run_id: str, keys: tuple[str, ...]) -> dict:
-    """The state in ``path`` (checkpoint format, this run's, holding ``keys``); ValueError saying why not."""
+def read_state(path: Path, run_id: str, keys: tuple[str, ...], formats: tuple[int, ...] = (CHECKPOINT_FORMAT,)) -> dict:
+    """The state in ``path`` (of one of ``formats``, this run's, holding ``keys``); ValueError saying why not."""
     try:  # torch.load on a FIFO would block, on /dev/zero never end, through a link read the user's file
         f = store.open_bounded(path, MAX_CHECKPOINT_BYTES)
     except store.UnusableFile as exc:
@@ -71,7 +75,7 @@ def read_state(path: Path, run_id: str, keys: tuple[str, ...]) -> dict:
             state = torch.load(f, map_location="cpu", weights_only=True)  # tensors and plain data only, never code
     except Exception as exc:  # truncated zip, a pickle of anything but tensors and plain data
         raise ValueError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in formats:
         raise ValueError("unknown checkpoint format")
     if state.get("run_id") != run_id:
         raise ValueError(f"it belongs to run {state.get('run_id')}")
@@ -87,8 +91,12 @@ def load_checkpoint(path: Path, run_id: str, say: Callable[[str], None]) -> dict
         return None
     try:
         state = read_state(path, run_id, CHECKPOINT_KEYS)
-        if not isinstance(state["seconds"], (int, float)) or not 0 <= state["seconds"] < float("inf"):
-            raise ValueError(f"'seconds' is {state['seconds']!r}, not a number of seconds")
+        started, now = state["run_started"], time.time()
+        if not (schema.is_number(started) and started <= now):
+            raise ValueError(f"'run_started' is {str(started)[:40]!r}, not a time before now")
+        if not schema.cost_bound(state["seconds"], started, now):  # the rule of a result's device_seconds
+            raise ValueError(f"'seconds' is {str(state['seconds'])[:40]!r}, not a number of seconds since the run "
+                             f"started at {started:.0f}")
         return state
     except ValueError as exc:  # all mean "start over"
         say(f"checkpoint {path} is unusable ({exc}); starting this run over")
@@ -120,6 +128,7 @@ class CheckpointSaver:
         self.last_save = time.monotonic()
         self.seconds_before = 0.0  # seconds of the earlier sessions, as the checkpoint resumed from kept them
         self.session_start = time.monotonic() if session_start is None else session_start  # time.monotonic()
+        self.run_started = time.time() - (time.monotonic() - self.session_start)  # wall clock; a resume keeps the first
 
     def seconds(self) -> float:
         """Seconds of this run so far: the earlier sessions' plus this one's (from its start)."""
@@ -145,7 +154,7 @@ class CheckpointSaver:
         run.method.load_extra_state(state.get("method_extra", {}))
         if "scaler" in state:
             scaler.load_state_dict(state["scaler"])
-        self.seconds_before = float(state["seconds"])
+        self.seconds_before, self.run_started = float(state["seconds"]), float(state["run_started"])
         say(f"resuming from checkpoint: epoch {state['epoch']}, step {state['step']}")
         if self.main:  # the log lines written after this checkpoint will be written again
             rows = store.read_jsonl(self.log_path)[: state.get("log_lines", 0)]
@@ -154,7 +163,8 @@ class CheckpointSaver:
 
     def _save(self, run, optimizer, scaler, epoch: int, step: int, iteration: int) -> None:
         save_checkpoint(self.path, run, optimizer, run_id=self.run_id, epoch=epoch, step=step, iteration=iteration,
-                        log_lines=len(store.read_jsonl(self.log_path)), seconds=self.seconds(), scaler=scaler)
+                        log_lines=len(store.read_jsonl(self.log_path)), seconds=self.seconds(),
+                        run_started=self.run_started, scaler=scaler)
 
     def after_step(self, run, optimizer, scaler, *, epoch: int, next_step: int, steps_in_epoch: int,
                    iteration: int, before_save: Callable[[], None] | None = None) -> None:

@@ -55,7 +55,6 @@ from ltbench.train.loggers import create_loggers
 from ltbench.method import Method, MethodContext, TestTimeViews, build_method_model, create_method
 from ltbench.results.predictions import PREDICTION_ARRAYS, save_predictions
 from ltbench.results.record import TrainOutcome, data_record
-from ltbench.pretrained.registered import bind_data, parameter_counts
 from ltbench.registry import BACKBONES, DATASETS
 from ltbench.results.runspec import RunSpec
 from ltbench.samplers import DEFAULT_SAMPLER, Sampler, SamplerContext, create_sampler
@@ -194,7 +193,8 @@ def build_run(config: dict, data: LTData | None = None) -> Run:
         data = builder.load()
         check_loaded(data, DATASETS.label(config["data"]["name"]))  # a plugin's empty test set: one line, no damaged record
     backbone = BACKBONES.build(config["backbone"], in_channels=data.image.channels, where="backbone")
-    data = bind_data(backbone, data)  # a pretrained backbone's own preprocessing and tune mode
+    bind = getattr(backbone, "bind_data", None)  # Backbone hook: the input it takes, sized for the classes
+    data = bind(data) if callable(bind) else data
     backbone = build_method_model(config["method"], backbone)  # the backbone itself, or e.g. a multi-expert net
     optim = from_dict(OptimConfig, config["optim"], "optim")
     sampler = create_sampler(config["sampler"], SamplerContext(data.train_labels, data.num_classes, optim.epochs))
@@ -988,6 +988,24 @@ def epoch_record(s: Session, meter: EpochMeter, epoch: int) -> dict:
     return row
 
 
+def parameter_counts(backbone: nn.Module, method: nn.Module) -> dict:
+    """result.json 'parameters': what a row's model costs. Total and trainable parameters of the backbone (the
+    network: for SADE, the experts it built) and of the method's own modules (heads, projections; a parameter
+    shared by both counted once, in the backbone), their sums, and the backbone's ``parameter_report()`` (a
+    Backbone hook: what its tuning trains) as 'backbone_tuning'."""
+    seen = {id(p) for p in backbone.parameters()}
+    own = [p for p in method.parameters() if id(p) not in seen]
+    out = {"backbone": {"total": sum(p.numel() for p in backbone.parameters()),
+                        "trainable": sum(p.numel() for p in backbone.parameters() if p.requires_grad)},
+           "method": {"total": sum(p.numel() for p in own), "trainable": sum(p.numel() for p in own if p.requires_grad)}}
+    out["total"] = out["backbone"]["total"] + out["method"]["total"]
+    out["trainable"] = out["backbone"]["trainable"] + out["method"]["trainable"]
+    report = getattr(backbone, "parameter_report", None)
+    if callable(report):
+        out["backbone_tuning"] = report()
+    return out
+
+
 def final_outcome(s: Session, started: float, saver: CheckpointSaver) -> TrainOutcome:
     """Final evaluation, model selection, predictions.npz (rank 0), and the measured outcome."""
     run, run_dir = s.run, Path(s.spec.run_dir)
@@ -1004,7 +1022,7 @@ def final_outcome(s: Session, started: float, saver: CheckpointSaver) -> TrainOu
         save_predictions(run_dir, predictions, run.data.num_classes)
     return TrainOutcome(metrics=metrics, selection=selection, method_extras=run.method.result_extras(),
                         data=data_record(run.data), train_seconds_this_session=time.time() - started,
-                        device_seconds=saver.seconds() * s.world,
+                        device_seconds=saver.seconds() * s.world, run_started=saver.run_started,
                         threads=s.threads, device=str(s.device), world_size=s.world, views=run.method.views(),
                         numerics=session_numerics(s, log), parameters=parameter_counts(run.backbone, run.method))
 

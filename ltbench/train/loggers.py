@@ -9,7 +9,7 @@ the run id (``identity.EXECUTION_SETTINGS``), so turning one on never changes wh
 Both packages are optional (``pip install 'ltbench[loggers]'``). What can be known before training is
 checked at launch and refused with one line (``check_loggers``: a package not installed, W&B without
 credentials and not offline, a TensorBoard folder that is a file); a logger that still fails to start or to
-log is dropped with a warning and the run goes on: loggers are an execution setting, never a run's failure. Registered timm-style:
+log is dropped with a warning and the run goes on: loggers are an execution setting, never a run's failure. Registered by decorator:
 ``@register_logger("name")`` on a class with ``__init__(run_dir, spec)``, ``log(scalars, step)`` and
 ``close()``; ``create_loggers`` is the one factory.
 """

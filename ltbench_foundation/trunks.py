@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ltbench.pretrained import tuning
+from ltbench_foundation import tuning
 
 
 class Trunk:

@@ -3,7 +3,7 @@
 Why shipped: a dataset's own class names are folder names (WordNet ids for ImageNet, category ids for
 iNaturalist), not words a text encoder reads. ltbench ships, for ImageNet-LT, Places-LT, iNaturalist 2018
 and CIFAR-100-LT, one name per label in label order, each file with its source in its header
-(ltbench/pretrained/classnames/). Where the dataset names its classes (class folders, CIFAR's meta file),
+(ltbench_foundation/classnames/). Where the dataset names its classes (class folders, CIFAR's meta file),
 each shipped key is checked against that name, so a list in another label order is refused instead of
 silently pairing images with another class's name (LIFT's own Places-LT list does that for five classes;
 docs/foundation.md). Other datasets use their own class names, with '_' read as a space, as LIFT does.
@@ -55,13 +55,13 @@ def class_names(dataset: str | None, own: tuple[str, ...] | None, num_classes: i
         for label, ((key, _), name) in enumerate(zip(shipped, own or ())):
             if name and not _same_class(name, key):
                 raise ConfigError(f"class names of {dataset}: label {label} is '{name}' in the data but "
-                                  f"'{key}' in ltbench/pretrained/classnames/{NAME_FILES[dataset]}; the split lists "
+                                  f"'{key}' in ltbench_foundation/classnames/{NAME_FILES[dataset]}; the split lists "
                                   f"use another label order than the published ones")
         return [name for _, name in shipped]
     if own and len(own) == num_classes and all(own):
         return [n.strip("/").split("/")[-1].replace("_", " ") for n in own]
     raise ConfigError(f"dataset {dataset}: no class names for a text prompt ({num_classes} classes); a dataset "
-                      f"must set LTData.class_names, or ship them in ltbench/pretrained/classnames/")
+                      f"must set LTData.class_names, or ship them in ltbench_foundation/classnames/")
 
 
 def templates(name: str, dataset: str | None) -> list[str]:

@@ -9,7 +9,7 @@ Identity: the sha256 of the weights file enters the run's configuration as ``bac
 while the path itself is an execution setting (moving the file changes nothing).
 
 Formats read (``read_state_dict``), none of them by running code from the file: OpenAI's TorchScript ``.pt``
-archives (as OpenAI's ``clip`` package downloads them; read as data, ltbench/pretrained/scripted.py), pickled state dicts (``.pt``/``.pth``/``.bin``, open_clip's and timm's, optionally
+archives (as OpenAI's ``clip`` package downloads them; read as data, ltbench_foundation/scripted.py), pickled state dicts (``.pt``/``.pth``/``.bin``, open_clip's and timm's, optionally
 wrapped in ``{'state_dict': ...}`` or ``{'model': ...}`` and with DataParallel's ``module.`` prefix, read
 with ``weights_only=True``), safetensors, and Google's ViT ``.npz`` (through timm's own reader, by the
 backbone that knows the layout).
@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from ltbench.errors import ConfigError, DataMissingError, LtbenchError, shorten
-from ltbench.pretrained import scripted
 from ltbench.results import caches, store
+from ltbench_foundation import scripted
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
             raise WeightsFileError(path, f"it is not a readable safetensors file ({shorten(str(exc), 120)})") from None
-    if scripted.is_torchscript(path):  # OpenAI's CLIP files: read as data (ltbench/pretrained/scripted.py)
+    if scripted.is_torchscript(path):  # OpenAI's CLIP files: read as data (ltbench_foundation/scripted.py)
         try:
             return _unwrap(scripted.read_torchscript(path), path)
         except scripted.ArchiveError as exc:

@@ -67,7 +67,7 @@ INDEXING = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 COPIES = frozenset({"_to_copy", "copy_"})
 _HERE = Path(__file__).resolve()
 _ROOT = _HERE.parents[2]
-_TOOLS = str(_HERE.parent) + "/"  # ltbench/devtools/: the instruments' own frames are not counted
+_TOOLS = str(_HERE.parent) + "/"  # benchmarks/devtools/: the instruments' own frames are not counted
 
 
 class OnDevice(torch.Tensor):

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ltbench.pretrained.backbone import PretrainedConfig, PretrainedViT, Preprocess
-from ltbench.pretrained.trunks import OpenClipTrunk
-from ltbench.pretrained.weights import WeightSource, load_exactly, read_state_dict
+from ltbench.registry import BACKBONES
+from ltbench_foundation.backbone import PretrainedConfig, PretrainedViT, Preprocess
+from ltbench_foundation.trunks import OpenClipTrunk
+from ltbench_foundation.weights import WeightSource, load_exactly, read_state_dict
 
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI's clip/clip.py _transform
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -58,8 +59,10 @@ class ClipViTConfig(PretrainedConfig, ClipArch):
             raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
 
 
+@BACKBONES.register("clip_vit")
 class ClipViT(PretrainedViT):
-    """OpenAI CLIP ViT (any shape, from ``backbone:`` options); the text tower stays frozen."""
+    """OpenAI CLIP ViT of any shape given in the backbone options (ViT-L/14, or the tests' tiny models); the text
+    tower stays frozen."""
 
     Config = ClipViTConfig
     source = WeightSource("clip_vit", (), "give the CLIP checkpoint (OpenAI .pt, open_clip .bin/.safetensors)")
@@ -123,8 +126,10 @@ class ClipViT(PretrainedViT):
 VIT_B16 = ClipArch()
 
 
+@BACKBONES.register("clip_vit_b16")
 class ClipViTB16(ClipViT):
-    """OpenAI CLIP ViT-B/16 (LIFT's backbone): 768-d features, 512-d joint space, 224 x 224 input."""
+    """OpenAI CLIP ViT-B/16 (LIFT's backbone): 768-d features, 512-d joint space, 224 x 224 input, with its text
+    tower (zero-shot, text-initialised heads)."""
 
     Config = PretrainedConfig
     source = WeightSource(

@@ -2,13 +2,14 @@
 
 What differs from a backbone trained from scratch, and why:
 
-* weights come from ``backbone.weights`` (or the library's cache; ltbench/pretrained/weights.py), their
-  sha256 enters the run id (``weights_identity``), and a missing file is one line before anything runs;
+* weights come from ``backbone.weights`` (or the library's cache; ltbench_foundation/weights.py), their
+  sha256 enters the run id (``weights_identity``), and a missing or unfitting file is one line before anything
+  runs (``check_weights``);
 * the model fixes the images (``bind_data``): its resolution, its resize interpolation and centre-crop
   ratio (``backbone.interpolation`` / ``backbone.crop_pct`` override them, as LIFT uses bilinear), its
   mean and std, applied in ``forward`` (so a 1-channel dataset is repeated to RGB before the model's
   per-channel normalisation, and no dataset's statistics can be used by mistake);
-* ``backbone.tune`` decides what trains (ltbench/pretrained/tuning.py); it needs the number of classes
+* ``backbone.tune`` decides what trains (ltbench_foundation/tuning.py); it needs the number of classes
   (LIFT's bottleneck rule), so it is applied in ``bind_data``, which the engine calls once the data are
   loaded and before the method is built;
 * frozen pretrained weights are left out of ``state_dict()`` (and filled back in when one is loaded): a
@@ -25,12 +26,13 @@ from typing import Any, ClassVar, Literal
 import torch
 import torch.nn as nn
 
+from ltbench.backbones import Backbone
 from ltbench.config import check_range
 from ltbench.data.base import ImageSpec
 from ltbench.errors import ConfigError
-from ltbench.pretrained import tuning, weights as weights_mod
-from ltbench.pretrained.trunks import Trunk
 from ltbench.registry import TUNE_MODES
+from ltbench_foundation import tuning, weights as weights_mod
+from ltbench_foundation.trunks import Trunk
 
 
 @dataclass
@@ -58,19 +60,20 @@ class Preprocess:
     crop_pct: float
 
 
-class PretrainedViT(nn.Module):
+class PretrainedViT(Backbone):
     """Base of the pretrained ViT backbones; a subclass builds the library model (``build``) and loads a
-    state dict into it (``load``). Registered in ltbench/backbones.py together with ``Backbone`` (which
-    imports nothing from here: no import cycle)."""
+    state dict into it (``load``). What the core asks of it are the optional Backbone hooks (``bind_data``,
+    ``weights_identity``, ``check_weights``, ``parameter_report``, ``check_run_config``: docs/adding-a-backbone.md)."""
 
     Config: ClassVar[type] = PretrainedConfig
     source: ClassVar[weights_mod.WeightSource]
+    meta_estimate = False  # its constructor reads the weights file: the memory check (train/resources.py) does not build it
 
     def __init__(self, cfg: PretrainedConfig, in_channels: int = 3):
         super().__init__()
         self.cfg, self.in_channels = cfg, in_channels
         path = weights_mod.find_weights(cfg.weights, self.source)
-        model, self.trunk, self.preprocess = self.build(cfg)
+        model, self.trunk, self.preprocess = _built(self, cfg)
         self.model = model  # the library model: the image tower, and for CLIP its text tower
         self.load(path)
         self.model.float()
@@ -108,7 +111,7 @@ class PretrainedViT(nn.Module):
         nn.Module.__init__(probe)
         probe.cfg = cfg
         with torch.device("meta"):
-            probe.model = probe.build(cfg)[0]
+            probe.model = _built(probe, cfg)[0]
         state = probe.weights_state(path)
         # Google's .npz names its arrays in its own layout: timm's converter checks them when a run loads them
         problem = "" if str(path).endswith(".npz") else weights_mod.fit_problem(probe.model, state)
@@ -190,6 +193,15 @@ class PretrainedViT(nn.Module):
                 x = self.prompts.insert(x, i)
             x = block(x)
         return self.trunk.pool(x)
+
+
+def _built(backbone: PretrainedViT, cfg) -> tuple[nn.Module, Trunk, Preprocess]:
+    """``backbone.build(cfg)``, or one line (exit 2) naming the extra that installs its library (open_clip, timm)."""
+    try:
+        return backbone.build(cfg)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"backbone {backbone.source.backbone} needs {exc.name}, which is not installed: "
+                          f"pip install 'ltbench[foundation]'") from None
 
 
 def _is_tuned(p: torch.Tensor, backbone: PretrainedViT) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ltbench.results.runspec import RunSpec
-from ltbench.devtools import gpu_cost
+from benchmarks.devtools import gpu_cost
 from ltbench.train import engine
 from ltbench.train.checkpoint import CheckpointSaver
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ltbench.pretrained.backbone import PretrainedConfig, PretrainedViT, Preprocess
-from ltbench.pretrained.trunks import TimmTrunk
-from ltbench.pretrained.weights import WeightSource, load_exactly, npz_arrays, read_state_dict
+from ltbench.registry import BACKBONES
+from ltbench_foundation.backbone import PretrainedConfig, PretrainedViT, Preprocess
+from ltbench_foundation.trunks import TimmTrunk
+from ltbench_foundation.weights import WeightSource, load_exactly, npz_arrays, read_state_dict
 
 HALF = (0.5, 0.5, 0.5)
 HEAD_KEYS = ("head.", "fc_norm.", "pre_logits.")  # classifier parts of a checkpoint: not features
@@ -45,7 +46,10 @@ class TimmViTConfig(PretrainedConfig, TimmArch):
             raise ValueError("width must be a multiple of heads, image_size of patch_size")
 
 
+@BACKBONES.register("timm_vit")
 class TimmViT(PretrainedViT):
+    """timm ViT (class token) of any shape given in the backbone options."""
+
     Config = TimmViTConfig
     source = WeightSource("timm_vit", (), "give the timm checkpoint (.safetensors, .pth/.bin, or Google's .npz)")
 
@@ -77,6 +81,7 @@ class TimmViT(PretrainedViT):
         return {k: v for k, v in state.items() if not k.startswith(HEAD_KEYS)}
 
 
+@BACKBONES.register("vit_b16_in21k")
 class ViTB16In21k(TimmViT):
     """timm ViT-B/16 pretrained on ImageNet-21k (augreg): 768-d features, 224 x 224 input."""
 

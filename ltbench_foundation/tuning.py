@@ -27,6 +27,7 @@ classes and L blocks (ImageNet-LT 32, Places-LT 8, iNaturalist 2018 256, CIFAR-1
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -61,6 +62,14 @@ class TuneMode:
         """Unfreeze or add what this mode trains; returns entries for result.json's
         ``parameters.backbone_tuning`` (e.g. ``{'bottleneck': 8}``)."""
         return {}
+
+    @classmethod
+    def check(cls, name: str) -> str:
+        """``ltbench check`` on this mode, after the core validated its defaults (ltbench/contract.py asks the
+        mode: the core knows no backbone to apply it to)."""
+        # Imported by name, not by an import statement: the check is no part of what a run computes, so it stays
+        # out of the runs' code record (results/code.py reads import statements), as ltbench.contract does.
+        return importlib.import_module("ltbench_foundation.contract").check_tune_mode(cls, name)
 
 
 def resolve_tune(value: Any, where: str = "backbone.tune") -> dict:

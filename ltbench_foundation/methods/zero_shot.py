@@ -20,15 +20,15 @@ import torch
 import torch.nn.functional as F
 
 from ltbench.method import Method
-from ltbench.pretrained import prompts
 from ltbench.registry import METHODS
+from ltbench_foundation import prompts
 
 from .lift import text_classifier, text_tower_check
 
 
 @dataclass
 class ZeroShotConfig:
-    templates: str = "photo"  # prompt set (ltbench/pretrained/prompts.py): photo, imagenet80, dataset, ...
+    templates: str = "photo"  # prompt set (ltbench_foundation/prompts.py): photo, imagenet80, dataset, ...
 
     def validate(self) -> None:
         if self.templates not in prompts.TEMPLATE_SETS:

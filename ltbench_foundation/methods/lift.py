@@ -27,10 +27,9 @@ import torch.nn.functional as F
 from ltbench.config import check_range, check_views
 from ltbench.errors import ConfigError
 from ltbench.method import Method
-from ltbench.pretrained import prompts
 from ltbench.registry import BACKBONES, METHODS
-
-from .la import log_prior_adjustment
+from ltbench_foundation import prompts
+from methods.la import log_prior_adjustment
 
 
 @dataclass
@@ -38,7 +37,7 @@ class LIFTConfig:
     s: float = 25.0  # cosine scale (LIFT's default 'scale')
     tau: float = 1.0  # logit-adjustment temperature
     init: Literal["text", "random"] = "text"  # text: from the backbone's text tower (CLIP)
-    templates: str = "photo"  # prompt set of the text init (ltbench/pretrained/prompts.py); LIFT's 'ensemble': imagenet80
+    templates: str = "photo"  # prompt set of the text init (ltbench_foundation/prompts.py); LIFT's 'ensemble': imagenet80
     views: list[str] | None = None  # default: one 'default' view (a pretrained backbone's: random resized crop + flip)
 
     def validate(self) -> None:
