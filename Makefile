@@ -22,7 +22,9 @@ $(VENV)/.installed: pyproject.toml
 	@test ! -e $(VENV)/.installed-system || { echo "make setup: $(VENV) keeps the system torch (made by make setup TORCH=system); installing the pinned torch there would replace it: run make clean-venv first, or use another folder (VENV=.venv-pinned)" >&2; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@echo "== make setup: ltbench, torch and the other dependencies into $(VENV) (about 6 GB; a few minutes, mostly the torch download); pip's lines follow"
+	@start=$$(date +%s); $(BIN)/python -m pip install --progress-bar on -e ".[dev]" && \
+	  echo "== make setup: installed in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 $(VENV)/.installed-system: pyproject.toml scripts/setup-system-torch.sh

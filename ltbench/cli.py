@@ -7,49 +7,40 @@ A problem the user can fix is printed as one line on stderr with a non-zero exit
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import os
 import sys
 from pathlib import Path
 
 from ltbench.errors import ConfigError, LtbenchError, shorten
+from ltbench.run.screen import VERBOSE_ENV
 from ltbench.results.schema import SHOT_GROUPS
 
 EXIT_USER_ERROR = 2
 MESSAGE_LIMIT = 1000  # one line: the field, what was expected, how to fix it; echoed values are cut at 200
 
 
-def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None):
+def load_checked_recipe(path, overrides: list[str] = (), results: str | None = None, where: dict | None = None):
     """recipe.load_recipe, then the check that every declared table can be built from its runs (which
     needs report/, so the recipe cannot do it itself): a broken table stops a launch before any run. The
     expansion is kept for the next status and table (report.expected.load_and_remember)."""
     from ltbench.report.expected import load_and_remember  # lazy: keeps --help fast
     from ltbench.results import store  # lazy: keeps --help fast
 
-    recipe = load_and_remember(path, overrides, results)
+    recipe = load_and_remember(path, overrides, results, where=where)
     store.guard_writes_under(recipe.root)  # nothing written through a symlinked folder out of it (docs/trust.md)
     return recipe
 
 
-def _recipe_root(path: str, results: str | None) -> Path:
-    """A results folder, or a recipe file whose results folder is wanted."""
-    p = Path(path)
-    if p.is_file() and p.suffix in (".yaml", ".yml"):
-        return load_checked_recipe(p, results=results).root
-    if not p.exists():
-        raise LtbenchError(f"{p}: no such results directory or recipe file")
-    return p
-
-
 def cmd_run(args) -> int:
+    from ltbench.recipe.selection import parse_where  # lazy: keeps --help fast
+
+    where = parse_where(args.where)  # a malformed --where is refused before anything is imported or expanded
     from ltbench.run import launch  # lazy: keeps --help fast
-    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
-    recipe = load_checked_recipe(args.recipe, args.overrides, args.results)
-    recipe.where = parse_where(args.where)
-    if recipe.studies and recipe.where:
-        raise ConfigError(f"{args.recipe}: --where does not apply to a {recipe.found.config.sampler} search (its "
-                          f"workers share every study); "
-                          f"narrow the grid with an override instead (grid.<key>=[...])")
-    recipe.runs = runs_where(recipe.runs, recipe.where)
+    recipe = load_checked_recipe(args.recipe, args.overrides, args.results, where)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # read by the progress lines, here and in the workers
     if args.launcher:
         recipe.launcher.name = args.launcher
     if args.jobs:
@@ -57,7 +48,7 @@ def cmd_run(args) -> int:
     if args.dry_run:
         from ltbench.report.plan import dry_run_lines  # lazy: keeps --help fast
         code = launch.print_plan(recipe)
-        for line in dry_run_lines(args.recipe, args.overrides, args.results):  # what the seeds can detect
+        for line in dry_run_lines(recipe):  # what the seeds can detect
             print(line)
         return code
     summary = launch.launch(recipe, rerun_failed=args.rerun_failed, wait=args.wait, rerun_stale=args.rerun_stale,
@@ -192,16 +183,18 @@ def cmd_data(args) -> int:
 
 
 def cmd_table(args) -> int:
+    from ltbench.recipe.selection import parse_where  # lazy: keeps --help fast
+
+    where = parse_where(args.where)
     from ltbench import report  # lazy: keeps --help fast
 
     heads = [h.strip() for h in args.heads.split(",") if h.strip()] if args.heads else None
     test = None if args.test == "none" else args.test
-    from ltbench.recipe.expansion import parse_where  # lazy: keeps --help fast
     built = report.tables(args.path, args.results, name=args.table, heads=heads, test=test,
                           use_cache=not args.no_cache, published=True if args.published else None,
                           overrides=args.overrides, digits=args.digits, select=args.select,
                           correction=None if args.correction == "none" else args.correction,
-                          where=parse_where(args.where), notes=args.notes)
+                          where=where, notes=args.notes)
     if args.trials:
         from ltbench.report.tuned import export_recipe, trials_of  # lazy: keeps --help fast
         if args.export:
@@ -268,29 +261,41 @@ def cmd_check(args) -> int:
 
 
 def cmd_status(args) -> int:
+    from ltbench.recipe.selection import parse_where  # lazy: keeps --help fast
+
+    where = parse_where(args.where)
     from ltbench.run import run_status_view  # lazy: keeps --help fast
-    from ltbench.recipe.expansion import parse_where, runs_where  # lazy: keeps --help fast
     from ltbench.report.expected import status_runs  # lazy: keeps --help fast
 
     p = Path(args.path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        root, runs, keys = status_runs(p, args.overrides, args.results)  # no torch when the expansion is cached
-        runs = runs_where(runs, parse_where(args.where))
+        root, runs, keys = status_runs(p, args.overrides, args.results, where)  # no torch when the expansion is cached
         if not Path(root).is_dir():  # launched from elsewhere, or never: say where it looked, first
             from ltbench.recipe import no_results_message, read_recipe_file  # lazy: keeps --help fast
 
             print(no_results_message(p, read_recipe_file(p, args.overrides)[0], Path(root), args.results))
         return run_status_view.print_status(root, runs, keys)
-    if args.overrides or args.where:
-        raise LtbenchError(f"{p}: {'overrides' if args.overrides else '--where'} need a recipe file, not a results folder")
-    return run_status_view.print_status(_recipe_root(args.path, args.results))
+    if args.overrides:
+        raise LtbenchError(f"{p}: overrides ({args.overrides[0]}, ...) need a recipe file, not a results folder")
+    if not p.is_dir():
+        raise LtbenchError(f"{p}: no such results directory or recipe file")
+    return run_status_view.print_status(p, where=where)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (exit 2) like every other bad input."""
 
     def error(self, message: str):
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {shorten(message, 300)} (see '{self.prog} --help')\n")
+        typed = [w.split("=")[0] for w in message.split() if w.startswith("--")] if "unrecognized" in message else []
+        close = [m for w in typed for m in difflib.get_close_matches(w, list(self._option_string_actions), n=1)]
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {shorten(message, 300)}{hint} (see '{self.prog} --help')\n")
+
+
+def _add_where(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
+                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
+                        "--where data.imb_factor=10,100 --where seed=0 (docs/tables.md)")
 
 
 def _positive_int(text: str) -> int:
@@ -320,9 +325,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="a recipe file (YAML): datasets, methods, grid and seeds, e.g. recipes/quickstart.yaml")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=0.05 seeds=[0,1,2]")
     p.add_argument("--dry-run", action="store_true", help="list the runs and their ids, run nothing")
-    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
-                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where data.imb_factor=10,100 --where seed=0")
+    _add_where(p)
     p.add_argument("--results", help="results directory (default: the recipe's results_dir, 'results')")
     p.add_argument("--launcher", choices=["local", "slurm", "debug"],
                    help="where the runs execute (default: the recipe's launcher:, else local): local = this machine "
@@ -333,6 +336,8 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--rerun-stale", action="store_true",
                    help="run again (from scratch) finished runs made by code that has changed since (status says which)")
     p.add_argument("--wait", action="store_true", help="slurm: wait for the jobs, then print the table")
+    p.add_argument("--verbose", action="store_true",
+                   help="a line per epoch also when the output is not a terminal (a log file gets starts and ends)")
     p.add_argument("--rebuild-checkpoints", action="store_true",
                    help="train again finished runs whose final checkpoint.pt is missing or unusable (stage 2 needs it)")
     p.set_defaults(func=cmd_run)
@@ -365,9 +370,7 @@ def _add_run_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a results directory or a recipe file")
     p.add_argument("overrides", nargs="*", help="a recipe's dotted overrides, as given to 'ltbench run'")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
-    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
-                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where data.imb_factor=10,100 --where seed=0")
+    _add_where(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("migrate", parents=[common],
@@ -429,9 +432,7 @@ def _add_result_commands(sub, common: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="read every result.json again and rewrite the index and expansion caches")
     p.add_argument("--results", help="results directory, when PATH is a recipe")
-    p.add_argument("--where", action="append", metavar="KEY=VALUE[,VALUE]",
-                   help="only the runs with one of these values at this dotted key (repeatable), e.g. "
-                        "--where data.imb_factor=10,100 --where seed=0")
+    _add_where(p)
     p.set_defaults(func=cmd_table)
 
     p = sub.add_parser("report", parents=[common], help="write results/<recipe>/report/: every table (md/tex/csv), figures, report.md, report.html")

@@ -422,7 +422,5 @@ def plugin_paths() -> list[str]:
 def searched_locations() -> str:
     eps = "; ".join(_entry_point_labels) or "none installed"
     folders = ", ".join(str(p) for p in _plugin_paths) or "none"
-    return (
-        f"core modules ({', '.join(CORE_MODULES + PIPELINE_MODULES)}); entry points: {eps}; plugin folders: {folders} "
-        f"(add one with the recipe key 'plugins:' or ${PLUGIN_PATH_ENV})"
-    )
+    return f"ltbench's own modules; entry points: {eps}; plugin folders: {folders} (add one with the recipe key " \
+           f"'plugins:' or ${PLUGIN_PATH_ENV})"

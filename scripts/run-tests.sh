@@ -45,8 +45,10 @@ status=$?
 
 if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && [[ -z "${LTBENCH_SKIP_SLURM:-}" ]]; then
   echo "== Slurm tests: bringing up a one-node cluster (scripts/slurm-local.sh)"
+  # its own state folder, never a fixed name in the shared temporary folder; removed afterwards
+  export LTBENCH_SLURM_DIR=${LTBENCH_SLURM_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ltbench-slurm.XXXXXX")}
   if conf=$(scripts/slurm-local.sh up); then
-    trap 'scripts/slurm-local.sh down >/dev/null 2>&1 || true' EXIT
+    trap 'scripts/slurm-local.sh down --purge >/dev/null 2>&1 || true' EXIT
     eval "$conf"
     export SLURM_CONF
     "$PYTHON" -m pytest -q -m slurm "$@"

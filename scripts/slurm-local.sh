@@ -16,7 +16,8 @@
 #   eval "$(scripts/slurm-local.sh up)"        # `up` prints only the export line on stdout
 #
 # Environment:
-#   LTBENCH_SLURM_DIR          state directory (default /tmp/ltbench-slurm)
+#   LTBENCH_SLURM_DIR          state directory (default ~/.cache/ltbench-slurm; scripts/run-tests.sh gives
+#                              each test run a folder of its own made by mktemp)
 #   LTBENCH_SLURM_TIMEOUT      seconds `up` waits for the node to be idle (default 60)
 #   LTBENCH_SLURMCTLD_PORT     slurmctld port (default 6817)
 #   LTBENCH_SLURMD_PORT        slurmd port (default 6818)
@@ -42,7 +43,7 @@
 set -euo pipefail
 
 PROG=$(basename "$0")
-DIR=${LTBENCH_SLURM_DIR:-/tmp/ltbench-slurm}
+DIR=${LTBENCH_SLURM_DIR:-$HOME/.cache/ltbench-slurm}
 CONF="$DIR/slurm.conf"
 TIMEOUT=${LTBENCH_SLURM_TIMEOUT:-60}
 CTLD_PORT=${LTBENCH_SLURMCTLD_PORT:-6817}

@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 
 
 def _launch(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ltbench", "run", *map(str, args)], cwd=ROOT, text=True,
+    return subprocess.Popen([sys.executable, "-m", "ltbench", "run", "--verbose", *map(str, args)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 

@@ -160,10 +160,29 @@ def test_the_heads_table_of_the_r32_reference_fits_the_page_in_height(tmp_path):
     assert "% notes left out of the float" in text and "Notes shortened" in text
     table.spec.notes = "full"
     full = report.render(table, "latex")
-    assert "more than the page's 550 pt: set notes: short or none" in full
+    height = float(full.split("% notes: full (about ")[1].split(" pt")[0])
+    assert "pt this estimate allows (the page less 30 pt of margin): set notes: short or none" in full
+    assert height > 520 and f"about {height:.0f} pt tall, more than the page" not in full  # the comment is true
     table.spec.notes = "none"
     assert "\\begin{minipage}" not in report.render(table, "latex")
     needs_pdflatex()
     log = compile_fragments([text, whole], tmp_path)
     assert "Float too large" not in log and overfull_boxes(log) == []
     assert "Float too large" in compile_fragments([full], tmp_path / "full")  # what the budget prevents
+
+
+def test_short_notes_end_at_a_word_and_keep_the_notes_the_legend_refers_to():
+    """Issue 51: short row notes were cut mid-token ('weig ...'), and the Cost notes left the float while the
+    legend still said '(notes below)'."""
+    from ltbench.report.latex import notes_text
+
+    row = "[1] LA: " + " ".join(f"weighting{i}" for i in range(60))
+    cost = "Note: Cost: device-hours of the runs behind each row, " + " ".join(f"device{i}" for i in range(60))
+    full = ["Top-1 accuracy (%); Cost: device-hours (notes below).", row, cost, "Note: numerics of every result"]
+    short = notes_text(full, "short", 240.0)
+    assert short[0] == full[0] and short[-1].startswith("Notes shortened")
+    kept_row, kept_cost = short[1], short[2]
+    assert kept_cost.startswith("Note: Cost: device-hours") and "numerics" not in " ".join(short)
+    for kept, whole in ((kept_row, row), (kept_cost, cost)):
+        assert kept.endswith(" ...") and kept[:-4].split()[-1] in whole.split()  # whole words only
+    assert not any(n.startswith("Note: Cost") for n in notes_text(full[1:2] and ["Top-1."] + full[1:], "short", 240.0))

@@ -23,7 +23,7 @@ def results_by_id(root: Path) -> dict:
 def test_debug_executor_and_worker_pool_match_in_process_runs(tmp_path, write_recipe, cli):
     recipe = write_recipe(extra={"seeds": [0, 1]})
     outs = {}
-    for name, args in {"inproc": [], "debug": ["--launcher", "debug"], "pool": ["--jobs", "2"]}.items():
+    for name, args in {"inproc": [], "debug": ["--launcher", "debug"], "pool": ["--jobs", "2", "--verbose"]}.items():
         out = cli("run", recipe, "--results", tmp_path / name, *args)
         assert out.returncode == 0, out.stdout + out.stderr
         outs[name] = results_by_id(tmp_path / name)
@@ -31,7 +31,7 @@ def test_debug_executor_and_worker_pool_match_in_process_runs(tmp_path, write_re
         accuracy = {r["config"]["seed"]: 100 * r["metrics"]["all"] for r in outs[name].values()}
         for seed, acc in accuracy.items() if name != "debug" else ():  # local: method, seed, All accuracy
             assert f"finished ce seed {seed} (" in out.stdout and f"done, All {acc:.2f} %" in out.stdout, name
-        if name == "pool":  # not a terminal: one plain line per epoch and slot, with loss, img/s and ETA
+        if name == "pool":  # not a terminal, --verbose: one plain line per epoch and slot, with loss, img/s and ETA
             assert all(any(line.startswith("[slot ") and f"ce seed {seed}: epoch 2/2 loss " in line and
                            " img/s ETA 0:00" in line for line in out.stdout.splitlines()) for seed in (0, 1)), out.stdout
     for run_id, r in outs["inproc"].items():

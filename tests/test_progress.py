@@ -35,7 +35,16 @@ def test_epoch_line_gives_eta_from_the_mean_epoch_time():
     assert eta_text(3725) == "1:02:05" and eta_text(None) == "?"
 
 
-def test_plain_lines_per_new_epoch_when_not_a_terminal(tmp_path):
+def test_plain_lines_per_new_epoch_when_not_a_terminal_only_with_verbose(tmp_path, monkeypatch):
+    """Issue 51: a log file got 128 epoch lines from the quickstart; now only with --verbose (LTBENCH_VERBOSE)."""
+    quiet = io.StringIO()
+    board = ProgressBoard(2, tty=False, out=quiet)
+    board.start(1, spec_in(tmp_path / "quiet"), "la (tau=1)")
+    (tmp_path / "quiet").mkdir()
+    log_epoch(tmp_path / "quiet", 1)
+    board.poll()
+    assert quiet.getvalue() == ""
+    monkeypatch.setenv("LTBENCH_VERBOSE", "1")
     out = io.StringIO()
     board = ProgressBoard(2, tty=False, out=out)
     board.start(1, spec_in(tmp_path), "la (tau=1)")
@@ -162,7 +171,8 @@ def test_in_process_runs_print_through_the_one_writer(tmp_path):
     assert screen_of(out) == ["a plugin says hello in two parts", "warning: something"]
 
 
-def test_a_resumed_run_starts_its_bar_at_the_epochs_already_logged(tmp_path):
+def test_a_resumed_run_starts_its_bar_at_the_epochs_already_logged(tmp_path, monkeypatch):
+    monkeypatch.setenv("LTBENCH_VERBOSE", "1")  # plain epoch lines: --verbose
     log_epoch(tmp_path, 1)
     out = io.StringIO()
     board = ProgressBoard(1, tty=False, out=out)
@@ -180,7 +190,8 @@ def test_finished_line_names_method_seed_and_all_accuracy(tmp_path):
     assert finished_line(spec_in(tmp_path), "ldam_drw", "FAILED: x") == "finished ldam_drw seed 1 (abc123): FAILED: x"
 
 
-def test_within_an_epoch_the_heartbeat_is_shown_before_the_epoch_ends(tmp_path):
+def test_within_an_epoch_the_heartbeat_is_shown_before_the_epoch_ends(tmp_path, monkeypatch):
+    monkeypatch.setenv("LTBENCH_VERBOSE", "1")  # plain epoch lines: --verbose
     beat = {"epoch": 1, "epochs": 4, "step": 10, "steps": 40, "loss": 2.25, "images_per_s": 95.0, "seconds": 5.0}
     store.atomic_write_bytes(tmp_path / "progress.json", json.dumps(beat).encode())
     out = io.StringIO()

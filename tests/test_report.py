@@ -144,7 +144,8 @@ def test_only_the_recipes_own_runs_and_the_others_are_named(write_recipe):
     path = write_recipe("r", LA_GRID)
     table = table_of(path)
     assert all(c.n == 3 for r in table.rows for c in r.cells.values())
-    assert any("6 run folder(s) are not runs of this recipe" in n for n in table.notes)
+    assert any("6 run folder(s) in" in n and "are not runs of this recipe as written" in n for n in table.notes)
+    assert not any(r.run_id in n for r in old.runs for n in table.notes)  # no run ids in a paper's float
 
 
 def test_best_is_chosen_within_each_dataset(write_recipe):

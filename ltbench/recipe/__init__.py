@@ -12,6 +12,7 @@ lands in the same directory.
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import json
 import math
@@ -29,6 +30,7 @@ from ltbench.errors import short_repr
 from ltbench.registry import BACKBONES, DATASETS, PIPELINES, RegistryError
 from ltbench.data.validation import declares_validation
 from ltbench.recipe.tables import parse_tables
+from ltbench.recipe.selection import matches, select_where
 from ltbench.recipe.trials import (Study, check_space_used, check_tuning_seeds, finished_choice, parse_search,
                                    plan_lines, point_space, trial_configs, trial_record, with_values)
 from ltbench.results.runspec import RunSpec
@@ -131,7 +133,7 @@ class Recipe:
     override_keys: list = field(default_factory=list)  # dotted keys the command line set in every run
     overrides: list = field(default_factory=list)  # the overrides as typed (what `ltbench table` is given too)
     results_arg: str | None = None  # --results as given (None: the recipe's results_dir)
-    where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/expansion.py)
+    where: dict = field(default_factory=dict)  # --where: the part of the grid this command runs (recipe/selection.py)
     search: list = field(default_factory=list)  # what --dry-run says of the search (trials.plan_lines)
     studies: list = field(default_factory=list)  # a sampler that asks (search.SAMPLERS): one trials.Study per grid point
     probes: list = field(default_factory=list)  # its run specs checked before any run, never run
@@ -483,23 +485,28 @@ def parse_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: not valid YAML{at}: {short_repr(getattr(exc, 'problem', None) or exc)}") from None
 
 
-def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | Path | None = None) -> Recipe:
+def load_recipe(path: str | Path, overrides: list[str] = (), results_dir: str | Path | None = None,
+                where: dict | None = None) -> Recipe:
     """A recipe file with dotted overrides. An override of a run's configuration (data, backbone, method,
     optim, train, eval) applies to every run, after the grid: the command line wins, as in Hydra. One under
     a plugin's section (method.tau) applies to the runs whose plugin has that option and must fit at
-    least one of them; any other override (seeds, launcher.jobs, grid...) edits the recipe itself."""
+    least one of them; any other override (seeds, launcher.jobs, grid...) edits the recipe itself.
+    ``where`` (--where, recipe/selection.py): only these runs, chosen before any run is validated."""
     path = Path(path)
     raw, run_overrides = read_recipe_file(path, overrides)
-    where = str(path)
+    named = str(path)
     # Errors carry the file name in front of the dotted field.
     try:
         top = from_dict(RecipeConfig, raw, "")
-        recipe = _expand(path, raw, top, results_dir, run_overrides)
+        recipe = _expand(path, raw, top, results_dir, run_overrides, where or {})
         recipe.overrides, recipe.results_arg = list(overrides), None if results_dir is None else str(results_dir)
+        recipe.where = where or {}
         return recipe
     except ConfigError as exc:
         msg = str(exc)
-        raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+        if msg.startswith(("override ", "--where ")):  # the command line's fault, not the file's
+            raise ConfigError(f"command-line {msg}") from None
+        raise ConfigError(msg if msg.startswith(named) else f"{named}: {msg}") from None
 
 
 def read_recipe_file(path: Path, overrides: list[str] = ()) -> tuple[dict, list[RunOverride]]:
@@ -718,9 +725,12 @@ def check_overrides_used(overrides: list[RunOverride], used: set[str], runs: lis
         if ov.text not in used:
             section = ov.key.split(".")[0]
             names = sorted({r.config[section]["name"] for r in runs})
+            options = sorted({k for r in runs for k in r.config[section]})
+            close = difflib.get_close_matches(ov.key.split(".", 1)[-1], options, n=1, cutoff=0.8)
+            hint = f"; did you mean '{section}.{close[0]}'? " if close else "; "
             raise ConfigError(f"override {short_repr(ov.text, 80)}: no run of this recipe has '{ov.key}' (its "
-                              f"{section} plugins: {', '.join(names)}); 'ltbench list {_LIST_KIND[section]}' and "
-                              f"the plugin's Config say which options each has")
+                              f"{section} plugins: {', '.join(names)}){hint}'ltbench list {_LIST_KIND[section]}' "
+                              f"and the plugin's Config say which options each has")
 
 
 _LIST_KIND = {"data": "datasets", "backbone": "backbones", "method": "methods"}
@@ -771,7 +781,8 @@ def _run_config(cfg: dict, seed: int, identities: dict) -> dict:
     return config
 
 
-def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = ()) -> Recipe:
+def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides: list[RunOverride] = (),
+            where: dict | None = None) -> Recipe:
     name = recipe_name(path, top.name)
     tables = parse_tables(top.tables, "tables")  # checked before any run, like every other field
     plugins = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in top.plugins]
@@ -784,6 +795,8 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     if len(points) * per_point > MAX_RUNS:
         raise ConfigError(f"grid x {'(search.trials x search.seeds + seeds)' if found else 'seeds'}: {len(points)} x "
                           f"{per_point} runs; at most {MAX_RUNS} per recipe (split it into several recipes)")
+    declared = _declared({k: raw.get(k, {}) for k in RUN_SECTIONS}, points, run_overrides) if where else []
+    seeds_of = _seeds_where(declared, points, top.seeds, where, found)  # before any plugin (torch)
     try:
         registry.add_plugin_paths(plugins)
     except RegistryError as exc:  # a bad $LTBENCH_PLUGIN_PATH folder is not the recipe's plugins: fault
@@ -802,7 +815,9 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     if found and found.config.budget == "per_dim":  # every method the same draws per axis as the smallest space
         found.smallest = min(len(point_space(found, point_cfg(p), p, [ov.key for ov in run_overrides], "search"))
                              for p in points) or None
-    for point in points:
+    for point, seeds in zip(points, seeds_of):
+        if not seeds:
+            continue
         cfg = point_cfg(point)
         if asks:
             space = point_space(found, cfg, point, [ov.key for ov in run_overrides], "search")
@@ -815,13 +830,16 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
         drawn = []  # (configuration, its runs on the tuning seeds) per draw; the point alone without a search
         for trial_cfg, trial in trial_configs(found, cfg, point, [ov.key for ov in run_overrides]):
             drawn.append((trial_cfg, []))
-            for seed in found.config.seeds if found else top.seeds:
-                config = _trial_config(trial_cfg, seed, identities, trial)
+            for seed in found.config.seeds if found else seeds:
+                config = _blamed(run_overrides, _trial_config, trial_cfg, seed, identities, trial)
                 _note_idle_options(trial_cfg, config, idle, acting)
                 drawn[-1][1].append(_add_run(runs, seen, _spec(name, out_dir, config, point, trial)))
         if found:
             _add_report_runs(runs, seen, name, out_dir, point, identities, top.seeds, drawn)
     check_overrides_used(list(run_overrides), used, runs + probes)
+    if where:  # the full configurations decide (a key only a plugin's default sets); refused if none is kept
+        left_out = [{**c, "seed": s} for c, seeds in zip(declared, seeds_of) for s in top.seeds if s not in seeds]
+        runs = [r for r, kept in zip(runs, select_where([r.config for r in runs] + left_out, where)) if kept]
     refuse_idle_options(idle, acting)
     if found:
         check_space_used(found, [spec.config["method"]["name"] for spec in runs + probes], "search")
@@ -838,6 +856,32 @@ def _expand(path: Path, raw: dict, top: RecipeConfig, results_dir, run_overrides
     if asks:
         recipe.runs = asked_runs(recipe)
     return recipe
+
+
+def _declared(base: dict, points: list[dict], run_overrides: list[RunOverride]) -> list[dict]:
+    """Each grid point's configuration as the recipe and the command line write it, before any plugin fills in
+    its defaults or checks it: what --where can decide on without the plugins (torch)."""
+    out = []
+    for point in points:
+        cfg = copy.deepcopy(base)
+        for key, value in [*point.items(), *((ov.key, ov.value) for ov in run_overrides)]:
+            set_dotted(cfg, key, value, f"grid.{key}")
+        out.append(cfg)
+    return out
+
+
+def _seeds_where(declared: list[dict], points: list[dict], seeds: list, where: dict | None, found) -> list[list]:
+    """The seeds of each grid point that --where may keep, decided on the declared configurations: what it
+    leaves out is never validated, so it cannot block a launch (a key only a default sets: decided later)."""
+    if not where:
+        return [list(seeds)] * len(points)
+    if found is not None and SAMPLERS[found.config.sampler].asks:
+        raise ConfigError(f"--where does not apply to a {found.config.sampler} search (its workers share every "
+                          f"study); narrow the grid with an override instead (grid.<key>=[...])")
+    out = [[s for s in seeds if matches({**cfg, "seed": s}, where, absent=None) is not False] for cfg in declared]
+    if not any(out):
+        select_where([{**cfg, "seed": s} for cfg in declared for s in seeds], where)  # raises, naming the values
+    return out
 
 
 def _add_run(runs: list, seen: set, spec: RunSpec) -> RunSpec:
@@ -936,6 +980,18 @@ def asked_runs(recipe: Recipe) -> list[RunSpec]:
             _add_report_runs(runs, seen, recipe.name, recipe.results_dir, study.point, recipe.identities,
                              recipe.seeds, drawn)
     return runs
+
+
+def _blamed(run_overrides: list[RunOverride], check, *args):
+    """``check(*args)``, its refusal naming the command-line overrides it quotes (optim.epochs=2 makes
+    LDAM-DRW's drw_epoch 24 too late): the fix is on the command line, not in the recipe file."""
+    try:
+        return check(*args)
+    except ConfigError as exc:
+        given = [ov.text for ov in run_overrides if re.search(rf"\b{re.escape(ov.key.rsplit('.', 1)[-1])}\b", str(exc))]
+        if not given:
+            raise
+        raise ConfigError(f"override {short_repr(' '.join(given), 80)}: {exc}") from None
 
 
 def _trial_config(cfg: dict, seed: int, identities: dict, trial: dict | None) -> dict:

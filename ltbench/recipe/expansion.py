@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ltbench.results import caches, store
-from ltbench.recipe import parse_yaml, read_recipe_file, recipe_name, results_root, RecipeConfig
+from ltbench.recipe import read_recipe_file, recipe_name, results_root, RecipeConfig
 from ltbench import registry
-from ltbench.config import ConfigError, describe_options, value_text
+from ltbench.config import describe_options
 from ltbench.registry import PLUGIN_PATH_ENV
 from ltbench.recipe.trials import search_signature
 from ltbench.results.runspec import RunSpec
@@ -120,59 +120,3 @@ def cached_estimates(plugin_dirs: list[str]) -> tuple[list, dict]:
 
 def save_estimates(inputs: list, estimates: dict) -> None:
     caches.memo(store.cache_home() / ESTIMATES_FILE, inputs, lambda: estimates, refresh=True)
-
-
-# ------------------------------------------------------------------------------------------------
-# --where KEY=VALUE[,VALUE]: part of a recipe's grid, for run, --dry-run, status and tables
-
-_ABSENT = object()
-
-
-def parse_where(items: list[str] | None) -> dict[str, list]:
-    """``--where`` options as {dotted key: [values]} (values read as YAML scalars: 100, 0.1, true, ce); a key
-    given twice takes the values of both."""
-    out: dict[str, list] = {}
-    for item in items or []:
-        key, sep, values = item.partition("=")
-        key = key.strip()
-        if not sep or not key or not values.strip():
-            raise ConfigError(f"--where {item}: expected KEY=VALUE[,VALUE] (e.g. --where data.imb_factor=10,100)")
-        out.setdefault(key, []).extend(parse_yaml(v.strip(), f"--where {key}") for v in values.split(","))
-    return out
-
-
-def where_value(config: dict, key: str) -> object:
-    """The value at a dotted key of a run's configuration (``seed`` included; a flattened one too), or _ABSENT."""
-    if key in config:
-        return config[key]
-    node: object = config
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _ABSENT
-        node = node[part]
-    return node
-
-
-def select_where(configs: list[dict], where: dict[str, list]) -> list[bool]:
-    """Which configurations ``where`` keeps: each key at one of its values (compared as config.value_text
-    spells them: 100 and 100.0 are one value). A key that no configuration has, or a selection that keeps
-    none, is refused naming the values the runs have: what the user typed takes effect or is refused."""
-    for key, wanted in where.items():
-        present = [where_value(c, key) for c in configs]
-        have = sorted({value_text(v) for v in present if v is not _ABSENT})
-        if not have:
-            raise ConfigError(f"--where {key}: no run of this recipe has this key; a key is a dotted path into a "
-                              f"run's configuration (method.name, data.imb_factor, optim.lr, seed)")
-        if not {value_text(v) for v in wanted} & set(have):
-            raise ConfigError(f"--where {key}={','.join(value_text(v) for v in wanted)}: no run has this value; "
-                              f"the runs have {key} = {', '.join(have[:20])}")
-    keep = [all(value_text(where_value(c, k)) in {value_text(v) for v in values} for k, values in where.items())
-            for c in configs]
-    if where and not any(keep):
-        raise ConfigError(f"--where {' '.join(f'{k}={values}' for k, values in where.items())}: no run has all of these "
-                          f"values at once")
-    return keep
-
-
-def runs_where(runs: list[RunSpec], where: dict[str, list]) -> list[RunSpec]:
-    return [r for r, kept in zip(runs, select_where([r.config for r in runs], where)) if kept] if where else runs

@@ -20,38 +20,23 @@ Python API::
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
+from ltbench.config import value_text
 from ltbench.errors import LtbenchError
-from ltbench.recipe.expansion import select_where
+from ltbench.recipe.expansion import read_recipe
 from ltbench.recipe.tables import default_table
 from ltbench.report import index
 from ltbench.report.build import build_table
-from ltbench.report.expected import source as _source
-from ltbench.report.formats import render as _render
-from ltbench.report.frames import load as _load
+from ltbench.report.expected import source  # (records, RecipeRuns or None, root) of a results folder or recipe
+from ltbench.report.formats import render
+from ltbench.report.frames import load
 from ltbench.report.published import add_published
+from ltbench.report.rows import shown_path
 from ltbench.results.store import regular_file_problem
 
 FORMATS = ("markdown", "latex", "csv")
-
-
-def load(path, results=None, overrides=(), stage2: bool = False):
-    """Tidy pandas DataFrames of every run below ``path`` (a results folder or a recipe file, with
-    the recipe's overrides): runs, heads, shift, test_sets, per_class, class_stats, curves. See
-    ``ltbench.report.frames`` for the columns. ``stage2``: include stage-2 results (ltbench posthoc) as
-    rows too; off by default, since a grid adds hundreds of rows per run."""
-    return _load(path, results=results, overrides=overrides, stage2=stage2)
-
-
-def render(table, fmt: str = "markdown") -> str:
-    return _render(table, fmt)
-
-
-def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file (report/expected.py)."""
-    return _source(path, results, use_cache, overrides)
+__all__ = ["FORMATS", "load", "render", "render_all", "source", "tables", "recipe_tables_text"]
 
 
 def tables(path, results=None, name: str | None = None, heads: list[str] | None = None,
@@ -59,10 +44,9 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
            overrides: list[str] = (), digits: int | None = None, select: str | None = None,
            correction: str | None = None, where: dict | None = None, notes: str | None = None) -> list:
     """The declared tables of a recipe (or the one named), or the default table; ``where``: only the runs
-    of the recipe with these values (``ltbench table --where``, recipe/expansion.select_where)."""
-    records, recipe, _ = source(path, results, use_cache, overrides)
-    if where:
-        records, recipe = _only_where(path, records, recipe, where)
+    with these values (``ltbench table --where``, recipe/selection.py), of a recipe or of a results folder."""
+    records, recipe, _ = source(path, results, use_cache, overrides, where)
+    kept = _kept_axis_values(path, overrides, results, where) if recipe is not None and where else ""
     declared = dict(recipe.tables) if recipe is not None else {}
     if name is not None and name not in declared:
         known = ", ".join(declared) or "none declared"
@@ -79,6 +63,8 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     where = f"{recipe.path}: tables" if recipe is not None else "tables"
     out = []
     for table_name, spec in specs.items():
+        if kept and spec.caption:  # the caption describes the whole grid: say which part of an axis is shown
+            spec.caption = f"{spec.caption.rstrip()} ({kept})"
         if published is not None:
             spec.published = published
         if digits is not None:
@@ -107,16 +93,14 @@ def tables(path, results=None, name: str | None = None, heads: list[str] | None 
     return out
 
 
-def _only_where(path, records: list[dict], recipe, where: dict) -> tuple[list[dict], object]:
-    """The recipe's expected runs that ``where`` keeps, and the records less those of the runs it leaves out
-    (they are runs of this recipe, not foreign folders)."""
-    if recipe is None:
-        raise LtbenchError(f"{path}: --where selects among a recipe's runs; give the recipe file")
-    keep = select_where([{**e["flat"], "seed": e["seed"]} for e in recipe.expected], where)
-    dropped = {e["run_id"] for e, kept in zip(recipe.expected, keep) if not kept}
-    expected = [e for e, kept in zip(recipe.expected, keep) if kept]
-    records = [r for r in records if _run_id(r) not in dropped]
-    return records, dataclasses.replace(recipe, expected=expected, seeds=list(dict.fromkeys(e["seed"] for e in expected)))
+def _kept_axis_values(path, overrides: list[str], results, where: dict) -> str:
+    """'imb_factor=10 only' when --where keeps one value of an axis of the recipe's grid (its caption, written for
+    the whole grid, cannot say which); '' otherwise."""
+    grid = read_recipe(path, overrides, results).raw.get("grid")
+    axes = {a for g in (grid if isinstance(grid, list) else [grid]) if isinstance(g, dict) for a in g}
+    picked = [f"{k.rsplit('.', 1)[-1]}={value_text(v[0])}" for k, v in where.items()
+              if len(v) == 1 and any(k == a or k.startswith(a + ".") for a in axes)]
+    return f"{', '.join(picked)} only" if picked else ""
 
 
 def _run_id(rec: dict) -> str:
@@ -124,26 +108,19 @@ def _run_id(rec: dict) -> str:
 
 
 def _note_runs_in_no_table(built: list, records: list[dict], recipe) -> None:
-    """Finished runs in the recipe's folder that no table shows (its ``where:`` selects 90 epochs, the runs were
-    made with optim.epochs=2 from the command line...) are counted on the last table, with the command that
-    shows them, so that 'never run' on a declared row is never all the user sees."""
+    """Finished runs of the recipe that no table shows (a table's ``where:`` selects 90 epochs, a grid holds 180
+    too) are counted on the last table, with the command that shows them, so that 'never run' on a declared row
+    is never all the user sees. Runs of other settings (command-line overrides) have rows.gather_units' note."""
     units = [v for t in built for row in t.rows for u in row.units.values() for v in [u, *u.trials]]  # tuned: its trials
     shown = {key for u in units  # a 'select:' unit names its settings
              for key in (u.key.split(":", 1)[1].split(",") if u.key.startswith("select:") else [u.key])}
+    ours = {e["run_id"] for e in recipe.expected}  # the others have their note (rows.gather_units): one per fact
     hidden = {_run_id(r) for r in records if r.get("status") == "done" and r.get("key") and r["key"] not in shown
-              and "+" not in _run_id(r)}  # trained runs: a stage-2 sweep's settings are there to be chosen among
+              and "+" not in _run_id(r) and _run_id(r) in ours}  # trained runs: a stage-2 sweep's settings are chosen among
     if hidden:
-        folder = _shown_path(recipe.root)
-        built[-1].notes.append(f"{len(hidden)} finished run(s) in {folder} are in none of these tables (other settings "
-                               f"than they select, e.g. command-line overrides): 'ltbench table {folder}' shows them")
-
-
-def _shown_path(path) -> str:
-    """A folder as a command line would name it: relative to the working directory when inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve())) or "."
-    except ValueError:
-        return str(path)
+        folder = shown_path(recipe.root)
+        built[-1].notes.append(f"{len(hidden)} finished run(s) of this recipe in {folder} are in none of these tables "
+                               f"(their where: selects other settings): 'ltbench table {folder}' shows them")
 
 
 def _included_recipe(recipe_path: Path, other: str, where: str) -> Path:

@@ -49,7 +49,7 @@ def build_table(name: str, spec: TableSpec, records: list[dict], expected: list[
             if r.group is None and r.units:
                 value = next(iter(r.units.values())).flat.get(spec.group_by)
                 r.group = group_title(spec, value)
-        rows = _stable_group_order(rows)
+    rows = _stable_group_order(rows)  # one group per value: a command-line axis never interleaves them
     for switch, key in spec.switch_keys.items():
         for r in rows:
             if switch not in r.marks and r.units:

@@ -144,7 +144,7 @@ def write_report(recipe_path, results=None, test: str | None = "welch", override
         raise report.LtbenchError(f"{recipe_path}: 'ltbench report' needs a recipe file")
     out = store.ensure_writable(Path(root) / "report")
     built = report.tables(recipe_path, results, test=test, overrides=overrides, use_cache=use_cache)
-    where = f"results in `{Path(root).name}/`, the folder that holds this report"  # no machine's absolute path
+    where = f"results in `{Path(root).name}/`, the folder above this report's `report/`"  # no machine's absolute path
     md = [f"# Report: {recipe.name}", "", f"Recipe `{shown_path(recipe_path)}`; {where}.", "", "## Tables", ""]
     md += _write_tables(built, out, recipe_path, overrides)
     frames = report.load(recipe_path, results, overrides=overrides)

@@ -19,6 +19,7 @@ from pathlib import Path
 from ltbench.results import caches, identity, store
 from ltbench.errors import ConfigError, LtbenchError
 from ltbench.recipe.expansion import RecipeFile, expansion_cache_path, expansion_inputs, read_recipe
+from ltbench.recipe.selection import matches, select_where, where_tokens
 from ltbench.results.identity import FILE_IDENTITIES
 from ltbench.recipe import Recipe, load_recipe, no_results_message, results_elsewhere
 from ltbench.results.runspec import RunSpec
@@ -72,38 +73,39 @@ def expansion_value(recipe: Recipe) -> dict:
 
 
 def expansion(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
-              refresh: bool = False) -> tuple[RecipeFile, dict, Recipe | None]:
+              refresh: bool = False, where: dict | None = None) -> tuple[RecipeFile, dict, Recipe | None]:
     """(the recipe file, its expansion as ``expansion_value`` gives it, the Recipe when this call expanded it):
     from the cache (``caches.memo``) when its inputs are unchanged, else expanded (load_recipe and the table
     check: plugins, torch) and kept. ``refresh``: expand and keep anyway (``run`` needs the Recipe). The inputs
     are read before expanding, so a file edited meanwhile makes the next call miss. Not kept: a recipe whose
-    dataset names its data by a digest of its files, or whose results folder is not where its file says."""
+    dataset names its data by a digest of its files, or whose results folder is not where its file says.
+    ``where`` (--where): the part of the grid kept, a cache entry of its own."""
     path = Path(path)
     try:
         recipe_file = read_recipe(path, overrides, results)
     except LtbenchError:
-        load_checked(path, overrides, results)  # a broken recipe file: load_recipe reports it, in its words
+        load_checked(path, overrides, results, where)  # a broken recipe file: load_recipe reports it, in its words
         raise
     made: list[Recipe] = []
 
     def compute() -> dict | None:
-        made.append(load_checked(path, overrides, results))
+        made.append(load_checked(path, overrides, results, where))
         keep = made[0].root == recipe_file.root and \
             not any(key in spec.config for spec in made[0].runs for key in FILE_IDENTITIES)
         return expansion_value(made[0]) if keep else None
 
-    where, inputs = expansion_cache_path(recipe_file, list(overrides)), expansion_inputs(recipe_file, list(overrides))
-    value = caches.memo(where, inputs, compute, refresh)
+    key = list(overrides) + where_tokens(where or {})  # what names this expansion beside the recipe file
+    value = caches.memo(expansion_cache_path(recipe_file, key), expansion_inputs(recipe_file, key), compute, refresh)
     return recipe_file, value if value is not None else expansion_value(made[0]), made[0] if made else None
 
 
-def status_runs(path: str | Path, overrides: list[str] = (), results: str | Path | None = None
-                ) -> tuple[Path, list[RunSpec], list[str]]:
+def status_runs(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                where: dict | None = None) -> tuple[Path, list[RunSpec], list[str]]:
     """(results folder, run specs, override keys) of a recipe file for ``status``: from the expansion cache
     when its inputs are unchanged (no torch), else expanded. A cached run folder outside the results root
     sends it back to the expansion (the one check of a cache's entries, ``_outside``)."""
     for refresh in (False, True):
-        recipe_file, value, recipe = expansion(path, overrides, results, refresh)
+        recipe_file, value, recipe = expansion(path, overrides, results, refresh, where)
         if recipe is not None:
             return recipe.root, recipe.runs, recipe.override_keys
         runs = json.loads(value["runs"])
@@ -118,24 +120,26 @@ def _outside(spec: dict, root: Path) -> bool:
     return spec["run_dir"] != str(root / run_id) or Path(run_id).name != run_id or run_id == ".."
 
 
-def load_checked(path: str | Path, overrides: list[str] = (), results: str | Path | None = None) -> Recipe:
+def load_checked(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                 where: dict | None = None) -> Recipe:
     """load_recipe, then the check that every declared table can be built from its runs."""
-    recipe = load_recipe(Path(path), list(overrides), results_dir=results)
+    recipe = load_recipe(Path(path), list(overrides), results_dir=results, where=where)
     check_recipe_tables(recipe)
     return recipe
 
 
-def load_and_remember(path: str | Path, overrides: list[str] = (), results: str | Path | None = None) -> Recipe:
+def load_and_remember(path: str | Path, overrides: list[str] = (), results: str | Path | None = None,
+                      where: dict | None = None) -> Recipe:
     """load_checked, with the expansion kept for the next status and table: whichever command expanded a
     recipe, the next of any of them needs no torch."""
-    return expansion(path, overrides, results, refresh=True)[2]
+    return expansion(path, overrides, results, refresh=True, where=where)[2]
 
 
 def recipe_runs(path: str | Path, results: str | Path | None = None, use_cache: bool = True,
-                overrides: list[str] = ()) -> RecipeRuns:
-    """Expected runs and declared tables of a recipe file (with the same dotted overrides as
+                overrides: list[str] = (), where: dict | None = None) -> RecipeRuns:
+    """Expected runs and declared tables of a recipe file (with the same dotted overrides and --where as
     ``ltbench run``), from the cache when nothing changed."""
-    recipe_file, value, recipe = expansion(path, overrides, results, refresh=not use_cache)
+    recipe_file, value, recipe = expansion(path, overrides, results, refresh=not use_cache, where=where)
     expected = expected_from(value)
     seeds = list(dict.fromkeys(e["seed"] for e in expected))
     if recipe is not None:
@@ -165,15 +169,16 @@ def check_recipe_tables(recipe: Recipe) -> None:
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
-def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()):
-    """(records, RecipeRuns or None, root) for a results folder or a recipe file. Writes under the root are
+def source(path, results=None, use_cache: bool = True, overrides: list[str] = (), where: dict | None = None):
+    """(records, RecipeRuns or None, root) for a results folder or a recipe file; ``where`` (--where): only the
+    runs it selects (recipe/selection.py), in the expansion and among the records. Writes under the root are
     guarded from here on (``store.guard_writes_under``): a report, a figure or a cache never goes through a
     symlinked folder out of it."""
     p = Path(path)
     if p.is_file() and p.suffix in (".yaml", ".yml"):
-        recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides)
+        recipe = recipe_runs(p, results, use_cache=use_cache, overrides=overrides, where=where)
         store.guard_writes_under(recipe.root)
-        records = index.scan(recipe.root, use_cache) if recipe.root.is_dir() else []
+        records = _where(index.scan(recipe.root, use_cache), where) if recipe.root.is_dir() else []
         records += index.same_runs_elsewhere(recipe.root, recipe.expected, records)
         if not records and not recipe.root.is_dir():  # launched from elsewhere? say where it looked
             raw = read_recipe(p, overrides, results).raw
@@ -185,4 +190,17 @@ def source(path, results=None, use_cache: bool = True, overrides: list[str] = ()
     if not p.is_dir():
         raise LtbenchError(f"{p}: no such results directory or recipe file")
     store.guard_writes_under(p)
-    return index.scan(p, use_cache), None, p
+    records = index.scan(p, use_cache)
+    if where:  # a results folder: every run there, less those --where leaves out (refused if it keeps none)
+        select_where([_config(r) for r in records], where)
+    return _where(records, where), None, p
+
+
+def _where(records: list[dict], where: dict | None) -> list[dict]:
+    """The records --where keeps, by the rule of the expansion (a damaged record, without a configuration, is
+    kept: it is said out loud, never dropped)."""
+    return [r for r in records if not where or not r.get("config") or matches(_config(r), where)]
+
+
+def _config(record: dict) -> dict:
+    return {**(record.get("config") or {}), "seed": record.get("seed")}

@@ -175,6 +175,9 @@ def _curve_lines(row: str, seed, run_dir: str, curves: list) -> None:
 
 
 def load(path, results=None, overrides=(), stage2: bool = False) -> Frames:
+    """Tidy pandas DataFrames of every run below ``path`` (a results folder or a recipe file, with the recipe's
+    overrides): runs, heads, shift, test_sets, per_class, class_stats, curves (columns: this module's docstring).
+    ``stage2``: stage-2 results (ltbench posthoc) as rows too; off by default (a grid adds hundreds per run)."""
     import pandas as pd
 
     records, label_of = row_labels(path, results, overrides, stage2)

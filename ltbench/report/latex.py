@@ -349,7 +349,7 @@ def _header(table: Table, leaders: list[str], with_delta: bool, with_n: bool, sh
         metric += [_metric_header(table, ci, compact, short) for ci in range(len(table.columns))]
         metric += [Cell(r"$\Delta$", text_width("Δ"))] if with_delta else []
     last = [_text(s) for s in leaders] + metric + ([Cell("$n$", text_width("n"))] if with_n else []) \
-        + ([_text("Cost")] if with_n and table.cost else [])
+        + ([_text("Cost (device-h)")] if with_n and table.cost else [])
     return (_pivot_lines(table, len(leaders), per_group, tail) + _prior_line(table, len(leaders), per_group, tail)
             + [Line(last), r"\midrule"])
 
@@ -528,7 +528,8 @@ def to_latex(table: Table) -> str:
     notes = notes_text(full, level, target)
     height = float_height(table, choice, notes, target)
     tall = "" if height <= TEXT_HEIGHT_PT - HEIGHT_SAFETY_PT else \
-        f"; about {height:.0f} pt tall, more than the page's {TEXT_HEIGHT_PT:g} pt: set notes: short or none"
+        f"; more than the {TEXT_HEIGHT_PT - HEIGHT_SAFETY_PT:g} pt this estimate allows (the page less " \
+        f"{HEIGHT_SAFETY_PT:g} pt of margin): set notes: short or none"
     out = [f"% ltbench table '{table.name}'; needs {LATEX_PACKAGES}",
            f"% {verdict} {line_width} ({target:g} pt in a two-column article){advice}: about "
            f"{choice.estimate:.0f} pt wide; {choice.layout.describe()}",
@@ -553,16 +554,18 @@ def to_latex(table: Table) -> str:
 
 
 def notes_text(full: list[str], level: str, width: float) -> list[str]:
-    """The notes a float prints: all ('full'); 'short': the legend, each numbered row note cut to one line,
-    and where the rest is; none at all ('none')."""
+    """The notes a float prints: all ('full'); 'short': the legend, each numbered row note and each note the
+    legend refers to ('Cost: ... (notes below)') cut at a word to about two lines, and where the rest is; none
+    at all ('none')."""
     if level == "full":
         return full
     if level == "none":
         return []
     legend_line, rest = full[0], full[1:]
-    numbered = [n for n in rest if n.startswith("[")]
+    cited = ("Note: Cost:",) if "(notes below)" in legend_line else ()  # the legend sends the reader to them
+    numbered = [n for n in rest if n.startswith(("[", *cited))]
     per_two = 2 * max(20, int(width / (text_width("x") * FOOTNOTE_SCALE)))  # characters of two lines, about
-    short = [n if len(n) <= per_two else n[:per_two - 4].rstrip() + " ..." for n in numbered]
+    short = [n if len(n) <= per_two else n[:per_two - 3].rsplit(" ", 1)[0].rstrip(",;:") + " ..." for n in numbered]
     if len(short) < len(rest) or short != numbered:
         short.append("Notes shortened: 'ltbench table' prints them in full.")
     return [legend_line] + short

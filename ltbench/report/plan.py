@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from ltbench import report
-from ltbench.recipe import load_recipe
 from ltbench.report.significance import ALPHA, POWER
 
 QUANTILES = 64  # per sample variance in ``power``: within 0.3 points of a 40,000-draw simulation (tests/test_claims.py)
@@ -115,10 +114,11 @@ def command(args) -> int:
     return 0
 
 
-def dry_run_lines(recipe_path: str, overrides: list[str], results: str | None) -> list[str]:
-    """``ltbench run --dry-run``: the plan's lines when finished runs of the recipe give spreads, else none."""
-    recipe = load_recipe(recipe_path, overrides, results)
+def dry_run_lines(recipe) -> list[str]:
+    """``ltbench run --dry-run``: the plan's lines when finished runs of the recipe (the loaded one, its overrides
+    and --where) give spreads, else none."""
     if not recipe.tables or not Path(recipe.root).is_dir():  # nothing finished: nothing to estimate spreads from
         return []
-    lines = plan_lines(report.tables(recipe_path, results, overrides=overrides), len({s.config["seed"] for s in recipe.runs}))
+    built = report.tables(recipe.path, recipe.results_arg, overrides=list(recipe.overrides), where=recipe.where)
+    lines = plan_lines(built, len({s.config["seed"] for s in recipe.runs}))
     return lines if any("detects" in line for line in lines) else []

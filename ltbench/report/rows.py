@@ -19,6 +19,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ltbench.config import value_text
@@ -27,6 +28,7 @@ from ltbench.results.identity import DATA_IDENTITY, numerics_contrast
 from ltbench.results.store import OLDER
 from ltbench.priors import prior_order
 from ltbench.search import trial_problem
+from ltbench.recipe.selection import matches
 from ltbench.recipe.tables import ALL_PRIORS, TEMPLATE_FIELD, TableSpec, column_metric, versus_targets
 AUTO_GROUP_KEYS = ("data.name", "data.imb_factor", "backbone.name")
 
@@ -279,11 +281,11 @@ def gather_units(records: list[dict], expected: list[dict] | None) -> tuple[list
     if older:
         notes.append(f"{len(older)} run folder(s) left out ({', '.join(_name(r) for r in older[:3])}"
                      f"{', ...' if len(older) > 3 else ''}): {older[0]['note']}")
-    if foreign:
-        shown = ", ".join(_name(r) for r in foreign[:5])
-        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        notes.append(f"{len(foreign)} run folder(s) are not runs of this recipe (other settings, or made by "
-                     f"another version of it) and are left out: {shown}{more}")
+    if foreign:  # one sentence, no run ids (they would fill a paper's float): the command that shows them
+        folder = shown_path(foreign[0]["dir"].rstrip("/").rsplit("/", 1)[0])
+        notes.append(f"{len(foreign)} run folder(s) in {folder} are not runs of this recipe as written (other "
+                     f"settings, e.g. command-line overrides, or another version of it) and are in none of these "
+                     f"tables: 'ltbench table {folder}' shows them")
         notes += other_data_notes(foreign, expected)
     return sorted(units.values(), key=lambda u: u.order), notes
 
@@ -310,6 +312,14 @@ def other_data_notes(foreign: list[dict], expected: list[dict]) -> list[str]:
     old = sorted({r["config"][DATA_IDENTITY] for r in before})
     return [f"{len(before)} of them were made from other data (data identity {', '.join(old[:3])}; this "
             f"recipe's data now: {', '.join(sorted(now)[:3])}): the dataset's files changed since those runs"]
+
+
+def shown_path(path) -> str:
+    """A folder as a command line would name it: relative to the working directory when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
 
 
 def _name(rec: dict) -> str:
@@ -394,7 +404,7 @@ def matches_selector(flat: dict, where: dict) -> bool:
     ``posthoc.*`` key, so {method.name: ce} picks the trained run, not every stage 2 fitted on it."""
     if any(k.startswith(STAGE2) for k in flat) and not any(k.startswith(STAGE2) for k in where):
         return False
-    return all(k in flat and value_text(flat[k]) == value_text(v) for k, v in where.items())
+    return matches(flat, {k: [v] for k, v in where.items()})  # the one selector rule (recipe/selection.py)
 
 
 def explicit_rows(spec: TableSpec, units: list[Unit], groups: list[tuple], pivot: list[str],

@@ -171,11 +171,8 @@ def launch(recipe: Recipe, rerun_failed: bool = False, wait: bool = False, rerun
     launch that finished here the recipe is read again and launched on while it has new runs."""
     outcome = launch_once(recipe, rerun_failed, wait, rerun_stale, rebuild_checkpoints)
     while recipe.found is not None and (wait or recipe.launcher.name not in ("slurm",)):
-        fresh = load_recipe(recipe.path, recipe.overrides, recipe.results_arg)
-        from ltbench.recipe.expansion import runs_where  # lazy: keeps --help fast
-
-        fresh.where = recipe.where
-        plain = [s for s in runs_where(fresh.runs, recipe.where) if not (s.grid or {}).get("search")]
+        fresh = load_recipe(recipe.path, recipe.overrides, recipe.results_arg, where=recipe.where)
+        plain = [s for s in fresh.runs if not (s.grid or {}).get("search")]
         if not runs_to_launch(dataclasses.replace(fresh, runs=plain))[0]:
             break
         say("\nthe search has chosen, by mean validation All over its tuning seeds: " + "; ".join(chosen_labels(fresh.runs))

@@ -20,7 +20,7 @@ from pathlib import Path
 from ltbench.results import store
 from ltbench.results.provenance import THREADS_ENV, usable_cores
 from ltbench.run.progress import ProgressBoard, finished_line
-from ltbench.run.screen import MessageStream
+from ltbench.run.screen import MessageStream, epoch_lines
 from ltbench.recipe import run_label
 from ltbench.runner import CLAIMED, EXIT_CODES, FINISHED_ELSEWHERE, failure_line, prepare_run_dir, run_one
 from ltbench.results.runspec import RunSpec
@@ -48,7 +48,9 @@ def _run_in_process(specs: list[RunSpec], redo: tuple[str, ...], write, board: P
         write(f"[{i}/{len(specs)}] {run_label(spec)} on {c['data']['name']} seed {c['seed']} ({spec.run_id})")
         if board is not None:
             board.start(0, spec, run_label(spec))
-        status = run_one(spec, say=lambda msg: write(f"  {msg}"), redo=redo)
+        quiet = board is None and not epoch_lines(False)  # plain lines: the engine's epoch lines with --verbose only
+        status = run_one(spec, say=lambda msg: None if quiet and msg.startswith("epoch ") else write(f"  {msg}"),
+                         redo=redo)
         line = {"done": finished_line(spec, run_label(spec), status),
                 "failed": f"  FAILED: {failure_line(Path(spec.run_dir))}",
                 FINISHED_ELSEWHERE: "  already finished by another process"}.get(status)

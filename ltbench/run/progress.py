@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ltbench.results import store
 from ltbench.results.runspec import RunSpec
-from ltbench.run.screen import KEEP, Screen, fit
+from ltbench.run.screen import KEEP, Screen, epoch_lines, fit
 from ltbench.train.heartbeat import EVALUATING, HEARTBEAT, WRITING
 
 QUIET_S = 30.0  # not a terminal: a within-epoch line at most this often per slot (the first one at once)
@@ -186,6 +186,7 @@ class ProgressBoard:
         self.ended: list[float] = []  # wall seconds of each run that trained here (done or failed)
         self.tails: list[float] = []  # seconds from a run's last epoch to its end (evaluating, writing)
         self.failed = self.skipped = 0  # skipped: another process had the run
+        self.said_eta = ""  # plain lines: the grid ETA last printed, never repeated
 
     def write(self, line: str) -> None:
         """A line above the state lines (on a terminal), or a plain printed line."""
@@ -258,10 +259,12 @@ class ProgressBoard:
     def _print_news(self, slot: int, entry: _Slot, rows: list[dict], state: State) -> None:
         """Not a terminal: each new epoch (``QUIET_S`` apart within an epoch) and each new phase, once."""
         prefix = f"[slot {slot}] {entry.label}:"
-        for i in range(entry.shown + 1, len(rows) + 1):
+        for i in range(entry.shown + 1, len(rows) + 1) if epoch_lines(False) else ():
             self.write(f"{prefix} {epoch_line(rows[:i], entry.epochs)}")
         entry.shown = max(entry.shown, len(rows))
         if state.key == entry.state.key or state.key[0] in ("epoch", "starting"):
+            return
+        if state.key[0] == "step" and not epoch_lines(False):  # within an epoch: --verbose only
             return
         if state.key[0] == "step" and not state.key[3]:  # no loss read yet this epoch: 'loss –' is no news
             return
@@ -287,7 +290,9 @@ class ProgressBoard:
         if self.screen is not None:
             self.screen.update(self.lines())
         elif (self.total or 0) > 1:
-            self.write(self.overall())
+            line, _, eta = self.overall().partition(" · grid ETA ")
+            self.write(line if eta == self.said_eta else f"{line} · grid ETA {eta}")
+            self.said_eta = eta
 
     def close(self) -> None:
         """Erase the state lines (the table or the Ctrl-C message follows on a clean line)."""

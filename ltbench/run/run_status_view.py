@@ -11,6 +11,7 @@ from pathlib import Path
 from ltbench.results import schema, status_rule, store
 from ltbench.errors import DataMissingError, one_line, shorten
 from ltbench.run.runlines import describe_found, other_data_note, run_lines, stage2_state
+from ltbench.report.expected import source
 from ltbench.results.runspec import RunSpec
 
 
@@ -83,12 +84,17 @@ def describe_run(run_dir: Path, listed: bool = False) -> tuple[str, str]:
     return status, "; ".join(notes)
 
 
-def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: list[str] = ()) -> int:
+def print_status(root: Path, specs: list[RunSpec] | None = None, override_keys: list[str] = (),
+                 where: dict | None = None) -> int:
     """Each run's state read from disk, and a summary line. ``specs``: the runs of a recipe (so runs
-    never launched show as pending); otherwise every folder under ``root``. Each line names the run
-    (method, dataset, imbalance, seed, the settings in which the runs differ), its state and notes."""
+    never launched show as pending); otherwise every folder under ``root``, less those ``where`` (--where)
+    leaves out. Each line names the run (method, dataset, imbalance, seed, the settings in which the runs
+    differ), its state and notes."""
     root = Path(root)
     run_dirs = _run_dirs_under(root) if specs is None else [Path(s.run_dir) for s in specs]
+    if where and specs is None:  # the records the tables would show (report.expected.source: the one rule)
+        kept = {rec["dir"] for rec in source(root, where=where)[0]}
+        run_dirs = [d for d in run_dirs if os.fspath(d) in kept]
     described = describe_found(root, run_dirs) if specs is None else dict(zip(run_dirs, run_lines(specs, override_keys)))
     statuses, stale_stage2 = [], 0
     for run_dir in run_dirs:

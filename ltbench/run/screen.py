@@ -23,6 +23,13 @@ import unicodedata
 
 CSI = "\x1b["
 ELLIPSIS = "…"
+VERBOSE_ENV = "LTBENCH_VERBOSE"  # 'ltbench run --verbose' sets it: its workers inherit it
+
+
+def epoch_lines(tty: bool) -> bool:
+    """Whether each epoch gets a line: on a terminal (redrawn in place), or with --verbose; a log file gets
+    each run's start, phases and end, not one line per epoch (128 for the quickstart)."""
+    return tty or os.environ.get(VERBOSE_ENV) == "1"
 
 
 def columns(text: str) -> int:
