@@ -108,6 +108,11 @@ class BasicBlock(nn.Module):
         return F.relu(out + self.shortcut(x))
 
 
+def _blocks(in_planes: int, planes: int, count: int, stride: int) -> list[BasicBlock]:
+    """One stage: ``count`` BasicBlocks to ``planes`` channels, the first from ``in_planes`` with ``stride``."""
+    return [BasicBlock(in_planes if b == 0 else planes, planes, stride if b == 0 else 1) for b in range(count)]
+
+
 class CifarResNet(Backbone):
     """3 stages of ``blocks`` BasicBlocks (widths 16, 32, 64), global average pooling: 64-d features."""
 
@@ -115,13 +120,8 @@ class CifarResNet(Backbone):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(widths[0])
-        layers, in_planes = [], widths[0]
-        for stage, planes in enumerate(widths):
-            for b in range(blocks):
-                stride = 2 if stage > 0 and b == 0 else 1
-                layers.append(BasicBlock(in_planes, planes, stride))
-                in_planes = planes
-        self.layers = nn.Sequential(*layers)
+        self.layers = nn.Sequential(*(block for stage, planes in enumerate(widths)
+                                      for block in _blocks(widths[max(stage - 1, 0)], planes, blocks, 2 if stage else 1)))
         self.blocks, self.widths, self.feature_dim = blocks, tuple(widths), widths[-1]
         self.apply(kaiming_init)
 
@@ -143,11 +143,8 @@ class CifarResNet(Backbone):
         parts = []
         for stage in range(max(first, 1), 4):
             planes = scaled_width(self.widths[stage - 1], width)
-            blocks = []
-            for b in range(self.blocks):
-                blocks.append(BasicBlock(in_planes, planes, 2 if stage > 1 and b == 0 else 1))
-                in_planes = planes
-            parts.append(nn.Sequential(*blocks))
+            parts.append(nn.Sequential(*_blocks(in_planes, planes, self.blocks, 2 if stage > 1 else 1)))
+            in_planes = planes
         branch = nn.Sequential(*parts, GlobalAvgPool())
         branch.apply(kaiming_init)
         return branch, in_planes

@@ -22,20 +22,14 @@ from ltbench.priors import parse_prior
 INT_LIMIT = 2**63 - 1
 
 
+_SIMPLE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", Any: "any value",
+                 type(None): "null"}
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
-    if tp is bool:
-        return "true or false"
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is str:
-        return "a string"
-    if tp is Any:
-        return "any value"
-    if tp is type(None):
-        return "null"
+    if tp in _SIMPLE_NAMES:
+        return _SIMPLE_NAMES[tp]
     if dataclasses.is_dataclass(tp):
         return "a mapping"
     if origin is Literal:
@@ -158,9 +152,8 @@ def from_dict(cls: type, data: Any, path: str) -> Any:
         key = short_repr(unknown[0], 60) if not isinstance(unknown[0], str) else short_repr(unknown[0], 60).strip("'")
         close = difflib.get_close_matches(str(key), list(fields), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(
-            f"{join_path(path, key)}: unknown key{hint}; allowed keys: {', '.join(sorted(fields)) or '(none)'}"
-        )
+        raise ConfigError(f"{join_path(path, key)}: unknown key{hint}; allowed keys: "
+                          f"{', '.join(sorted(fields)) or '(none)'}")
     kwargs = {}
     for name, f in fields.items():
         if name in data:
@@ -189,24 +182,18 @@ def _field_message(path: str, message: str, fields: dict) -> str:
     return f"{path}: {message}" if path else message
 
 
-def _number(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
-
-
 def check_range(name: str, value: float | int | None, low: float | None = None, high: float | None = None, *,
                 low_open: bool = False, high_open: bool = False, unit: str = "") -> None:
-    """Raise ValueError('NAME must be ...') when ``value`` is outside [low, high] (or an open side).
-
-    For the ``validate()`` of config classes: one call per field keeps the bounds readable, and the
-    message says the allowed range, so the user knows what to write instead. None passes (optional).
-    """
+    """Raise ValueError('NAME must be ...') when ``value`` is outside [low, high] (or an open side), for the
+    ``validate()`` of config classes: the message says the allowed range, so the user knows what to write
+    instead. None passes (optional)."""
     if value is None:
         return
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if too_low or too_high:
-        left = "" if low is None else f"{'>' if low_open else '>='} {_number(low)}"
-        right = "" if high is None else f"{'<' if high_open else '<='} {_number(high)}"
+        left = "" if low is None else f"{'>' if low_open else '>='} {value_text(float(low))}"
+        right = "" if high is None else f"{'<' if high_open else '<='} {value_text(float(high))}"
         want = " and ".join(x for x in (left, right) if x)
         raise ValueError(f"{name} must be {want}{unit}, got {short_repr(value)}")
 

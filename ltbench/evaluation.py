@@ -16,7 +16,6 @@ from ltbench.priors import parse_prior
 from ltbench.results.schema import SHOT_GROUPS
 
 
-
 def per_class_accuracy(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """(accuracy per class, test samples per class); accuracy is NaN where a class has no sample."""
     pred, labels = np.asarray(pred), np.asarray(labels)
@@ -39,13 +38,8 @@ def _mean_or_none(values: np.ndarray) -> float | None:
     return float(values.mean()) if len(values) else None
 
 
-def summarize(
-    pred: np.ndarray,
-    labels: np.ndarray,
-    train_counts,
-    many_threshold: int = 100,
-    few_threshold: int = 20,
-) -> dict:
+def summarize(pred: np.ndarray, labels: np.ndarray, train_counts, many_threshold: int = 100,
+              few_threshold: int = 20) -> dict:
     """All / Many / Medium / Few (fractions in [0, 1]) plus per-class accuracy and group bookkeeping."""
     train_counts = np.asarray(train_counts)
     k = len(train_counts)
@@ -67,12 +61,9 @@ def summarize(
 
 
 def accuracy_under_prior(per_class_acc, prior) -> float | None:
-    """Expected top-1 on a test distribution with class prior ``prior``: sum_c prior_c * acc_c.
-
-    Use it with the per-class accuracy of predictions made *for* that prior (prior-adapted), so
+    """Expected top-1 on a test distribution with class prior ``prior``: sum_c prior_c * acc_c. Use it with the per-class accuracy of predictions made *for* that prior (prior-adapted), so
     shifted-test tables need one pass over a balanced test set, not one test set per prior.
-    Classes without accuracy (no test sample) are dropped and the prior renormalised.
-    """
+    Classes without accuracy (no test sample) are dropped and the prior renormalised."""
     acc = np.array([np.nan if a is None else a for a in per_class_acc], dtype=float)
     prior = np.asarray(prior, dtype=float)
     ok = ~np.isnan(acc) & (prior > 0)
@@ -101,10 +92,8 @@ def label_prior(labels, num_classes: int) -> np.ndarray:
 
 
 def longtail_prior(train_counts, imb_factor: float, direction: str) -> np.ndarray:
-    """LADE/SADE shifted test prior: classes ranked by training count (descending);
-    the k-th gets weight (1/rho)^(k/(C-1)) ('forward') or (1/rho)^((C-1-k)/(C-1)) ('backward');
-    'uniform' gives equal weights.
-    """
+    """LADE/SADE shifted test prior: classes ranked by training count (descending); the k-th gets weight
+    (1/rho)^(k/(C-1)) ('forward') or (1/rho)^((C-1-k)/(C-1)) ('backward'); 'uniform' gives equal weights."""
     train_counts = np.asarray(train_counts)
     c = len(train_counts)
     if direction == "uniform" or imb_factor == 1:

@@ -1,13 +1,10 @@
 """Several experts on one registered backbone: shared early stages, each expert its own later stages.
 
-RIDE (Wang et al., ICLR 2021), SADE (Zhang et al., NeurIPS 2022), NCL and BalPoE share this shape: one
-trunk computed once per image, then E branches, each ending in its own features and head. A method that
-wants it returns ``MultiExpert(backbone, num_experts, expert_stages, expert_width)`` from ``Method.build_model``; the
-engine then trains, checkpoints and evaluates that network in the backbone's place, and the method's
-``loss`` / ``predict`` receive the experts' features side by side, (N, E * d), which ``split_experts``
-cuts back into E tensors of (N, d). The core knows nothing about any particular method: it only asks the
-backbone for ``stages()`` (and ``expert_branch()`` for narrower experts; docs/adding-a-backbone.md) and
-the method for ``build_model``.
+RIDE, SADE, NCL and BalPoE share this shape: one trunk computed once per image, then E branches with their own
+features and heads. A method returns a ``MultiExpert`` from ``Method.build_model``; the engine uses it in the
+backbone's place, and ``loss`` / ``predict`` receive the experts' features side by side, (N, E * d), which
+``split_experts`` cuts back. The core names no method: it asks the backbone for ``stages()`` (and
+``expert_branch()`` for narrower experts; docs/adding-a-backbone.md).
 """
 
 from __future__ import annotations
@@ -21,13 +18,9 @@ import torch.nn as nn
 class MultiExpert(nn.Module):
     """``num_experts`` branches of a backbone's last ``expert_stages`` stages on one shared trunk.
 
-    At full width (``expert_width`` 1) expert 0 keeps the backbone's own (already initialised) stages and
-    experts 1.. are deep copies that the backbone re-initialises (``init_stage``), so the experts start from
-    different weights as in RIDE/SADE, where every expert branch is initialised independently. At another
-    width every expert is a fresh branch from ``backbone.expert_branch`` (RIDE's and SADE's
-    ``reduce_dimension`` is 0.75: the official SADE CIFAR experts have 24/48 channels where ResNet-32 has
-    32/64) and the backbone's own later stages are dropped. ``feature_dim`` is ``num_experts * expert_dim``.
-    """
+    At full width expert 0 keeps the backbone's own stages and experts 1.. are copies the backbone
+    re-initialises (``init_stage``), so the experts start from different weights as in RIDE/SADE. At another
+    width (RIDE's and SADE's ``reduce_dimension``, 0.75) every expert is a fresh ``backbone.expert_branch``."""
 
     def __init__(self, backbone: nn.Module, num_experts: int, expert_stages: int, expert_width: float = 1.0):
         super().__init__()

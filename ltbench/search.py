@@ -1,20 +1,13 @@
 """Search spaces: the distributions a hyper-parameter is drawn from, and the random-search draws.
 
-Why its own module (layer 0, no torch): a method declares its space next to its Config
-(``search_space = {"tau": {"uniform": [0.5, 2.0]}}``, option names relative to the method), the recipe
-expands a ``search:`` section into trials with it, and both must read the same grammar. A distribution is
-one mapping of one kind to its arguments:
+Its own module (layer 0, no torch) because a method declares its space next to its Config and the recipe
+expands a ``search:`` section with it: both must read the same grammar. A distribution is one mapping:
+``{log_uniform: [low, high]}`` (0 < low < high), ``{uniform: [low, high]}``, ``{int_uniform: [low, high]}``
+(both ends included) or ``{choice: [v1, v2, ...]}``.
 
-* ``{log_uniform: [low, high]}``  exp(U(log low, log high)), 0 < low < high
-* ``{uniform: [low, high]}``      U(low, high), low < high
-* ``{int_uniform: [low, high]}``  an integer in low..high, both included
-* ``{choice: [v1, v2, ...]}``     one of the values, each as likely
-
-Draws are deterministic: trial ``k`` of a search with seed ``S`` for method ``m`` draws option ``key`` from
-``random.Random(derive_seed('search', S, m, k, key))``. So every trial is known before anything runs (a
-Slurm array runs them, a rerun finds the finished ones), and adding an option to a space leaves the other
-options' draws unchanged. Continuous draws keep 4 significant digits: a configuration stays readable and
-its run id does not depend on the last bits of a float.
+Draws are deterministic (``derive_seed('search', S, m, k, key)`` per trial and option), so every trial is known
+before anything runs and adding an option leaves the others' draws unchanged. Continuous draws keep 4
+significant digits, so a run id does not depend on the last bits of a float.
 """
 
 from __future__ import annotations

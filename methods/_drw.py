@@ -1,16 +1,10 @@
 """Deferred re-weighting (DRW, Cao et al. 2019), as a piece any method can use.
 
 Class-balanced "effective number" weights (Cui et al. 2019), as in kaidic/LDAM-DRW ``cifar_train.py``:
-
-    w_j = (1 - beta) / (1 - beta ** n_j),   then   w <- w * C / sum(w)     (C = number of classes)
-
-DRW trains with all weights 1 and switches to these weights at epoch ``switch_epoch`` (0-indexed; LDAM-DRW:
-160 of 200). The weighted cross-entropy is torch's ``F.cross_entropy(weight=w)`` with mean reduction, which
-divides by the batch's weight sum ``sum_i w_{y_i}``, not by the batch size (docs/protocols.md §3).
-
-The weights are a function of the epoch only, so there is nothing to checkpoint: ``DRW.set_epoch`` is called
-from the method's ``on_epoch_start`` (and, defensively, whenever an eager ``loss`` sees another epoch).
-This module is private (leading underscore): the ``methods`` package does not register it as a method.
+w_j = (1 - beta) / (1 - beta ** n_j), then w <- w * C / sum(w), switched on at epoch ``switch_epoch``
+(0-indexed; LDAM-DRW: 160 of 200). The weighted cross-entropy divides by the batch's weight sum, as torch's
+``F.cross_entropy(weight=w)`` does (docs/protocols.md §3). The weights are a function of the epoch only, so
+there is nothing to checkpoint. Private module: the ``methods`` package does not register it as a method.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Numerics for the BAPE von Mises-Fisher (vMF) classifier.
-
-Pure torch (plus ``math``). Nothing here
-imports ``ltbench`` or any other ``methods`` module, so the maths can be tested on
-its own.
+"""Numerics for the BAPE von Mises-Fisher (vMF) classifier. Pure torch (plus ``math``): nothing here imports
+``ltbench`` or another ``methods`` module, so the maths can be tested on its own.
 
 Sign convention (used everywhere in this module)
 -------------------------------------------------
@@ -35,14 +32,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-__all__ = [
-    "log_cp",
-    "sra_kappa",
-    "simplex_etf",
-    "spread_directions",
-    "map_estimate",
-    "OnlineClassMeans",
-]
+__all__ = ["log_cp", "sra_kappa", "simplex_etf", "spread_directions", "map_estimate", "OnlineClassMeans"]
 
 _F64 = torch.float64
 
@@ -61,29 +51,13 @@ _DEBYE_U = (
     ((1, 3.0), (3, -5.0), 24.0),
     ((2, 81.0), (4, -462.0), (6, 385.0), 1152.0),
     ((3, 30375.0), (5, -369603.0), (7, 765765.0), (9, -425425.0), 414720.0),
-    (
-        (4, 4465125.0),
-        (6, -94121676.0),
-        (8, 349922430.0),
-        (10, -446185740.0),
-        (12, 185910725.0),
-        39813120.0,
-    ),
+    ((4, 4465125.0), (6, -94121676.0), (8, 349922430.0), (10, -446185740.0), (12, 185910725.0), 39813120.0),
 )
 
 # Below this order the truncated expansion loses accuracy (error ~ u5/nu^5). For a
 # small nu we therefore evaluate the expansion at order nu + m >= _NU_MIN and recur
 # downward, which is stable for I_nu.
 _NU_MIN = 40.0
-
-
-def _debye_poly(k: int, t: Tensor) -> Tensor:
-    """u_k(t), term by term (the definition; ``_debye_series`` evaluates the whole sum in two kernels)."""
-    *terms, denom = _DEBYE_U[k]
-    out = torch.zeros_like(t)
-    for power, coef in terms:
-        out = out + coef * t**power
-    return out / denom
 
 
 _SERIES_TABLES: dict = {}  # (nu, device) -> (exponents, coefficients): built once, not on every call
@@ -240,9 +214,8 @@ def _haar_orthonormal(rows: int, cols: int, generator: Optional[torch.Generator]
     return q * signs
 
 
-def simplex_etf(
-    num_classes: int, dim: int, generator: Optional[torch.Generator] = None, dtype: torch.dtype = _F64
-) -> Tensor:
+def simplex_etf(num_classes: int, dim: int, generator: Optional[torch.Generator] = None,
+                dtype: torch.dtype = _F64) -> Tensor:
     """A random simplex equiangular tight frame (ETF) of shape (K, p). Needs p >= K-1.
 
     Rows are unit vectors with pairwise cosine -1/(K-1), the most spread-out
@@ -259,10 +232,8 @@ def simplex_etf(
     if K < 2:
         raise ValueError(f"simplex_etf needs num_classes >= 2, got {K}")
     if K - 1 > p:
-        raise ValueError(
-            f"simplex_etf needs dim >= num_classes - 1 (got K={K}, p={p}); "
-            "use spread_directions for K - 1 > p"
-        )
+        raise ValueError(f"simplex_etf needs dim >= num_classes - 1 (got K={K}, p={p}); "
+                         "use spread_directions for K - 1 > p")
     scale = math.sqrt(K / (K - 1))
     centring = torch.eye(K, dtype=_F64) - torch.full((K, K), 1.0 / K, dtype=_F64)
     if p >= K:
@@ -320,17 +291,9 @@ def _spread_loss_and_grad(x: Tensor, temperature: float, chunk_size: int) -> Tup
     return loss, grad / (K * temperature)
 
 
-def spread_directions(
-    num_classes: int,
-    dim: int,
-    steps: Optional[int] = None,
-    generator: Optional[torch.Generator] = None,
-    lr: float = 0.1,
-    temperature: float = 0.07,
-    chunk_size: int = 2048,
-    flop_budget: float = 1.5e12,
-    dtype: torch.dtype = _F64,
-) -> Tensor:
+def spread_directions(num_classes: int, dim: int, steps: Optional[int] = None,
+                      generator: Optional[torch.Generator] = None, lr: float = 0.1, temperature: float = 0.07,
+                      chunk_size: int = 2048, flop_budget: float = 1.5e12, dtype: torch.dtype = _F64) -> Tensor:
     """K well-spread unit vectors in R^p, for K-1 > p where no simplex ETF exists.
 
     TSC-style target generation (docs/bape.md, "Training": m0 initialisation; [Li2022a]): start from K random unit
@@ -382,18 +345,9 @@ def spread_directions(
 # ---------------------------------------------------------------------------
 
 
-def map_estimate(
-    count: Tensor,
-    mean: Tensor,
-    prior_dir: Tensor,
-    prior_count: Tensor,
-    alpha_hat: float,
-    beta_hat: float,
-    use_prior: bool = True,
-    max_kappa: float = 1e5,
-    min_kappa: float = 1e-6,
-    kappa_solver: str = "sra",
-) -> Tuple[Tensor, Tensor]:
+def map_estimate(count: Tensor, mean: Tensor, prior_dir: Tensor, prior_count: Tensor, alpha_hat: float,
+                 beta_hat: float, use_prior: bool = True, max_kappa: float = 1e5, min_kappa: float = 1e-6,
+                 kappa_solver: str = "sra") -> Tuple[Tensor, Tensor]:
     """MAP (or ML) vMF parameters per class (docs/bape.md, "Model"). Returns (mu (K,p), kappa (K,)), float64.
 
     With the conjugate prior (alpha0, beta0, m0) and n observations of mean z̄:

@@ -137,8 +137,7 @@ def test_a_prior_name_inside_the_grammar_is_accepted_everywhere(name, write_reci
 
 
 def test_prior_names_sort_from_forward_to_backward_in_tables_and_figures():
-    from ltbench.report.plots import prior_position
-    from ltbench.priors import prior_order
+    from ltbench.priors import prior_order, prior_position
 
     names = ["backward10", "uniform", "forward2", "backward2.5", "forward50", "forward10"]
     by_table = sorted(names, key=prior_order)

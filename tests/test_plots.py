@@ -10,7 +10,8 @@ from matplotlib.image import imread
 
 from ltbench.errors import LtbenchError
 from ltbench.report.plots import (caption, save_figure, class_statistics, figure_class_stat, figure_curves, figure_per_class,
-                                  figure_shift, plot_class_stat, plot_curves, plot_per_class, plot_shift, prior_position)
+                                  figure_shift, plot_class_stat, plot_curves, plot_per_class, plot_shift)
+from ltbench.priors import prior_position
 from tests.conftest import ROOT
 
 COUNTS = [500, 200, 120, 80, 40, 25, 12, 5]  # many: 3 classes, medium: 3, few: 2

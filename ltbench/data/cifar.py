@@ -1,23 +1,13 @@
 """CIFAR-10-LT and CIFAR-100-LT from the standard CIFAR python pickle batches (LDAM-DRW protocol).
 
-On-disk layout (torchvision's, i.e. the extracted "python version" archives from
-https://www.cs.toronto.edu/~kriz/cifar.html)::
-
-    <root>/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}
-    <root>/cifar-100-python/{train, test, meta}
-
-Each batch is a pickle of a dict with ``data`` (uint8, N x 3072, channel-planar RGB) and ``labels``
-(CIFAR-10) or ``fine_labels`` (CIFAR-100); the keys are byte strings in the original (Python 2)
-files. The training array is the batches concatenated in order, exactly as torchvision builds it,
-because the LDAM-DRW subset is defined on indices of that array.
-
-The long-tailed training subset is LDAM-DRW's (``imbalance_cifar.py``): ``img_max = len(train) / C``
-(5000 / 500 on the real files), ``n_i = int(img_max * (1/rho) ** (i / (C - 1)))`` ('exp') or img_max
-for the first C/2 classes and ``int(img_max / rho)`` for the rest ('step'), picked with the legacy
-global NumPy RNG seeded with ``data_seed`` (see ``profile.ldam_subset``). Because img_max is computed
-from the data, as LDAM-DRW does, a smaller balanced file set in the same format gives a proportionally
-smaller profile; the real files give the counts of docs/protocols.md §1. The test split is the full
-balanced CIFAR test set. Nothing is downloaded unless ``download: true``.
+On-disk layout (torchvision's: <root>/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta},
+<root>/cifar-100-python/{train, test, meta}); each batch is a pickle of uint8 ``data`` (N x 3072, channel-planar
+RGB) and ``labels`` / ``fine_labels``, with byte-string keys. The training array is the batches concatenated in
+order, as torchvision builds it, because the LDAM-DRW subset is defined on indices of that array
+(``profile.ldam_subset``, seeded with ``data_seed``). img_max is computed from the data, as LDAM-DRW does, so a
+smaller balanced file set gives a proportionally smaller profile; the real files give the counts of
+docs/protocols.md §1. The test split is the full balanced CIFAR test set. Nothing is downloaded unless
+``download: true``.
 """
 
 from __future__ import annotations

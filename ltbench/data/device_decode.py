@@ -1,30 +1,16 @@
 """JPEG decoding on the training device (nvJPEG through torchvision.io.decode_jpeg) for ImageNet-size data.
 
-Why: with ``train.augment_on: batch`` on a GPU the augmentation leaves the CPU, and what is left there for
-ImageNet-size images is decoding (a 500x375 JPEG takes milliseconds per core: 8-16 cores cannot feed
-a GPU that trains ResNet-50 at thousands of images/s). DALI and FFCV decode on the GPU or fuse the crop into
-decoding for the same reason. So on CUDA the loader's workers only read files: a training sample is its
-encoded bytes (a uint8 1-D tensor, pinned by the DataLoader like any batch), and the main process decodes the
-whole batch at once on the device, handing a list of uint8 CHW tensors to the batched pipelines
-(ltbench/data/batch_augment.py), which crop and resize each image there.
+Why: with ``train.augment_on: batch`` on a GPU, decoding is what is left on the CPU, and 8-16 cores cannot
+decode fast enough to feed a GPU training ResNet-50 (DALI and FFCV decode on the GPU for the same reason). So
+on CUDA the workers only read files (a sample is its encoded bytes) and the main process decodes the whole
+batch on the device. nvJPEG waits for its own stream, so the engine decodes batch k+1 in a background thread
+while batch k trains (``decode_ahead``); images, order and random state are the same as without the thread.
 
-Overlap (``decode_ahead``): torchvision's batched nvJPEG call parses headers and Huffman-decodes part of the
-data on the host and ends by waiting for its own CUDA stream (``cudaStreamSynchronize``), so a decode in the
-training thread stops it from queueing kernels. The engine therefore decodes batch k+1 in a background thread
-(on a side CUDA stream) while batch k trains; the images, their order and the CPU random state each step sees
-are the same as without the thread (tests/test_device_decode.py).
-
-Fallbacks, per file, so a run never fails for the decoder's sake and never loses the GPU for one odd file:
-files that are not JPEG (PNG in some Places / iNaturalist copies, a renamed file) are decoded on the CPU and
-copied over; when nvJPEG refuses a batch (a CMYK or otherwise unsupported JPEG, an old driver), the batch is
-split in halves and each half retried, down to single files, so only the refused files are decoded on the
-CPU. What that costs: nothing while nvJPEG accepts the batch (one call, as before); one refused file in a
-batch of n costs 2 log2(n) more device calls (17 for n = 256) re-decoding about n images, plus its CPU
-decode; a batch refused file by file turns the device decoder off for the rest of the run (it is broken,
-not the files). The counts per epoch are log.jsonl's ``decode_fallbacks`` (refused JPEGs) and
-``decode_not_jpeg`` (``DecodeStats``). On a CPU device everything is decoded on the CPU (the same decoder as
-``FileImages``), so the result is the same images whichever device trains; nvJPEG's IDCT may differ from
-libjpeg's by a grey level or so.
+Fallbacks, per file, so a run never fails for the decoder's sake: files that are not JPEG are decoded on the
+CPU; a batch nvJPEG refuses is split in halves and retried down to single files (2 log2(n) more calls for one
+refused file in n), and a batch refused file by file turns the device decoder off for the run. The counts
+are log.jsonl's ``decode_fallbacks`` and ``decode_not_jpeg`` (``DecodeStats``). On a CPU device everything is
+decoded on the CPU, as ``FileImages`` does; nvJPEG's IDCT may differ from libjpeg's by a grey level or so.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """ImageNet-LT, Places-LT and iNaturalist 2018 from the published split lists and an image folder.
 
-A split list has one sample per line, ``<relative image path> <integer label>``, the path relative to
-the image root (``train/n01440764/n01440764_762.JPEG 0``). The lists are the standard published
-ones (OLTR / classifier-balancing; docs/protocols.md §2), found by their standard file names:
-
-    ImageNet_LT_{train,val,test}.txt, Places_LT_{train,val,test}.txt,
-    iNaturalist18_{train,val}.txt (the iNat val list is the test set)
-
-in ``split_dir`` if given, else in ``root`` and then in ``$LTBENCH_SPLITS`` (each folder directly or
-in a sub-folder named ImageNet_LT / Places_LT / iNaturalist18, as the reference repositories keep
-them). ``test_split`` selects the test list: 'test' (default), 'val', or any other list name such
-as 'forward50' -> ImageNet_LT_forward50.txt for the shifted-test protocol (docs/protocols.md §6).
-
-Class counts and shot groups come from the lists alone; images are opened lazily, one file at a time,
-as uint8 CHW RGB tensors. ``check()`` (run before training starts) verifies the lists in full and
-that the first few images of each list exist; ``load()`` needs only the lists, so ``ltbench data``
-works without the images.
+A split list has one ``<relative image path> <integer label>`` per line; the lists are the standard published
+ones (OLTR / classifier-balancing; docs/protocols.md §2), found by their standard file names (ImageNet_LT_*.txt,
+Places_LT_*.txt, iNaturalist18_*.txt) in ``split_dir``, else ``root``, else ``$LTBENCH_SPLITS``. ``test_split``
+picks the test list ('test', 'val', or e.g. 'forward50' for the shifted-test protocol, docs/protocols.md §6).
+Class counts come from the lists alone and images are opened lazily, so ``ltbench data`` works without the
+images; ``check()`` (before training) verifies the lists in full and the first few images of each.
 """
 
 from __future__ import annotations

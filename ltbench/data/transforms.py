@@ -53,17 +53,10 @@ class Cutout(torch.nn.Module):
 
 
 class SmallTensorFastPath:
-    """The same pipeline, done directly on a small uint8 CHW tensor: bit-identical output, same RNG draws.
-
-    torchvision's v2 machinery (input-tree flattening, kernel dispatch, tv_tensor wrapping) costs
-    more than the arithmetic on a 28x28 or 32x32 image, about 0.1 ms per transform and sample. For the
-    plain crop + flip and eval pipelines this class does the same operations in the same order
-    (padding 4 with zeros, crop at ``randint`` top then left, flip when ``rand(1) < 0.5``, uint8 ->
-    float32 x (1/255), (x - mean) / std) and draws the same random numbers in the same order, so a
-    seeded sample is the same tensor bit for bit (tests/test_transforms.py checks this against the v2
-    pipeline). Anything else (a PIL image, a float tensor) goes to the v2 pipeline, ``reference``, built
-    (and torchvision imported) only then.
-    """
+    """The plain crop + flip and eval pipelines done directly on a small uint8 CHW tensor: the same operations
+    and random draws in the same order, so the same tensor bit for bit (tests/test_transforms.py). Why: v2's
+    machinery costs more than the arithmetic on a 28x28 or 32x32 image (about 0.1 ms per transform and sample).
+    Anything else goes to the v2 pipeline, ``reference``, built (and torchvision imported) only then."""
 
     def __init__(self, spec: ImageSpec, crop_padding: int | None, flip: bool):
         self.spec, self.size, self.padding, self.flip = spec, spec.size, crop_padding, flip
@@ -104,17 +97,10 @@ class SmallTensorFastPath:
 
 
 class DirectPipeline:
-    """A v2.Compose applied transform by transform to a uint8 tensor, without v2's per-call machinery.
-
-    ``Transform.forward`` flattens its input tree, checks and wraps types and only then calls
-    ``make_params`` and ``transform``; on a 32x32 image that bookkeeping costs as much as the pixel
-    work. Here each transform's own ``make_params`` and ``transform`` are called directly, with the
-    random draws that ``forward`` makes before them (``rand(1) >= p`` of the random-apply transforms
-    and of RandomApply; the policy and sign draws of AutoAugment), so the output tensor and the RNG
-    state afterwards are bit-identical to the Compose (tests/test_transforms.py checks every built-in
-    pipeline). ToImage is skipped (it only changes the tensor's Python type). A transform that
-    overrides ``forward`` some other way is called as it is. Other inputs (PIL images) go to the Compose.
-    """
+    """A v2.Compose applied transform by transform to a uint8 tensor, without v2's per-call bookkeeping (as costly
+    as the pixel work on a 32x32 image): each transform's ``make_params`` and ``transform`` are called directly,
+    after the random draws ``forward`` makes, so output and RNG state are bit-identical to the Compose
+    (tests/test_transforms.py). ToImage is skipped; other transforms and inputs go through as they are."""
 
     def __init__(self, compose: Callable):
         self.reference = compose

@@ -1,12 +1,8 @@
-"""Validation splits: images to choose on (an epoch, tau, a stage-2 setting) that are neither trained
-on nor the test set.
-
-Why: the most frequent complaint about long-tailed codebases is selection on the test set (the best
-epoch, tau of tau-normalisation, "the validation set is the test set"); see docs/protocol.md. Datasets
-built from a balanced pool (CIFAR-LT, Fashion-MNIST-LT) leave most training images unused, so a
-balanced validation set can be drawn from those without touching the published subset: the subset is
-drawn first, exactly as before, and the validation draw uses its own generator (never the legacy global
-NumPy RNG the LDAM-DRW subset depends on).
+"""Validation splits: images to choose on (an epoch, tau, a stage-2 setting) that are neither trained on nor
+the test set, since selection on the test set is the most frequent complaint about long-tailed codebases
+(docs/protocol.md). Datasets built from a balanced pool (CIFAR-LT, Fashion-MNIST-LT) draw a balanced
+validation set from the unused images: the published subset is drawn first, exactly as before, and the
+validation draw uses its own generator (never the legacy global NumPy RNG the LDAM-DRW subset depends on).
 """
 
 from __future__ import annotations

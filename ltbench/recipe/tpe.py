@@ -1,16 +1,12 @@
 """``search: {sampler: tpe}``: one Optuna study per grid point and seed, kept in a journal in the results folder.
 
-Why a study per (grid point, seed): the recipe's seeds are replicates of the whole tuning procedure (DomainBed
-draws each trial seed's hyper-parameters apart), so each seed's row cell is the test accuracy of the best of
-its own ``trials`` trials on validation, and a trial is one run: its validation curve is the one pruning
-reads. The budget is the random search's: ``trials`` runs per method and seed.
-
-The journal (``JOURNAL`` in ``results/<recipe>/``) is Optuna's file journal: one JSON object per line, appended
-under Optuna's lock, read back with ``json.loads`` only (the file backend keeps no pickled snapshot: the
-tests check that). It is data: a journal that cannot be read is one line naming it, never a traceback.
-Optuna is imported here only when a recipe asks for tpe: ``status``, ``table`` and ``list`` stay free of it.
-A trial's drawn values are stored as its user attribute ``values`` (rounded as random search rounds them), so
-its run's configuration is rebuilt from the journal exactly; the worker loop is ltbench/run/tpe.py.
+A study per (grid point, seed) because the recipe's seeds are replicates of the whole tuning procedure
+(DomainBed draws each trial seed's hyper-parameters apart): each seed's cell is the test accuracy of the best
+of its own ``trials`` trials on validation, the random search's budget. The journal (``JOURNAL``) is Optuna's
+file journal, JSON lines read back with ``json.loads`` only (no pickle): it is data, and one that cannot be
+read is one line naming it. Optuna is imported only when a recipe asks for tpe. A trial's drawn values are
+its user attribute ``values``, so its run's configuration is rebuilt from the journal exactly; the worker
+loop is ltbench/run/tpe.py.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""A recipe's ``search:`` section: every grid point becomes ``trials`` configurations drawn at random.
-
-    search:
-      trials: 16            # the same budget for every method of the grid
-      seed: 0               # which draws
-      space:                # optional: overrides of the declared spaces (null removes a key)
-        optim.lr: {log_uniform: [0.01, 0.5]}
-        method.tau: {uniform: [0.5, 2.0]}
-
-Like a grid axis, known before anything runs (random search: ltbench/search.py), so a Slurm array runs the
-trials and a rerun skips the finished ones. Each trial is an ordinary run: its configuration is resolved and
-hashed as any other; which trial of which search it is goes into its ``grid['search']`` (recorded in spec.json
-and result.json), never into its id. A grid point's space is the core's (``search.CORE_SPACE``), its method's
-``search_space`` and the recipe's ``space``; a ``method.*`` key of the recipe applies to the methods that have
-the option and must fit at least one (the rule of a command-line override). docs/tuning.md.
-
-A sampler that asks (``search.SAMPLERS``) draws each trial when it starts: nothing is drawn
-here; the recipe lists the trials its state already holds (``Study``: one per grid point).
+"""A recipe's ``search:`` section (``trials``, ``seed``, an optional ``space`` of overrides; docs/tuning.md):
+every grid point becomes ``trials`` configurations drawn at random, known before anything runs, so a Slurm
+array runs them and a rerun skips the finished ones. Each trial is an ordinary run: which trial of which
+search it is goes into its ``grid['search']``, never into its id. A grid point's space is the core's
+(``search.CORE_SPACE``), its method's ``search_space`` and the recipe's ``space``; a ``method.*`` key must fit
+at least one method. A sampler that asks (``search.SAMPLERS``) draws each trial when it starts: the recipe
+lists the trials its state already holds (``Study``: one per grid point).
 """
 
 from __future__ import annotations

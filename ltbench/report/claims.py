@@ -1,13 +1,9 @@
 """Claims: one YAML file per number someone says a method reaches, with where it was said and under what.
 
-A claim holds its source (a paper's table, row, column and quoted text; a README; this project's reference
-results; a user's run), the setting (method and its options, dataset, imbalance, backbone, epochs), the
-numbers (percent; seeds, per-seed values and spread when known), the protocol id (ltbench/results/protocol.py)
-and whether that protocol is known exactly or only approximately, the implementation (official code at a
-commit, or ltbench's re-implementation) and, for numbers made here, the numerics they were made under.
-The shipped claims are in ``ltbench/claims/``, ordered by path (a table that shows several uses the first
-for its delta); ``ltbench verify`` judges them against finished runs (ltbench/report/verify.py), tables
-show them as reference rows (report/published.py). Layout and sources: docs/claims.md. No torch.
+A claim holds its source, setting, numbers (percent; seeds and spread when known), protocol id (exact or
+approximate), implementation and, for numbers made here, numerics (layout and sources: docs/claims.md). The
+shipped claims are in ``ltbench/claims/``, ordered by path (a table that shows several uses the first for its
+delta); ``ltbench verify`` judges them and tables show them as reference rows. No torch.
 """
 
 from __future__ import annotations

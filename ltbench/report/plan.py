@@ -1,13 +1,10 @@
 """``ltbench plan``: before a launch, what the declared seeds can detect, and how many seeds a difference needs.
 
-For every comparison a recipe's tables make (each row's ``versus`` reference when it declares one, else each
-row against the best row of each column, as the table's ≈ marks do), from the seed-to-seed spread of finished
-runs of the recipe (a pilot: the recipe run with fewer seeds) or a declared spread (``--spread``): the
-smallest true difference Welch's test over seeds finds with 80 % power at two-sided alpha = 0.05, and the
-seeds per row that detect ``--detect`` points. Power is Welch's test's own (``power``: neither the normal
-approximation nor the noncentral t at the true spreads, both optimistic at a few seeds), so the difference
-printed has the power it says (tests/test_claims.py simulates it). Each comparison is one test: a family
-corrected by Holm's method needs more. No torch.
+For every comparison a recipe's tables make (``versus``, else each row against the best of its column), from
+the spread of a pilot's finished runs or a declared ``--spread``: the smallest difference Welch's test over
+seeds finds with 80 % power at two-sided alpha = 0.05, and the seeds per row that detect ``--detect`` points.
+Power is Welch's test's own (``power``), not the normal or noncentral-t approximations, both optimistic at a
+few seeds (tests/test_claims.py simulates it). Each comparison is one test: a Holm family needs more. No torch.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Figures of a study: per-class accuracy, per-class statistics, shifted test priors, training curves.
 
-Each ``plot_*`` function takes a tidy frame from ``ltbench.report.load`` (it never reads result
-files), draws one line per table row, mean over that row's seeds, writes ``out_base + ".png"`` and
-``".pdf"`` atomically, and returns the written paths.  The matching ``figure_*`` function returns
-the matplotlib figure unsaved, for notebooks and for tests that count what was drawn.
-
-Sized for the page (issue 33): ``size="column"`` is 3.3 in wide (one column of a two-column paper),
-``size="text"`` 6.9 in (the text width); the PDF's page is exactly that wide, so it goes into a paper
-unscaled, and every text in it is at least 7 pt (axis labels 8 pt). There is no title inside the
-figure: the caption is the paper's. Each ``figure_*`` sets ``figure.ltbench_caption`` instead, saying
-what is drawn and whether the line is a mean over seeds with a ±1 std band (only when some row has more
-than one seed); ``ltbench plot`` prints it and ``ltbench report`` shows it under the figure.
-
-Headless by construction: figures are built with ``matplotlib.figure.Figure`` (object API, Agg
-and PDF canvases), never through pyplot, so no display and no global backend switch is needed.
-Legends give each row's number of seeds, as tables do, sit below the axes (never over the data), and
-list the rows in table order; a row's colour comes from its place in the table (the frames'
-``row_order``), so a method has one colour in every figure of a study. Rows are labelled as the
-frames label them: the recipe's declared table labels where it declares them. Where there is nothing
-to draw, the figure says so in words. PDFs embed TrueType (Type 42) fonts, never Type 3, which several
-venues reject. Accuracies arrive as fractions and are shown in percent.
+Each ``figure_*`` function draws a tidy frame from ``ltbench.report.load`` (never result files), one line per
+table row, mean over its seeds; its ``plot_*`` twin writes it as .png and .pdf. Sized for the page (issue 33):
+3.3 in ('column') or 6.9 in ('text') wide, every text at least 7 pt, TrueType fonts (venues reject Type 3),
+no title inside: ``figure.ltbench_caption`` says what is drawn and whether a ±1 std band is shown. Built with
+``matplotlib.figure.Figure``, never pyplot, so no display or global backend is needed. A row keeps its table
+colour and order in every figure; the legend gives its seeds and sits below the axes; where there is nothing
+to draw, the figure says so in words.
 """
 
 from __future__ import annotations
@@ -39,7 +26,6 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ltbench.errors import LtbenchError
 from ltbench.results.schema import SHOT_GROUPS
-from ltbench.priors import prior_position as position
 from ltbench.results.store import atomic_write_bytes, make_dirs
 
 FORMATS = ("png", "pdf")
@@ -311,14 +297,9 @@ DRAWN_CLASS_STATS = ("kappa", "*weight_norm")
 
 
 def class_statistics(method_extras: dict, num_classes: int, prefix: str = "") -> dict[str, list[float]]:
-    """The per-class statistics a run recorded in ``method_extras`` (result.json), by name.
-
-    A statistic is any list of ``num_classes`` numbers (a vMF model's ``kappa``, a linear head's
-    ``weight_norm``, counts ``n``...).  Nested mappings (an auxiliary method's extras under ``aux``) are
-    flattened with a dotted prefix: ``aux.weight_norm``.  The
-    report loader builds the ``class_stats`` frame from this, so every method that records a list
-    gets plotted without the core knowing the method.
-    """
+    """The per-class statistics (any list of ``num_classes`` numbers) a run recorded in ``method_extras``, by
+    name, nested mappings flattened with a dotted prefix (``aux.weight_norm``): every method that records a
+    list gets plotted without the core knowing the method."""
     found: dict[str, list[float]] = {}
     for key, value in (method_extras or {}).items():
         name = f"{prefix}{key}"
@@ -396,11 +377,6 @@ def plot_class_stats(df: pd.DataFrame, out_dir, all_rows: Sequence[str] = (), pa
 
 # ------------------------------------------------------------------------------------------------
 # Shifted test priors, training curves
-
-
-def prior_position(name: str) -> float:
-    """Natural order of test priors: forward50 < ... < forward2 < uniform < backward2 < ... < backward50."""
-    return position(name)
 
 
 @sized

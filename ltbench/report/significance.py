@@ -1,27 +1,9 @@
-"""Is a row's score really different from another's? The tests a table can name, each answering one question.
-
-* Welch's t-test over seeds (``welch_test``): each seed is one draw of the whole training procedure;
-  is the difference of two rows' seed means larger than the seed-to-seed spread explains? Welch rather
-  than Student because methods differ in how stable they are (unequal variances).
-* The two-level bootstrap (``two_level_bootstrap_test``, ``--test bootstrap``): the same question, "is this
-  training procedure better than that one on this test distribution", answered with the stored per-image
-  predictions. Each resample draws the seeds (with replacement, per row; jointly when the two rows are
-  heads of the same runs) and then the test images (once per resample, for every seed: they were all
-  evaluated on the same images), so both the seed-to-seed spread and the test-set draw count.
-* The image-only paired bootstrap (``paired_bootstrap_pvalue``, ``--test image_bootstrap``): resamples test
-  images only, with the seeds held fixed. It asks a narrower question: are *these trained models* better
-  on *this test set*, i.e. is the difference more than which test images were drawn explains. It ignores
-  the seed-to-seed spread, so it can call "significant" a difference that another set of seeds would undo.
-
-The default (``default_row_test``): the test a table uses to compare two rows unless told otherwise. It
-is Welch's, because it keeps its nominal size at the seed counts people run (2 to 5): in a null
-simulation (``scripts/significance_size.py``, docs/significance.md) it rejected a true null in 2.6-4.3 %
-of comparisons at alpha = 0.05, where the two-level bootstrap rejected in 10-21 % (``BOOTSTRAP_SIZE``).
-
-Families of comparisons (``holm``): Holm's step-down correction of a set of p-values, so that the chance of
-any false "significant" in the family stays at alpha. ``minimum_detectable_difference``: the smallest
-true difference a test would find with 80 % power from the spread observed, so "no significant
-difference" can be read as "equal" or as "too few seeds to tell".
+"""Is a row's score really different from another's? The tests a table can name, each answering one question:
+Welch's t-test over seeds (the default: it keeps its size at 2-5 seeds, ``DEFAULT_SIZE``), the two-level
+bootstrap (seeds, then test images; liberal with few seeds, ``BOOTSTRAP_SIZE``) and the image-only paired
+bootstrap (these trained models on this test set; it ignores the seed-to-seed spread). Holm's correction for
+families, and the minimum detectable difference, so "no significant difference" can be read as "equal" or as
+"too few seeds to tell". docs/significance.md states each test's question and measured size.
 
 Only numpy and scipy: tables must not need torch.
 """
@@ -46,9 +28,6 @@ SPREAD_RTOL = 1e-9
 BOOTSTRAP_SIZE = {2: 0.211, 3: 0.140, 5: 0.099}  # the two-level bootstrap: liberal with few seeds
 IMAGE_BOOTSTRAP_SIZE = {2: 0.586, 3: 0.613, 5: 0.601}  # the image-only bootstrap asks another question: see above
 DEFAULT_SIZE = {2: 0.026, 3: 0.042, 5: 0.043}  # default_row_test (Welch)
-WELCH_FOOTNOTE = f"Welch's t-test over seeds, alpha = {ALPHA}"
-BOOTSTRAP_FOOTNOTE = f"two-level bootstrap (seeds, then test images), alpha = {ALPHA}"
-IMAGE_BOOTSTRAP_FOOTNOTE = f"paired bootstrap over test images only (these trained models on this test set), alpha = {ALPHA}"
 
 
 def _finite(values: Iterable[float]) -> list[float]:
@@ -74,14 +53,9 @@ def _squared_se(values: list[float]) -> float:
 
 def default_row_test(a_seeds: Iterable[float] | None, b_seeds: Iterable[float] | None, a_images=None,
                      b_images=None) -> tuple[float | None, str | None]:
-    """THE test a table uses to compare two rows by default: ``(p, None)``, or ``(None, reason)`` when no
-    test is possible (fewer than two seeds on a side; both sides constant up to float noise).
-
-    ``a_seeds`` / ``b_seeds``: per-seed values in points. ``a_images`` / ``b_images``: optionally, per seed,
-    an array of per-test-image correctness (0/1); they stand in for the seed values when those are None
-    (value = 100 x the mean), and are otherwise not used: the test is Welch's over the seed values, the one
-    that keeps its size at 2, 3 and 5 seeds per row. Tests that also resample the images
-    (``two_level_bootstrap_test``) were measured liberal at those seed counts (``BOOTSTRAP_SIZE``)."""
+    """THE test a table uses to compare two rows by default: Welch's over per-seed values in points, the one
+    that keeps its size at 2, 3 and 5 seeds per row. ``(p, None)``, or ``(None, reason)`` when no test is
+    possible. Per-seed image correctness (``a_images`` / ``b_images``) stands in for missing seed values."""
     def values(seeds, images):
         if seeds is not None:
             return seeds
@@ -94,18 +68,10 @@ def default_row_test(a_seeds: Iterable[float] | None, b_seeds: Iterable[float] |
 
 
 def welch_test(a: Iterable[float], b: Iterable[float]) -> tuple[float | None, str | None]:
-    """Two-sided Welch t-test of mean(a) == mean(b) over per-seed values: ``(p, None)``, or ``(None,
-    reason)`` when the test is undefined and no p-value may be printed:
-
-    * fewer than two finite values on a side (n = 1): no spread to estimate;
-    * zero variance on both sides, up to float noise (``SPREAD_RTOL``): the standard error is 0, or a
-      rounding error, and t is 0/0 or enormous. Two constant but different sides are not "p < 0.001": a
-      spread of zero over 2 or 3 seeds says the seeds did not vary *here* (e.g. runs that are deterministic
-      on this machine), not that the difference is certain.
-
-    Welch's t and Welch-Satterthwaite degrees of freedom, as scipy.stats.ttest_ind(equal_var=False), on plain
-    floats: a table makes thousands of these tests on a few seeds each.
-    """
+    """Two-sided Welch t-test of mean(a) == mean(b) over per-seed values, as scipy.stats.ttest_ind(equal_var=False)
+    on plain floats (a table makes thousands): ``(p, None)``, or ``(None, reason)`` with fewer than two values
+    on a side or zero variance on both (up to ``SPREAD_RTOL``): two constant but different sides are not
+    "p < 0.001", since seeds that did not vary *here* do not make a difference certain."""
     a, b = _finite(a), _finite(b)
     if len(a) < 2 or len(b) < 2:
         return None, f"n = {min(len(a), len(b))} on a side, Welch needs 2 or more"
@@ -127,20 +93,13 @@ def student_t_two_sided(t: float, df: float) -> float:
 
 
 def paired_bootstrap_pvalue(correct_a, correct_b, n_resamples: int = 10_000, seed: int = 0) -> float:
-    """Two-sided p-value for "accuracy of a == accuracy of b" by resampling test images.
+    """Two-sided p-value for "accuracy of a == accuracy of b" by resampling test images (Efron & Tibshirani's
+    shift method, +1 so it is never exactly 0); ``nan`` for identical predictions (no test to make).
 
-    ``correct_a`` / ``correct_b``: boolean arrays ``(n_images,)`` or ``(n_pairs, n_images)``, one row
-    per seed pair, the same images in the same order.  Every resample draws the same image indices
-    for every row, so the statistic is the per-image difference averaged over rows, resampled.
-    The null distribution is the bootstrap distribution shifted to zero mean (Efron & Tibshirani's
-    shift method); the p-value counts resampled differences at least as far from the observed one
-    as the observed one is from zero, with the usual +1 so it is never exactly 0. ``nan`` when the two
-    sides are right on exactly the same images (identical predictions): there is no test to make.
-
-    Drawing n images with replacement only matters through how often each distinct per-image
-    difference value is drawn, so we draw those counts from one multinomial: the same distribution
-    as resampling indices, at a cost independent of the number of images.
-    """
+    ``correct_a`` / ``correct_b``: boolean ``(n_images,)`` or ``(n_pairs, n_images)``, one row per seed pair,
+    the same images in the same order. Only how often each distinct per-image difference is drawn matters, so
+    the draw is one multinomial over those values: the same distribution as resampling indices, at a cost
+    independent of the number of images."""
     a, b = np.atleast_2d(np.asarray(correct_a, dtype=bool)), np.atleast_2d(np.asarray(correct_b, dtype=bool))
     if a.shape != b.shape or a.ndim != 2 or a.shape[1] == 0:
         raise ValueError(f"paired bootstrap needs two equal, non-empty shapes; got {a.shape} and {b.shape}")
@@ -229,19 +188,12 @@ def two_level_bootstrap(correct_a: dict, correct_b: dict, paired_seeds: bool = F
                         n_resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, np.ndarray]:
     """(observed difference, p, resampled differences) of mean accuracy, row a - row b, as fractions.
 
-    ``correct_a`` / ``correct_b``: {seed: boolean array per test image}, every array on the same images in
-    the same order. Each resample (1) draws, with replacement, as many seeds as each row has from its own
-    seeds (the same draw for both rows when ``paired_seeds``: heads of the same runs share their seed's
-    backbone, so their seeds are one draw); (2) draws the test images with replacement, once for all seeds
-    of both rows; and takes the difference of the rows' mean accuracies. The p-value is the shift method's,
-    as in ``paired_bootstrap_pvalue``: resampled differences at least as far from the observed one as it is
-    from zero, +1 in numerator and denominator.
-
-    Only the pattern of right/wrong across all seeds of both rows matters per image, so an image draw is one
-    multinomial over the distinct patterns (the same distribution as drawing image indices). Its cost grows
-    with the number of patterns (a few hundred for ten seeds), so each image draw serves ``SEED_DRAWS``
-    seed draws: 10,000 resamples from 2,000 image draws, each resample still a draw from the two-level
-    distribution, in about a quarter of a second.
+    ``correct_a`` / ``correct_b``: {seed: boolean array per test image}, all on the same images. Each resample
+    draws each row's seeds with replacement (one draw for both when ``paired_seeds``: heads of the same runs
+    share their seed's backbone), then the test images once for all seeds; the p-value is the shift method's
+    (``paired_bootstrap_pvalue``). An image draw is one multinomial over the distinct right/wrong patterns
+    across seeds; it is the costly part, so each serves ``SEED_DRAWS`` seed draws (10,000 resamples in about
+    a quarter of a second).
     """
     seeds_a, a = _stack(correct_a)
     seeds_b, b = _stack(correct_b)

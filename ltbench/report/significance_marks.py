@@ -1,15 +1,8 @@
 """Which cells are not significantly different from the best of their column and group, how a row differs
-from the reference rows it names (``versus``), with the family correction and the power said.
-
-The tests themselves live in ``ltbench.report.significance``: Welch's t-test over seeds (``welch``, the
-default: ``significance.default_row_test``), the two-level bootstrap over seeds and test images
-(``bootstrap``, liberal with few seeds: its caption gives its measured size), and the image-only paired
-bootstrap (``image_bootstrap``, these trained models on this test set) from the per-run predictions in
-``ltbench.results.predictions``. This module decides which cells to compare, records the marks, applies
-Holm's correction to a family of comparisons (``CORRECTIONS``) and writes each comparison's minimum
-detectable difference into the table's notes. Welch needs two seeds per row (rows with fewer make no
-claim); the bootstraps need saved predictions on the same test images (two seeds per row for the
-two-level one) and are used only for columns that are whole-test-set accuracies (all, a head's all).
+from the reference rows it names (``versus``), with the family correction and the power said. The tests live
+in ``ltbench.report.significance``; this module picks the cells to compare, records the marks, applies Holm's
+correction (``CORRECTIONS``) and notes each comparison's minimum detectable difference. The bootstraps need
+saved predictions on the same test images and serve only whole-test-set accuracy columns.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ from ltbench.results import predictions
 from ltbench.report import significance
 from ltbench.report.rows import Comparison, Row, Table
 
-TESTS = ("welch", "bootstrap", "image_bootstrap")
 # Holm over which p-values of a comparison block: all of them ('holm'), each row pair's across its columns
 # ('holm:row': the shot groups of one pair, a shift table's priors), or each column's across the row pairs
 # ('holm:column': versus over several rows).

@@ -1,15 +1,10 @@
 """The protocol id: one short name for what makes two accuracies on "the same dataset" comparable.
 
-Two numbers are comparable only when the same images were trained on, the same images tested, the model
-chosen the same way and the test images prepared the same way. ``protocol_fields`` lists exactly that,
-per dataset, from a run's flat configuration (and, for split-list datasets, the list digests its result
-recorded): the file variant or the subset generator and its seed, where validation comes from and its
-size, the evaluation preprocessing (resize interpolation and crop: the dataset's eval view for the
-backbone; test-time augmentation) and the test priors (balanced, and how shifted ones are built). ``protocol_id`` hashes them into
-``<dataset>-<10 hex>``. Claims (ltbench/report/claims.py) carry it; ``ltbench verify`` compares it.
-
-``verify_files`` names the known variant of a folder of data files (``ltbench data verify``) from
-``known_files.yaml``. No torch: tables and ``ltbench verify`` import this on a login node.
+``protocol_fields`` lists, per dataset, from a run's flat configuration (and the split-list digests its result
+recorded), what must match: the training images (file variant or subset generator and seed), where
+validation comes from, the evaluation preprocessing and the test priors. ``protocol_id`` hashes them into
+``<dataset>-<10 hex>``; claims carry it and ``ltbench verify`` compares it. ``verify_files`` names the known
+variant of a folder of data files from ``known_files.yaml``. No torch: imported on login nodes.
 """
 
 from __future__ import annotations

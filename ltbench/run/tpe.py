@@ -1,18 +1,14 @@
 """Running a tpe search: workers that ask Optuna's studies for trials, train each as an ordinary run, and tell.
 
-Every launch of the recipe (``ltbench run`` in several terminals, ``--jobs N`` worker processes, Slurm array
-tasks) runs ``work``: for each study (recipe/tpe.py) it takes the next trial under the search's lock
-(``LOCK``, an flock beside the journal, as a run's own lock: store.claim_run), trains its run through
-``runner.run_one`` and tells the study the run's validation All. Under the lock a worker first takes over a
-trial left RUNNING by a launch that died (its owner not alive on this host, or on another host: the run's
-own lock then decides); only when there is none does it ask a new one, and never past ``trials``. So each
-trial is asked once, trained once (the run's lock), told once (under the lock, only while RUNNING).
+Every launch of the recipe (terminals, ``--jobs N``, Slurm array tasks) runs ``work``: under the search's lock
+(``LOCK``, an flock beside the journal) it first takes over a trial left RUNNING by a launch that died, else
+asks a new one (never past ``trials``), trains it through ``runner.run_one`` and tells the study the run's
+validation All. So each trial is asked once, trained once (the run's lock) and told once.
 
-A killed launch's trial is resumed, not failed and asked again: its draw is in the journal and its run folder
-holds its last checkpoint, so the next worker trains it on from there, and the study keeps exactly the trials
-it asked (TPE's later draws depend on them). A trial whose run had finished when its worker died is told from
-the run's result without training. A pruned trial's run is recorded failed, its error saying it was pruned
-(``TrialPruned``); the study says PRUNED. docs/tuning.md.
+A killed launch's trial is resumed from its run's last checkpoint, not failed and asked again, so the study
+keeps exactly the trials it asked (TPE's later draws depend on them); a trial whose run had finished is told
+from its result. A pruned trial's run is recorded failed (``TrialPruned``); the study says PRUNED.
+docs/tuning.md.
 """
 
 from __future__ import annotations
