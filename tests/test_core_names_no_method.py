@@ -30,6 +30,7 @@ ALLOWED = {  # (module path under ltbench/, method name) -> why the name there i
     ("config.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
     ("train/engine.py", "cosine"): "the cosine learning-rate schedule (optim.schedule), not the cosine classifier",
     ("report/table_text.py", "vs"): "the English 'vs' in a table's note ('n 3 vs 2'), not the VS loss",
+    ("recipe/selection.py", "ce"): "an example value in the --where error message ('e.g. 10, 0.1, true or ce')",
     ("report/plan.py", "vs"): "the English 'vs' in a plan line ('LA vs CE'), not the VS loss",
     ("report/verify.py", "vs"): "the English 'vs' in a verdict's interval ('[-0.3, +0.4] vs ±1'), not the VS loss",
     ("results/protocol.py", "ldam"): _PAPER_PROTOCOL,

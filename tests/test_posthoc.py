@@ -327,7 +327,7 @@ def test_tables_show_stage2_rows_and_select_them_by_posthoc_keys(runs):
         {"name": "tau_norm", "tau": 1.0, "keep_bias": False}) / store.RESULT).read_text())
     assert next(iter(tau.units.values())).runs[0]["metrics"]["all"] == tau_result["metrics"]["all"]
     assert table.rows[0].label == "CE" and table.notes[0].startswith("numerics of every result shown")
-    assert [n.split(" in ")[0] for n in table.notes[1:]] == ["2 finished run(s)"]  # the BAPE runs: in no table
+    assert [n.split(" in ")[0] for n in table.notes[1:]] == ["2 finished run(s) of this recipe"]  # BAPE: in no table
     labels = [r.label for r in report.tables(runs["recipe"].root, use_cache=False)[0].rows]
     assert "CE + tau_norm (tau=1)" in labels and "CE" in labels  # default labels: run label + stage-2 label
     assert "BAPE + bape_refit (alpha_hat=10, kappa_solver=newton)" in labels  # a run's part: its display name

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import deep_update
+from conftest import run_cli, deep_update
 from ltbench import cli
 from ltbench.errors import ConfigError
 from ltbench.recipe.selection import parse_where, select_where
@@ -166,7 +166,8 @@ def test_did_you_mean_for_an_option_and_an_override_key(write_recipe, capsys):
 def test_an_unknown_method_is_said_in_a_short_line(write_recipe, capsys):
     """Issue 51: the unknown-method error listed every core module ltbench searched (about 900 characters)."""
     path = write_recipe("unknown", GRID)
-    assert cli.main(["run", str(path), "grid.method=[{name: focall}]", "--dry-run"]) == 2
-    err = capsys.readouterr().err
+    got = run_cli("run", path, "grid.method=[{name: focall}]", "--dry-run")  # a fresh process: no other test's plugins
+    assert got.returncode == 2, got.stderr
+    err = got.stderr
     assert "unknown method 'focall'" in err and "Searched: ltbench's own modules" in err
     assert "ltbench.samplers.progressive" not in err and len(err) < 900  # no list of every core module

@@ -219,7 +219,7 @@ def _csv_comparisons(table: Table, w: csv.DictWriter) -> None:
 RENDERERS = {"markdown": to_markdown, "latex": to_latex, "csv": to_csv}  # table format -> renderer
 
 
-def render(table: Table, fmt: str) -> str:
+def render(table: Table, fmt: str = "markdown") -> str:
     return lookup(RENDERERS, fmt, "table format")(table)
 
 
