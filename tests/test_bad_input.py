@@ -365,32 +365,22 @@ def test_real_cli_refuses_with_bounded_time_and_memory(name, content, args, word
     assert elapsed < 4 * TIME_LIMIT_S, f"{elapsed:.1f} s"  # a fresh interpreter on a loaded machine: generous
 
 
-def test_plugin_calling_sys_exit_on_import_is_an_error(tmp_path):
+@pytest.mark.parametrize("code_line, said, command", [
+    ("import sys\nsys.exit(0)\n", "called sys.exit(0)", "run"),
+    # os._exit would end ltbench at once with the plugin's code and no word: contained as during training
+    ("import os\nos._exit(3)\n", "called os._exit(3)", "run"),
+    ("import os\nos._exit(3)\n", "called os._exit(3)", "list"),
+], ids=["sys-exit-run", "os-exit-run", "os-exit-list"])
+def test_plugin_exiting_on_import_is_one_line_naming_it(code_line, said, command, tmp_path):
     plugins = tmp_path / "exiting_plugins"
     plugins.mkdir()
     (plugins / "__init__.py").write_text("")
-    (plugins / "quitter.py").write_text("import sys\nsys.exit(0)\n")
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    (cwd / "r.yaml").write_text(yaml.safe_dump({**TINY, "plugins": [str(plugins)], "results_dir": "results"}))
-    code, err, elapsed, rss_mb = run_measured(["run", "r.yaml"], cwd)
-    assert code == 2 and len(err.splitlines()) == 1, err
-    assert "called sys.exit(0)" in err and "exiting_plugins" in err
-    assert not (cwd / "results").exists()
-
-
-@pytest.mark.parametrize("command", ["run", "list"])
-def test_plugin_calling_os_exit_on_import_is_one_line_naming_it(command, tmp_path):
-    # os._exit would end ltbench at once with the plugin's code and no word: contained as during training.
-    plugins = tmp_path / "exiting_plugins"
-    plugins.mkdir()
-    (plugins / "__init__.py").write_text("")
-    (plugins / "quitter.py").write_text("import os\nos._exit(3)\n")
+    (plugins / "quitter.py").write_text(code_line)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     (cwd / "r.yaml").write_text(yaml.safe_dump({**TINY, "plugins": [str(plugins)], "results_dir": "results"}))
     args = ["run", "r.yaml"] if command == "run" else ["list", "methods", "--plugins", str(plugins)]
     code, err, _, _ = run_measured(args, cwd)
     assert code == 2 and len(err.splitlines()) == 1, err
-    assert "called os._exit(3)" in err and "exiting_plugins" in err
+    assert said in err and "exiting_plugins" in err
     assert not (cwd / "results").exists()
